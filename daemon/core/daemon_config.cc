@@ -1,0 +1,126 @@
+#include "daemon/core/daemon_config.h"
+
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace hicache {
+namespace {
+
+bool IsPowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
+
+}  // namespace
+
+absl::string_view BackendName(Backend backend) {
+  switch (backend) {
+    case Backend::kCpu:
+      return "cpu";
+    case Backend::kCuda:
+      return "cuda";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<Backend> ParseBackend(absl::string_view text) {
+  const std::string lower = absl::AsciiStrToLower(text);
+  if (lower == "cpu") return Backend::kCpu;
+  if (lower == "cuda") return Backend::kCuda;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown backend '", text, "'; expected 'cpu' or 'cuda'"));
+}
+
+absl::string_view HostLayoutName(HostLayout layout) {
+  switch (layout) {
+    case HostLayout::kLayerFirst:
+      return "layer_first";
+    case HostLayout::kPageFirst:
+      return "page_first";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<HostLayout> ParseHostLayout(absl::string_view text) {
+  const std::string lower = absl::AsciiStrToLower(text);
+  if (lower == "layer_first") return HostLayout::kLayerFirst;
+  if (lower == "page_first") return HostLayout::kPageFirst;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown host layout '", text,
+                   "'; expected 'layer_first' or 'page_first'"));
+}
+
+bool AbslParseFlag(absl::string_view text, Backend* backend,
+                   std::string* error) {
+  absl::StatusOr<Backend> parsed = ParseBackend(text);
+  if (!parsed.ok()) {
+    *error = std::string(parsed.status().message());
+    return false;
+  }
+  *backend = *parsed;
+  return true;
+}
+
+std::string AbslUnparseFlag(Backend backend) {
+  return std::string(BackendName(backend));
+}
+
+bool AbslParseFlag(absl::string_view text, HostLayout* layout,
+                   std::string* error) {
+  absl::StatusOr<HostLayout> parsed = ParseHostLayout(text);
+  if (!parsed.ok()) {
+    *error = std::string(parsed.status().message());
+    return false;
+  }
+  *layout = *parsed;
+  return true;
+}
+
+std::string AbslUnparseFlag(HostLayout layout) {
+  return std::string(HostLayoutName(layout));
+}
+
+absl::Status DaemonConfig::Validate() const {
+  if (!IsPowerOfTwo(page_size) || page_size > kMaxPageSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_size must be a power of two in [1, ", kMaxPageSize,
+                     "], got ", page_size));
+  }
+  if (cp_size == 0 || cp_size > kMaxCpSize) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cp_size must be in [1, ", kMaxCpSize, "], got ", cp_size));
+  }
+  for (size_t i = 0; i < served_ranks.size(); ++i) {
+    if (served_ranks[i] >= cp_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("served_ranks[", i, "] = ", served_ranks[i],
+                       " is not a rank of cp_size ", cp_size));
+    }
+    if (i > 0 && served_ranks[i] <= served_ranks[i - 1]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "served_ranks must be strictly ascending without duplicates, got [",
+          absl::StrJoin(served_ranks, ","), "]"));
+    }
+  }
+  if (device_pages_per_rank < 2 || device_pages_per_rank > kMaxPagesPerRank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device_pages_per_rank must be in [2, ", kMaxPagesPerRank,
+        "] (one page per rank is reserved for padding), got ",
+        device_pages_per_rank));
+  }
+  if (host_pages_per_rank > kMaxPagesPerRank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host_pages_per_rank must be at most ", kMaxPagesPerRank,
+                     ", got ", host_pages_per_rank));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<uint32_t> DaemonConfig::EffectiveRanks() const {
+  if (!served_ranks.empty()) return served_ranks;
+  std::vector<uint32_t> ranks(cp_size);
+  for (uint32_t r = 0; r < cp_size; ++r) ranks[r] = r;
+  return ranks;
+}
+
+}  // namespace hicache

@@ -1,0 +1,67 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace hicache {
+
+// Where the KV pools live and how bytes move between them.
+enum class Backend {
+  kCpu,   // Shared-memory segments stand in for device memory; memcpy copies.
+  kCuda,  // Device memory, pinned host memory and CUDA copy streams.
+};
+
+// Byte order of a rank's host pool.
+enum class HostLayout {
+  kLayerFirst,  // One region per layer; pages in order inside it.
+  kPageFirst,   // All layers of one page contiguous.
+};
+
+absl::string_view BackendName(Backend backend);                // "cpu" | "cuda"
+absl::StatusOr<Backend> ParseBackend(absl::string_view text);  // inverse
+absl::string_view HostLayoutName(HostLayout layout);  // "layer_first" | ...
+absl::StatusOr<HostLayout> ParseHostLayout(absl::string_view text);
+
+// Abseil flag marshalling, so --backend=gpu fails at flag parsing with the
+// list of valid values.
+bool AbslParseFlag(absl::string_view text, Backend* backend, std::string* error);
+std::string AbslUnparseFlag(Backend backend);
+bool AbslParseFlag(absl::string_view text, HostLayout* layout,
+                   std::string* error);
+std::string AbslUnparseFlag(HostLayout layout);
+
+// Static configuration of one daemon: backend and pool geometry. Plain value
+// type; Validate() before use.
+struct DaemonConfig {
+  // Upper bounds that keep every derived quantity far from overflow.
+  static constexpr uint32_t kMaxPageSize = 1u << 16;
+  static constexpr uint32_t kMaxCpSize = 256;
+  static constexpr uint64_t kMaxPagesPerRank = uint64_t{1} << 40;
+
+  Backend backend = Backend::kCpu;
+  uint32_t page_size = 64;  // Tokens per page, P.
+  uint32_t cp_size = 1;     // Context-parallel size, C (number of lanes).
+  // Ranks whose pools this daemon owns, ascending. Empty means all C ranks.
+  std::vector<uint32_t> served_ranks;
+  uint64_t device_pages_per_rank = 4096;
+  uint64_t host_pages_per_rank = 16384;
+  HostLayout host_layout = HostLayout::kLayerFirst;
+
+  // OK, or INVALID_ARGUMENT naming the offending field and value.
+  absl::Status Validate() const;
+
+  // served_ranks, or 0..cp_size-1 when it is empty.
+  std::vector<uint32_t> EffectiveRanks() const;
+
+  // Logical device pages over all lanes: device_pages_per_rank * cp_size.
+  uint64_t LogicalDevicePages() const {
+    return device_pages_per_rank * cp_size;
+  }
+};
+
+}  // namespace hicache

@@ -1,0 +1,64 @@
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/core/clock.h"
+#include "daemon/core/daemon_config.h"
+#include "daemon/main/socket_guard.h"
+#include "grpcpp/server.h"
+
+namespace hicache {
+
+namespace service {
+class HiCacheServiceImpl;
+}
+
+// A running hicached: the gRPC server on its unix socket with the HiCache
+// service, gRPC health checking and server reflection.
+//
+// Lifetime: Start() -> (any thread) Shutdown() -> Wait() -> destructor. The
+// destructor shuts down if needed and removes the socket.
+// Thread-safe: Shutdown() may be called from any thread, any number of times.
+class DaemonServer {
+ public:
+  // Health-check service name of the HiCache API.
+  static constexpr char kHealthServiceName[] = "hicache.v1.HiCache";
+
+  // Validates `config`, takes ownership of `socket_path` (see SocketGuard) and
+  // starts serving on it with mode 0660. `clock` must outlive the server.
+  static absl::StatusOr<std::unique_ptr<DaemonServer>> Start(
+      const DaemonConfig& config, const std::string& socket_path,
+      const Clock* clock) ABSL_LOCKS_EXCLUDED(mu_);
+
+  ~DaemonServer() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Reports NOT_SERVING, stops accepting RPCs and cancels those still running
+  // after `grace`. Idempotent.
+  void Shutdown(absl::Duration grace) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Blocks until the server has shut down.
+  void Wait();
+
+  const std::string& listen_address() const { return listen_address_; }
+  const SocketGuard& socket() const { return *socket_; }
+
+ private:
+  DaemonServer(std::unique_ptr<SocketGuard> socket, std::string listen_address,
+               std::unique_ptr<service::HiCacheServiceImpl> service);
+
+  const std::unique_ptr<SocketGuard> socket_;
+  const std::string listen_address_;
+  const std::unique_ptr<service::HiCacheServiceImpl> service_;
+  // Set once in Start(); Shutdown()/Wait() are thread-safe gRPC calls.
+  std::unique_ptr<grpc::Server> server_;
+
+  absl::Mutex mu_;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace hicache

@@ -1,0 +1,176 @@
+// hicached: the hierarchical KV-cache daemon. See `hicached --help`.
+//
+// Exit codes: 0 after a clean shutdown on SIGTERM/SIGINT; 1 when the daemon
+// cannot start or fails while running (socket in use, cannot listen) or a flag
+// cannot be parsed; 2 when the flags parse but describe an invalid
+// configuration.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/cpp/endpoint.h"
+#include "daemon/core/build_info.h"
+#include "daemon/core/clock.h"
+#include "daemon/core/daemon_config.h"
+#include "daemon/core/log_format.h"
+#include "daemon/main/daemon_server.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
+#include "systemd/sd-daemon.h"
+
+ABSL_FLAG(std::string, socket, "",
+          "Unix socket to listen on (default: $XDG_RUNTIME_DIR/hicached.sock, "
+          "else /tmp/hicached.sock). Created with mode 0660.");
+ABSL_FLAG(hicache::Backend, backend, hicache::Backend::kCpu,
+          "Device backend: 'cpu' (shared memory stands in for GPU memory) or "
+          "'cuda'.");
+ABSL_FLAG(uint32_t, page_size, 64, "Tokens per KV page (a power of two).");
+ABSL_FLAG(uint32_t, cp_size, 1, "Context-parallel size: number of owner lanes.");
+ABSL_FLAG(std::vector<std::string>, ranks, {},
+          "Comma-separated CP ranks whose pools this daemon owns (default: "
+          "all ranks 0..cp_size-1).");
+ABSL_FLAG(uint64_t, device_pages_per_rank, 4096,
+          "Physical device (L1) pages in each rank's lane.");
+ABSL_FLAG(uint64_t, host_pages_per_rank, 16384,
+          "Physical host (L2) pages for each rank.");
+ABSL_FLAG(hicache::HostLayout, host_layout, hicache::HostLayout::kLayerFirst,
+          "Host pool byte order: 'layer_first' or 'page_first'.");
+ABSL_FLAG(std::string, log_level, "info",
+          "Log level: trace, debug, info, warn, error, critical or off.");
+ABSL_FLAG(double, shutdown_grace_seconds, 5,
+          "On SIGTERM/SIGINT, how long running RPCs may finish before they "
+          "are cancelled.");
+
+namespace hicache {
+namespace {
+
+constexpr int kExitRuntimeError = 1;
+constexpr int kExitBadConfig = 2;
+
+absl::StatusOr<DaemonConfig> ConfigFromFlags() {
+  DaemonConfig config;
+  config.backend = absl::GetFlag(FLAGS_backend);
+  config.page_size = absl::GetFlag(FLAGS_page_size);
+  config.cp_size = absl::GetFlag(FLAGS_cp_size);
+  for (const std::string& text : absl::GetFlag(FLAGS_ranks)) {
+    uint32_t rank = 0;
+    if (!absl::SimpleAtoi(text, &rank)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--ranks: '", text, "' is not a rank number"));
+    }
+    config.served_ranks.push_back(rank);
+  }
+  config.device_pages_per_rank = absl::GetFlag(FLAGS_device_pages_per_rank);
+  config.host_pages_per_rank = absl::GetFlag(FLAGS_host_pages_per_rank);
+  config.host_layout = absl::GetFlag(FLAGS_host_layout);
+  if (absl::Status valid = config.Validate(); !valid.ok()) return valid;
+  if (config.backend == Backend::kCuda) {
+    return absl::UnimplementedError(
+        GetBuildInfo().cuda_support
+            ? "--backend=cuda is not available yet in this version; use "
+              "--backend=cpu"
+            : "this hicached was built without CUDA; use --backend=cpu");
+  }
+  return config;
+}
+
+absl::Status SetUpLogging() {
+  auto logger = spdlog::stderr_color_mt("hicached");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ [%t] %v");
+  const std::string level_name = absl::GetFlag(FLAGS_log_level);
+  const spdlog::level::level_enum level = spdlog::level::from_str(level_name);
+  if (level == spdlog::level::off && level_name != "off") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--log_level: unknown level '", level_name,
+        "'; expected trace, debug, info, warn, error, critical or off"));
+  }
+  spdlog::set_level(level);
+  return absl::OkStatus();
+}
+
+int Run(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "hicached: hierarchical KV-cache daemon (device L1 + pinned host L2).\n"
+      "Usage: hicached [--socket=PATH] [--backend=cpu] [--cp_size=N] ...\n"
+      "Exit codes: 0 clean shutdown, 1 start-up or runtime failure, "
+      "2 invalid configuration.");
+  absl::ParseCommandLine(argc, argv);
+
+  if (absl::Status logging = SetUpLogging(); !logging.ok()) {
+    spdlog::error("{}", logging.message());
+    return kExitBadConfig;
+  }
+  absl::StatusOr<DaemonConfig> config = ConfigFromFlags();
+  if (!config.ok()) {
+    spdlog::error("invalid configuration: {}", config.status().message());
+    return kExitBadConfig;
+  }
+  std::string socket_path = absl::GetFlag(FLAGS_socket);
+  if (socket_path.empty()) socket_path = client::DefaultSocketPath();
+
+  // Block the shutdown signals before gRPC starts threads, so that only the
+  // dedicated waiter below ever receives them.
+  sigset_t shutdown_signals;
+  sigemptyset(&shutdown_signals);
+  sigaddset(&shutdown_signals, SIGTERM);
+  sigaddset(&shutdown_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &shutdown_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  absl::StatusOr<std::unique_ptr<DaemonServer>> server =
+      DaemonServer::Start(*config, socket_path, Clock::Real());
+  if (!server.ok()) {
+    spdlog::error("cannot start: {}", server.status().message());
+    return kExitRuntimeError;
+  }
+  if ((*server)->socket().removed_stale_socket()) {
+    spdlog::warn("removed stale socket {} left by a daemon that is gone",
+                 socket_path);
+  }
+  const BuildInfo& build = GetBuildInfo();
+  spdlog::info(
+      "hicached {} ({}, {}) serving on {}: backend={} page_size={} cp_size={} "
+      "ranks=[{}] device_pages_per_rank={} host_pages_per_rank={} "
+      "host_layout={}",
+      build.version, build.compiler, build.build_mode,
+      (*server)->listen_address(), BackendName(config->backend),
+      config->page_size, config->cp_size,
+      absl::StrJoin(config->EffectiveRanks(), ","),
+      config->device_pages_per_rank, config->host_pages_per_rank,
+      HostLayoutName(config->host_layout));
+  sd_notify(0, "READY=1");
+
+  const absl::Duration grace =
+      absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds));
+  DaemonServer* daemon = server->get();
+  std::thread signal_waiter([&shutdown_signals, daemon, grace] {
+    int signal_number = 0;
+    sigwait(&shutdown_signals, &signal_number);
+    spdlog::info("received {}, shutting down (grace {})",
+                 strsignal(signal_number), absl::FormatDuration(grace));
+    sd_notify(0, "STOPPING=1");
+    daemon->Shutdown(grace);
+  });
+  (*server)->Wait();
+  signal_waiter.join();
+  server->reset();
+  spdlog::info("hicached stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace hicache
+
+int main(int argc, char** argv) { return hicache::Run(argc, argv); }
