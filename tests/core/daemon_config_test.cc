@@ -1,0 +1,122 @@
+#include "daemon/core/daemon_config.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace hicache {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(DaemonConfigTest, DefaultsAreValid) {
+  DaemonConfig config;
+  EXPECT_TRUE(config.Validate().ok());
+  EXPECT_EQ(config.page_size, 64u);
+  EXPECT_EQ(config.backend, Backend::kCpu);
+}
+
+TEST(DaemonConfigTest, PageSizeMustBePowerOfTwo) {
+  DaemonConfig config;
+  for (uint32_t ok : {1u, 2u, 16u, 64u, 4096u, 65536u}) {
+    config.page_size = ok;
+    EXPECT_TRUE(config.Validate().ok()) << ok;
+  }
+  for (uint32_t bad : {0u, 3u, 48u, 100u, 131072u}) {
+    config.page_size = bad;
+    absl::Status status = config.Validate();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(status.message(), HasSubstr("page_size"));
+    EXPECT_THAT(status.message(), HasSubstr(std::to_string(bad)));
+  }
+}
+
+TEST(DaemonConfigTest, CpSizeBounds) {
+  DaemonConfig config;
+  config.cp_size = 0;
+  EXPECT_THAT(config.Validate().message(), HasSubstr("cp_size"));
+  config.cp_size = DaemonConfig::kMaxCpSize + 1;
+  EXPECT_EQ(config.Validate().code(), absl::StatusCode::kInvalidArgument);
+  config.cp_size = 8;
+  EXPECT_TRUE(config.Validate().ok());
+}
+
+TEST(DaemonConfigTest, ServedRanksMustBeAscendingAndInRange) {
+  DaemonConfig config;
+  config.cp_size = 4;
+  config.served_ranks = {1, 3};
+  EXPECT_TRUE(config.Validate().ok());
+  EXPECT_EQ(config.EffectiveRanks(), (std::vector<uint32_t>{1, 3}));
+
+  config.served_ranks = {1, 4};
+  EXPECT_THAT(config.Validate().message(), HasSubstr("served_ranks[1] = 4"));
+  config.served_ranks = {2, 2};
+  EXPECT_THAT(config.Validate().message(), HasSubstr("duplicates"));
+  config.served_ranks = {3, 1};
+  EXPECT_EQ(config.Validate().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(DaemonConfigTest, EmptyServedRanksMeansAll) {
+  DaemonConfig config;
+  config.cp_size = 3;
+  EXPECT_EQ(config.EffectiveRanks(), (std::vector<uint32_t>{0, 1, 2}));
+}
+
+TEST(DaemonConfigTest, PoolSizes) {
+  DaemonConfig config;
+  config.device_pages_per_rank = 1;
+  EXPECT_THAT(config.Validate().message(), HasSubstr("padding"));
+  config.device_pages_per_rank = 2;
+  config.host_pages_per_rank = 0;  // L1-only is allowed.
+  EXPECT_TRUE(config.Validate().ok());
+  config.host_pages_per_rank = DaemonConfig::kMaxPagesPerRank + 1;
+  EXPECT_THAT(config.Validate().message(), HasSubstr("host_pages_per_rank"));
+}
+
+TEST(DaemonConfigTest, LogicalDevicePages) {
+  DaemonConfig config;
+  config.cp_size = 4;
+  config.device_pages_per_rank = 1000;
+  EXPECT_EQ(config.LogicalDevicePages(), 4000u);
+}
+
+TEST(DaemonConfigTest, BackendNamesRoundTrip) {
+  for (Backend b : {Backend::kCpu, Backend::kCuda}) {
+    absl::StatusOr<Backend> parsed = ParseBackend(BackendName(b));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, b);
+  }
+  EXPECT_EQ(*ParseBackend("CPU"), Backend::kCpu);
+  absl::StatusOr<Backend> bad = ParseBackend("gpu");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("'gpu'"));
+}
+
+TEST(DaemonConfigTest, HostLayoutNamesRoundTrip) {
+  for (HostLayout l : {HostLayout::kLayerFirst, HostLayout::kPageFirst}) {
+    absl::StatusOr<HostLayout> parsed = ParseHostLayout(HostLayoutName(l));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, l);
+  }
+  EXPECT_FALSE(ParseHostLayout("row_major").ok());
+}
+
+TEST(DaemonConfigTest, AbslFlagMarshalling) {
+  Backend backend = Backend::kCpu;
+  std::string error;
+  EXPECT_TRUE(AbslParseFlag("cuda", &backend, &error));
+  EXPECT_EQ(backend, Backend::kCuda);
+  EXPECT_FALSE(AbslParseFlag("tpu", &backend, &error));
+  EXPECT_THAT(error, HasSubstr("expected 'cpu' or 'cuda'"));
+  EXPECT_EQ(backend, Backend::kCuda);  // Unchanged on failure.
+  EXPECT_EQ(AbslUnparseFlag(Backend::kCpu), "cpu");
+
+  HostLayout layout = HostLayout::kLayerFirst;
+  EXPECT_TRUE(AbslParseFlag("page_first", &layout, &error));
+  EXPECT_EQ(layout, HostLayout::kPageFirst);
+  EXPECT_EQ(AbslUnparseFlag(layout), "page_first");
+}
+
+}  // namespace
+}  // namespace hicache
