@@ -1,0 +1,188 @@
+// End-to-end: the real hicached binary on a temporary socket, driven by the
+// real hicachectl binary, stopped with real signals.
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "hicache/v1/hicache.pb.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/temp_dir.h"
+
+namespace hicache {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::RunResult;
+using testing::Subprocess;
+
+const std::string& DaemonPath() {
+  static const std::string path = testing::RunfilePath("daemon/hicached");
+  return path;
+}
+const std::string& CtlPath() {
+  static const std::string path = testing::RunfilePath("client/hicachectl");
+  return path;
+}
+
+bool Exists(const std::string& path) {
+  struct stat st {};
+  return lstat(path.c_str(), &st) == 0;
+}
+
+RunResult Ctl(const std::string& socket, std::vector<std::string> args) {
+  std::vector<std::string> argv = {CtlPath(), "--socket=" + socket};
+  argv.insert(argv.end(), args.begin(), args.end());
+  absl::StatusOr<RunResult> result = testing::Run(argv);
+  EXPECT_TRUE(result.ok()) << result.status();
+  return result.ok() ? *result : RunResult{};
+}
+
+class DaemonProcessTest : public ::testing::Test {
+ protected:
+  // Starts hicached with `flags` and waits until `hicachectl health` succeeds.
+  Subprocess StartDaemon(std::vector<std::string> flags = {}) {
+    std::vector<std::string> argv = {DaemonPath(), "--socket=" + socket_};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    absl::StatusOr<Subprocess> daemon = Subprocess::Start(argv);
+    EXPECT_TRUE(daemon.ok()) << daemon.status();
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (absl::Now() < deadline && daemon->Running()) {
+      if (Exists(socket_) &&
+          Ctl(socket_, {"--timeout=1", "health"}).exit_code == 0) {
+        return *std::move(daemon);
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    ADD_FAILURE() << "hicached did not become healthy; stderr:\n"
+                  << daemon->Stderr();
+    return *std::move(daemon);
+  }
+
+  testing::TempDir dir_;
+  const std::string socket_ = dir_.Child("hicached.sock");
+};
+
+TEST_F(DaemonProcessTest, HealthStatsAndCleanSigtermShutdown) {
+  Subprocess daemon = StartDaemon({"--cp_size=2", "--page_size=32",
+                                   "--device_pages_per_rank=1024",
+                                   "--host_pages_per_rank=4096",
+                                   "--host_layout=page_first"});
+
+  struct stat st {};
+  ASSERT_EQ(stat(socket_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+
+  RunResult health = Ctl(socket_, {"health"});
+  EXPECT_EQ(health.exit_code, 0) << health.err;
+  EXPECT_EQ(health.out, "SERVING\n");
+
+  RunResult stats = Ctl(socket_, {"stats"});
+  EXPECT_EQ(stats.exit_code, 0) << stats.err;
+  EXPECT_THAT(stats.out, HasSubstr("backend:       cpu"));
+  EXPECT_THAT(stats.out, HasSubstr("page size:     32 tokens"));
+  EXPECT_THAT(stats.out, HasSubstr("cp size:       2 (ranks served: 0,1)"));
+  EXPECT_THAT(stats.out, HasSubstr("1024 per rank, 2048 logical"));
+  EXPECT_THAT(stats.out, HasSubstr("4096 per rank, page_first"));
+  EXPECT_THAT(stats.out, HasSubstr(absl::StrCat("pid:           ", daemon.pid())));
+
+  RunResult json = Ctl(socket_, {"--json", "stats"});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  v1::GetStatsResponse parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.out, &parsed).ok())
+      << json.out;
+  EXPECT_EQ(parsed.pid(), daemon.pid());
+  EXPECT_EQ(parsed.backend(), v1::BACKEND_CPU);
+  EXPECT_EQ(parsed.geometry().logical_device_pages(), 2048u);
+  EXPECT_EQ(parsed.listen_address(), "unix:" + socket_);
+  EXPECT_EQ(parsed.build().proto_package(), "hicache.v1");
+  EXPECT_GE(parsed.uptime_seconds(), 0.0);
+
+  ASSERT_TRUE(daemon.Signal(SIGTERM).ok());
+  absl::StatusOr<int> code = daemon.Wait(absl::Seconds(20));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0) << daemon.Stderr();
+  EXPECT_THAT(daemon.Stderr(), HasSubstr("shutting down"));
+  EXPECT_FALSE(Exists(socket_));
+  EXPECT_FALSE(Exists(socket_ + ".lock"));
+
+  RunResult after = Ctl(socket_, {"--timeout=1", "health"});
+  EXPECT_EQ(after.exit_code, 1);
+  EXPECT_THAT(after.err, HasSubstr("is hicached running"));
+}
+
+TEST_F(DaemonProcessTest, SigintAlsoShutsDownCleanly) {
+  Subprocess daemon = StartDaemon();
+  ASSERT_TRUE(daemon.Signal(SIGINT).ok());
+  absl::StatusOr<int> code = daemon.Wait(absl::Seconds(20));
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 0);
+  EXPECT_FALSE(Exists(socket_));
+}
+
+TEST_F(DaemonProcessTest, SecondDaemonOnTheSameSocketIsRefused) {
+  Subprocess first = StartDaemon();
+  absl::StatusOr<RunResult> second =
+      testing::Run({DaemonPath(), "--socket=" + socket_});
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->exit_code, 1);
+  EXPECT_THAT(second->err,
+              HasSubstr(absl::StrCat("another hicached (pid ", first.pid())));
+  // The first daemon is unharmed.
+  EXPECT_EQ(Ctl(socket_, {"health"}).exit_code, 0);
+}
+
+TEST_F(DaemonProcessTest, StaleSocketOfAKilledDaemonIsReplaced) {
+  {
+    Subprocess victim = StartDaemon();
+    ASSERT_TRUE(victim.Signal(SIGKILL).ok());
+    ASSERT_TRUE(victim.Wait(absl::Seconds(10)).ok());
+  }
+  ASSERT_TRUE(Exists(socket_));  // SIGKILL left it behind.
+  Subprocess daemon = StartDaemon();
+  EXPECT_EQ(Ctl(socket_, {"health"}).exit_code, 0);
+  EXPECT_THAT(daemon.Stderr(), HasSubstr("removed stale socket"));
+}
+
+TEST_F(DaemonProcessTest, BadFlagValuesExitNonZeroWithAClearMessage) {
+  struct Case {
+    std::vector<std::string> flags;
+    int exit_code;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--page_size=48"}, 2, "page_size must be a power of two"},
+      {{"--cp_size=0"}, 2, "cp_size must be in"},
+      {{"--cp_size=2", "--ranks=0,5"}, 2, "served_ranks[1] = 5"},
+      {{"--ranks=x"}, 2, "'x' is not a rank number"},
+      {{"--log_level=loud"}, 2, "unknown level 'loud'"},
+      {{"--backend=tpu"}, 1, "unknown backend 'tpu'"},
+      {{"--page_size=abc"}, 1, "page_size"},
+      {{"--no_such_flag"}, 1, "no_such_flag"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> argv = {DaemonPath(), "--socket=" + socket_};
+    argv.insert(argv.end(), c.flags.begin(), c.flags.end());
+    absl::StatusOr<RunResult> r = testing::Run(argv);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->exit_code, c.exit_code) << c.flags[0] << "\n" << r->err;
+    EXPECT_THAT(r->err, HasSubstr(c.message)) << c.flags[0];
+    EXPECT_FALSE(Exists(socket_)) << c.flags[0];
+  }
+}
+
+TEST_F(DaemonProcessTest, CtlHelpDocumentsExitCodes) {
+  absl::StatusOr<RunResult> r = testing::Run({CtlPath(), "--help"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 0);
+  EXPECT_THAT(r->out, HasSubstr("Exit codes:"));
+}
+
+}  // namespace
+}  // namespace hicache
