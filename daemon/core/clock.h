@@ -1,7 +1,7 @@
 #pragma once
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "daemon/core/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -30,20 +30,20 @@ class FakeClock final : public Clock {
   explicit FakeClock(absl::Time start = absl::UnixEpoch()) : now_(start) {}
 
   absl::Time Now() const override ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return now_;
   }
   void Advance(absl::Duration d) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     now_ += d;
   }
   void Set(absl::Time t) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     now_ = t;
   }
 
  private:
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   absl::Time now_ ABSL_GUARDED_BY(mu_);
 };
 

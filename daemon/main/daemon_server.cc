@@ -80,7 +80,7 @@ DaemonServer::~DaemonServer() {
 
 void DaemonServer::Shutdown(absl::Duration grace) {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (shut_down_) return;
     shut_down_ = true;
   }

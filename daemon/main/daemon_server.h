@@ -5,7 +5,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "daemon/core/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/core/clock.h"
 #include "daemon/core/daemon_config.h"
@@ -57,7 +57,7 @@ class DaemonServer {
   // Set once in Start(); Shutdown()/Wait() are thread-safe gRPC calls.
   std::unique_ptr<grpc::Server> server_;
 
-  absl::Mutex mu_;
+  Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 

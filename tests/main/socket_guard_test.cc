@@ -31,7 +31,9 @@ int BindSocket(const std::string& path, bool listen_too) {
   addr.sun_family = AF_UNIX;
   std::strcpy(addr.sun_path, path.c_str());
   EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  if (listen_too) EXPECT_EQ(listen(fd, 4), 0);
+  if (listen_too) {
+    EXPECT_EQ(listen(fd, 4), 0);
+  }
   return fd;
 }
 
