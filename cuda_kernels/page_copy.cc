@@ -45,14 +45,14 @@ absl::Status ValidatePageCopy(const PageCopy& copy) {
        {std::pair{"src_stride_bytes", copy.src_stride_bytes},
         std::pair{"dst_stride_bytes", copy.dst_stride_bytes}}) {
     if (stride < copy.bytes_per_page || stride % 4 != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name, " must be a multiple of 4 and >= bytes_per_page (",
-          copy.bytes_per_page, "), got ", stride));
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " must be a multiple of 4 and >= bytes_per_page (",
+                       copy.bytes_per_page, "), got ", stride));
     }
   }
   if (copy.num_pages == 0) return absl::OkStatus();
-  if (copy.src == nullptr || copy.dst == nullptr ||
-      copy.src_pages == nullptr || copy.dst_pages == nullptr) {
+  if (copy.src == nullptr || copy.dst == nullptr || copy.src_pages == nullptr ||
+      copy.dst_pages == nullptr) {
     return absl::InvalidArgumentError(
         "src, dst, src_pages and dst_pages must be non-null when num_pages > "
         "0");
@@ -66,11 +66,10 @@ absl::Status ValidatePageCopy(const PageCopy& copy) {
 
 absl::Status LaunchPageCopy(const PageCopy& copy, void* stream) {
   if (absl::Status valid = ValidatePageCopy(copy); !valid.ok()) return valid;
-  return FromRaw(raw::RawLaunchPageCopy(copy.src, copy.dst, copy.src_pages,
-                                        copy.dst_pages, copy.num_pages,
-                                        copy.bytes_per_page,
-                                        copy.src_stride_bytes,
-                                        copy.dst_stride_bytes, stream),
+  return FromRaw(raw::RawLaunchPageCopy(
+                     copy.src, copy.dst, copy.src_pages, copy.dst_pages,
+                     copy.num_pages, copy.bytes_per_page, copy.src_stride_bytes,
+                     copy.dst_stride_bytes, stream),
                  "page copy launch");
 }
 

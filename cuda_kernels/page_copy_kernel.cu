@@ -27,7 +27,8 @@ __global__ void PageCopyKernel(const char* __restrict__ src,
   for (int64_t page = blockIdx.x; page < num_pages; page += gridDim.x) {
     const Word* from =
         reinterpret_cast<const Word*>(src + src_pages[page] * src_stride_bytes);
-    Word* to = reinterpret_cast<Word*>(dst + dst_pages[page] * dst_stride_bytes);
+    Word* to =
+        reinterpret_cast<Word*>(dst + dst_pages[page] * dst_stride_bytes);
     for (int64_t w = threadIdx.x; w < words_per_page; w += blockDim.x) {
       to[w] = from[w];
     }
@@ -66,8 +67,8 @@ int RawLaunchPageCopy(const void* src, void* dst, const int64_t* src_pages,
                       int64_t bytes_per_page, int64_t src_stride_bytes,
                       int64_t dst_stride_bytes, void* stream) {
   if (num_pages == 0) return 0;
-  const dim3 grid(static_cast<unsigned>(num_pages < kMaxBlocks ? num_pages
-                                                               : kMaxBlocks));
+  const dim3 grid(
+      static_cast<unsigned>(num_pages < kMaxBlocks ? num_pages : kMaxBlocks));
   const dim3 block(kThreadsPerBlock);
   auto* s = static_cast<cudaStream_t>(stream);
   const char* from = static_cast<const char*>(src);
@@ -96,9 +97,9 @@ int RawMalloc(void** ptr, size_t bytes) {
 int RawFree(void* ptr) { return static_cast<int>(cudaFree(ptr)); }
 
 int RawCopy(void* dst, const void* src, size_t bytes, bool to_device) {
-  return static_cast<int>(cudaMemcpy(
-      dst, src, bytes,
-      to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost));
+  return static_cast<int>(
+      cudaMemcpy(dst, src, bytes,
+                 to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost));
 }
 
 int RawSynchronize(void* stream) {

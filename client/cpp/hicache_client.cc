@@ -97,11 +97,11 @@ absl::StatusOr<v1::GetStatsResponse> HiCacheClient::GetStats(
 }
 
 absl::Status HiCacheClient::WaitForConnected(absl::Duration timeout) {
-  const auto deadline = std::chrono::system_clock::now() +
-                        absl::ToChronoMilliseconds(timeout);
+  const auto deadline =
+      std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout);
   if (channel_->WaitForConnected(deadline)) return absl::OkStatus();
-  return absl::DeadlineExceededError(absl::StrCat(
-      "could not connect within ", absl::FormatDuration(timeout)));
+  return absl::DeadlineExceededError(
+      absl::StrCat("could not connect within ", absl::FormatDuration(timeout)));
 }
 
 }  // namespace hicache::client

@@ -33,9 +33,9 @@ class HiCacheClient {
   explicit HiCacheClient(std::shared_ptr<grpc::Channel> channel);
 
   // grpc.health.v1 Check for `service` ("" = the whole daemon).
-  absl::StatusOr<ServingStatus> CheckHealth(const std::string& service = "",
-                                            absl::Duration timeout =
-                                                absl::Seconds(5));
+  absl::StatusOr<ServingStatus> CheckHealth(
+      const std::string& service = "",
+      absl::Duration timeout = absl::Seconds(5));
 
   absl::StatusOr<v1::GetStatsResponse> GetStats(
       absl::Duration timeout = absl::Seconds(5));

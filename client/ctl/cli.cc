@@ -111,8 +111,7 @@ int ReportRpcError(const absl::Status& status, const std::string& target,
 }
 
 int RunHealth(client::HiCacheClient& client, const Options& options,
-              const std::string& target, std::ostream& out,
-              std::ostream& err) {
+              const std::string& target, std::ostream& out, std::ostream& err) {
   const std::string service =
       options.command_args.empty() ? "" : options.command_args[0];
   absl::StatusOr<client::ServingStatus> health =
@@ -130,8 +129,7 @@ int RunHealth(client::HiCacheClient& client, const Options& options,
 
 int RunStats(client::HiCacheClient& client, const Options& options,
              const std::string& target, std::ostream& out, std::ostream& err) {
-  absl::StatusOr<v1::GetStatsResponse> stats =
-      client.GetStats(options.timeout);
+  absl::StatusOr<v1::GetStatsResponse> stats = client.GetStats(options.timeout);
   if (!stats.ok()) return ReportRpcError(stats.status(), target, err);
   if (!options.json) {
     out << FormatStatsHuman(*stats);

@@ -56,22 +56,22 @@ std::string FormatStatsHuman(const v1::GetStatsResponse& stats) {
                         build.cuda_support() ? "compiled in" : "not compiled",
                         build.proto_package());
   absl::StrAppendFormat(&out, "%-14s %d\n", "pid:", stats.pid());
-  absl::StrAppendFormat(&out, "%-14s %s\n", "listening:",
-                        stats.listen_address());
-  absl::StrAppendFormat(
-      &out, "%-14s %s\n", "uptime:",
-      FormatUptime(absl::Seconds(stats.uptime_seconds())));
-  absl::StrAppendFormat(&out, "%-14s %s\n", "backend:",
-                        BackendText(stats.backend()));
-  absl::StrAppendFormat(&out, "%-14s %u tokens\n", "page size:",
-                        geo.page_size_tokens());
-  absl::StrAppendFormat(&out, "%-14s %u (ranks served: %s)\n", "cp size:",
-                        geo.cp_size(), absl::StrJoin(geo.served_ranks(), ","));
+  absl::StrAppendFormat(&out, "%-14s %s\n",
+                        "listening:", stats.listen_address());
+  absl::StrAppendFormat(&out, "%-14s %s\n", "uptime:",
+                        FormatUptime(absl::Seconds(stats.uptime_seconds())));
+  absl::StrAppendFormat(&out, "%-14s %s\n",
+                        "backend:", BackendText(stats.backend()));
+  absl::StrAppendFormat(&out, "%-14s %u tokens\n",
+                        "page size:", geo.page_size_tokens());
+  absl::StrAppendFormat(&out, "%-14s %u (ranks served: %s)\n",
+                        "cp size:", geo.cp_size(),
+                        absl::StrJoin(geo.served_ranks(), ","));
   absl::StrAppendFormat(&out, "%-14s %u per rank, %u logical\n",
                         "device pages:", geo.device_pages_per_rank(),
                         geo.logical_device_pages());
-  absl::StrAppendFormat(&out, "%-14s %u per rank, %s\n", "host pages:",
-                        geo.host_pages_per_rank(),
+  absl::StrAppendFormat(&out, "%-14s %u per rank, %s\n",
+                        "host pages:", geo.host_pages_per_rank(),
                         HostLayoutText(geo.host_layout()));
   return out;
 }

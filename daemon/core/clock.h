@@ -1,9 +1,9 @@
 #pragma once
 
 #include "absl/base/thread_annotations.h"
-#include "daemon/core/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "daemon/core/mutex.h"
 
 namespace hicache {
 

@@ -103,10 +103,10 @@ absl::Status DaemonConfig::Validate() const {
     }
   }
   if (device_pages_per_rank < 2 || device_pages_per_rank > kMaxPagesPerRank) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "device_pages_per_rank must be in [2, ", kMaxPagesPerRank,
-        "] (one page per rank is reserved for padding), got ",
-        device_pages_per_rank));
+    return absl::InvalidArgumentError(
+        absl::StrCat("device_pages_per_rank must be in [2, ", kMaxPagesPerRank,
+                     "] (one page per rank is reserved for padding), got ",
+                     device_pages_per_rank));
   }
   if (host_pages_per_rank > kMaxPagesPerRank) {
     return absl::InvalidArgumentError(

@@ -2,11 +2,11 @@
 
 #include <cstdint>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace hicache {
 
@@ -29,7 +29,8 @@ absl::StatusOr<HostLayout> ParseHostLayout(absl::string_view text);
 
 // Abseil flag marshalling, so --backend=gpu fails at flag parsing with the
 // list of valid values.
-bool AbslParseFlag(absl::string_view text, Backend* backend, std::string* error);
+bool AbslParseFlag(absl::string_view text, Backend* backend,
+                   std::string* error);
 std::string AbslUnparseFlag(Backend backend);
 bool AbslParseFlag(absl::string_view text, HostLayout* layout,
                    std::string* error);

@@ -5,10 +5,10 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "daemon/core/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/core/clock.h"
 #include "daemon/core/daemon_config.h"
+#include "daemon/core/mutex.h"
 #include "daemon/main/socket_guard.h"
 #include "grpcpp/server.h"
 

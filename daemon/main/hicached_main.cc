@@ -36,7 +36,8 @@ ABSL_FLAG(hicache::Backend, backend, hicache::Backend::kCpu,
           "Device backend: 'cpu' (shared memory stands in for GPU memory) or "
           "'cuda'.");
 ABSL_FLAG(uint32_t, page_size, 64, "Tokens per KV page (a power of two).");
-ABSL_FLAG(uint32_t, cp_size, 1, "Context-parallel size: number of owner lanes.");
+ABSL_FLAG(uint32_t, cp_size, 1,
+          "Context-parallel size: number of owner lanes.");
 ABSL_FLAG(std::vector<std::string>, ranks, {},
           "Comma-separated CP ranks whose pools this daemon owns (default: "
           "all ranks 0..cp_size-1).");

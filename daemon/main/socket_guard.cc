@@ -25,9 +25,9 @@ std::string ReadOwnerPid(int fd) {
   char buffer[32] = {};
   const ssize_t n = pread(fd, buffer, sizeof(buffer) - 1, 0);
   int64_t pid = 0;
-  if (n > 0 && absl::SimpleAtoi(absl::StripAsciiWhitespace(
-                                    absl::string_view(buffer, n)),
-                                &pid)) {
+  if (n > 0 &&
+      absl::SimpleAtoi(absl::StripAsciiWhitespace(absl::string_view(buffer, n)),
+                       &pid)) {
     return absl::StrCat(pid);
   }
   return "unknown";
@@ -61,9 +61,8 @@ absl::StatusOr<int> LockPath(const std::string& lock_path,
     if (fstat(fd, &locked) == 0 && stat(lock_path.c_str(), &named) == 0 &&
         locked.st_ino == named.st_ino && locked.st_dev == named.st_dev) {
       const std::string pid = absl::StrCat(getpid(), "\n");
-      if (ftruncate(fd, 0) != 0 ||
-          pwrite(fd, pid.data(), pid.size(), 0) !=
-              static_cast<ssize_t>(pid.size())) {
+      if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) !=
+                                       static_cast<ssize_t>(pid.size())) {
         const int err = errno;
         close(fd);
         return absl::FailedPreconditionError(absl::StrCat(
@@ -74,7 +73,8 @@ absl::StatusOr<int> LockPath(const std::string& lock_path,
     close(fd);  // The previous owner removed the file after we opened it.
   }
   return absl::FailedPreconditionError(
-      absl::StrCat("lock file ", lock_path, " keeps changing; is another "
+      absl::StrCat("lock file ", lock_path,
+                   " keeps changing; is another "
                    "hicached starting and stopping on this path?"));
 }
 
@@ -106,10 +106,10 @@ absl::StatusOr<std::unique_ptr<SocketGuard>> SocketGuard::Acquire(
     return absl::InvalidArgumentError("socket path must not be empty");
   }
   if (socket_path.size() >= sizeof(sockaddr_un{}.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "socket path '", socket_path, "' is ", socket_path.size(),
-        " bytes; unix socket paths must be shorter than ",
-        sizeof(sockaddr_un{}.sun_path)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("socket path '", socket_path, "' is ", socket_path.size(),
+                     " bytes; unix socket paths must be shorter than ",
+                     sizeof(sockaddr_un{}.sun_path)));
   }
   const size_t slash = socket_path.rfind('/');
   const std::string dir =
@@ -134,9 +134,8 @@ absl::StatusOr<std::unique_ptr<SocketGuard>> SocketGuard::Acquire(
   struct stat existing {};
   if (lstat(socket_path.c_str(), &existing) == 0) {
     if (!S_ISSOCK(existing.st_mode)) {
-      return fail(absl::FailedPreconditionError(
-          absl::StrCat(socket_path,
-                       " exists and is not a socket; refusing to replace it")));
+      return fail(absl::FailedPreconditionError(absl::StrCat(
+          socket_path, " exists and is not a socket; refusing to replace it")));
     }
     absl::StatusOr<bool> live = SomeoneListens(socket_path);
     if (!live.ok()) return fail(live.status());
@@ -177,8 +176,8 @@ SocketGuard::~SocketGuard() {
 absl::Status SocketGuard::SetSocketMode(mode_t mode) const {
   if (chmod(socket_path_.c_str(), mode) != 0) {
     const int err = errno;
-    return absl::InternalError(absl::StrCat("chmod ", socket_path_, ": ",
-                                            ErrnoText(err)));
+    return absl::InternalError(
+        absl::StrCat("chmod ", socket_path_, ": ", ErrnoText(err)));
   }
   return absl::OkStatus();
 }

@@ -10,9 +10,9 @@ namespace hicache::service {
 HiCacheServiceImpl::HiCacheServiceImpl(DaemonInfo info, const Clock* clock)
     : info_(std::move(info)), clock_(clock) {}
 
-grpc::Status HiCacheServiceImpl::GetStats(grpc::ServerContext* /*context*/,
-                                          const v1::GetStatsRequest* /*request*/,
-                                          v1::GetStatsResponse* response) {
+grpc::Status HiCacheServiceImpl::GetStats(
+    grpc::ServerContext* /*context*/, const v1::GetStatsRequest* /*request*/,
+    v1::GetStatsResponse* response) {
   ToProto(info_.build, response->mutable_build());
   response->set_backend(ToProto(info_.config.backend));
   ToProto(info_.config, response->mutable_geometry());

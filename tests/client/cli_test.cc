@@ -5,8 +5,8 @@
 #include "daemon/main/daemon_server.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
-#include "hicache/v1/hicache.pb.h"
 #include "gtest/gtest.h"
+#include "hicache/v1/hicache.pb.h"
 #include "tests/testing/temp_dir.h"
 
 namespace hicache::ctl {
@@ -80,8 +80,8 @@ TEST_F(CliTest, StatsHumanAndJson) {
 }
 
 TEST_F(CliTest, TargetOverridesSocket) {
-  CliResult r = Cli({"--socket=/nonexistent.sock", "--target=unix:" + socket_,
-                     "health"});
+  CliResult r =
+      Cli({"--socket=/nonexistent.sock", "--target=unix:" + socket_, "health"});
   EXPECT_EQ(r.code, kExitOk) << r.err;
 }
 

@@ -9,12 +9,14 @@ namespace {
 using ::testing::MatchesRegex;
 
 TEST(BuildInfoTest, VersionIsSemantic) {
-  EXPECT_THAT(GetBuildInfo().version, MatchesRegex("[0-9]+\\.[0-9]+\\.[0-9]+.*"));
+  EXPECT_THAT(GetBuildInfo().version,
+              MatchesRegex("[0-9]+\\.[0-9]+\\.[0-9]+.*"));
 }
 
 TEST(BuildInfoTest, CompilerAndModeAreNamed) {
   const BuildInfo& info = GetBuildInfo();
-  EXPECT_THAT(info.compiler, MatchesRegex("(gcc|clang) [0-9]+\\.[0-9]+\\.[0-9]+"));
+  EXPECT_THAT(info.compiler,
+              MatchesRegex("(gcc|clang) [0-9]+\\.[0-9]+\\.[0-9]+"));
 #ifdef NDEBUG
   EXPECT_THAT(info.build_mode, MatchesRegex("opt.*"));
 #else

@@ -71,14 +71,14 @@ TEST(PageCopyBuildTest, DeviceCountMatchesBuild) {
 }
 
 // Skips unless a GPU is usable.
-#define REQUIRE_GPU()                                                 \
-  do {                                                                \
-    absl::StatusOr<int> devices = VisibleDeviceCount();               \
-    if (!devices.ok() || *devices == 0) {                             \
-      GTEST_SKIP() << "no GPU: "                                      \
-                   << (devices.ok() ? "0 devices"                     \
-                                    : devices.status().ToString());   \
-    }                                                                 \
+#define REQUIRE_GPU()                                               \
+  do {                                                              \
+    absl::StatusOr<int> devices = VisibleDeviceCount();             \
+    if (!devices.ok() || *devices == 0) {                           \
+      GTEST_SKIP() << "no GPU: "                                    \
+                   << (devices.ok() ? "0 devices"                   \
+                                    : devices.status().ToString()); \
+    }                                                               \
   } while (0)
 
 class PageCopyGpuTest : public ::testing::TestWithParam<int64_t> {};
@@ -123,7 +123,8 @@ TEST_P(PageCopyGpuTest, GathersAndScattersPagesExactly) {
           << "page " << i << " byte " << b;
     }
   }
-  for (void* p : {*d_src, *d_dst, *d_sp, *d_dp}) EXPECT_TRUE(DeviceFree(p).ok());
+  for (void* p : {*d_src, *d_dst, *d_sp, *d_dp})
+    EXPECT_TRUE(DeviceFree(p).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(KvRowSizes, PageCopyGpuTest,

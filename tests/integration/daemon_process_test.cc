@@ -70,10 +70,9 @@ class DaemonProcessTest : public ::testing::Test {
 };
 
 TEST_F(DaemonProcessTest, HealthStatsAndCleanSigtermShutdown) {
-  Subprocess daemon = StartDaemon({"--cp_size=2", "--page_size=32",
-                                   "--device_pages_per_rank=1024",
-                                   "--host_pages_per_rank=4096",
-                                   "--host_layout=page_first"});
+  Subprocess daemon = StartDaemon(
+      {"--cp_size=2", "--page_size=32", "--device_pages_per_rank=1024",
+       "--host_pages_per_rank=4096", "--host_layout=page_first"});
 
   struct stat st {};
   ASSERT_EQ(stat(socket_.c_str(), &st), 0);
@@ -90,12 +89,14 @@ TEST_F(DaemonProcessTest, HealthStatsAndCleanSigtermShutdown) {
   EXPECT_THAT(stats.out, HasSubstr("cp size:       2 (ranks served: 0,1)"));
   EXPECT_THAT(stats.out, HasSubstr("1024 per rank, 2048 logical"));
   EXPECT_THAT(stats.out, HasSubstr("4096 per rank, page_first"));
-  EXPECT_THAT(stats.out, HasSubstr(absl::StrCat("pid:           ", daemon.pid())));
+  EXPECT_THAT(stats.out,
+              HasSubstr(absl::StrCat("pid:           ", daemon.pid())));
 
   RunResult json = Ctl(socket_, {"--json", "stats"});
   ASSERT_EQ(json.exit_code, 0) << json.err;
   v1::GetStatsResponse parsed;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.out, &parsed).ok())
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(json.out, &parsed).ok())
       << json.out;
   EXPECT_EQ(parsed.pid(), daemon.pid());
   EXPECT_EQ(parsed.backend(), v1::BACKEND_CPU);

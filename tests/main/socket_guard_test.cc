@@ -93,7 +93,7 @@ TEST(SocketGuardTest, RefusesLiveListenerWithoutLock) {
   auto guard = SocketGuard::Acquire(path);
   EXPECT_EQ(guard.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(guard.status().message(), HasSubstr("already listening"));
-  EXPECT_TRUE(Exists(path));            // Not removed.
+  EXPECT_TRUE(Exists(path));             // Not removed.
   EXPECT_FALSE(Exists(path + ".lock"));  // Lock released on failure.
   close(fd);
 }

@@ -1,7 +1,7 @@
 #include "daemon/service/hicache_service.h"
 
-#include "gtest/gtest.h"
 #include "grpcpp/server_context.h"
+#include "gtest/gtest.h"
 
 namespace hicache::service {
 namespace {

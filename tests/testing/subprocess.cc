@@ -69,11 +69,13 @@ absl::StatusOr<Subprocess> Subprocess::Start(
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
 
   std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  for (const std::string& a : argv)
+    args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   std::vector<char*> env;
   for (char** e = environ; *e != nullptr; ++e) env.push_back(*e);
-  for (const std::string& e : extra_env) env.push_back(const_cast<char*>(e.c_str()));
+  for (const std::string& e : extra_env)
+    env.push_back(const_cast<char*>(e.c_str()));
   env.push_back(nullptr);
 
   pid_t pid = 0;
@@ -124,8 +126,8 @@ bool Subprocess::Running() {
   int status = 0;
   if (waitpid(pid_, &status, WNOHANG) == pid_) {
     reaped_ = true;
-    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status)
-                                   : 128 + WTERMSIG(status);
+    exit_code_ =
+        WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     return false;
   }
   return true;

@@ -10,7 +10,8 @@
 
 namespace hicache::testing {
 
-// Path of a binary in this test's runfiles, e.g. RunfilePath("daemon/hicached").
+// Path of a binary in this test's runfiles, e.g.
+// RunfilePath("daemon/hicached").
 std::string RunfilePath(const std::string& workspace_relative);
 
 // A child process whose stdout and stderr go to files, read back on demand.

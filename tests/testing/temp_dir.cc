@@ -5,7 +5,6 @@
 #include <filesystem>
 #include <system_error>
 
-
 namespace hicache::testing {
 
 TempDir::TempDir() {
