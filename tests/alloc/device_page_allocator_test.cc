@@ -75,8 +75,9 @@ TEST(DevicePageAllocatorTest, BadInputIsInvalidArgumentAndChangesNothing) {
   const std::string before = alloc.AccountingString();
   EXPECT_THAT(alloc.AllocateWithOwners({0, 4}).status().message(),
               HasSubstr("owners[1] = 4"));
-  EXPECT_THAT(alloc.AllocateWithOwners(std::vector<Rank>(8, 2)).status().message(),
-              HasSubstr("more than the lane's 7"));
+  EXPECT_THAT(
+      alloc.AllocateWithOwners(std::vector<Rank>(8, 2)).status().message(),
+      HasSubstr("more than the lane's 7"));
   EXPECT_EQ(alloc.Allocate(-1).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(alloc.Allocate(int64_t{1} << 62).status().code(),
@@ -147,9 +148,9 @@ TEST_P(DeviceModelTest, MatchesNaiveModel) {
     std::vector<std::vector<LogicalPage>> held;
     auto take = [&](const std::vector<LogicalPage>& pages) {
       for (LogicalPage page : pages) {
-        ASSERT_EQ(available[layout.LaneOf(page)].erase(
-                      layout.PhysicalPageOf(page)),
-                  1u)
+        ASSERT_EQ(
+            available[layout.LaneOf(page)].erase(layout.PhysicalPageOf(page)),
+            1u)
             << "page " << page << " was not available";
       }
       held.push_back(pages);
@@ -168,7 +169,8 @@ TEST_P(DeviceModelTest, MatchesNaiveModel) {
         auto pages = alloc.AllocateWithOwners(owners);
         ASSERT_EQ(pages.ok(), fits) << pages.status();
         if (!fits) {
-          ASSERT_EQ(pages.status().code(), absl::StatusCode::kResourceExhausted);
+          ASSERT_EQ(pages.status().code(),
+                    absl::StatusCode::kResourceExhausted);
         } else {
           ASSERT_EQ(layout.OwnersOf(*pages), owners);
           ASSERT_NO_FATAL_FAILURE(take(*pages));
@@ -193,12 +195,13 @@ TEST_P(DeviceModelTest, MatchesNaiveModel) {
         held.pop_back();
       } else {
         // Bad frees: a held batch plus a page that is available or reserved.
-        std::vector<LogicalPage> bad =
-            held.empty() ? std::vector<LogicalPage>{} : held[rng() % held.size()];
+        std::vector<LogicalPage> bad = held.empty() ? std::vector<LogicalPage>{}
+                                                    : held[rng() % held.size()];
         const Rank lane = rng() % c;
-        bad.push_back(available[lane].empty()
-                          ? layout.LogicalPageOf(lane, 0)
-                          : layout.LogicalPageOf(lane, *available[lane].begin()));
+        bad.push_back(
+            available[lane].empty()
+                ? layout.LogicalPageOf(lane, 0)
+                : layout.LogicalPageOf(lane, *available[lane].begin()));
         ASSERT_EQ(alloc.Free(bad).code(), absl::StatusCode::kInvalidArgument);
       }
       ASSERT_TRUE(alloc.CheckInvariants().ok()) << alloc.CheckInvariants();

@@ -57,7 +57,8 @@ TEST(HostPageAllocatorTest, FailuresChangeNothing) {
   EXPECT_THAT(big.status().message(), HasSubstr("free=2"));
   EXPECT_EQ(alloc.Reserve(-1).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(alloc.Free({0, 7}).message(), HasSubstr("page 7 is not reserved"));
+  EXPECT_THAT(alloc.Free({0, 7}).message(),
+              HasSubstr("page 7 is not reserved"));
   EXPECT_THAT(alloc.Free({1, 1}).message(), HasSubstr("more than once"));
   EXPECT_THAT(alloc.Free({8}).message(), HasSubstr("outside"));
   EXPECT_EQ(alloc.AccountingString(), before);
@@ -82,7 +83,8 @@ TEST(HostPageAllocatorTest, MatchesNaiveModel) {
         const int64_t largest_run = alloc.largest_free_run();
         auto pages = alloc.Reserve(n);
         if (n > static_cast<int64_t>(free_model.size())) {
-          ASSERT_EQ(pages.status().code(), absl::StatusCode::kResourceExhausted);
+          ASSERT_EQ(pages.status().code(),
+                    absl::StatusCode::kResourceExhausted);
         } else {
           ASSERT_TRUE(pages.ok()) << pages.status();
           ASSERT_EQ(pages->size(), static_cast<size_t>(n));
@@ -101,10 +103,9 @@ TEST(HostPageAllocatorTest, MatchesNaiveModel) {
         held.pop_back();
       } else {
         // A bad batch: one free page (or an out-of-range one) among held ones.
-        std::vector<int64_t> bad = held.empty() ? std::vector<int64_t>{}
-                                                : held[rng() % held.size()];
-        bad.push_back(free_model.empty() ? kPages
-                                         : *free_model.begin());
+        std::vector<int64_t> bad =
+            held.empty() ? std::vector<int64_t>{} : held[rng() % held.size()];
+        bad.push_back(free_model.empty() ? kPages : *free_model.begin());
         ASSERT_EQ(alloc.Free(bad).code(), absl::StatusCode::kInvalidArgument);
       }
       ASSERT_EQ(alloc.free_pages(), static_cast<int64_t>(free_model.size()));

@@ -56,8 +56,8 @@ TEST(PageRunSetTest, BestFitPrefersSmallestSufficientRun) {
   set.Add({20, 4});
   set.Add({30, 6});
   EXPECT_EQ(set.TakeBestFitRun(5), 30);  // 6 fits better than 10.
-  EXPECT_THAT(Runs(set), ElementsAre(PageRun{0, 10}, PageRun{20, 4},
-                                     PageRun{35, 1}));
+  EXPECT_THAT(Runs(set),
+              ElementsAre(PageRun{0, 10}, PageRun{20, 4}, PageRun{35, 1}));
   EXPECT_EQ(set.TakeBestFitRun(11), std::nullopt);
   EXPECT_TRUE(set.CheckInvariants().ok());
 }
@@ -89,7 +89,8 @@ TEST(PageRunSetTest, MatchesNaiveModel) {
     for (int step = 0; step < 20000; ++step) {
       if (rng() % 2 == 0) {
         const int64_t start = rng() % kCapacity;
-        const int64_t length = 1 + rng() % std::min<int64_t>(16, kCapacity - start);
+        const int64_t length =
+            1 + rng() % std::min<int64_t>(16, kCapacity - start);
         bool overlap = false;
         for (int64_t p = start; p < start + length; ++p) {
           overlap |= model.count(p) > 0;

@@ -42,8 +42,7 @@ TEST(CpLayoutTest, RejectsBadConfiguration) {
               HasSubstr("page_size must be a power of two"));
   EXPECT_EQ(CpLayout::Create(0, 2).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(CpLayout::Create(64, 0).status().message(),
-              HasSubstr("cp_size"));
+  EXPECT_THAT(CpLayout::Create(64, 0).status().message(), HasSubstr("cp_size"));
   EXPECT_THAT(CpLayout::Create(64, 4, {0, 4}).status().message(),
               HasSubstr("served_ranks"));
   EXPECT_FALSE(CpLayout::Create(64, 4, {2, 1}).ok());
@@ -156,7 +155,8 @@ TEST(CpLayoutTest, OwnedPositionsPartitionARun) {
 
 TEST(CpLayoutTest, LocsOfPagesStopsAtValidTokens) {
   CpLayout layout = MakeLayout(4, 2);
-  EXPECT_THAT(layout.LocsOfPages({3, 5}, 6), ElementsAre(12, 13, 14, 15, 20, 21));
+  EXPECT_THAT(layout.LocsOfPages({3, 5}, 6),
+              ElementsAre(12, 13, 14, 15, 20, 21));
   EXPECT_THAT(layout.OwnersOf({3, 5, 6}), ElementsAre(1, 1, 0));
 }
 

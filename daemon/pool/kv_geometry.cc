@@ -1,0 +1,155 @@
+#include "daemon/pool/kv_geometry.h"
+
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace hicache {
+
+absl::StatusOr<KvGeometry> KvGeometry::Create(uint32_t page_size,
+                                              std::vector<KvFamily> families,
+                                              std::string name) {
+  if (page_size == 0 || (page_size & (page_size - 1)) != 0 ||
+      page_size > (1u << 16)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "page_size must be a power of two in [1, 65536], got ", page_size));
+  }
+  if (families.empty()) {
+    return absl::InvalidArgumentError("a KV geometry needs a payload family");
+  }
+  std::set<std::string> names;
+  for (const KvFamily& f : families) {
+    if (f.name.empty() || !names.insert(f.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "KV family names must be non-empty and unique, got '", f.name, "'"));
+    }
+    if (f.bytes_per_token == 0 || f.bytes_per_token % 4 != 0 ||
+        f.bytes_per_token > (1u << 20)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("KV family '", f.name,
+                       "': bytes_per_token must be a positive multiple of 4 "
+                       "up to 1 MiB, got ",
+                       f.bytes_per_token));
+    }
+    if (f.num_layers == 0 || f.num_layers > 4096) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "KV family '", f.name, "': num_layers must be in [1, 4096], got ",
+          f.num_layers));
+    }
+  }
+  return KvGeometry(page_size, std::move(families), std::move(name));
+}
+
+KvGeometry::KvGeometry(uint32_t page_size, std::vector<KvFamily> families,
+                       std::string name)
+    : page_size_(page_size),
+      families_(std::move(families)),
+      name_(std::move(name)) {
+  uint64_t prefix = 0;
+  for (const KvFamily& f : families_) {
+    family_block_prefix_.push_back(prefix);
+    const uint64_t bytes = uint64_t{f.bytes_per_token} * f.num_layers;
+    prefix += bytes;
+    (f.draft ? draft_bytes_per_token_ : target_bytes_per_token_) += bytes;
+  }
+}
+
+absl::StatusOr<KvGeometry> KvGeometry::Preset(absl::string_view name,
+                                              uint32_t page_size) {
+  auto deepseek = [&](uint32_t mla_row, const char* mla_name) {
+    return Create(page_size,
+                  {
+                      {mla_name, mla_row, 61, false},
+                      {"indexer_k", kIndexerKRowBytes, 61, false},
+                      {absl::StrCat("draft_", mla_name), mla_row, 1, true},
+                      {"draft_indexer_k", kIndexerKRowBytes, 1, true},
+                  },
+                  std::string(name));
+  };
+  if (name == "deepseek-v3.2") return deepseek(kMlaBf16RowBytes, "mla_bf16");
+  if (name == "deepseek-v3.2-fp8") return deepseek(kMlaFp8RowBytes, "mla_fp8");
+  if (name == "tiny") {
+    return Create(page_size, {{"kv", 16, 2, false}}, "tiny");
+  }
+  if (name == "tiny-draft") {
+    return Create(page_size, {{"kv", 16, 2, false}, {"draft_kv", 8, 1, true}},
+                  "tiny-draft");
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown KV preset '", name,
+                   "'; known: ", absl::StrJoin(PresetNames(), ", ")));
+}
+
+std::vector<std::string> KvGeometry::PresetNames() {
+  return {"deepseek-v3.2", "deepseek-v3.2-fp8", "tiny", "tiny-draft"};
+}
+
+absl::StatusOr<int> KvGeometry::FamilyIndex(absl::string_view name) const {
+  for (size_t i = 0; i < families_.size(); ++i) {
+    if (families_[i].name == name) return static_cast<int>(i);
+  }
+  return absl::NotFoundError(
+      absl::StrCat("no KV family '", name, "' in ", name_));
+}
+
+uint64_t KvGeometry::DeviceOffset(int64_t num_pages, int64_t page, int family,
+                                  uint32_t layer) const {
+  return static_cast<uint64_t>(num_pages) * InPageOffset(family, layer) +
+         static_cast<uint64_t>(page) * BlockBytes(family);
+}
+
+uint64_t KvGeometry::HostOffset(HostLayout layout, int64_t num_pages,
+                                int64_t page, int family,
+                                uint32_t layer) const {
+  if (layout == HostLayout::kPageFirst) {
+    return static_cast<uint64_t>(page) * BytesPerPage() +
+           InPageOffset(family, layer);
+  }
+  return DeviceOffset(num_pages, page, family, layer);
+}
+
+uint64_t KvGeometry::PageStride(HostLayout layout, int family) const {
+  return layout == HostLayout::kPageFirst ? BytesPerPage() : BlockBytes(family);
+}
+
+absl::Status KvGeometry::CheckAddress(int64_t num_pages, int64_t page,
+                                      int family, uint32_t layer) const {
+  if (page < 0 || page >= num_pages) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "page ", page, " is outside the pool's [0, ", num_pages, ")"));
+  }
+  if (family < 0 || family >= static_cast<int>(families_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "family ", family, " is outside [0, ", families_.size(), ")"));
+  }
+  if (layer >= families_[family].num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layer ", layer, " is outside family '", families_[family].name,
+        "' with ", families_[family].num_layers, " layers"));
+  }
+  return absl::OkStatus();
+}
+
+HostBudget KvGeometry::SplitHostBudget(uint64_t bytes_per_rank) const {
+  HostBudget budget;
+  budget.pages = static_cast<int64_t>(bytes_per_rank / BytesPerPage());
+  budget.target_bytes = budget.pages * TargetBytesPerToken() * page_size_;
+  budget.draft_bytes = budget.pages * DraftBytesPerToken() * page_size_;
+  return budget;
+}
+
+std::string KvGeometry::Describe() const {
+  std::vector<std::string> parts;
+  for (const KvFamily& f : families_) {
+    parts.push_back(
+        absl::StrCat(f.name, "=", f.bytes_per_token, "Bx", f.num_layers));
+  }
+  return absl::StrCat(name_, ": P=", page_size_, ", ", BytesPerPage(),
+                      " B/page (target ", TargetBytesPerToken(),
+                      " B/token, draft ", DraftBytesPerToken(), " B/token); ",
+                      absl::StrJoin(parts, " "));
+}
+
+}  // namespace hicache

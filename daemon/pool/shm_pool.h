@@ -1,0 +1,59 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "daemon/pool/kv_pool.h"
+
+namespace hicache {
+
+// A KV pool in a named POSIX shared-memory segment (shm_open + mmap), mode
+// 0600, owned by the daemon's user. Other processes of that user map it by
+// name (PoolExport). The destructor unmaps and unlinks the segment.
+class ShmPool final : public KvPool {
+ public:
+  // `name` must start with '/' and contain no other '/', at most 200 bytes.
+  // An existing segment of that name is an error (ALREADY_EXISTS): names
+  // include the daemon's pid, so a collision means a stale or foreign one.
+  static absl::StatusOr<std::unique_ptr<ShmPool>> Create(
+      const std::string& name, uint64_t size_bytes, bool lock_memory);
+
+  ~ShmPool() override;
+  ShmPool(const ShmPool&) = delete;
+  ShmPool& operator=(const ShmPool&) = delete;
+
+  const std::string& name() const override { return name_; }
+  uint64_t size_bytes() const override { return size_bytes_; }
+  void* host_data() const override { return data_; }
+  void* backend_data() const override { return data_; }
+  PoolExport Export() const override;
+  bool locked() const { return locked_; }
+
+ private:
+  ShmPool(std::string name, uint64_t size_bytes, void* data, bool locked);
+
+  const std::string name_;
+  const uint64_t size_bytes_;
+  void* const data_;
+  const bool locked_;
+};
+
+// The CPU backend: every pool is a ShmPool named
+// "<prefix>-<kind>-r<rank>", kind "device" or "host".
+class ShmPoolBackend final : public PoolBackend {
+ public:
+  // Default prefix: "/hicache-<pid>".
+  explicit ShmPoolBackend(std::string prefix = "");
+
+  absl::StatusOr<std::unique_ptr<KvPool>> CreateDevicePool(
+      Rank rank, uint64_t size_bytes) override;
+  absl::StatusOr<std::unique_ptr<KvPool>> CreateHostPool(
+      Rank rank, uint64_t size_bytes, bool lock_memory) override;
+
+ private:
+  std::string prefix_;
+};
+
+}  // namespace hicache

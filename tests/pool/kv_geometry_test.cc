@@ -1,0 +1,112 @@
+#include "daemon/pool/kv_geometry.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace hicache {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(KvGeometryTest, DeepSeekPresets) {
+  auto fp8 = *KvGeometry::Preset("deepseek-v3.2-fp8");
+  EXPECT_EQ(fp8.TargetBytesPerToken(), (656u + 132u) * 61u);  // 48068
+  EXPECT_EQ(fp8.DraftBytesPerToken(), 656u + 132u);
+  EXPECT_EQ(fp8.BytesPerPage(), (48068u + 788u) * 64u);
+  auto bf16 = *KvGeometry::Preset("deepseek-v3.2");
+  EXPECT_EQ(bf16.TargetBytesPerToken(), (1152u + 132u) * 61u);
+  EXPECT_EQ(bf16.families().size(), 4u);
+  EXPECT_TRUE(bf16.families()[2].draft);
+  EXPECT_THAT(fp8.Describe(), HasSubstr("mla_fp8=656Bx61"));
+  EXPECT_THAT(KvGeometry::Preset("llama").status().message(),
+              HasSubstr("known: deepseek-v3.2"));
+  EXPECT_EQ(*fp8.FamilyIndex("indexer_k"), 1);
+  EXPECT_EQ(fp8.FamilyIndex("nope").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(KvGeometryTest, RejectsBadFamilies) {
+  EXPECT_THAT(KvGeometry::Create(64, {}).status().message(),
+              HasSubstr("needs a payload family"));
+  EXPECT_THAT(KvGeometry::Create(64, {{"a", 6, 1}}).status().message(),
+              HasSubstr("multiple of 4"));
+  EXPECT_THAT(KvGeometry::Create(64, {{"a", 8, 0}}).status().message(),
+              HasSubstr("num_layers"));
+  EXPECT_THAT(
+      KvGeometry::Create(64, {{"a", 8, 1}, {"a", 8, 1}}).status().message(),
+      HasSubstr("unique"));
+  EXPECT_FALSE(KvGeometry::Create(48, {{"a", 8, 1}}).ok());
+}
+
+// Every (page, family, layer) block, in every layout, lies inside the pool
+// and no two blocks overlap: the blocks tile the pool exactly.
+TEST(KvGeometryTest, BlocksTileThePoolInEveryLayout) {
+  auto geometry = *KvGeometry::Create(
+      4, {{"a", 8, 3}, {"b", 12, 2}, {"d", 4, 1, true}}, "mixed");
+  constexpr int64_t kPages = 7;
+  for (int layout = 0; layout < 3; ++layout) {
+    std::vector<std::pair<uint64_t, uint64_t>> blocks;  // (offset, bytes)
+    for (int64_t page = 0; page < kPages; ++page) {
+      for (int f = 0; f < 3; ++f) {
+        for (uint32_t l = 0; l < geometry.families()[f].num_layers; ++l) {
+          ASSERT_TRUE(geometry.CheckAddress(kPages, page, f, l).ok());
+          const uint64_t offset =
+              layout == 0
+                  ? geometry.DeviceOffset(kPages, page, f, l)
+                  : geometry.HostOffset(layout == 1 ? HostLayout::kLayerFirst
+                                                    : HostLayout::kPageFirst,
+                                        kPages, page, f, l);
+          blocks.push_back({offset, geometry.BlockBytes(f)});
+        }
+      }
+    }
+    std::sort(blocks.begin(), blocks.end());
+    uint64_t next = 0;
+    for (const auto& [offset, bytes] : blocks) {
+      ASSERT_EQ(offset, next) << "layout " << layout;
+      next += bytes;
+    }
+    EXPECT_EQ(next, geometry.PoolBytes(kPages));
+  }
+}
+
+TEST(KvGeometryTest, PageFirstKeepsAPageContiguous) {
+  auto g = *KvGeometry::Preset("tiny-draft", 4);
+  // Page 3 of a page-first pool: [3 * page bytes, 4 * page bytes).
+  EXPECT_EQ(g.HostOffset(HostLayout::kPageFirst, 10, 3, 0, 0),
+            3 * g.BytesPerPage());
+  EXPECT_EQ(g.HostOffset(HostLayout::kPageFirst, 10, 3, 1, 0),
+            3 * g.BytesPerPage() + 2 * 16 * 4);
+  EXPECT_EQ(g.PageStride(HostLayout::kPageFirst, 0), g.BytesPerPage());
+  EXPECT_EQ(g.PageStride(HostLayout::kLayerFirst, 0), 64u);
+  // Layer-first: consecutive pages of one layer are adjacent.
+  EXPECT_EQ(g.HostOffset(HostLayout::kLayerFirst, 10, 4, 0, 1) -
+                g.HostOffset(HostLayout::kLayerFirst, 10, 3, 0, 1),
+            64u);
+}
+
+TEST(KvGeometryTest, CheckAddressNamesTheField) {
+  auto g = *KvGeometry::Preset("tiny");
+  EXPECT_THAT(g.CheckAddress(10, 10, 0, 0).message(), HasSubstr("page 10"));
+  EXPECT_THAT(g.CheckAddress(10, 0, 1, 0).message(), HasSubstr("family 1"));
+  EXPECT_THAT(g.CheckAddress(10, 0, 0, 2).message(), HasSubstr("layer 2"));
+  EXPECT_FALSE(g.CheckAddress(10, -1, 0, 0).ok());
+}
+
+TEST(KvGeometryTest, HostBudgetIsSharedNotDoubled) {
+  auto g = *KvGeometry::Preset("deepseek-v3.2-fp8");
+  const uint64_t budget = uint64_t{220} << 30;  // 220 GiB per rank.
+  HostBudget split = g.SplitHostBudget(budget);
+  EXPECT_EQ(split.pages, static_cast<int64_t>(budget / g.BytesPerPage()));
+  EXPECT_LE(split.target_bytes + split.draft_bytes, budget);
+  EXPECT_GT(split.target_bytes + split.draft_bytes, budget - g.BytesPerPage());
+  // The split follows bytes per token: draft / target = 788 / 48068.
+  EXPECT_EQ(split.draft_bytes * 48068, split.target_bytes * 788);
+  EXPECT_EQ(g.SplitHostBudget(g.BytesPerPage() - 1).pages, 0);
+}
+
+}  // namespace
+}  // namespace hicache
