@@ -1,0 +1,39 @@
+#pragma once
+
+// Internal to //daemon/radix: the node of RadixTree. Not part of the API.
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/container/btree_map.h"
+#include "daemon/layout/cp_layout.h"
+#include "daemon/radix/cp_host_meta.h"
+
+namespace hicache::radix_internal {
+
+struct Node {
+  uint64_t id = 0;
+  Node* parent = nullptr;                 // nullptr only for roots.
+  const std::string* ns = nullptr;        // Roots only: the namespace.
+  std::vector<int32_t> key;               // This node's token segment.
+  std::vector<LogicalPage> device_pages;  // ceil(len/P) pages, or empty.
+  std::unique_ptr<CpHostMeta> host;       // Committed host copy.
+  std::unique_ptr<CpHostMeta> pending;    // Reserved, backup in flight.
+  absl::btree_multimap<int32_t, Node*> children;  // By first token.
+  int32_t lock_ref = 0;  // Device protection; counts locks on the subtree.
+  int32_t host_ref = 0;  // Host copy protection.
+  uint32_t hit_count = 0;
+  int32_t priority = 0;
+  int64_t last_access_ns = 0;
+  int64_t created_ns = 0;
+  int64_t pin_expiry_ns = 0;  // 0 = not pinned.
+  int64_t pin_ttl_ns = 0;
+
+  int64_t len() const { return static_cast<int64_t>(key.size()); }
+  bool on_device() const { return !device_pages.empty(); }
+  bool is_root() const { return parent == nullptr; }
+  bool host_only() const { return !on_device() && host != nullptr; }
+};
+
+}  // namespace hicache::radix_internal

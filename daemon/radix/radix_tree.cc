@@ -1,0 +1,474 @@
+#include "daemon/radix/radix_tree.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace hicache {
+
+using radix_internal::Node;
+
+namespace {
+
+int64_t CommonPrefix(absl::Span<const int32_t> a, absl::Span<const int32_t> b) {
+  const size_t n = std::min(a.size(), b.size());
+  size_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return static_cast<int64_t>(i);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RadixTree>> RadixTree::Create(
+    const RadixTreeOptions& options) {
+  if (options.page_size == 0 ||
+      (options.page_size & (options.page_size - 1)) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "page_size must be a power of two, got ", options.page_size));
+  }
+  if (options.cp_size == 0) {
+    return absl::InvalidArgumentError("cp_size must be at least 1");
+  }
+  return std::unique_ptr<RadixTree>(new RadixTree(options));
+}
+
+RadixTree::RadixTree(const RadixTreeOptions& options)
+    : options_(options),
+      page_shift_(static_cast<uint32_t>(__builtin_ctz(options.page_size))) {
+  if (options_.clock == nullptr) options_.clock = Clock::Real();
+}
+
+RadixTree::~RadixTree() {
+  // Delete bottom-up without recursion depth limits.
+  std::vector<Node*> stack;
+  for (auto& [name, root] : roots_) {
+    for (auto& [token, child] : root->children) stack.push_back(child);
+  }
+  while (!stack.empty()) {
+    Node* node = stack.back();
+    stack.pop_back();
+    for (auto& [token, child] : node->children) stack.push_back(child);
+    delete node;
+  }
+}
+
+int64_t RadixTree::NowNs() const {
+  return absl::ToUnixNanos(options_.clock->Now());
+}
+
+Node* RadixTree::Root(absl::string_view ns, bool create) {
+  auto it = roots_.find(ns);
+  if (it != roots_.end()) return it->second.get();
+  if (!create) return nullptr;
+  auto [inserted, ok] =
+      roots_.emplace(std::string(ns), std::make_unique<Node>());
+  Node* root = inserted->second.get();
+  root->id = next_id_++;
+  root->ns = &inserted->first;
+  root->created_ns = root->last_access_ns = NowNs();
+  nodes_[root->id] = root;
+  return root;
+}
+
+Node* RadixTree::Find(NodeId id) const {
+  auto it = nodes_.find(id);
+  return it == nodes_.end() ? nullptr : it->second;
+}
+
+absl::StatusOr<Node*> RadixTree::FindOrError(NodeId id) const {
+  Node* node = Find(id);
+  if (node == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no radix node with id ", id));
+  }
+  return node;
+}
+
+Node* RadixTree::NewNode(Node* parent, std::vector<int32_t> key) {
+  Node* node = new Node();
+  node->id = next_id_++;
+  node->parent = parent;
+  node->key = std::move(key);
+  node->created_ns = node->last_access_ns = NowNs();
+  parent->children.emplace(node->key[0], node);
+  nodes_[node->id] = node;
+  return node;
+}
+
+Node* RadixTree::BestChild(const Node* node, absl::Span<const int32_t> rest,
+                           int64_t* common) const {
+  *common = 0;
+  if (rest.empty()) return nullptr;
+  Node* best = nullptr;
+  auto [begin, end] = node->children.equal_range(rest[0]);
+  for (auto it = begin; it != end; ++it) {
+    Node* child = it->second;
+    const int64_t c = CommonPrefix(child->key, rest);
+    // Longest common prefix wins; on a tie, the child that ends there (an
+    // exact valid tail) wins.
+    if (c > *common || (c == *common && best != nullptr && c == child->len() &&
+                        c != best->len())) {
+      best = child;
+      *common = c;
+    }
+  }
+  return best;
+}
+
+void RadixTree::SetDevicePages(Node* node, std::vector<LogicalPage> pages) {
+  node->device_pages = std::move(pages);
+  device_tokens_ += node->len();
+  if (node->lock_ref > 0) protected_tokens_ += node->len();
+}
+
+void RadixTree::ClearDevicePages(Node* node,
+                                 std::vector<std::vector<LogicalPage>>* out) {
+  if (!node->on_device()) return;
+  for (LogicalPage page : node->device_pages) {
+    (*out)[page % options_.cp_size].push_back(page);
+  }
+  node->device_pages.clear();
+  node->device_pages.shrink_to_fit();
+  device_tokens_ -= node->len();
+  if (node->lock_ref > 0) protected_tokens_ -= node->len();
+}
+
+Node* RadixTree::Split(Node* node, int64_t at) {
+  // `node` keeps its id (and its place under any lock held on it) and
+  // becomes the tail; the new head takes its place under the parent.
+  Node* parent = node->parent;
+  auto range = parent->children.equal_range(node->key[0]);
+  for (auto it = range.first; it != range.second; ++it) {
+    if (it->second == node) {
+      parent->children.erase(it);
+      break;
+    }
+  }
+  std::vector<int32_t> head_key(node->key.begin(), node->key.begin() + at);
+  node->key.erase(node->key.begin(), node->key.begin() + at);
+  node->key.shrink_to_fit();
+  Node* head = NewNode(parent, std::move(head_key));
+  head->lock_ref = node->lock_ref;
+  head->host_ref = node->host_ref;
+  head->hit_count = node->hit_count;
+  head->priority = node->priority;
+  head->last_access_ns = node->last_access_ns;
+  head->created_ns = node->created_ns;
+  head->pin_expiry_ns = node->pin_expiry_ns;
+  head->pin_ttl_ns = node->pin_ttl_ns;
+  if (node->on_device()) {
+    const int64_t pages = at >> page_shift_;
+    head->device_pages.assign(node->device_pages.begin(),
+                              node->device_pages.begin() + pages);
+    node->device_pages.erase(node->device_pages.begin(),
+                             node->device_pages.begin() + pages);
+    node->device_pages.shrink_to_fit();
+  }
+  if (node->host != nullptr) {
+    // REQUIRES (callers): `at` is a page boundary inside the node.
+    auto halves = node->host->Split(at);
+    head->host = std::make_unique<CpHostMeta>(std::move(halves->first));
+    node->host = std::make_unique<CpHostMeta>(std::move(halves->second));
+  }
+  node->parent = head;
+  head->children.emplace(node->key[0], node);
+  return head;
+}
+
+absl::StatusOr<MatchResult> RadixTree::MatchPrefix(
+    absl::string_view ns, absl::Span<const int32_t> tokens,
+    const MatchOptions& options) {
+  MatchResult result;
+  Node* node = Root(ns, /*create=*/false);
+  if (node == nullptr) return result;
+  result.last_device_node = node->id;
+  const int64_t now = options.record_hit ? NowNs() : 0;
+  const int64_t page = options_.page_size;
+  int64_t pos = 0;
+  bool on_device = true;
+  while (pos < static_cast<int64_t>(tokens.size())) {
+    int64_t common = 0;
+    Node* child = BestChild(node, tokens.subspan(pos), &common);
+    if (child == nullptr) break;
+    // How much of this node counts as a hit.
+    int64_t hit;
+    const bool query_ends_here =
+        pos + common == static_cast<int64_t>(tokens.size());
+    if (common == child->len() &&
+        (child->len() % page == 0 || query_ends_here)) {
+      hit = common;  // Whole node, or its exact valid tail.
+    } else {
+      hit = (common / page) * page;  // Floor inside the node / tail page.
+    }
+    if (hit == 0) break;
+    const bool device = on_device && child->on_device();
+    if (!device && child->host == nullptr) break;  // Not cached anywhere.
+    if (device) {
+      result.device_len += hit;
+      const int64_t pages = (hit + page - 1) / page;
+      result.device_pages.insert(result.device_pages.end(),
+                                 child->device_pages.begin(),
+                                 child->device_pages.begin() + pages);
+      result.last_device_node = child->id;
+    } else {
+      on_device = false;
+      result.host_hit_len += hit;
+      result.last_host_node = child->id;
+    }
+    if (options.record_hit) {
+      child->last_access_ns = now;
+      ++child->hit_count;
+      if (child->pin_ttl_ns > 0) child->pin_expiry_ns = now + child->pin_ttl_ns;
+      if (device && options_.write_through_threshold > 0 &&
+          child->hit_count >= options_.write_through_threshold &&
+          child->host == nullptr && child->pending == nullptr) {
+        result.write_through_candidates.push_back(child->id);
+      }
+    }
+    if (hit < child->len()) break;
+    pos += hit;
+    node = child;
+  }
+  return result;
+}
+
+// One pass of Insert. With dry_run it changes nothing and only reports
+// whether the insert must be deferred.
+absl::StatusOr<InsertResult> RadixTree::InsertImpl(
+    Node* root, absl::Span<const int32_t> key,
+    absl::Span<const LogicalPage> pages, const InsertOptions& options,
+    bool dry_run) {
+  InsertResult result;
+  const int64_t page = options_.page_size;
+  const int64_t total = options.unfinished
+                            ? (static_cast<int64_t>(key.size()) / page) * page
+                            : static_cast<int64_t>(key.size());
+  const int64_t now = NowNs();
+  // Caller pages of tokens [from, to) (both page-aligned, `to` may be the
+  // key end).
+  auto caller_pages = [&](int64_t from, int64_t to) {
+    return std::vector<LogicalPage>(pages.begin() + from / page,
+                                    pages.begin() + (to + page - 1) / page);
+  };
+  auto finish = [&](int64_t cached) {
+    result.cached_len = cached;
+    const int64_t first_uncached = (cached + page - 1) / page;
+    result.uncached_pages.assign(pages.begin() + first_uncached, pages.end());
+  };
+
+  Node* node = root;
+  result.node = root->id;
+  int64_t pos = 0;
+  bool present = true;  // Still inside the part already on device.
+  while (pos < total) {
+    absl::Span<const int32_t> rest = key.subspan(pos, total - pos);
+    int64_t common = 0;
+    Node* child = BestChild(node, rest, &common);
+
+    // No page in common with any child: a new leaf holds the rest.
+    if (child == nullptr || (common < page && common < child->len())) {
+      if (!dry_run) {
+        Node* leaf =
+            NewNode(node, std::vector<int32_t>(rest.begin(), rest.end()));
+        leaf->priority = options.priority;
+        SetDevicePages(leaf, caller_pages(pos, total));
+        result.node = leaf->id;
+      }
+      finish(total);
+      return result;
+    }
+
+    // The key ends inside the child: everything is there if the child is on
+    // device; nothing changes.
+    if (common == static_cast<int64_t>(rest.size()) && common < child->len() &&
+        child->on_device()) {
+      if (present) result.present_len = pos + common;
+      if (!dry_run) {
+        const auto dup = caller_pages(pos, total);
+        result.duplicate_pages.insert(result.duplicate_pages.end(), dup.begin(),
+                                      dup.end());
+        child->last_access_ns = now;
+        result.node = child->id;
+      }
+      finish(total);
+      return result;
+    }
+
+    // A partial tail page that the key runs past: prune it when safe.
+    if (common == child->len() && child->len() % page != 0 &&
+        pos + common < total) {
+      const int64_t aligned = (child->len() / page) * page;
+      const bool safe = child->lock_ref == 0 && child->host == nullptr &&
+                        child->pending == nullptr && child->children.empty();
+      if (!safe) {
+        if (child->pending != nullptr) {
+          result.deferred = true;
+          return result;
+        }
+        // The tail stays; the key is cached up to its last full page here.
+        if (aligned > 0 && !dry_run) {
+          if (child->on_device()) {
+            if (present) result.present_len = pos + aligned;
+            const auto dup = caller_pages(pos, pos + aligned);
+            result.duplicate_pages.insert(result.duplicate_pages.end(),
+                                          dup.begin(), dup.end());
+            child->last_access_ns = now;
+            result.node = child->id;
+          } else {
+            Node* head = Split(child, aligned);  // Backed: page boundary.
+            SetDevicePages(head, caller_pages(pos, pos + aligned));
+            head->last_access_ns = now;
+            result.node = head->id;
+          }
+        }
+        finish(pos + aligned);
+        return result;
+      }
+      if (dry_run) {
+        if (aligned == 0) {
+          finish(total);  // A new leaf would hold the rest.
+          return result;
+        }
+      } else {
+        // Drop the stale tail page, then continue with the aligned part.
+        result.released_pages.push_back(child->device_pages.back());
+        child->device_pages.pop_back();
+        device_tokens_ -= child->len() - aligned;
+        if (aligned == 0) {
+          RemoveLeaf(child);
+          continue;  // Re-examine the children of `node`.
+        }
+        child->key.resize(aligned);
+        child->key.shrink_to_fit();
+      }
+      common = aligned;
+    }
+
+    // Split when the key diverges inside the child (at a page boundary).
+    if (common < child->len()) {
+      const int64_t at = (common / page) * page;  // >= page here.
+      if (child->pending != nullptr) {
+        result.deferred = true;
+        return result;
+      }
+      if (!dry_run) child = Split(child, at);
+      common = at;
+    }
+
+    // `child` (or its head) is fully covered by the key now.
+    if (dry_run) {
+      if (!child->on_device()) present = false;
+      pos += common;
+      node = child;
+      continue;
+    }
+    if (child->on_device()) {
+      if (present) result.present_len = pos + common;
+      const auto dup = caller_pages(pos, pos + common);
+      result.duplicate_pages.insert(result.duplicate_pages.end(), dup.begin(),
+                                    dup.end());
+    } else {
+      present = false;
+      SetDevicePages(child, caller_pages(pos, pos + common));  // Re-attach.
+    }
+    child->last_access_ns = now;
+    result.node = child->id;
+    pos += common;
+    node = child;
+  }
+  finish(total);
+  return result;
+}
+
+absl::StatusOr<InsertResult> RadixTree::Insert(
+    absl::string_view ns, absl::Span<const int32_t> tokens,
+    absl::Span<const LogicalPage> pages, const InsertOptions& options) {
+  const int64_t page = options_.page_size;
+  const int64_t needed =
+      (static_cast<int64_t>(tokens.size()) + page - 1) / page;
+  if (static_cast<int64_t>(pages.size()) != needed) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("insert of ", tokens.size(), " tokens needs ", needed,
+                     " pages at page size ", page, ", got ", pages.size()));
+  }
+  for (size_t i = 0; i < pages.size(); ++i) {
+    if (pages[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pages[", i, "] = ", pages[i], " is negative"));
+    }
+  }
+  Node* root = Root(ns, /*create=*/true);
+  absl::StatusOr<InsertResult> plan =
+      InsertImpl(root, tokens, pages, options, /*dry_run=*/true);
+  if (!plan.ok() || plan->deferred) return plan;
+  return InsertImpl(root, tokens, pages, options, /*dry_run=*/false);
+}
+
+absl::Status RadixTree::Lock(NodeId id) {
+  absl::StatusOr<Node*> node = FindOrError(id);
+  if (!node.ok()) return node.status();
+  for (Node* n = *node; !n->is_root(); n = n->parent) {
+    if (n->lock_ref++ == 0 && n->on_device()) protected_tokens_ += n->len();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RadixTree::Unlock(NodeId id) {
+  absl::StatusOr<Node*> node = FindOrError(id);
+  if (!node.ok()) return node.status();
+  if (!(*node)->is_root() && (*node)->lock_ref == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", id, " is not locked"));
+  }
+  for (Node* n = *node; !n->is_root(); n = n->parent) {
+    if (--n->lock_ref == 0 && n->on_device()) protected_tokens_ -= n->len();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RadixTree::AddHostRef(NodeId id) {
+  absl::StatusOr<Node*> node = FindOrError(id);
+  if (!node.ok()) return node.status();
+  ++(*node)->host_ref;
+  return absl::OkStatus();
+}
+
+absl::Status RadixTree::ReleaseHostRef(NodeId id) {
+  absl::StatusOr<Node*> node = FindOrError(id);
+  if (!node.ok()) return node.status();
+  if ((*node)->host_ref == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", id, " holds no host reference"));
+  }
+  --(*node)->host_ref;
+  return absl::OkStatus();
+}
+
+absl::Status RadixTree::Pin(NodeId id, absl::Duration ttl) {
+  absl::StatusOr<Node*> node = FindOrError(id);
+  if (!node.ok()) return node.status();
+  if (ttl <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pin ttl must be positive, got ", absl::FormatDuration(ttl)));
+  }
+  (*node)->pin_ttl_ns = absl::ToInt64Nanoseconds(ttl);
+  (*node)->pin_expiry_ns = NowNs() + (*node)->pin_ttl_ns;
+  return absl::OkStatus();
+}
+
+absl::Status RadixTree::Unpin(NodeId id) {
+  absl::StatusOr<Node*> node = FindOrError(id);
+  if (!node.ok()) return node.status();
+  (*node)->pin_ttl_ns = 0;
+  (*node)->pin_expiry_ns = 0;
+  return absl::OkStatus();
+}
+
+absl::Status RadixTree::SetPriority(NodeId id, int32_t priority) {
+  absl::StatusOr<Node*> node = FindOrError(id);
+  if (!node.ok()) return node.status();
+  (*node)->priority = priority;
+  return absl::OkStatus();
+}
+
+}  // namespace hicache

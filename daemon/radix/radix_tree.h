@@ -1,0 +1,262 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "daemon/core/clock.h"
+#include "daemon/layout/cp_layout.h"
+#include "daemon/radix/cp_host_meta.h"
+#include "daemon/radix/eviction_policy.h"
+#include "daemon/radix/radix_node.h"
+
+namespace hicache {
+
+// Stable id of a radix node; never reused. Roots have ids too.
+using NodeId = uint64_t;
+inline constexpr NodeId kNoNode = 0;
+
+struct RadixTreeOptions {
+  uint32_t page_size = 64;
+  uint32_t cp_size = 1;
+  EvictionPolicy policy = EvictionPolicy::kLru;
+  // A device node whose hit count reaches this (and has no host copy or
+  // backup in flight) is reported by MatchPrefix as a write-through
+  // candidate. 0 disables the report.
+  uint32_t write_through_threshold = 0;
+  const Clock* clock = nullptr;  // Default: Clock::Real().
+};
+
+struct MatchOptions {
+  // Update access times, hit counts and pin expiry of the matched nodes.
+  // false makes MatchPrefix a pure lookup (CLI, dry runs).
+  bool record_hit = true;
+};
+
+struct MatchResult {
+  int64_t device_len = 0;                 // Tokens hit on device.
+  std::vector<LogicalPage> device_pages;  // ceil(device_len / P) pages.
+  NodeId last_device_node = kNoNode;      // Deepest node holding the hit.
+  NodeId last_host_node = kNoNode;        // Deepest host-only node of the
+                                          // host hit, or kNoNode.
+  int64_t host_hit_len = 0;  // Tokens after device_len hit on host only.
+  std::vector<NodeId> write_through_candidates;
+};
+
+struct InsertOptions {
+  // The request is still running: only the page-complete prefix is cached.
+  bool unfinished = false;
+  int32_t priority = 0;  // For nodes the insert creates.
+};
+
+// Where each of the caller's pages went. Every caller page is in exactly one
+// of: adopted by the tree (not listed), duplicate_pages, uncached_pages.
+struct InsertResult {
+  bool deferred = false;    // Conflicts with a backup in flight; nothing
+                            // changed. Retry after it commits or rolls back.
+  int64_t present_len = 0;  // Key tokens already on device before the call.
+  int64_t cached_len = 0;   // Key tokens on device now (page floor or key).
+  NodeId node = kNoNode;    // Node holding the last cached token.
+  std::vector<LogicalPage> duplicate_pages;  // Caller frees: tree has them.
+  std::vector<LogicalPage> uncached_pages;   // Beyond cached_len: caller's.
+  std::vector<LogicalPage> released_pages;   // Tree pages dropped (a stale
+                                             // sub-page tail): caller frees.
+};
+
+struct DeviceEvictResult {
+  std::vector<std::vector<LogicalPage>> freed_pages;  // Per lane.
+  int64_t evicted_tokens = 0;
+  int64_t nodes_to_host = 0;  // Backed victims, now host-only.
+  int64_t nodes_removed = 0;  // Unbacked victims (and their host-only
+                              // descendants), removed.
+  std::vector<std::vector<int64_t>> freed_host_pages;  // Per rank, from
+                                                       // removed descendants.
+};
+
+struct HostEvictResult {
+  std::vector<std::vector<int64_t>> freed_host_pages;  // Per rank.
+  int64_t nodes_removed = 0;
+};
+
+enum class NodeTier { kDevice, kHost, kBoth };
+
+// A node as Dump()/Inspect() report it.
+struct NodeInfo {
+  NodeId id = kNoNode;
+  NodeId parent = kNoNode;
+  std::string ns;
+  int depth = 0;      // Nodes below the root (root = 0).
+  int64_t start = 0;  // Tokens before this node in its sequence.
+  int64_t len = 0;
+  std::vector<int32_t> head_tokens;  // First tokens (up to 4).
+  std::vector<int32_t> tail_tokens;  // Last tokens (up to 4).
+  NodeTier tier = NodeTier::kDevice;
+  bool pending_backup = false;
+  int32_t lock_ref = 0;
+  int32_t host_ref = 0;
+  uint32_t hit_count = 0;
+  int32_t priority = 0;
+  int64_t pin_remaining_ms = 0;   // 0 = not pinned.
+  std::vector<Rank> page_owners;  // Owner of every page.
+  int64_t num_children = 0;
+  // Inspect() only:
+  std::vector<LogicalPage> device_pages;
+  std::vector<std::vector<int64_t>> host_pages;  // Per rank.
+};
+
+struct DumpFilter {
+  std::string ns;  // Empty with all_namespaces = every one.
+  bool all_namespaces = true;
+  std::vector<int32_t> prefix;  // Only nodes whose sequence extends it.
+  int max_depth = -1;           // -1 = unlimited.
+  int64_t limit = -1;           // Max nodes reported, -1 = unlimited.
+};
+
+struct TreeStats {
+  int64_t nodes = 0;  // Excluding roots.
+  int64_t namespaces = 0;
+  int64_t device_tokens = 0;
+  int64_t protected_tokens = 0;  // Device tokens under a lock.
+  int64_t evictable_tokens = 0;  // device - protected.
+  int64_t host_tokens = 0;       // Committed host copies.
+  int64_t pending_backups = 0;
+};
+
+// The logical radix tree over token ids: page-granular prefix matching and
+// insertion, device and host tiers under CP shared KV, locks, pins and
+// eviction planning. It only decides; the engine moves bytes and frees pages.
+//
+// Page rules (docs/radix-tree.md): every node starts at a page boundary;
+// only a leaf may end inside a page (its valid tail), and a match ends there
+// only when the query ends exactly there; otherwise matches floor to a page
+// boundary. Nodes split only at page boundaries. Backups in flight are
+// invisible to matches and are never split.
+//
+// Thread-compatible: the engine serializes every call.
+class RadixTree {
+ public:
+  // INVALID_ARGUMENT for a page size that is not a power of two or cp_size 0.
+  static absl::StatusOr<std::unique_ptr<RadixTree>> Create(
+      const RadixTreeOptions& options);
+  ~RadixTree();
+
+  const RadixTreeOptions& options() const { return options_; }
+
+  absl::StatusOr<MatchResult> MatchPrefix(absl::string_view ns,
+                                          absl::Span<const int32_t> tokens,
+                                          const MatchOptions& options = {});
+
+  // Caches `tokens` whose KV the caller wrote to `pages` (ceil(n/P) logical
+  // pages). INVALID_ARGUMENT for a page count that does not fit the key or a
+  // negative page.
+  absl::StatusOr<InsertResult> Insert(absl::string_view ns,
+                                      absl::Span<const int32_t> tokens,
+                                      absl::Span<const LogicalPage> pages,
+                                      const InsertOptions& options = {});
+
+  // Device protection along the path to the root. NOT_FOUND for an unknown
+  // id; Unlock FAILED_PRECONDITION if the node is not locked.
+  absl::Status Lock(NodeId node);
+  absl::Status Unlock(NodeId node);
+  // Host-copy protection of one node.
+  absl::Status AddHostRef(NodeId node);
+  absl::Status ReleaseHostRef(NodeId node);
+  // Protects the host copy from eviction for `ttl`; each recorded hit
+  // extends it by `ttl` again. Unpin clears it.
+  absl::Status Pin(NodeId node, absl::Duration ttl);
+  absl::Status Unpin(NodeId node);
+  absl::Status SetPriority(NodeId node, int32_t priority);
+
+  // Backups. Begin: the node must be on device with neither a host copy nor
+  // a backup in flight, and meta must describe exactly its pages (length and
+  // page owners = lanes of its device pages). Commit makes it visible;
+  // Abort returns the reservation so its host pages can be freed.
+  absl::Status BeginBackup(NodeId node, CpHostMeta reserved);
+  absl::Status CommitBackup(NodeId node);
+  absl::StatusOr<CpHostMeta> AbortBackup(NodeId node);
+
+  // Load-back. HostOnlyChain: the host-only ancestors of `node` and `node`
+  // itself, top-down (empty if it is on device). AttachDevicePages: gives a
+  // host-only node whose parent is on device its reloaded pages, whose lanes
+  // must equal the recorded page owners.
+  absl::StatusOr<std::vector<NodeId>> HostOnlyChain(NodeId node) const;
+  absl::Status AttachDevicePages(NodeId node,
+                                 absl::Span<const LogicalPage> pages);
+
+  // Evicts unlocked device leaves in policy order until each lane has freed
+  // pages_needed_per_lane[lane] pages (or nothing is left). Victims with no
+  // page in a short lane are skipped. Backed victims become host-only;
+  // unbacked ones are removed.
+  DeviceEvictResult EvictDevice(
+      absl::Span<const int64_t> pages_needed_per_lane);
+  // Evicts until `tokens` device tokens are freed, any lanes.
+  DeviceEvictResult EvictDeviceTokens(int64_t tokens);
+  // Removes host-only, unprotected, unpinned leaves in policy order until
+  // each rank has freed host_pages_needed_per_rank[rank] host pages. A parent
+  // becomes eligible once its last child is gone.
+  HostEvictResult EvictHost(
+      absl::Span<const int64_t> host_pages_needed_per_rank);
+
+  TreeStats Stats() const;
+  std::vector<NodeInfo> Dump(const DumpFilter& filter) const;
+  absl::StatusOr<NodeInfo> Inspect(NodeId node) const;
+
+  // Every structural and accounting invariant; INTERNAL naming the first
+  // violation. O(tree). For tests and debug builds.
+  absl::Status CheckInvariants() const;
+
+ private:
+  using Node = radix_internal::Node;
+  struct InsertWalk;
+
+  explicit RadixTree(const RadixTreeOptions& options);
+
+  int64_t NowNs() const;
+  Node* Root(absl::string_view ns, bool create);
+  Node* Find(NodeId id) const;
+  absl::StatusOr<Node*> FindOrError(NodeId id) const;
+  Node* NewNode(Node* parent, std::vector<int32_t> key);
+  // The child of `node` sharing the longest prefix with `rest`; sets *common.
+  Node* BestChild(const Node* node, absl::Span<const int32_t> rest,
+                  int64_t* common) const;
+  // Splits `node` at token `at` (page boundary) and returns the new head.
+  Node* Split(Node* node, int64_t at);
+  void SetDevicePages(Node* node, std::vector<LogicalPage> pages);
+  void ClearDevicePages(Node* node, std::vector<std::vector<LogicalPage>>* out);
+  void RemoveLeaf(Node* node);
+  void RemoveSubtree(Node* node,
+                     std::vector<std::vector<int64_t>>* freed_host_pages);
+  bool DeviceEvictable(const Node* node) const;
+  bool HostEvictable(const Node* node, int64_t now) const;
+  absl::StatusOr<InsertResult> InsertImpl(Node* root,
+                                          absl::Span<const int32_t> key,
+                                          absl::Span<const LogicalPage> pages,
+                                          const InsertOptions& options,
+                                          bool dry_run);
+  DeviceEvictResult EvictDeviceImpl(absl::Span<const int64_t> per_lane,
+                                    int64_t tokens);
+  NodeInfo Describe(const Node* node, int depth, int64_t start) const;
+  absl::Status CheckNode(const Node* node, int64_t start,
+                         TreeStats* totals) const;
+
+  RadixTreeOptions options_;
+  uint32_t page_shift_;
+  uint64_t next_id_ = 1;
+  // node_hash_map: the key strings stay put, roots point at them.
+  absl::node_hash_map<std::string, std::unique_ptr<Node>> roots_;
+  absl::flat_hash_map<NodeId, Node*> nodes_;  // Every node, roots included.
+  int64_t device_tokens_ = 0;
+  int64_t protected_tokens_ = 0;
+  int64_t host_tokens_ = 0;
+  int64_t pending_backups_ = 0;
+};
+
+}  // namespace hicache

@@ -1,0 +1,318 @@
+// RadixTree: eviction, backups and load-back.
+#include <algorithm>
+#include <queue>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/radix/radix_tree.h"
+
+namespace hicache {
+
+using radix_internal::Node;
+
+void RadixTree::RemoveLeaf(Node* node) {
+  Node* parent = node->parent;
+  auto range = parent->children.equal_range(node->key[0]);
+  for (auto it = range.first; it != range.second; ++it) {
+    if (it->second == node) {
+      parent->children.erase(it);
+      break;
+    }
+  }
+  if (node->on_device()) {
+    device_tokens_ -= node->len();
+    if (node->lock_ref > 0) protected_tokens_ -= node->len();
+  }
+  if (node->host != nullptr) host_tokens_ -= node->len();
+  if (node->pending != nullptr) --pending_backups_;
+  nodes_.erase(node->id);
+  delete node;
+}
+
+void RadixTree::RemoveSubtree(
+    Node* node, std::vector<std::vector<int64_t>>* freed_host_pages) {
+  // Post-order without recursion: children first.
+  std::vector<Node*> order = {node};
+  for (size_t i = 0; i < order.size(); ++i) {
+    for (auto& [token, child] : order[i]->children) order.push_back(child);
+  }
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    Node* n = *it;
+    if (n->host != nullptr) {
+      for (Rank r = 0; r < options_.cp_size; ++r) {
+        const auto& pages = n->host->host_pages(r);
+        (*freed_host_pages)[r].insert((*freed_host_pages)[r].end(),
+                                      pages.begin(), pages.end());
+      }
+    }
+    RemoveLeaf(n);
+  }
+}
+
+bool RadixTree::DeviceEvictable(const Node* node) const {
+  if (node->is_root() || !node->on_device() || node->lock_ref > 0 ||
+      node->pending != nullptr) {
+    return false;
+  }
+  for (const auto& [token, child] : node->children) {
+    if (child->on_device()) return false;
+  }
+  return true;
+}
+
+bool RadixTree::HostEvictable(const Node* node, int64_t now) const {
+  return !node->is_root() && node->host_only() && node->host_ref == 0 &&
+         node->pin_expiry_ns <= now && node->children.empty();
+}
+
+namespace {
+
+struct Candidate {
+  EvictionKey key;
+  Node* node;
+  bool operator>(const Candidate& other) const { return key > other.key; }
+};
+using CandidateHeap =
+    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>>;
+
+EvictionFacts FactsOf(const Node* node) {
+  return EvictionFacts{node->last_access_ns, node->created_ns, node->hit_count,
+                       node->priority};
+}
+
+}  // namespace
+
+DeviceEvictResult RadixTree::EvictDevice(
+    absl::Span<const int64_t> pages_needed_per_lane) {
+  return EvictDeviceImpl(pages_needed_per_lane, 0);
+}
+
+DeviceEvictResult RadixTree::EvictDeviceTokens(int64_t tokens) {
+  return EvictDeviceImpl({}, tokens);
+}
+
+DeviceEvictResult RadixTree::EvictDeviceImpl(absl::Span<const int64_t> per_lane,
+                                             int64_t tokens) {
+  const uint32_t lanes = options_.cp_size;
+  DeviceEvictResult result;
+  result.freed_pages.resize(lanes);
+  result.freed_host_pages.resize(lanes);
+  std::vector<int64_t> need(lanes, 0);
+  for (size_t l = 0; l < per_lane.size() && l < lanes; ++l)
+    need[l] = per_lane[l];
+  auto satisfied = [&] {
+    if (per_lane.empty()) return result.evicted_tokens >= tokens;
+    for (uint32_t l = 0; l < lanes; ++l) {
+      if (static_cast<int64_t>(result.freed_pages[l].size()) < need[l]) {
+        return false;
+      }
+    }
+    return true;
+  };
+  auto helps = [&](const Node* node) {
+    if (per_lane.empty()) return true;
+    for (LogicalPage page : node->device_pages) {
+      const Rank lane = page % lanes;
+      if (static_cast<int64_t>(result.freed_pages[lane].size()) < need[lane]) {
+        return true;
+      }
+    }
+    return false;
+  };
+  if (satisfied()) return result;
+
+  CandidateHeap heap;
+  std::vector<Node*> stack;
+  for (auto& [name, root] : roots_) stack.push_back(root.get());
+  while (!stack.empty()) {
+    Node* node = stack.back();
+    stack.pop_back();
+    if (DeviceEvictable(node)) {
+      heap.push(
+          {MakeEvictionKey(options_.policy, FactsOf(node), node->id), node});
+    }
+    for (auto& [token, child] : node->children) {
+      if (child->on_device()) stack.push_back(child);
+    }
+  }
+  while (!heap.empty() && !satisfied()) {
+    Node* victim = heap.top().node;
+    heap.pop();
+    if (!helps(victim)) continue;
+    Node* parent = victim->parent;
+    result.evicted_tokens += victim->len();
+    if (victim->host != nullptr) {
+      ClearDevicePages(victim, &result.freed_pages);
+      ++result.nodes_to_host;
+    } else {
+      ClearDevicePages(victim, &result.freed_pages);
+      // Host-only descendants need this node's KV to be loadable: they go
+      // with it, and their host pages are returned.
+      RemoveSubtree(victim, &result.freed_host_pages);
+      ++result.nodes_removed;
+    }
+    if (DeviceEvictable(parent)) {
+      heap.push({MakeEvictionKey(options_.policy, FactsOf(parent), parent->id),
+                 parent});
+    }
+  }
+  return result;
+}
+
+HostEvictResult RadixTree::EvictHost(
+    absl::Span<const int64_t> host_pages_needed_per_rank) {
+  const uint32_t ranks = options_.cp_size;
+  HostEvictResult result;
+  result.freed_host_pages.resize(ranks);
+  std::vector<int64_t> need(ranks, 0);
+  for (size_t r = 0; r < host_pages_needed_per_rank.size() && r < ranks; ++r) {
+    need[r] = host_pages_needed_per_rank[r];
+  }
+  auto short_rank = [&](Rank r) {
+    return static_cast<int64_t>(result.freed_host_pages[r].size()) < need[r];
+  };
+  auto satisfied = [&] {
+    for (Rank r = 0; r < ranks; ++r) {
+      if (short_rank(r)) return false;
+    }
+    return true;
+  };
+  if (satisfied()) return result;
+  const int64_t now = NowNs();
+  CandidateHeap heap;
+  std::vector<Node*> stack;
+  for (auto& [name, root] : roots_) stack.push_back(root.get());
+  while (!stack.empty()) {
+    Node* node = stack.back();
+    stack.pop_back();
+    if (HostEvictable(node, now)) {
+      heap.push(
+          {MakeEvictionKey(options_.policy, FactsOf(node), node->id), node});
+    }
+    for (auto& [token, child] : node->children) stack.push_back(child);
+  }
+  while (!heap.empty() && !satisfied()) {
+    Node* victim = heap.top().node;
+    heap.pop();
+    bool helps = false;
+    for (Rank r = 0; r < ranks; ++r) {
+      helps |= short_rank(r) && !victim->host->host_pages(r).empty();
+    }
+    if (!helps) continue;
+    Node* parent = victim->parent;
+    for (Rank r = 0; r < ranks; ++r) {
+      const auto& pages = victim->host->host_pages(r);
+      result.freed_host_pages[r].insert(result.freed_host_pages[r].end(),
+                                        pages.begin(), pages.end());
+    }
+    RemoveLeaf(victim);
+    ++result.nodes_removed;
+    if (HostEvictable(parent, now)) {
+      heap.push({MakeEvictionKey(options_.policy, FactsOf(parent), parent->id),
+                 parent});
+    }
+  }
+  return result;
+}
+
+absl::Status RadixTree::BeginBackup(NodeId id, CpHostMeta reserved) {
+  absl::StatusOr<Node*> found = FindOrError(id);
+  if (!found.ok()) return found.status();
+  Node* node = *found;
+  if (node->is_root() || !node->on_device()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", id, " has no device copy to back up"));
+  }
+  if (node->host != nullptr || node->pending != nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node ", id, " already has a host copy or a backup in flight"));
+  }
+  if (reserved.logical_len() != node->len() ||
+      reserved.page_size() != options_.page_size ||
+      reserved.cp_size() != options_.cp_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("backup metadata for ", reserved.logical_len(),
+                     " tokens does not fit"
+                     " node ",
+                     id, " of ", node->len(), " tokens"));
+  }
+  for (size_t i = 0; i < node->device_pages.size(); ++i) {
+    if (reserved.page_owners()[i] != node->device_pages[i] % options_.cp_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "backup page_owners[", i, "] = ", reserved.page_owners()[i],
+          " but the node's page ", node->device_pages[i], " is in lane ",
+          node->device_pages[i] % options_.cp_size));
+    }
+  }
+  node->pending = std::make_unique<CpHostMeta>(std::move(reserved));
+  ++pending_backups_;
+  return absl::OkStatus();
+}
+
+absl::Status RadixTree::CommitBackup(NodeId id) {
+  absl::StatusOr<Node*> node = FindOrError(id);
+  if (!node.ok()) return node.status();
+  if ((*node)->pending == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", id, " has no backup in flight"));
+  }
+  (*node)->host = std::move((*node)->pending);
+  --pending_backups_;
+  host_tokens_ += (*node)->len();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CpHostMeta> RadixTree::AbortBackup(NodeId id) {
+  absl::StatusOr<Node*> node = FindOrError(id);
+  if (!node.ok()) return node.status();
+  if ((*node)->pending == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", id, " has no backup in flight"));
+  }
+  CpHostMeta reserved = std::move(*(*node)->pending);
+  (*node)->pending.reset();
+  --pending_backups_;
+  return reserved;
+}
+
+absl::StatusOr<std::vector<NodeId>> RadixTree::HostOnlyChain(NodeId id) const {
+  absl::StatusOr<Node*> node = FindOrError(id);
+  if (!node.ok()) return node.status();
+  std::vector<NodeId> chain;
+  for (Node* n = *node; !n->is_root() && !n->on_device(); n = n->parent) {
+    chain.push_back(n->id);
+  }
+  std::reverse(chain.begin(), chain.end());
+  return chain;
+}
+
+absl::Status RadixTree::AttachDevicePages(NodeId id,
+                                          absl::Span<const LogicalPage> pages) {
+  absl::StatusOr<Node*> found = FindOrError(id);
+  if (!found.ok()) return found.status();
+  Node* node = *found;
+  if (!node->host_only()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", id, " is not host-only"));
+  }
+  if (!node->parent->is_root() && !node->parent->on_device()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node ", id, "'s parent is not on device; load ancestors first"));
+  }
+  const std::vector<Rank>& owners = node->host->page_owners();
+  if (pages.size() != owners.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "node ", id, " needs ", owners.size(), " pages, got ", pages.size()));
+  }
+  for (size_t i = 0; i < pages.size(); ++i) {
+    if (pages[i] < 0 || pages[i] % options_.cp_size != owners[i]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pages[", i, "] = ", pages[i], " is not in lane ",
+                       owners[i], ", the recorded owner of that page"));
+    }
+  }
+  SetDevicePages(node, std::vector<LogicalPage>(pages.begin(), pages.end()));
+  return absl::OkStatus();
+}
+
+}  // namespace hicache
