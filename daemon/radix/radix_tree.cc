@@ -96,13 +96,15 @@ Node* RadixTree::NewNode(Node* parent, std::vector<int32_t> key) {
 }
 
 Node* RadixTree::BestChild(const Node* node, absl::Span<const int32_t> rest,
-                           int64_t* common) const {
+                           int64_t* common,
+                           absl::Span<const Node* const> skip) const {
   *common = 0;
   if (rest.empty()) return nullptr;
   Node* best = nullptr;
   auto [begin, end] = node->children.equal_range(rest[0]);
   for (auto it = begin; it != end; ++it) {
     Node* child = it->second;
+    if (std::find(skip.begin(), skip.end(), child) != skip.end()) continue;
     const int64_t c = CommonPrefix(child->key, rest);
     // Longest common prefix wins; on a tie, the child that ends there (an
     // exact valid tail) wins.
@@ -259,11 +261,12 @@ absl::StatusOr<InsertResult> RadixTree::InsertImpl(
   Node* node = root;
   result.node = root->id;
   int64_t pos = 0;
-  bool present = true;  // Still inside the part already on device.
+  bool present = true;              // Still inside the part already on device.
+  std::vector<const Node*> pruned;  // Dry run: leaves the real run removes.
   while (pos < total) {
     absl::Span<const int32_t> rest = key.subspan(pos, total - pos);
     int64_t common = 0;
-    Node* child = BestChild(node, rest, &common);
+    Node* child = BestChild(node, rest, &common, pruned);
 
     // No page in common with any child: a new leaf holds the rest.
     if (child == nullptr || (common < page && common < child->len())) {
@@ -326,8 +329,8 @@ absl::StatusOr<InsertResult> RadixTree::InsertImpl(
       }
       if (dry_run) {
         if (aligned == 0) {
-          finish(total);  // A new leaf would hold the rest.
-          return result;
+          pruned.push_back(child);
+          continue;  // As the real run: re-examine the children of `node`.
         }
       } else {
         // Drop the stale tail page, then continue with the aligned part.

@@ -225,8 +225,11 @@ class RadixTree {
   absl::StatusOr<Node*> FindOrError(NodeId id) const;
   Node* NewNode(Node* parent, std::vector<int32_t> key);
   // The child of `node` sharing the longest prefix with `rest`; sets *common.
+  // Children in `skip` are ignored (an insert's dry run pretends they are
+  // already pruned).
   Node* BestChild(const Node* node, absl::Span<const int32_t> rest,
-                  int64_t* common) const;
+                  int64_t* common,
+                  absl::Span<const Node* const> skip = {}) const;
   // Splits `node` at token `at` (page boundary) and returns the new head.
   Node* Split(Node* node, int64_t at);
   void SetDevicePages(Node* node, std::vector<LogicalPage> pages);

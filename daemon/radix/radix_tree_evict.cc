@@ -62,7 +62,8 @@ bool RadixTree::DeviceEvictable(const Node* node) const {
 
 bool RadixTree::HostEvictable(const Node* node, int64_t now) const {
   return !node->is_root() && node->host_only() && node->host_ref == 0 &&
-         node->pin_expiry_ns <= now && node->children.empty();
+         node->lock_ref == 0 && node->pin_expiry_ns <= now &&
+         node->children.empty();
 }
 
 namespace {

@@ -165,15 +165,19 @@ absl::Status RadixTree::CheckNode(const Node* node, int64_t start,
     }
     for (const CpHostMeta* meta : {node->host.get(), node->pending.get()}) {
       if (meta == nullptr) continue;
-      if (meta->logical_len() != node->len()) {
+      if (meta->logical_len() != node->len() || meta->num_pages() != pages) {
         return fail("host metadata length differs from the node");
       }
-      if (node->on_device()) {
-        for (int64_t i = 0; i < pages; ++i) {
-          if (meta->page_owners()[i] !=
-              node->device_pages[i] % options_.cp_size) {
-            return fail("host page owners differ from device page lanes");
-          }
+    }
+    // A backup in flight copies the device pages lane by lane, so its
+    // owners must be their lanes. (A committed copy may differ from a device
+    // copy re-attached later: the two are never copied into each other, and
+    // load-back allocates with the committed owners.)
+    if (node->pending != nullptr) {
+      for (int64_t i = 0; i < pages; ++i) {
+        if (node->pending->page_owners()[i] !=
+            node->device_pages[i] % options_.cp_size) {
+          return fail("backup page owners differ from device page lanes");
         }
       }
     }

@@ -223,6 +223,25 @@ TEST_F(RadixTreeTest, DeferredInsertChangesNothing) {
   EXPECT_TRUE(tree_->CheckInvariants().ok());
 }
 
+TEST_F(RadixTreeTest, DeferredInsertDoesNotPruneFirst) {
+  // A prunable stale tail [7 7 7] and a pending tail [7 7] share a page: an
+  // insert running past both is deferred by the pending one and must not
+  // have pruned the other on the way.
+  Insert({7, 7, 7});
+  InsertResult pending = Insert({7, 7});
+  ASSERT_TRUE(
+      tree_
+          ->BeginBackup(pending.node, *CpHostMeta::Create(2, kP, 1, {0}, {{5}}))
+          .ok());
+  auto r = tree_->Insert("", {7, 7, 7, 1, 2, 3}, Pages(6));
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->deferred);
+  EXPECT_THAT(r->released_pages, IsEmpty());
+  EXPECT_EQ(Match({7, 7, 7}).device_len, 3);
+  EXPECT_EQ(tree_->Stats().nodes, 2);
+  EXPECT_TRUE(tree_->CheckInvariants().ok());
+}
+
 TEST_F(RadixTreeTest, UnfinishedInsertExposesOnlyCompletePages) {
   auto pages = Pages(10);
   InsertResult r = Insert(Seq(0, 10), pages, {.unfinished = true});
