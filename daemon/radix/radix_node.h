@@ -9,14 +9,18 @@
 #include "absl/container/btree_map.h"
 #include "daemon/layout/cp_layout.h"
 #include "daemon/radix/cp_host_meta.h"
+#include "daemon/radix/token_store.h"
 
 namespace hicache::radix_internal {
 
 struct Node {
   uint64_t id = 0;
-  Node* parent = nullptr;                 // nullptr only for roots.
-  const std::string* ns = nullptr;        // Roots only: the namespace.
-  std::vector<int32_t> key;               // This node's token segment.
+  Node* parent = nullptr;           // nullptr only for roots.
+  const std::string* ns = nullptr;  // Roots only: the namespace.
+  // This node's token segment: `length` tokens in TokenStore blocks (the
+  // last one partial for a valid tail).
+  std::vector<TokenStore::BlockId> blocks;
+  int64_t length = 0;
   std::vector<LogicalPage> device_pages;  // ceil(len/P) pages, or empty.
   std::unique_ptr<CpHostMeta> host;       // Committed host copy.
   std::unique_ptr<CpHostMeta> pending;    // Reserved, backup in flight.
@@ -30,7 +34,7 @@ struct Node {
   int64_t pin_expiry_ns = 0;  // 0 = not pinned.
   int64_t pin_ttl_ns = 0;
 
-  int64_t len() const { return static_cast<int64_t>(key.size()); }
+  int64_t len() const { return length; }
   bool on_device() const { return !device_pages.empty(); }
   bool is_root() const { return parent == nullptr; }
   bool host_only() const { return !on_device() && host != nullptr; }

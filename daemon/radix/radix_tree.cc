@@ -1,6 +1,7 @@
 #include "daemon/radix/radix_tree.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,16 +10,7 @@ namespace hicache {
 
 using radix_internal::Node;
 
-namespace {
-
-int64_t CommonPrefix(absl::Span<const int32_t> a, absl::Span<const int32_t> b) {
-  const size_t n = std::min(a.size(), b.size());
-  size_t i = 0;
-  while (i < n && a[i] == b[i]) ++i;
-  return static_cast<int64_t>(i);
-}
-
-}  // namespace
+namespace {}  // namespace
 
 absl::StatusOr<std::unique_ptr<RadixTree>> RadixTree::Create(
     const RadixTreeOptions& options) {
@@ -35,7 +27,8 @@ absl::StatusOr<std::unique_ptr<RadixTree>> RadixTree::Create(
 
 RadixTree::RadixTree(const RadixTreeOptions& options)
     : options_(options),
-      page_shift_(static_cast<uint32_t>(__builtin_ctz(options.page_size))) {
+      page_shift_(static_cast<uint32_t>(__builtin_ctz(options.page_size))),
+      tokens_(options.page_size, options.reserve_tokens) {
   if (options_.clock == nullptr) options_.clock = Clock::Real();
 }
 
@@ -84,15 +77,60 @@ absl::StatusOr<Node*> RadixTree::FindOrError(NodeId id) const {
   return node;
 }
 
-Node* RadixTree::NewNode(Node* parent, std::vector<int32_t> key) {
+Node* RadixTree::NewNode(Node* parent, absl::Span<const int32_t> key) {
   Node* node = new Node();
   node->id = next_id_++;
   node->parent = parent;
-  node->key = std::move(key);
+  node->length = static_cast<int64_t>(key.size());
+  const int64_t page = options_.page_size;
+  tokens_.AllocateMany((node->length + page - 1) / page, &node->blocks);
+  for (int64_t i = 0, from = 0; from < node->length; ++i, from += page) {
+    std::memcpy(tokens_.Data(node->blocks[i]), key.data() + from,
+                sizeof(int32_t) * std::min(page, node->length - from));
+  }
   node->created_ns = node->last_access_ns = NowNs();
-  parent->children.emplace(node->key[0], node);
+  parent->children.emplace(key[0], node);
   nodes_[node->id] = node;
   return node;
+}
+
+int64_t RadixTree::CommonPrefix(const Node* node,
+                                absl::Span<const int32_t> rest) const {
+  const int64_t n = std::min<int64_t>(node->len(), rest.size());
+  const int64_t page = options_.page_size;
+  int64_t i = 0;
+  for (TokenStore::BlockId block : node->blocks) {
+    if (i >= n) break;
+    const int32_t* tokens = tokens_.Data(block);
+    const int64_t count = std::min(page, n - i);
+    if (std::memcmp(tokens, rest.data() + i, sizeof(int32_t) * count) == 0) {
+      i += count;
+      continue;
+    }
+    int64_t j = 0;
+    while (tokens[j] == rest[i + j]) ++j;
+    return i + j;
+  }
+  return i;
+}
+
+void RadixTree::TruncateKey(Node* node, int64_t new_len) {
+  const int64_t keep = (new_len + options_.page_size - 1) >> page_shift_;
+  while (static_cast<int64_t>(node->blocks.size()) > keep) {
+    tokens_.Free(node->blocks.back());
+    node->blocks.pop_back();
+  }
+  node->length = new_len;
+}
+
+void RadixTree::EraseChildLink(Node* parent, Node* child) {
+  auto range = parent->children.equal_range(FirstToken(child));
+  for (auto it = range.first; it != range.second; ++it) {
+    if (it->second == child) {
+      parent->children.erase(it);
+      return;
+    }
+  }
 }
 
 Node* RadixTree::BestChild(const Node* node, absl::Span<const int32_t> rest,
@@ -105,7 +143,7 @@ Node* RadixTree::BestChild(const Node* node, absl::Span<const int32_t> rest,
   for (auto it = begin; it != end; ++it) {
     Node* child = it->second;
     if (std::find(skip.begin(), skip.end(), child) != skip.end()) continue;
-    const int64_t c = CommonPrefix(child->key, rest);
+    const int64_t c = CommonPrefix(child, rest);
     // Longest common prefix wins; on a tie, the child that ends there (an
     // exact valid tail) wins.
     if (c > *common || (c == *common && best != nullptr && c == child->len() &&
@@ -139,17 +177,18 @@ Node* RadixTree::Split(Node* node, int64_t at) {
   // `node` keeps its id (and its place under any lock held on it) and
   // becomes the tail; the new head takes its place under the parent.
   Node* parent = node->parent;
-  auto range = parent->children.equal_range(node->key[0]);
-  for (auto it = range.first; it != range.second; ++it) {
-    if (it->second == node) {
-      parent->children.erase(it);
-      break;
-    }
-  }
-  std::vector<int32_t> head_key(node->key.begin(), node->key.begin() + at);
-  node->key.erase(node->key.begin(), node->key.begin() + at);
-  node->key.shrink_to_fit();
-  Node* head = NewNode(parent, std::move(head_key));
+  EraseChildLink(parent, node);
+  const int64_t head_blocks = at >> page_shift_;
+  Node* head = new Node();
+  head->id = next_id_++;
+  head->parent = parent;
+  head->length = at;
+  head->blocks.assign(node->blocks.begin(), node->blocks.begin() + head_blocks);
+  node->blocks.erase(node->blocks.begin(), node->blocks.begin() + head_blocks);
+  node->blocks.shrink_to_fit();
+  node->length -= at;
+  parent->children.emplace(FirstToken(head), head);
+  nodes_[head->id] = head;
   head->lock_ref = node->lock_ref;
   head->host_ref = node->host_ref;
   head->hit_count = node->hit_count;
@@ -173,7 +212,7 @@ Node* RadixTree::Split(Node* node, int64_t at) {
     node->host = std::make_unique<CpHostMeta>(std::move(halves->second));
   }
   node->parent = head;
-  head->children.emplace(node->key[0], node);
+  head->children.emplace(FirstToken(node), node);
   return head;
 }
 
@@ -341,8 +380,7 @@ absl::StatusOr<InsertResult> RadixTree::InsertImpl(
           RemoveLeaf(child);
           continue;  // Re-examine the children of `node`.
         }
-        child->key.resize(aligned);
-        child->key.shrink_to_fit();
+        TruncateKey(child, aligned);
       }
       common = aligned;
     }
@@ -401,9 +439,13 @@ absl::StatusOr<InsertResult> RadixTree::Insert(
     }
   }
   Node* root = Root(ns, /*create=*/true);
-  absl::StatusOr<InsertResult> plan =
-      InsertImpl(root, tokens, pages, options, /*dry_run=*/true);
-  if (!plan.ok() || plan->deferred) return plan;
+  // Only a backup in flight can defer an insert; without one, skip the
+  // read-only planning pass.
+  if (pending_backups_ > 0) {
+    absl::StatusOr<InsertResult> plan =
+        InsertImpl(root, tokens, pages, options, /*dry_run=*/true);
+    if (!plan.ok() || plan->deferred) return plan;
+  }
   return InsertImpl(root, tokens, pages, options, /*dry_run=*/false);
 }
 

@@ -17,6 +17,7 @@
 #include "daemon/radix/cp_host_meta.h"
 #include "daemon/radix/eviction_policy.h"
 #include "daemon/radix/radix_node.h"
+#include "daemon/radix/token_store.h"
 
 namespace hicache {
 
@@ -33,6 +34,9 @@ struct RadixTreeOptions {
   // candidate. 0 disables the report.
   uint32_t write_through_threshold = 0;
   const Clock* clock = nullptr;  // Default: Clock::Real().
+  // Token storage mapped and pre-faulted at creation (see TokenStore); the
+  // daemon passes its pool capacity in tokens. 0 = grow on demand.
+  int64_t reserve_tokens = 0;
 };
 
 struct MatchOptions {
@@ -223,7 +227,20 @@ class RadixTree {
   Node* Root(absl::string_view ns, bool create);
   Node* Find(NodeId id) const;
   absl::StatusOr<Node*> FindOrError(NodeId id) const;
-  Node* NewNode(Node* parent, std::vector<int32_t> key);
+  // A new child of `parent` holding `key` (copied into token blocks).
+  Node* NewNode(Node* parent, absl::Span<const int32_t> key);
+  int32_t FirstToken(const Node* node) const {
+    return tokens_.Data(node->blocks[0])[0];
+  }
+  int32_t TokenAt(const Node* node, int64_t i) const {
+    return tokens_.Data(
+        node->blocks[i >> page_shift_])[i & (options_.page_size - 1)];
+  }
+  // Length of the common prefix of the node's key and `rest`.
+  int64_t CommonPrefix(const Node* node, absl::Span<const int32_t> rest) const;
+  // Drops the node's tokens after `new_len` (a page boundary, or its length).
+  void TruncateKey(Node* node, int64_t new_len);
+  void EraseChildLink(Node* parent, Node* child);
   // The child of `node` sharing the longest prefix with `rest`; sets *common.
   // Children in `skip` are ignored (an insert's dry run pretends they are
   // already pruned).
@@ -252,6 +269,7 @@ class RadixTree {
 
   RadixTreeOptions options_;
   uint32_t page_shift_;
+  TokenStore tokens_;
   uint64_t next_id_ = 1;
   // node_hash_map: the key strings stay put, roots point at them.
   absl::node_hash_map<std::string, std::unique_ptr<Node>> roots_;

@@ -11,20 +11,14 @@ namespace hicache {
 using radix_internal::Node;
 
 void RadixTree::RemoveLeaf(Node* node) {
-  Node* parent = node->parent;
-  auto range = parent->children.equal_range(node->key[0]);
-  for (auto it = range.first; it != range.second; ++it) {
-    if (it->second == node) {
-      parent->children.erase(it);
-      break;
-    }
-  }
+  EraseChildLink(node->parent, node);
   if (node->on_device()) {
     device_tokens_ -= node->len();
     if (node->lock_ref > 0) protected_tokens_ -= node->len();
   }
   if (node->host != nullptr) host_tokens_ -= node->len();
   if (node->pending != nullptr) --pending_backups_;
+  for (TokenStore::BlockId block : node->blocks) tokens_.Free(block);
   nodes_.erase(node->id);
   delete node;
 }

@@ -32,9 +32,11 @@ NodeInfo RadixTree::Describe(const Node* node, int depth, int64_t start) const {
   info.depth = depth;
   info.start = start;
   info.len = node->len();
-  const size_t shown = std::min<size_t>(4, node->key.size());
-  info.head_tokens.assign(node->key.begin(), node->key.begin() + shown);
-  info.tail_tokens.assign(node->key.end() - shown, node->key.end());
+  const int64_t shown = std::min<int64_t>(4, node->len());
+  for (int64_t i = 0; i < shown; ++i) {
+    info.head_tokens.push_back(TokenAt(node, i));
+    info.tail_tokens.push_back(TokenAt(node, node->len() - shown + i));
+  }
   info.tier = node->on_device() ? (node->host != nullptr ? NodeTier::kBoth
                                                          : NodeTier::kDevice)
                                 : NodeTier::kHost;
@@ -87,7 +89,7 @@ std::vector<NodeInfo> RadixTree::Dump(const DumpFilter& filter) const {
       bool agrees = true;
       for (int64_t i = frame.start;
            i < end && i < static_cast<int64_t>(prefix.size()); ++i) {
-        if (node->key[i - frame.start] != prefix[i]) {
+        if (TokenAt(node, i - frame.start) != prefix[i]) {
           agrees = false;
           break;
         }
@@ -142,7 +144,11 @@ absl::Status RadixTree::CheckNode(const Node* node, int64_t start,
     return fail("missing from the id index");
   }
   if (!node->is_root()) {
-    if (node->key.empty()) return fail("empty key");
+    if (node->len() <= 0) return fail("empty key");
+    if (static_cast<int64_t>(node->blocks.size()) !=
+        (node->len() + page - 1) / page) {
+      return fail("token block count does not match its length");
+    }
     if (start % page != 0) return fail("does not start at a page boundary");
     if (node->len() % page != 0 && !node->children.empty()) {
       return fail("ends inside a page but has children");
@@ -191,7 +197,7 @@ absl::Status RadixTree::CheckNode(const Node* node, int64_t start,
   int64_t child_locks = 0;
   for (const auto& [token, child] : node->children) {
     if (child->parent != node) return fail("child's parent pointer is wrong");
-    if (child->key.empty() || child->key[0] != token) {
+    if (child->len() <= 0 || FirstToken(child) != token) {
       return fail("child indexed under the wrong first token");
     }
     child_locks += child->lock_ref;

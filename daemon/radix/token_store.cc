@@ -1,0 +1,62 @@
+#include "daemon/radix/token_store.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace hicache {
+
+namespace {
+constexpr size_t kChunkBytes = size_t{1} << 20;
+}  // namespace
+
+TokenStore::TokenStore(uint32_t page_size, int64_t reserve_tokens)
+    : page_size_(page_size),
+      blocks_per_chunk_(static_cast<uint32_t>(
+          std::max<size_t>(1, kChunkBytes / (sizeof(int32_t) * page_size)))) {
+  const int64_t blocks = (reserve_tokens + page_size - 1) / page_size;
+  while (blocks_mapped() < blocks) AddChunk(/*prefault=*/true);
+}
+
+TokenStore::~TokenStore() {
+  for (int32_t* chunk : chunks_) {
+    munmap(chunk, sizeof(int32_t) * page_size_ * blocks_per_chunk_);
+  }
+}
+
+void TokenStore::AddChunk(bool prefault) {
+  const size_t bytes = sizeof(int32_t) * page_size_ * blocks_per_chunk_;
+  void* memory =
+      mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+           MAP_PRIVATE | MAP_ANONYMOUS | (prefault ? MAP_POPULATE : 0), -1, 0);
+  if (memory == MAP_FAILED) std::abort();  // Out of memory: nothing to save.
+  const BlockId first = static_cast<BlockId>(blocks_mapped());
+  chunks_.push_back(static_cast<int32_t*>(memory));
+  // Hand out low ids first: push in reverse.
+  for (BlockId b = first + blocks_per_chunk_; b > first; --b) {
+    free_.push_back(b - 1);
+  }
+}
+
+TokenStore::BlockId TokenStore::Allocate() {
+  if (free_.empty()) AddChunk(/*prefault=*/false);
+  const BlockId block = free_.back();
+  free_.pop_back();
+  ++in_use_;
+  return block;
+}
+
+void TokenStore::AllocateMany(int64_t n, std::vector<BlockId>* out) {
+  while (static_cast<int64_t>(free_.size()) < n) AddChunk(/*prefault=*/false);
+  out->insert(out->end(), free_.rbegin(), free_.rbegin() + n);
+  free_.resize(free_.size() - n);
+  in_use_ += n;
+}
+
+void TokenStore::Free(BlockId block) {
+  free_.push_back(block);
+  --in_use_;
+}
+
+}  // namespace hicache
