@@ -348,9 +348,13 @@ TEST_P(RadixModelTest, MatchesNaiveReference) {
     } else {
       ASSERT_NO_FATAL_FAILURE(DoLockToggle());
     }
-    ASSERT_EQ(TreeDevicePages(), model_.DevicePages())
-        << "step " << step << " op " << op << "\n"
-        << DebugString();
+    // The full page-set comparison walks the whole tree: every 10 steps (the
+    // invariant checker and the counters run after every step).
+    if (step % 10 == 0) {
+      ASSERT_EQ(TreeDevicePages(), model_.DevicePages())
+          << "step " << step << " op " << op << "\n"
+          << DebugString();
+    }
     if (recent_.size() > 64)
       recent_.erase(recent_.begin(), recent_.begin() + 32);
     ASSERT_TRUE(tree_->CheckInvariants().ok())
