@@ -1,5 +1,6 @@
 #include "daemon/pool/kv_geometry.h"
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
@@ -53,7 +54,22 @@ KvGeometry::KvGeometry(uint32_t page_size, std::vector<KvFamily> families,
     const uint64_t bytes = uint64_t{f.bytes_per_token} * f.num_layers;
     prefix += bytes;
     (f.draft ? draft_bytes_per_token_ : target_bytes_per_token_) += bytes;
+    uint32_t& layers = f.draft ? draft_layers_ : target_layers_;
+    layers = std::max(layers, f.num_layers);
   }
+}
+
+std::vector<std::pair<int, uint32_t>> KvGeometry::StepBlocks(
+    uint32_t step) const {
+  std::vector<std::pair<int, uint32_t>> blocks;
+  const bool draft = step >= target_layers_;
+  const uint32_t layer = draft ? step - target_layers_ : step;
+  for (size_t f = 0; f < families_.size(); ++f) {
+    if (families_[f].draft == draft && layer < families_[f].num_layers) {
+      blocks.push_back({static_cast<int>(f), layer});
+    }
+  }
+  return blocks;
 }
 
 absl::StatusOr<KvGeometry> KvGeometry::Preset(absl::string_view name,

@@ -92,6 +92,14 @@ class KvGeometry {
   // BlockBytes for region layouts, BytesPerPage for page-first.
   uint64_t PageStride(HostLayout layout, int family) const;
 
+  // Transfer steps: one per layer. Steps [0, L) are layer s of every target
+  // family (L = their largest layer count), steps [L, L + D) layer s - L of
+  // every draft family. A family without that layer is skipped.
+  uint32_t NumSteps() const { return target_layers_ + draft_layers_; }
+  uint32_t TargetSteps() const { return target_layers_; }
+  // The (family, layer) blocks a step copies.
+  std::vector<std::pair<int, uint32_t>> StepBlocks(uint32_t step) const;
+
   // INVALID_ARGUMENT naming the bad field.
   absl::Status CheckAddress(int64_t num_pages, int64_t page, int family,
                             uint32_t layer) const;
@@ -120,6 +128,8 @@ class KvGeometry {
   std::vector<KvFamily> families_;
   // Sum of rows * layers of families before f (bytes per token).
   std::vector<uint64_t> family_block_prefix_;
+  uint32_t target_layers_ = 0;
+  uint32_t draft_layers_ = 0;
   uint64_t target_bytes_per_token_ = 0;
   uint64_t draft_bytes_per_token_ = 0;
   std::string name_;

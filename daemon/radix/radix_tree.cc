@@ -291,6 +291,21 @@ absl::StatusOr<InsertResult> RadixTree::InsertImpl(
     return std::vector<LogicalPage>(pages.begin() + from / page,
                                     pages.begin() + (to + page - 1) / page);
   };
+  // The caller's pages for [from, to) that duplicate `node`'s pages from
+  // token `node_from` on. A page identical to the node's own (the caller
+  // passed the matched prefix back) is not a duplicate: nothing to free.
+  auto add_duplicates = [&](int64_t from, int64_t to, const Node* node,
+                            int64_t node_from) {
+    const int64_t first = from / page;
+    const int64_t last = (to + page - 1) / page;
+    for (int64_t i = first; i < last; ++i) {
+      const size_t own = static_cast<size_t>(node_from / page + (i - first));
+      if (own < node->device_pages.size() && node->device_pages[own] == pages[i]) {
+        continue;
+      }
+      result.duplicate_pages.push_back(pages[i]);
+    }
+  };
   auto finish = [&](int64_t cached) {
     result.cached_len = cached;
     const int64_t first_uncached = (cached + page - 1) / page;
@@ -326,9 +341,7 @@ absl::StatusOr<InsertResult> RadixTree::InsertImpl(
         child->on_device()) {
       if (present) result.present_len = pos + common;
       if (!dry_run) {
-        const auto dup = caller_pages(pos, total);
-        result.duplicate_pages.insert(result.duplicate_pages.end(), dup.begin(),
-                                      dup.end());
+        add_duplicates(pos, total, child, 0);
         child->last_access_ns = now;
         result.node = child->id;
       }
@@ -351,9 +364,7 @@ absl::StatusOr<InsertResult> RadixTree::InsertImpl(
         if (aligned > 0 && !dry_run) {
           if (child->on_device()) {
             if (present) result.present_len = pos + aligned;
-            const auto dup = caller_pages(pos, pos + aligned);
-            result.duplicate_pages.insert(result.duplicate_pages.end(),
-                                          dup.begin(), dup.end());
+            add_duplicates(pos, pos + aligned, child, 0);
             child->last_access_ns = now;
             result.node = child->id;
           } else {
@@ -405,9 +416,7 @@ absl::StatusOr<InsertResult> RadixTree::InsertImpl(
     }
     if (child->on_device()) {
       if (present) result.present_len = pos + common;
-      const auto dup = caller_pages(pos, pos + common);
-      result.duplicate_pages.insert(result.duplicate_pages.end(), dup.begin(),
-                                    dup.end());
+      add_duplicates(pos, pos + common, child, 0);
     } else {
       present = false;
       SetDevicePages(child, caller_pages(pos, pos + common));  // Re-attach.

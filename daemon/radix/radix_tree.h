@@ -201,6 +201,8 @@ class RadixTree {
   // unbacked ones are removed.
   DeviceEvictResult EvictDevice(
       absl::Span<const int64_t> pages_needed_per_lane);
+  // The device leaves eviction would take now, in policy order (read-only).
+  std::vector<NodeId> DeviceEvictionOrder(int64_t max_nodes) const;
   // Evicts until `tokens` device tokens are freed, any lanes.
   DeviceEvictResult EvictDeviceTokens(int64_t tokens);
   // Removes host-only, unprotected, unpinned leaves in policy order until

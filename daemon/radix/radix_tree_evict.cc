@@ -77,6 +77,30 @@ EvictionFacts FactsOf(const Node* node) {
 
 }  // namespace
 
+std::vector<NodeId> RadixTree::DeviceEvictionOrder(int64_t max_nodes) const {
+  std::vector<std::pair<EvictionKey, NodeId>> leaves;
+  std::vector<const Node*> stack;
+  for (const auto& [name, root] : roots_) stack.push_back(root.get());
+  while (!stack.empty()) {
+    const Node* node = stack.back();
+    stack.pop_back();
+    if (DeviceEvictable(node)) {
+      leaves.push_back(
+          {MakeEvictionKey(options_.policy, FactsOf(node), node->id), node->id});
+    }
+    for (const auto& [token, child] : node->children) {
+      if (child->on_device()) stack.push_back(child);
+    }
+  }
+  std::sort(leaves.begin(), leaves.end());
+  std::vector<NodeId> order;
+  for (size_t i = 0; i < leaves.size() && static_cast<int64_t>(i) < max_nodes;
+       ++i) {
+    order.push_back(leaves[i].second);
+  }
+  return order;
+}
+
 DeviceEvictResult RadixTree::EvictDevice(
     absl::Span<const int64_t> pages_needed_per_lane) {
   return EvictDeviceImpl(pages_needed_per_lane, 0);

@@ -158,6 +158,19 @@ TEST_F(RadixTreeTest, DuplicatePagesAreWholePagesTheTreeAlreadyHas) {
               ElementsAre(first[0], first[1], first[2], second[3]));
 }
 
+TEST_F(RadixTreeTest, MatchedPrefixPagesPassedBackAreNotDuplicates) {
+  auto first = Pages(8);
+  Insert(Seq(0, 8), first);
+  // The scheduler reuses the matched pages for the prefix of a longer key.
+  auto tail = Pages(4);
+  InsertResult r =
+      Insert(Cat(Seq(0, 8), Seq(40, 4)), {first[0], first[1], tail[0]});
+  EXPECT_EQ(r.present_len, 8);
+  EXPECT_THAT(r.duplicate_pages, IsEmpty());
+  EXPECT_THAT(Match(Cat(Seq(0, 8), Seq(40, 4))).device_pages,
+              ElementsAre(first[0], first[1], tail[0]));
+}
+
 TEST_F(RadixTreeTest, DivergenceInsideAPageSplitsAtTheFloor) {
   auto a = Pages(12);
   Insert(Seq(0, 12), a);

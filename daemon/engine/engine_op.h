@@ -1,0 +1,52 @@
+#pragma once
+
+// Internal to //daemon/engine: the record of one backup or load.
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "daemon/engine/hicache_engine.h"
+
+namespace hicache {
+
+struct HiCacheEngine::Op {
+  enum class Kind { kBackup, kLoad };
+  Kind kind = Kind::kBackup;
+  uint64_t id = 0;
+  std::vector<LogicalPage> pages;  // Logical device pages, position order.
+  std::vector<Rank> owners;        // Lane of every page.
+  int64_t logical_len = 0;
+  std::vector<std::vector<int64_t>> host;  // Per rank, its pages in order.
+  std::vector<bool> submitted;             // Per step.
+  int64_t acked = 0;                       // (rank, step) completions.
+  int64_t outstanding = 0;                 // Submitted, not yet completed.
+  int64_t submit_ns = 0;
+  // Backup: the node it is attached to.
+  NodeId node = kNoNode;
+  bool attached = false;
+  bool rolled_back = false;
+  bool done = false;  // Backup committed / load attached.
+  // Load: the host-only chain and how many pages each node takes.
+  std::vector<std::pair<NodeId, int64_t>> chain;
+  NodeId locked_parent = kNoNode;  // Held while copies run.
+  bool holds_node_lock = false;    // Held for the caller until FinishLoad.
+};
+
+struct HiCacheEngine::PendingEvent {
+  enum class Type {
+    kBackupStep,
+    kBackupCommitted,
+    kBackupRolledBack,
+    kLoadStep,
+    kLoadDone,
+  };
+  Type type;
+  uint64_t op = 0;
+  Rank rank = 0;
+  uint32_t step = 0;
+  NodeId node = kNoNode;
+  bool ok = true;
+};
+
+}  // namespace hicache

@@ -1,0 +1,683 @@
+// HiCacheEngine: backups, load-back and transfer completions.
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/core/log_format.h"
+#include "daemon/engine/engine_op.h"
+#include "daemon/engine/hicache_engine.h"
+#include "spdlog/spdlog.h"
+
+namespace hicache {
+
+namespace {
+int64_t NowNs() { return absl::GetCurrentTimeNanos(); }
+}  // namespace
+
+void HiCacheEngine::AcquirePagesLocked(absl::Span<const LogicalPage> pages) {
+  for (LogicalPage page : pages) ++busy_pages_[page];
+}
+
+void HiCacheEngine::ReleasePagesLocked(absl::Span<const LogicalPage> pages) {
+  std::vector<LogicalPage> now_free;
+  for (LogicalPage page : pages) {
+    auto it = busy_pages_.find(page);
+    if (--it->second > 0) continue;
+    busy_pages_.erase(it);
+    if (free_when_idle_.erase(page) > 0) now_free.push_back(page);
+  }
+  if (!now_free.empty()) FreeDeviceLocked(now_free);
+}
+
+absl::Status HiCacheEngine::ReserveHostLocked(
+    absl::Span<const Rank> owners, std::vector<std::vector<int64_t>>* host) {
+  std::vector<int64_t> need(layout_.cp_size(), 0);
+  for (Rank owner : owners) ++need[owner];
+  host->assign(layout_.cp_size(), {});
+  for (Rank r = 0; r < layout_.cp_size(); ++r) {
+    if (need[r] == 0) continue;  // Zero-owned rank: nothing to reserve.
+    absl::StatusOr<std::vector<int64_t>> pages = host_[r]->Reserve(need[r]);
+    if (!pages.ok()) {
+      FreeHostLocked(*host);
+      host->clear();
+      return pages.status();
+    }
+    (*host)[r] = *std::move(pages);
+  }
+  return absl::OkStatus();
+}
+
+void HiCacheEngine::FreeHostLocked(
+    const std::vector<std::vector<int64_t>>& host) {
+  for (size_t r = 0; r < host.size(); ++r) {
+    if (host[r].empty()) continue;
+    absl::Status freed = host_[r]->Free(host[r]);
+    if (!freed.ok()) spdlog::error("host free on rank {}: {}", r, freed);
+  }
+}
+
+TransferTask HiCacheEngine::MakeTask(const Op& op, uint32_t step) const {
+  TransferTask task;
+  task.op_id = op.id;
+  task.direction = op.kind == Op::Kind::kBackup
+                       ? TransferDirection::kDeviceToHost
+                       : TransferDirection::kHostToDevice;
+  task.step = step;
+  task.ranks.resize(layout_.cp_size());
+  std::vector<size_t> next(layout_.cp_size(), 0);
+  for (Rank r = 0; r < layout_.cp_size(); ++r) task.ranks[r].rank = r;
+  for (size_t i = 0; i < op.pages.size(); ++i) {
+    const Rank lane = op.owners[i];
+    task.ranks[lane].device_pages.push_back(
+        layout_.PhysicalPageOf(op.pages[i]));
+    task.ranks[lane].host_pages.push_back(op.host[lane][next[lane]++]);
+  }
+  return task;
+}
+
+absl::StatusOr<std::vector<uint64_t>> HiCacheEngine::PrepareBackups(
+    absl::Span<const BackupSpec> specs) {
+  MutexLock lock(&mu_);
+  const int64_t page = layout_.page_size();
+  // Validate everything first: nothing happens for a bad batch.
+  std::vector<int64_t> need(layout_.cp_size(), 0);
+  for (size_t s = 0; s < specs.size(); ++s) {
+    const BackupSpec& spec = specs[s];
+    if (spec.logical_len <= 0 || static_cast<int64_t>(spec.pages.size()) !=
+                                     (spec.logical_len + page - 1) / page) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "specs[", s, "]: ", spec.pages.size(), " pages cannot hold ",
+          spec.logical_len, " tokens at page size ", page));
+    }
+    for (LogicalPage p : spec.pages) {
+      if (!device_->IsAllocated(p)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("specs[", s, "]: page ", p, " is not allocated"));
+      }
+      ++need[layout_.LaneOf(p)];
+    }
+  }
+  // Batch admission: one host eviction step for the whole forward.
+  EvictHostLocked(need);
+  std::vector<uint64_t> ids;
+  for (const BackupSpec& spec : specs) {
+    auto op = std::make_unique<Op>();
+    op->kind = Op::Kind::kBackup;
+    op->pages = spec.pages;
+    op->owners = layout_.OwnersOf(spec.pages);
+    op->logical_len = spec.logical_len;
+    if (!ReserveHostLocked(op->owners, &op->host).ok()) {
+      ++stats_.backups_skipped_no_host;
+      spdlog::warn(
+          "backup of {} tokens skipped: host pool full after "
+          "eviction; {}",
+          spec.logical_len, host_[0]->AccountingString());
+      ids.push_back(0);
+      continue;
+    }
+    op->id = next_op_++;
+    op->submitted.assign(geometry_.NumSteps(), false);
+    AcquirePagesLocked(op->pages);
+    ++stats_.backups_started;
+    ids.push_back(op->id);
+    ops_[op->id] = std::move(op);
+  }
+  return ids;
+}
+
+absl::Status HiCacheEngine::LayerStored(absl::Span<const uint64_t> ops,
+                                        uint32_t step) {
+  MutexLock lock(&mu_);
+  if (step >= geometry_.NumSteps()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step ", step, " is outside [0, ", geometry_.NumSteps(), ")"));
+  }
+  for (uint64_t id : ops) {
+    auto it = ops_.find(id);
+    if (it == ops_.end() || it->second->kind != Op::Kind::kBackup) {
+      return absl::NotFoundError(absl::StrCat("no backup with op id ", id));
+    }
+    if (it->second->rolled_back) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("backup ", id, " was rolled back"));
+    }
+  }
+  for (uint64_t id : ops) {
+    Op& op = *ops_[id];
+    if (op.submitted[step]) continue;  // Idempotent per step.
+    op.submitted[step] = true;
+    op.submit_ns = NowNs();
+    op.outstanding += layout_.cp_size();
+    outstanding_steps_ += layout_.cp_size();
+    absl::Status submitted = transfer_->Submit(MakeTask(op, step));
+    if (!submitted.ok()) {
+      op.outstanding -= layout_.cp_size();
+      outstanding_steps_ -= layout_.cp_size();
+      return submitted;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HiCacheEngine::StoreAllLayers(uint64_t id) {
+  std::vector<uint32_t> missing;
+  {
+    MutexLock lock(&mu_);
+    auto it = ops_.find(id);
+    if (it == ops_.end() || it->second->kind != Op::Kind::kBackup) {
+      return absl::NotFoundError(absl::StrCat("no backup with op id ", id));
+    }
+    for (uint32_t s = 0; s < geometry_.NumSteps(); ++s) {
+      if (!it->second->submitted[s]) missing.push_back(s);
+    }
+    if (!missing.empty()) {
+      ++stats_.fallback_backups;
+      spdlog::warn(
+          "backup {}: all-layer fallback copies {} steps after the "
+          "forward pass",
+          id, missing.size());
+    }
+  }
+  for (uint32_t step : missing) {
+    const uint64_t ids[] = {id};
+    if (absl::Status s = LayerStored(ids, step); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+void HiCacheEngine::StartBackupOfNodeLocked(NodeId node) {
+  absl::StatusOr<NodeInfo> info = tree_->Inspect(node);
+  if (!info.ok() || info->tier != NodeTier::kDevice || info->pending_backup) {
+    return;
+  }
+  auto op = std::make_unique<Op>();
+  op->kind = Op::Kind::kBackup;
+  op->pages = info->device_pages;
+  op->owners = layout_.OwnersOf(op->pages);
+  op->logical_len = info->len;
+  std::vector<int64_t> need(layout_.cp_size(), 0);
+  for (Rank owner : op->owners) ++need[owner];
+  EvictHostLocked(need);
+  if (!ReserveHostLocked(op->owners, &op->host).ok()) {
+    ++stats_.backups_skipped_no_host;
+    return;
+  }
+  absl::StatusOr<CpHostMeta> meta =
+      CpHostMeta::Create(op->logical_len, layout_.page_size(),
+                         layout_.cp_size(), op->owners, op->host);
+  if (!meta.ok() || !tree_->BeginBackup(node, *std::move(meta)).ok()) {
+    FreeHostLocked(op->host);
+    return;
+  }
+  op->id = next_op_++;
+  op->node = node;
+  op->attached = true;
+  op->submitted.assign(geometry_.NumSteps(), true);
+  op->submit_ns = NowNs();
+  AcquirePagesLocked(op->pages);
+  ++stats_.backups_started;
+  Op& ref = *op;
+  ops_[op->id] = std::move(op);
+  for (uint32_t step = 0; step < geometry_.NumSteps(); ++step) {
+    ref.outstanding += layout_.cp_size();
+    outstanding_steps_ += layout_.cp_size();
+    absl::Status submitted = transfer_->Submit(MakeTask(ref, step));
+    if (!submitted.ok()) {
+      spdlog::error("write-through submit failed: {}", submitted);
+      ref.outstanding -= layout_.cp_size();
+      outstanding_steps_ -= layout_.cp_size();
+    }
+  }
+}
+
+void HiCacheEngine::WriteBackVictimsLocked(absl::Span<const int64_t> need) {
+  // Back up, synchronously, unbacked victims until they cover the shortage,
+  // so eviction moves them to host instead of dropping them.
+  std::vector<int64_t> covered(layout_.cp_size(), 0);
+  for (NodeId node : tree_->DeviceEvictionOrder(1 << 20)) {
+    bool short_lane = false;
+    for (Rank l = 0; l < layout_.cp_size(); ++l) {
+      short_lane |= covered[l] < need[l];
+    }
+    if (!short_lane) return;
+    absl::StatusOr<NodeInfo> info = tree_->Inspect(node);
+    if (!info.ok()) continue;
+    for (LogicalPage p : info->device_pages) ++covered[layout_.LaneOf(p)];
+    if (info->tier != NodeTier::kDevice) continue;  // Already backed.
+    const std::vector<Rank> owners = layout_.OwnersOf(info->device_pages);
+    std::vector<std::vector<int64_t>> host;
+    std::vector<int64_t> host_need(layout_.cp_size(), 0);
+    for (Rank owner : owners) ++host_need[owner];
+    EvictHostLocked(host_need);
+    if (!ReserveHostLocked(owners, &host).ok()) {
+      ++stats_.backups_skipped_no_host;
+      continue;
+    }
+    Op op;
+    op.kind = Op::Kind::kBackup;
+    op.pages = info->device_pages;
+    op.owners = owners;
+    op.host = host;
+    bool copied = true;
+    for (uint32_t step = 0; step < geometry_.NumSteps() && copied; ++step) {
+      absl::StatusOr<uint64_t> bytes = transfer_->CopyNow(MakeTask(op, step));
+      copied = bytes.ok();
+      if (copied) stats_.bytes_to_host += *bytes;
+    }
+    absl::StatusOr<CpHostMeta> meta = CpHostMeta::Create(
+        info->len, layout_.page_size(), layout_.cp_size(), owners, host);
+    if (!copied || !meta.ok() || !tree_->BeginBackup(node, *meta).ok() ||
+        !tree_->CommitBackup(node).ok()) {
+      FreeHostLocked(host);
+      continue;
+    }
+    ++stats_.write_back_backups;
+  }
+}
+
+absl::Status HiCacheEngine::AttachBackup(uint64_t id, NodeId node) {
+  std::vector<PendingEvent> events;
+  absl::Status status;
+  {
+    MutexLock lock(&mu_);
+    auto it = ops_.find(id);
+    if (it == ops_.end() || it->second->kind != Op::Kind::kBackup) {
+      return absl::NotFoundError(absl::StrCat("no backup with op id ", id));
+    }
+    Op& op = *it->second;
+    if (op.attached || op.rolled_back) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("backup ", id, " is already attached or rolled back"));
+    }
+    absl::StatusOr<NodeInfo> info = tree_->Inspect(node);
+    if (!info.ok()) return info.status();
+    if (info->device_pages != op.pages || info->len != op.logical_len) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "node ", node, " does not hold exactly the pages of backup ", id,
+          " (", info->len, " tokens vs ", op.logical_len,
+          "); roll the backup back"));
+    }
+    absl::StatusOr<CpHostMeta> meta =
+        CpHostMeta::Create(op.logical_len, layout_.page_size(),
+                           layout_.cp_size(), op.owners, op.host);
+    if (!meta.ok()) return meta.status();
+    status = tree_->BeginBackup(node, *std::move(meta));
+    if (!status.ok()) return status;
+    op.node = node;
+    op.attached = true;
+    // A ready ack was held for this moment.
+    if (op.acked ==
+        static_cast<int64_t>(layout_.cp_size()) * geometry_.NumSteps()) {
+      CommitLocked(op, &events);
+    }
+  }
+  Dispatch(events);
+  return status;
+}
+
+void HiCacheEngine::CommitLocked(Op& op, std::vector<PendingEvent>* events) {
+  if (absl::Status s = tree_->CommitBackup(op.node); !s.ok()) {
+    spdlog::error("commit of backup {} on node {} failed: {}", op.id, op.node,
+                  s);
+  }
+  op.done = true;
+  ++stats_.backups_committed;
+  events->push_back(
+      {PendingEvent::Type::kBackupCommitted, op.id, 0, 0, op.node, true});
+  FinishOpLocked(op.id, events);
+}
+
+absl::Status HiCacheEngine::RollbackBackup(uint64_t id) {
+  std::vector<PendingEvent> events;
+  {
+    MutexLock lock(&mu_);
+    auto it = ops_.find(id);
+    if (it == ops_.end() || it->second->kind != Op::Kind::kBackup) {
+      return absl::NotFoundError(absl::StrCat("no backup with op id ", id));
+    }
+    Op& op = *it->second;
+    if (op.rolled_back) return absl::OkStatus();
+    if (op.attached) {
+      // The reservation is freed from the op's own record below.
+      (void)tree_->AbortBackup(op.node);
+    }
+    op.rolled_back = true;
+    ++stats_.backups_rolled_back;
+    events.push_back({PendingEvent::Type::kBackupRolledBack, id});
+    if (op.outstanding == 0) FinishOpLocked(id, &events);
+  }
+  Dispatch(events);
+  return absl::OkStatus();
+}
+
+// Ends an op whose copies are all complete: frees what it no longer needs.
+void HiCacheEngine::FinishOpLocked(uint64_t id,
+                                   std::vector<PendingEvent>* events) {
+  auto it = ops_.find(id);
+  Op& op = *it->second;
+  if (op.kind == Op::Kind::kBackup) {
+    if (!op.done) FreeHostLocked(op.host);  // Rolled back: orphan reservation.
+    ReleasePagesLocked(op.pages);
+    ops_.erase(it);
+    return;
+  }
+  // Load.
+  ReleasePagesLocked(op.pages);
+  if (!op.done) {
+    // Rolled back before its copies finished: the pages were never attached.
+    FreeDeviceLocked(op.pages);
+    for (const auto& [node, count] : op.chain) {
+      (void)tree_->ReleaseHostRef(node);
+    }
+    if (op.locked_parent != kNoNode) (void)tree_->Unlock(op.locked_parent);
+    events->push_back(
+        {PendingEvent::Type::kLoadDone, id, 0, 0, kNoNode, false});
+    ops_.erase(it);
+  }
+}
+
+void HiCacheEngine::OnStepDone(uint64_t id, TransferDirection direction,
+                               Rank rank, uint32_t step, absl::Status status,
+                               uint64_t bytes) {
+  std::vector<PendingEvent> events;
+  {
+    MutexLock lock(&mu_);
+    if (--outstanding_steps_ == 0) idle_cv_.SignalAll();
+    auto it = ops_.find(id);
+    if (it == ops_.end()) return;
+    Op& op = *it->second;
+    --op.outstanding;
+    ++op.acked;
+    ++stats_.steps_completed;
+    stats_.step_latency_ns_total += NowNs() - op.submit_ns;
+    if (direction == TransferDirection::kDeviceToHost) {
+      stats_.bytes_to_host += bytes;
+    } else {
+      stats_.bytes_to_device += bytes;
+    }
+    if (!status.ok()) {
+      spdlog::warn("copy of op {} rank {} step {} failed: {}", id, rank, step,
+                   status);
+      op.rolled_back = true;  // Never commit bytes that did not arrive.
+      if (op.kind == Op::Kind::kBackup && op.attached) {
+        (void)tree_->AbortBackup(op.node);
+      }
+    }
+    const bool backup = op.kind == Op::Kind::kBackup;
+    events.push_back({backup ? PendingEvent::Type::kBackupStep
+                             : PendingEvent::Type::kLoadStep,
+                      id, rank, step});
+    const bool all_acked = op.acked == static_cast<int64_t>(layout_.cp_size()) *
+                                           geometry_.NumSteps();
+    if (op.rolled_back) {
+      if (op.outstanding == 0) FinishOpLocked(id, &events);
+    } else if (all_acked) {
+      if (backup) {
+        // Visible only now: every rank's final ack, target and draft steps.
+        if (op.attached) CommitLocked(op, &events);
+        // Otherwise the ready ack waits for AttachBackup or RollbackBackup.
+      } else {
+        CompleteLoadLocked(op, &events);
+      }
+    }
+  }
+  Dispatch(events);
+}
+
+absl::StatusOr<LoadResult> HiCacheEngine::LoadBack(
+    absl::string_view ns, absl::Span<const int32_t> tokens) {
+  MutexLock lock(&mu_);
+  absl::StatusOr<MatchResult> match = tree_->MatchPrefix(ns, tokens);
+  if (!match.ok()) return match.status();
+  ++stats_.match_calls;
+  stats_.query_tokens += tokens.size();
+  stats_.device_hit_tokens += match->device_len;
+  stats_.host_hit_tokens += match->host_hit_len;
+  LoadResult result;
+  result.device_len = match->device_len;
+  result.pages = match->device_pages;
+  result.node = match->last_device_node;
+  if (match->host_hit_len == 0) return result;
+  auto miss = [&](LoadMissReason reason) {
+    ++stats_.load_misses;
+    result.miss = reason;
+    return result;
+  };
+  absl::StatusOr<std::vector<NodeId>> chain =
+      tree_->HostOnlyChain(match->last_host_node);
+  if (!chain.ok()) return chain.status();
+  std::vector<Rank> owners;
+  std::vector<std::pair<NodeId, int64_t>> slices;
+  std::vector<std::vector<int64_t>> host(layout_.cp_size());
+  int64_t logical_len = 0;
+  for (NodeId id : *chain) {
+    const NodeInfo info = *tree_->Inspect(id);
+    if (info.host_ref > 0) return miss(LoadMissReason::kLoadInFlight);
+    logical_len += info.len;
+    owners.insert(owners.end(), info.page_owners.begin(),
+                  info.page_owners.end());
+    slices.push_back({id, static_cast<int64_t>(info.page_owners.size())});
+    for (Rank r = 0; r < layout_.cp_size(); ++r) {
+      host[r].insert(host[r].end(), info.host_pages[r].begin(),
+                     info.host_pages[r].end());
+    }
+  }
+  if (logical_len < options_.load_back_threshold_tokens) {
+    return miss(LoadMissReason::kBelowThreshold);
+  }
+  // Quota: free device pages plus what eviction could free.
+  const int64_t evictable_pages =
+      tree_->Stats().evictable_tokens / layout_.page_size();
+  if (static_cast<int64_t>(owners.size()) >
+      device_->available() + evictable_pages) {
+    return miss(LoadMissReason::kOverQuota);
+  }
+  // The parent of the chain must stay on device while the copies run.
+  const NodeId parent = match->last_device_node;
+  (void)tree_->Lock(parent);
+  // Exactly the recorded owners; owner-lane-targeted eviction on shortage;
+  // never a plain allocation.
+  absl::StatusOr<std::vector<LogicalPage>> pages = AllocateLocked(owners, -1);
+  if (!pages.ok()) {
+    (void)tree_->Unlock(parent);
+    return miss(LoadMissReason::kNoDeviceMemory);
+  }
+  auto op = std::make_unique<Op>();
+  op->kind = Op::Kind::kLoad;
+  op->id = next_op_++;
+  op->pages = *pages;
+  op->owners = owners;
+  op->logical_len = logical_len;
+  op->host = host;
+  op->chain = slices;
+  op->node = chain->back();
+  op->locked_parent = parent;
+  op->submitted.assign(geometry_.NumSteps(), true);
+  op->submit_ns = NowNs();
+  for (const auto& [node, count] : slices) (void)tree_->AddHostRef(node);
+  AcquirePagesLocked(op->pages);
+  ++stats_.loads_started;
+  result.op_id = op->id;
+  result.loaded_len = match->host_hit_len;
+  result.num_steps = geometry_.NumSteps();
+  result.node = op->node;
+  // Only valid-token locations reach the caller.
+  const int64_t valid_pages =
+      (match->device_len + match->host_hit_len + layout_.page_size() - 1) /
+          layout_.page_size() -
+      static_cast<int64_t>(match->device_pages.size());
+  result.pages.insert(result.pages.end(), op->pages.begin(),
+                      op->pages.begin() + valid_pages);
+  Op& ref = *op;
+  ops_[op->id] = std::move(op);
+  for (uint32_t step = 0; step < geometry_.NumSteps(); ++step) {
+    ref.outstanding += layout_.cp_size();
+    outstanding_steps_ += layout_.cp_size();
+    absl::Status submitted = transfer_->Submit(MakeTask(ref, step));
+    if (!submitted.ok()) {
+      spdlog::error("load submit failed: {}", submitted);
+      ref.outstanding -= layout_.cp_size();
+      outstanding_steps_ -= layout_.cp_size();
+      ref.rolled_back = true;
+    }
+  }
+  if (ref.rolled_back && ref.outstanding == 0) {
+    std::vector<PendingEvent> ignored;
+    FinishOpLocked(ref.id, &ignored);
+    result.op_id = 0;
+    return miss(LoadMissReason::kNoDeviceMemory);
+  }
+  return result;
+}
+
+void HiCacheEngine::CompleteLoadLocked(Op& op,
+                                       std::vector<PendingEvent>* events) {
+  size_t offset = 0;
+  bool ok = true;
+  for (const auto& [node, count] : op.chain) {
+    absl::Span<const LogicalPage> slice(op.pages.data() + offset, count);
+    offset += count;
+    if (ok) {
+      absl::Status attached = tree_->AttachDevicePages(node, slice);
+      if (!attached.ok()) {
+        spdlog::warn("load {}: attaching node {} failed: {}", op.id, node,
+                     attached);
+        ok = false;
+        FreeDeviceLocked(
+            absl::Span<const LogicalPage>(op.pages.data() + offset - count,
+                                          op.pages.size() - offset + count));
+      } else {
+        for (LogicalPage p : slice) tree_pages_.insert(p);
+      }
+    }
+    (void)tree_->ReleaseHostRef(node);
+  }
+  if (ok) {
+    (void)tree_->Lock(op.node);  // Held for the caller until FinishLoad.
+    op.holds_node_lock = true;
+    ++stats_.loads_done;
+  }
+  (void)tree_->Unlock(op.locked_parent);
+  op.locked_parent = kNoNode;
+  op.done = true;
+  ReleasePagesLocked(op.pages);
+  op.pages.clear();
+  events->push_back({PendingEvent::Type::kLoadDone, op.id, 0, 0, op.node, ok});
+  if (!ok) ops_.erase(op.id);
+}
+
+absl::StatusOr<bool> HiCacheEngine::LoadDone(uint64_t id) {
+  MutexLock lock(&mu_);
+  auto it = ops_.find(id);
+  if (it == ops_.end() || it->second->kind != Op::Kind::kLoad) {
+    return absl::NotFoundError(absl::StrCat("no load with op id ", id));
+  }
+  return it->second->done;
+}
+
+absl::Status HiCacheEngine::FinishLoad(uint64_t id) {
+  std::vector<PendingEvent> events;
+  {
+    MutexLock lock(&mu_);
+    auto it = ops_.find(id);
+    if (it == ops_.end() || it->second->kind != Op::Kind::kLoad) {
+      return absl::NotFoundError(absl::StrCat("no load with op id ", id));
+    }
+    Op& op = *it->second;
+    if (op.done) {
+      if (op.holds_node_lock) (void)tree_->Unlock(op.node);
+      ops_.erase(it);
+    } else {
+      op.rolled_back = true;  // Pages are freed when the copies finish.
+      if (op.outstanding == 0) FinishOpLocked(id, &events);
+    }
+  }
+  Dispatch(events);
+  return absl::OkStatus();
+}
+
+void HiCacheEngine::Dispatch(const std::vector<PendingEvent>& events) {
+  EngineListener* listener;
+  {
+    MutexLock lock(&mu_);
+    listener = listener_;
+  }
+  if (listener == nullptr) return;
+  for (const PendingEvent& e : events) {
+    switch (e.type) {
+      case PendingEvent::Type::kBackupStep:
+        listener->OnBackupStep(e.op, e.rank, e.step);
+        break;
+      case PendingEvent::Type::kBackupCommitted:
+        listener->OnBackupCommitted(e.op, e.node);
+        break;
+      case PendingEvent::Type::kBackupRolledBack:
+        listener->OnBackupRolledBack(e.op);
+        break;
+      case PendingEvent::Type::kLoadStep:
+        listener->OnLoadStep(e.op, e.rank, e.step);
+        break;
+      case PendingEvent::Type::kLoadDone:
+        listener->OnLoadDone(e.op, e.ok);
+        break;
+    }
+  }
+}
+
+absl::Status HiCacheEngine::CheckInvariants() const {
+  MutexLock lock(&mu_);
+  if (absl::Status s = tree_->CheckInvariants(); !s.ok()) return s;
+  if (absl::Status s = device_->CheckInvariants(); !s.ok()) return s;
+  // Host pages: committed copies + pending reservations + op reservations
+  // must be exactly the reserved pages of every rank.
+  std::vector<absl::flat_hash_set<int64_t>> held(layout_.cp_size());
+  auto hold = [&](Rank r, int64_t page) -> absl::Status {
+    if (!held[r].insert(page).second) {
+      return absl::InternalError(
+          absl::StrCat("host page ", page, " of rank ", r, " held twice"));
+    }
+    return absl::OkStatus();
+  };
+  for (const NodeInfo& n : tree_->Dump({})) {
+    const NodeInfo detail = *tree_->Inspect(n.id);
+    for (Rank r = 0; r < detail.host_pages.size(); ++r) {
+      for (int64_t p : detail.host_pages[r]) {
+        if (absl::Status s = hold(r, p); !s.ok()) return s;
+      }
+    }
+    for (LogicalPage p : detail.device_pages) {
+      if (!tree_pages_.contains(p)) {
+        return absl::InternalError(
+            absl::StrCat("tree page ", p, " is not in the tree page set"));
+      }
+    }
+  }
+  for (const auto& [id, op] : ops_) {
+    if (op->kind != Op::Kind::kBackup || op->done) continue;
+    // An attached backup's reservation is the node's pending metadata, not
+    // reported by Inspect: count it from the op.
+    for (Rank r = 0; r < op->host.size(); ++r) {
+      for (int64_t p : op->host[r]) {
+        if (absl::Status s = hold(r, p); !s.ok()) return s;
+      }
+    }
+  }
+  for (Rank r = 0; r < layout_.cp_size(); ++r) {
+    if (static_cast<int64_t>(held[r].size()) != host_[r]->used_pages()) {
+      return absl::InternalError(absl::StrCat(
+          "rank ", r, ": ", host_[r]->used_pages(), " host pages reserved but ",
+          held[r].size(), " accounted for (leak)"));
+    }
+    if (absl::Status s = host_[r]->CheckInvariants(); !s.ok()) return s;
+  }
+  for (LogicalPage p : tree_pages_) {
+    if (!device_->IsAllocated(p)) {
+      return absl::InternalError(
+          absl::StrCat("tree page ", p, " is not allocated"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace hicache

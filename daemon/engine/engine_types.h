@@ -1,0 +1,109 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "daemon/core/clock.h"
+#include "daemon/core/daemon_config.h"
+#include "daemon/layout/cp_layout.h"
+#include "daemon/radix/eviction_policy.h"
+#include "daemon/radix/radix_tree.h"
+
+namespace hicache {
+
+class PoolBackend;
+
+// When device KV is copied to the host pool.
+enum class WritePolicy {
+  kWriteThrough,           // At the first hit of a device node.
+  kWriteThroughSelective,  // When a node's hit count reaches the threshold.
+  kWriteBack,              // When a device node is evicted.
+};
+absl::string_view WritePolicyName(WritePolicy policy);
+
+struct EngineOptions {
+  uint32_t page_size = 64;
+  uint32_t cp_size = 1;
+  std::string kv_preset = "tiny";
+  int64_t device_pages_per_rank = 1024;  // Including the reserved page 0.
+  int64_t host_pages_per_rank = 4096;
+  HostLayout host_layout = HostLayout::kLayerFirst;
+  bool lock_host_memory = false;
+  WritePolicy write_policy = WritePolicy::kWriteThroughSelective;
+  uint32_t write_through_threshold = 2;  // For kWriteThroughSelective.
+  EvictionPolicy eviction_policy = EvictionPolicy::kLru;
+  // Loads of fewer tokens are not worth a transfer: reported as misses.
+  int64_t load_back_threshold_tokens = 0;
+  // After pressure, evict until this many pages are free per lane (L1) and
+  // per rank (L2), not just the deficit.
+  int64_t l1_free_room_pages = 0;
+  int64_t l2_free_room_pages = 0;
+  int transfer_workers = 2;
+  const Clock* clock = nullptr;    // Default: Clock::Real().
+  PoolBackend* backend = nullptr;  // Default: shared-memory pools.
+};
+
+// A backup the scheduler prepares for one request before its forward pass.
+struct BackupSpec {
+  std::vector<LogicalPage> pages;  // The request's new pages, in order.
+  int64_t logical_len = 0;         // Valid tokens they hold.
+};
+
+enum class LoadMissReason {
+  kNone,            // Loaded (or nothing on host).
+  kBelowThreshold,  // Shorter than load_back_threshold_tokens.
+  kOverQuota,       // More than free + evictable device pages.
+  kNoDeviceMemory,  // Owner lanes short even after targeted eviction.
+  kLoadInFlight,    // Another load of these nodes is running.
+};
+absl::string_view LoadMissReasonName(LoadMissReason reason);
+
+struct LoadResult {
+  uint64_t op_id = 0;  // 0 when nothing is loaded.
+  LoadMissReason miss = LoadMissReason::kNone;
+  int64_t device_len = 0;  // Tokens already on device before the load.
+  int64_t loaded_len = 0;  // Tokens this load brings back (valid only).
+  // Locations: pages covering device_len + loaded_len valid tokens.
+  std::vector<LogicalPage> pages;
+  uint32_t num_steps = 0;  // Per-layer events to wait for.
+  NodeId node = kNoNode;   // Deepest node of the hit.
+};
+
+// Per-layer and completion events, for the service to stream. Called
+// without engine locks held, from transfer worker threads.
+class EngineListener {
+ public:
+  virtual ~EngineListener() = default;
+  virtual void OnBackupStep(uint64_t op, Rank rank, uint32_t step) {}
+  virtual void OnBackupCommitted(uint64_t op, NodeId node) {}
+  virtual void OnBackupRolledBack(uint64_t op) {}
+  virtual void OnLoadStep(uint64_t op, Rank rank, uint32_t step) {}
+  virtual void OnLoadDone(uint64_t op, bool ok) {}
+};
+
+struct EngineStats {
+  int64_t match_calls = 0;
+  int64_t device_hit_tokens = 0;
+  int64_t host_hit_tokens = 0;
+  int64_t query_tokens = 0;
+  int64_t backups_started = 0;
+  int64_t backups_committed = 0;
+  int64_t backups_rolled_back = 0;
+  int64_t backups_skipped_no_host = 0;
+  int64_t fallback_backups = 0;  // All-layer backups after the forward.
+  int64_t write_back_backups = 0;
+  int64_t loads_started = 0;
+  int64_t loads_done = 0;
+  int64_t load_misses = 0;
+  int64_t device_evicted_pages = 0;
+  int64_t host_evicted_pages = 0;
+  int64_t device_alloc_failures = 0;
+  uint64_t bytes_to_host = 0;
+  uint64_t bytes_to_device = 0;
+  int64_t step_latency_ns_total = 0;  // Submit to completion, all steps.
+  int64_t steps_completed = 0;
+};
+
+}  // namespace hicache

@@ -1,0 +1,369 @@
+#include "daemon/engine/hicache_engine.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "daemon/core/log_format.h"
+#include "daemon/engine/engine_op.h"
+#include "daemon/pool/shm_pool.h"
+#include "daemon/transfer/cpu_transfer_engine.h"
+#include "spdlog/spdlog.h"
+
+namespace hicache {
+
+absl::string_view WritePolicyName(WritePolicy policy) {
+  switch (policy) {
+    case WritePolicy::kWriteThrough:
+      return "write_through";
+    case WritePolicy::kWriteThroughSelective:
+      return "write_through_selective";
+    case WritePolicy::kWriteBack:
+      return "write_back";
+  }
+  return "unknown";
+}
+
+absl::string_view LoadMissReasonName(LoadMissReason reason) {
+  switch (reason) {
+    case LoadMissReason::kNone:
+      return "none";
+    case LoadMissReason::kBelowThreshold:
+      return "below_threshold";
+    case LoadMissReason::kOverQuota:
+      return "over_quota";
+    case LoadMissReason::kNoDeviceMemory:
+      return "no_device_memory";
+    case LoadMissReason::kLoadInFlight:
+      return "load_in_flight";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<std::unique_ptr<HiCacheEngine>> HiCacheEngine::Create(
+    const EngineOptions& options) {
+  absl::StatusOr<CpLayout> layout =
+      CpLayout::Create(options.page_size, options.cp_size);
+  if (!layout.ok()) return layout.status();
+  absl::StatusOr<KvGeometry> geometry =
+      KvGeometry::Preset(options.kv_preset, options.page_size);
+  if (!geometry.ok()) return geometry.status();
+  if (options.host_pages_per_rank < 1) {
+    return absl::InvalidArgumentError(
+        "the engine needs a host pool: host_pages_per_rank must be >= 1");
+  }
+  std::unique_ptr<HiCacheEngine> engine(
+      new HiCacheEngine(options, *layout, *geometry));
+  PoolBackend* backend = options.backend;
+  if (backend == nullptr) {
+    engine->owned_backend_ = std::make_unique<ShmPoolBackend>(
+        absl::StrCat("/hicache-", getpid(), "-e",
+                     reinterpret_cast<uintptr_t>(engine.get())));
+    backend = engine->owned_backend_.get();
+  }
+  absl::StatusOr<std::unique_ptr<RankPools>> pools = RankPools::Create(
+      engine->layout_, engine->geometry_,
+      RankPoolsOptions{.device_pages_per_rank = options.device_pages_per_rank,
+                       .host_pages_per_rank = options.host_pages_per_rank,
+                       .host_layout = options.host_layout,
+                       .lock_host_memory = options.lock_host_memory},
+      *backend);
+  if (!pools.ok()) return pools.status();
+  engine->pools_ = *std::move(pools);
+
+  absl::StatusOr<DevicePageAllocator> device = DevicePageAllocator::Create(
+      engine->layout_, options.device_pages_per_rank * options.cp_size);
+  if (!device.ok()) return device.status();
+  absl::StatusOr<std::unique_ptr<RadixTree>> tree = RadixTree::Create(
+      {.page_size = options.page_size,
+       .cp_size = options.cp_size,
+       .policy = options.eviction_policy,
+       .write_through_threshold =
+           options.write_policy == WritePolicy::kWriteThrough ? 1u
+           : options.write_policy == WritePolicy::kWriteThroughSelective
+               ? std::max(1u, options.write_through_threshold)
+               : 0u,
+       .clock = options.clock,
+       .reserve_tokens = 0});
+  if (!tree.ok()) return tree.status();
+  {
+    MutexLock lock(&engine->mu_);
+    engine->device_ = std::make_unique<DevicePageAllocator>(*std::move(device));
+    engine->tree_ = *std::move(tree);
+    for (Rank r = 0; r < options.cp_size; ++r) {
+      engine->host_.push_back(std::make_unique<HostPageAllocator>(
+          *HostPageAllocator::Create(options.host_pages_per_rank)));
+    }
+  }
+  engine->transfer_ = std::make_unique<CpuTransferEngine>(
+      engine->pools_.get(), engine.get(), options.transfer_workers);
+  return engine;
+}
+
+HiCacheEngine::HiCacheEngine(const EngineOptions& options, CpLayout layout,
+                             KvGeometry geometry)
+    : options_(options),
+      layout_(std::move(layout)),
+      geometry_(std::move(geometry)) {}
+
+HiCacheEngine::~HiCacheEngine() {
+  // Stop the workers (they call OnStepDone) before the state goes away.
+  if (transfer_ != nullptr) transfer_->Drain();
+  transfer_.reset();
+}
+
+void HiCacheEngine::SetListener(EngineListener* listener) {
+  MutexLock lock(&mu_);
+  listener_ = listener;
+}
+
+absl::StatusOr<MatchResult> HiCacheEngine::Match(
+    absl::string_view ns, absl::Span<const int32_t> tokens) {
+  MutexLock lock(&mu_);
+  absl::StatusOr<MatchResult> match = tree_->MatchPrefix(ns, tokens);
+  if (!match.ok()) return match;
+  ++stats_.match_calls;
+  stats_.query_tokens += tokens.size();
+  stats_.device_hit_tokens += match->device_len;
+  stats_.host_hit_tokens += match->host_hit_len;
+  for (NodeId node : match->write_through_candidates) {
+    StartBackupOfNodeLocked(node);
+  }
+  return match;
+}
+
+DeviceEvictResult HiCacheEngine::EvictDeviceLocked(
+    absl::Span<const int64_t> need) {
+  std::vector<int64_t> target(layout_.cp_size(), 0);
+  for (Rank l = 0; l < layout_.cp_size(); ++l) {
+    const int64_t available = device_->Counts(l).available();
+    if (need[l] > available) {
+      target[l] = need[l] - available + options_.l1_free_room_pages;
+    }
+  }
+  return EvictDeviceTargetsLocked(target);
+}
+
+DeviceEvictResult HiCacheEngine::EvictDeviceTargetsLocked(
+    absl::Span<const int64_t> target) {
+  if (std::all_of(target.begin(), target.end(),
+                  [](int64_t t) { return t <= 0; })) {
+    return DeviceEvictResult{};
+  }
+  if (options_.write_policy == WritePolicy::kWriteBack) {
+    WriteBackVictimsLocked(target);
+  }
+  DeviceEvictResult result = tree_->EvictDevice(target);
+  int64_t freed = 0;
+  for (const auto& lane : result.freed_pages) {
+    for (LogicalPage page : lane) tree_pages_.erase(page);
+    FreeDeviceLocked(lane);
+    freed += lane.size();
+  }
+  FreeHostLocked(result.freed_host_pages);
+  stats_.device_evicted_pages += freed;
+  spdlog::debug("device eviction freed {} pages ({} to host, {} removed)",
+                freed, result.nodes_to_host, result.nodes_removed);
+  return result;
+}
+
+void HiCacheEngine::EvictHostLocked(absl::Span<const int64_t> need) {
+  std::vector<int64_t> target(layout_.cp_size(), 0);
+  for (Rank r = 0; r < layout_.cp_size(); ++r) {
+    const int64_t free = host_[r]->free_pages();
+    // Progress is counted in physical host pages of that rank.
+    if (need[r] > free) {
+      target[r] = need[r] - free + options_.l2_free_room_pages;
+    }
+  }
+  EvictHostTargetsLocked(target);
+}
+
+void HiCacheEngine::EvictHostTargetsLocked(absl::Span<const int64_t> target) {
+  if (std::all_of(target.begin(), target.end(),
+                  [](int64_t t) { return t <= 0; })) {
+    return;
+  }
+  HostEvictResult result = tree_->EvictHost(target);
+  int64_t freed = 0;
+  for (Rank r = 0; r < layout_.cp_size(); ++r) {
+    freed += result.freed_host_pages[r].size();
+  }
+  FreeHostLocked(result.freed_host_pages);
+  stats_.host_evicted_pages += freed;
+  spdlog::debug("host eviction freed {} pages from {} nodes", freed,
+                result.nodes_removed);
+}
+
+absl::StatusOr<std::vector<LogicalPage>> HiCacheEngine::AllocateLocked(
+    absl::Span<const Rank> owners, int64_t any_lanes) {
+  auto attempt = [&]() {
+    return any_lanes >= 0 ? device_->Allocate(any_lanes)
+                          : device_->AllocateWithOwners(owners);
+  };
+  absl::StatusOr<std::vector<LogicalPage>> pages = attempt();
+  if (pages.ok() ||
+      pages.status().code() != absl::StatusCode::kResourceExhausted) {
+    return pages;
+  }
+  // Evict in exactly the short lanes, then retry once.
+  std::vector<int64_t> need(layout_.cp_size(), 0);
+  if (any_lanes >= 0) {
+    int64_t missing = any_lanes - device_->available();
+    for (Rank l = 0; missing > 0; l = (l + 1) % layout_.cp_size(), --missing) {
+      ++need[l];
+    }
+    for (Rank l = 0; l < layout_.cp_size(); ++l) {
+      need[l] += device_->Counts(l).available();
+    }
+  } else {
+    for (Rank owner : owners) ++need[owner];
+  }
+  const DeviceEvictResult evicted = EvictDeviceLocked(need);
+  pages = attempt();
+  if (!pages.ok()) {
+    ++stats_.device_alloc_failures;
+    int64_t freed = 0;
+    for (const auto& lane : evicted.freed_pages) freed += lane.size();
+    spdlog::warn("device allocation failed after evicting {} pages: {}", freed,
+                 pages.status().message());
+    return absl::ResourceExhaustedError(
+        absl::StrCat(pages.status().message(), "; eviction freed ", freed,
+                     " pages (", evicted.nodes_to_host, " nodes to host, ",
+                     evicted.nodes_removed, " removed)"));
+  }
+  return pages;
+}
+
+absl::StatusOr<std::vector<LogicalPage>> HiCacheEngine::Allocate(
+    int64_t num_pages) {
+  MutexLock lock(&mu_);
+  return AllocateLocked({}, num_pages);
+}
+
+absl::StatusOr<std::vector<LogicalPage>> HiCacheEngine::AllocateWithOwners(
+    absl::Span<const Rank> owners) {
+  MutexLock lock(&mu_);
+  return AllocateLocked(owners, -1);
+}
+
+void HiCacheEngine::FreeDeviceLocked(absl::Span<const LogicalPage> pages) {
+  std::vector<LogicalPage> now;
+  for (LogicalPage page : pages) {
+    if (busy_pages_.contains(page)) {
+      free_when_idle_.insert(page);
+    } else {
+      now.push_back(page);
+    }
+  }
+  absl::Status freed = device_->Free(now);
+  if (!freed.ok()) {
+    spdlog::error("engine freed pages it does not own: {}", freed);
+  }
+}
+
+absl::Status HiCacheEngine::Free(absl::Span<const LogicalPage> pages) {
+  MutexLock lock(&mu_);
+  for (size_t i = 0; i < pages.size(); ++i) {
+    if (tree_pages_.contains(pages[i])) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "pages[", i, "] = ", pages[i], " is held by the radix tree"));
+    }
+    if (busy_pages_.contains(pages[i])) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("pages[", i, "] = ", pages[i],
+                       " is used by a backup in flight; roll it back first"));
+    }
+  }
+  return device_->Free(pages);
+}
+
+absl::StatusOr<InsertResult> HiCacheEngine::Insert(
+    absl::string_view ns, absl::Span<const int32_t> tokens,
+    absl::Span<const LogicalPage> pages, const InsertOptions& options) {
+  MutexLock lock(&mu_);
+  // Pages the tree holds may only be passed back where the tree holds them
+  // (the matched prefix); every other page must be the request's own.
+  absl::StatusOr<MatchResult> held =
+      tree_->MatchPrefix(ns, tokens, {.record_hit = false});
+  if (!held.ok()) return held.status();
+  for (size_t i = 0; i < pages.size(); ++i) {
+    if (!device_->IsAllocated(pages[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pages[", i, "] = ", pages[i], " is not allocated"));
+    }
+    if (tree_pages_.contains(pages[i]) &&
+        (i >= held->device_pages.size() || held->device_pages[i] != pages[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pages[", i, "] = ", pages[i],
+                       " is held by the radix tree for other tokens"));
+    }
+  }
+  absl::StatusOr<InsertResult> result =
+      tree_->Insert(ns, tokens, pages, options);
+  if (!result.ok() || result->deferred) return result;
+  absl::flat_hash_set<LogicalPage> not_adopted(result->duplicate_pages.begin(),
+                                               result->duplicate_pages.end());
+  not_adopted.insert(result->uncached_pages.begin(),
+                     result->uncached_pages.end());
+  for (LogicalPage page : pages) {
+    if (!not_adopted.contains(page)) tree_pages_.insert(page);
+  }
+  for (LogicalPage page : result->released_pages) tree_pages_.erase(page);
+  FreeDeviceLocked(result->duplicate_pages);
+  FreeDeviceLocked(result->released_pages);
+  return result;
+}
+
+absl::Status HiCacheEngine::Lock(NodeId node) {
+  MutexLock lock(&mu_);
+  return tree_->Lock(node);
+}
+
+absl::Status HiCacheEngine::Unlock(NodeId node) {
+  MutexLock lock(&mu_);
+  return tree_->Unlock(node);
+}
+
+absl::Status HiCacheEngine::EnforceFreeRoom() {
+  MutexLock lock(&mu_);
+  std::vector<int64_t> device_target(layout_.cp_size(), 0);
+  std::vector<int64_t> host_target(layout_.cp_size(), 0);
+  for (Rank r = 0; r < layout_.cp_size(); ++r) {
+    device_target[r] =
+        options_.l1_free_room_pages - device_->Counts(r).available();
+    host_target[r] = options_.l2_free_room_pages - host_[r]->free_pages();
+  }
+  EvictDeviceTargetsLocked(device_target);
+  EvictHostTargetsLocked(host_target);
+  return absl::OkStatus();
+}
+
+EngineStats HiCacheEngine::Stats() const {
+  MutexLock lock(&mu_);
+  return stats_;
+}
+
+TreeStats HiCacheEngine::TreeStatistics() const {
+  MutexLock lock(&mu_);
+  return tree_->Stats();
+}
+
+std::string HiCacheEngine::AccountingString() const {
+  MutexLock lock(&mu_);
+  std::vector<std::string> hosts;
+  for (Rank r = 0; r < layout_.cp_size(); ++r) {
+    hosts.push_back(
+        absl::StrCat("rank ", r, ": ", host_[r]->AccountingString()));
+  }
+  return absl::StrCat(device_->AccountingString(), "; ",
+                      absl::StrJoin(hosts, " | "));
+}
+
+void HiCacheEngine::WaitForTransfers() {
+  MutexLock lock(&mu_);
+  while (outstanding_steps_ > 0) idle_cv_.Wait(&mu_);
+}
+
+}  // namespace hicache

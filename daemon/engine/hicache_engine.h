@@ -1,0 +1,203 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "daemon/alloc/device_page_allocator.h"
+#include "daemon/alloc/host_page_allocator.h"
+#include "daemon/core/mutex.h"
+#include "daemon/engine/engine_types.h"
+#include "daemon/pool/kv_geometry.h"
+#include "daemon/pool/rank_pools.h"
+#include "daemon/radix/radix_tree.h"
+#include "daemon/transfer/transfer_engine.h"
+
+namespace hicache {
+
+// The HiCache engine: one logical radix tree over the device (L1) and host
+// (L2) pools of every CP rank this daemon serves. It decides and sequences;
+// the transfer engine moves bytes, each rank copying only its owner lane.
+//
+// Concurrency: one mutex (mu_) guards the tree, the allocators and every
+// operation record; transfers run outside it and report back through
+// OnStepDone, which takes mu_. Engine listeners are called after mu_ is
+// released. Lock order: HiCacheEngine::mu_ -> CpuTransferEngine::mu_ (Submit
+// is called with mu_ held; the transfer engine never calls back while holding
+// its own lock).
+//
+// Data rules (docs/engine.md): a node is host-backed only after every rank's
+// final ack of every step, target and draft; a ready backup waits for its
+// node; load-back allocates exactly the recorded owners and never falls back
+// to a plain allocation; nothing is freed while a copy may still touch it.
+class HiCacheEngine : public TransferListener {
+ public:
+  static absl::StatusOr<std::unique_ptr<HiCacheEngine>> Create(
+      const EngineOptions& options);
+  ~HiCacheEngine() override;
+
+  void SetListener(EngineListener* listener) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- Requests -----------------------------------------------------------
+  // Match; starts write-through backups of nodes that qualify.
+  absl::StatusOr<MatchResult> Match(absl::string_view ns,
+                                    absl::Span<const int32_t> tokens)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Pages for a running request, any lanes or an exact owner pattern. Short
+  // lanes are freed by evicting unlocked device leaves in those lanes;
+  // RESOURCE_EXHAUSTED carries the allocator accounting and what eviction
+  // freed.
+  absl::StatusOr<std::vector<LogicalPage>> Allocate(int64_t num_pages)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<std::vector<LogicalPage>> AllocateWithOwners(
+      absl::Span<const Rank> owners) ABSL_LOCKS_EXCLUDED(mu_);
+  // Returns request pages. FAILED_PRECONDITION for a page the tree holds or
+  // a copy still uses; INVALID_ARGUMENT for a page that is not allocated.
+  absl::Status Free(absl::Span<const LogicalPage> pages)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Caches a request's KV. Duplicate and released pages are freed here (or
+  // as soon as no copy uses them) and reported in the result.
+  absl::StatusOr<InsertResult> Insert(absl::string_view ns,
+                                      absl::Span<const int32_t> tokens,
+                                      absl::Span<const LogicalPage> pages,
+                                      const InsertOptions& options = {})
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Lock(NodeId node) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Unlock(NodeId node) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- Backups for a forward pass ------------------------------------------
+  // Batch admission: sums the host pages every spec needs per rank, runs one
+  // host eviction step (down to the L2 free-room target), then reserves per
+  // spec. A spec that still finds a rank short is skipped (op id 0, counted).
+  absl::StatusOr<std::vector<uint64_t>> PrepareBackups(
+      absl::Span<const BackupSpec> specs) ABSL_LOCKS_EXCLUDED(mu_);
+  // Submits `step`'s device->host copies of each op, every rank.
+  absl::Status LayerStored(absl::Span<const uint64_t> ops, uint32_t step)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Fallback: every step not yet submitted, at once (logs a warning).
+  absl::Status StoreAllLayers(uint64_t op) ABSL_LOCKS_EXCLUDED(mu_);
+  // Ties a backup to the node that now holds its pages (after Insert). The
+  // node's device pages must be exactly the backup's. If the copies are
+  // already done, commits now.
+  absl::Status AttachBackup(uint64_t op, NodeId node) ABSL_LOCKS_EXCLUDED(mu_);
+  // Abandons a backup (request aborted, insert deferred or missed). Host
+  // pages are freed once no copy touches them.
+  absl::Status RollbackBackup(uint64_t op) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- Load-back ------------------------------------------------------------
+  // Matches and, for a host hit, loads the host-only nodes back with their
+  // recorded owner pattern. Per-layer events follow through the listener;
+  // on completion the nodes are attached and locked for the caller until
+  // FinishLoad.
+  absl::StatusOr<LoadResult> LoadBack(absl::string_view ns,
+                                      absl::Span<const int32_t> tokens)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // True once the load's copies are done and its nodes attached.
+  absl::StatusOr<bool> LoadDone(uint64_t op) ABSL_LOCKS_EXCLUDED(mu_);
+  // Releases the load's lock (or abandons it if still running).
+  absl::Status FinishLoad(uint64_t op) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- Operators ------------------------------------------------------------
+  // Evicts down to the free-room targets now.
+  absl::Status EnforceFreeRoom() ABSL_LOCKS_EXCLUDED(mu_);
+  // Blocks until every submitted copy has completed and been processed.
+  void WaitForTransfers() ABSL_LOCKS_EXCLUDED(mu_);
+
+  EngineStats Stats() const ABSL_LOCKS_EXCLUDED(mu_);
+  TreeStats TreeStatistics() const ABSL_LOCKS_EXCLUDED(mu_);
+  std::string AccountingString() const ABSL_LOCKS_EXCLUDED(mu_);
+  const CpLayout& layout() const { return layout_; }
+  const KvGeometry& geometry() const { return geometry_; }
+  const RankPools& pools() const { return *pools_; }
+  const EngineOptions& options() const { return options_; }
+
+  // Tree, allocator and page-ownership invariants: every allocated device page
+  // is held by exactly one of the tree, a request or a load; every reserved
+  // host page by exactly one committed copy, backup or load. For tests.
+  absl::Status CheckInvariants() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // TransferListener.
+  void OnStepDone(uint64_t op_id, TransferDirection direction, Rank rank,
+                  uint32_t step, absl::Status status, uint64_t bytes) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Op;
+  struct PendingEvent;
+
+  HiCacheEngine(const EngineOptions& options, CpLayout layout,
+                KvGeometry geometry);
+
+  absl::StatusOr<std::vector<LogicalPage>> AllocateLocked(
+      absl::Span<const Rank> owners, int64_t any_lanes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Evicts device leaves until each lane has need[lane] + L1 free room free.
+  DeviceEvictResult EvictDeviceLocked(absl::Span<const int64_t> need)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EvictHostLocked(absl::Span<const int64_t> need)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Evict exactly target[lane] device pages / target[rank] host pages.
+  DeviceEvictResult EvictDeviceTargetsLocked(absl::Span<const int64_t> target)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EvictHostTargetsLocked(absl::Span<const int64_t> target)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WriteBackVictimsLocked(absl::Span<const int64_t> need)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ReserveHostLocked(absl::Span<const Rank> owners,
+                                 std::vector<std::vector<int64_t>>* host)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FreeHostLocked(const std::vector<std::vector<int64_t>>& host)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks pages as used by a copy / releases them (freeing those whose free
+  // was requested meanwhile).
+  void AcquirePagesLocked(absl::Span<const LogicalPage> pages)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleasePagesLocked(absl::Span<const LogicalPage> pages)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FreeDeviceLocked(absl::Span<const LogicalPage> pages)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  TransferTask MakeTask(const Op& op, uint32_t step) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartBackupOfNodeLocked(NodeId node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CommitLocked(Op& op, std::vector<PendingEvent>* events)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishOpLocked(uint64_t id, std::vector<PendingEvent>* events)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CompleteLoadLocked(Op& op, std::vector<PendingEvent>* events)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Dispatch(const std::vector<PendingEvent>& events)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  const EngineOptions options_;
+  const CpLayout layout_;
+  const KvGeometry geometry_;
+  std::unique_ptr<PoolBackend> owned_backend_;
+  std::unique_ptr<RankPools> pools_;
+  std::unique_ptr<TransferEngine> transfer_;
+
+  mutable Mutex mu_;
+  CondVar idle_cv_;
+  EngineListener* listener_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::unique_ptr<RadixTree> tree_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<DevicePageAllocator> device_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<HostPageAllocator>> host_ ABSL_GUARDED_BY(mu_);
+  // Device pages the tree holds (adopted by inserts or attached by loads).
+  absl::flat_hash_set<LogicalPage> tree_pages_ ABSL_GUARDED_BY(mu_);
+  // Pages a copy in flight reads or writes, with their use counts, and those
+  // whose free waits for the copies to finish.
+  absl::flat_hash_map<LogicalPage, int32_t> busy_pages_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<LogicalPage> free_when_idle_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Op>> ops_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_op_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t outstanding_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  EngineStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace hicache

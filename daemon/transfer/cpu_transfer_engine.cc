@@ -1,0 +1,145 @@
+#include "daemon/transfer/cpu_transfer_engine.h"
+
+#include <cstring>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace hicache {
+
+CpuTransferEngine::CpuTransferEngine(const RankPools* pools,
+                                     TransferListener* listener,
+                                     int num_workers)
+    : pools_(pools), listener_(listener) {
+  for (int i = 0; i < std::max(1, num_workers); ++i) {
+    workers_.emplace_back([this] { WorkerLoop(); });
+  }
+}
+
+CpuTransferEngine::~CpuTransferEngine() {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+    work_cv_.SignalAll();
+  }
+  for (std::thread& worker : workers_) worker.join();
+}
+
+absl::Status CpuTransferEngine::Validate(const TransferTask& task) const {
+  const KvGeometry& geometry = pools_->geometry();
+  if (task.step >= geometry.NumSteps()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step ", task.step, " is outside the geometry's ",
+                     geometry.NumSteps()));
+  }
+  const int64_t device_pages = pools_->options().device_pages_per_rank;
+  const int64_t host_pages = pools_->options().host_pages_per_rank;
+  for (const RankCopy& copy : task.ranks) {
+    if (pools_->device(copy.rank) == nullptr ||
+        pools_->host(copy.rank) == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", copy.rank, " has no device and host pool here"));
+    }
+    if (copy.device_pages.size() != copy.host_pages.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", copy.rank, ": ", copy.device_pages.size(),
+          " device pages but ", copy.host_pages.size(), " host pages"));
+    }
+    for (size_t i = 0; i < copy.device_pages.size(); ++i) {
+      if (copy.device_pages[i] < 0 || copy.device_pages[i] >= device_pages ||
+          copy.host_pages[i] < 0 || copy.host_pages[i] >= host_pages) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("rank ", copy.rank, ": page pair ", i, " (device ",
+                         copy.device_pages[i], ", host ", copy.host_pages[i],
+                         ") is outside the pools"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuTransferEngine::Submit(TransferTask task) {
+  if (absl::Status valid = Validate(task); !valid.ok()) return valid;
+  auto shared = std::make_shared<const TransferTask>(std::move(task));
+  MutexLock lock(&mu_);
+  for (size_t i = 0; i < shared->ranks.size(); ++i) {
+    queue_.push_back(Work{shared, i});
+    ++in_flight_;
+  }
+  work_cv_.SignalAll();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> CpuTransferEngine::CopyNow(const TransferTask& task) {
+  if (absl::Status valid = Validate(task); !valid.ok()) return valid;
+  uint64_t bytes = 0;
+  for (const RankCopy& copy : task.ranks) bytes += CopyRank(task, copy);
+  return bytes;
+}
+
+void CpuTransferEngine::Drain() {
+  MutexLock lock(&mu_);
+  while (in_flight_ > 0) idle_cv_.Wait(&mu_);
+}
+
+uint64_t CpuTransferEngine::CopyRank(const TransferTask& task,
+                                     const RankCopy& copy) const {
+  const KvGeometry& geometry = pools_->geometry();
+  const RankPoolsOptions& options = pools_->options();
+  char* device = static_cast<char*>(pools_->device(copy.rank)->host_data());
+  char* host = static_cast<char*>(pools_->host(copy.rank)->host_data());
+  const bool to_host = task.direction == TransferDirection::kDeviceToHost;
+  uint64_t bytes = 0;
+  for (const auto& [family, layer] : geometry.StepBlocks(task.step)) {
+    const uint64_t block = geometry.BlockBytes(family);
+    const bool host_adjacent =
+        geometry.PageStride(options.host_layout, family) == block;
+    size_t i = 0;
+    while (i < copy.device_pages.size()) {
+      // Extend a run of pages consecutive on both sides.
+      size_t run = 1;
+      while (host_adjacent && i + run < copy.device_pages.size() &&
+             copy.device_pages[i + run] == copy.device_pages[i] + run &&
+             copy.host_pages[i + run] == copy.host_pages[i] + run) {
+        ++run;
+      }
+      char* d =
+          device + geometry.DeviceOffset(options.device_pages_per_rank,
+                                         copy.device_pages[i], family, layer);
+      char* h = host + geometry.HostOffset(options.host_layout,
+                                           options.host_pages_per_rank,
+                                           copy.host_pages[i], family, layer);
+      const uint64_t n = block * run;
+      if (to_host) {
+        std::memcpy(h, d, n);
+      } else {
+        std::memcpy(d, h, n);
+      }
+      bytes += n;
+      i += run;
+    }
+  }
+  return bytes;
+}
+
+void CpuTransferEngine::WorkerLoop() {
+  while (true) {
+    Work work;
+    {
+      MutexLock lock(&mu_);
+      while (queue_.empty() && !stopping_) work_cv_.Wait(&mu_);
+      if (queue_.empty()) return;  // Stopping and drained.
+      work = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    const RankCopy& copy = work.task->ranks[work.rank_index];
+    const uint64_t bytes = CopyRank(*work.task, copy);
+    listener_->OnStepDone(work.task->op_id, work.task->direction, copy.rank,
+                          work.task->step, absl::OkStatus(), bytes);
+    MutexLock lock(&mu_);
+    if (--in_flight_ == 0) idle_cv_.SignalAll();
+  }
+}
+
+}  // namespace hicache
