@@ -97,6 +97,8 @@ struct EngineStats {
   int64_t loads_started = 0;
   int64_t loads_done = 0;
   int64_t load_misses = 0;
+  int64_t device_eviction_steps = 0;
+  int64_t host_eviction_steps = 0;
   int64_t device_evicted_pages = 0;
   int64_t host_evicted_pages = 0;
   int64_t device_alloc_failures = 0;

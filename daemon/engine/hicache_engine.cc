@@ -154,7 +154,12 @@ DeviceEvictResult HiCacheEngine::EvictDeviceTargetsLocked(
   if (options_.write_policy == WritePolicy::kWriteBack) {
     WriteBackVictimsLocked(target);
   }
-  DeviceEvictResult result = tree_->EvictDevice(target);
+  return ApplyDeviceEvictionLocked(tree_->EvictDevice(target));
+}
+
+DeviceEvictResult HiCacheEngine::ApplyDeviceEvictionLocked(
+    DeviceEvictResult result) {
+  ++stats_.device_eviction_steps;
   int64_t freed = 0;
   for (const auto& lane : result.freed_pages) {
     for (LogicalPage page : lane) tree_pages_.erase(page);
@@ -185,6 +190,7 @@ void HiCacheEngine::EvictHostTargetsLocked(absl::Span<const int64_t> target) {
                   [](int64_t t) { return t <= 0; })) {
     return;
   }
+  ++stats_.host_eviction_steps;
   HostEvictResult result = tree_->EvictHost(target);
   int64_t freed = 0;
   for (Rank r = 0; r < layout_.cp_size(); ++r) {
@@ -207,20 +213,23 @@ absl::StatusOr<std::vector<LogicalPage>> HiCacheEngine::AllocateLocked(
       pages.status().code() != absl::StatusCode::kResourceExhausted) {
     return pages;
   }
-  // Evict in exactly the short lanes, then retry once.
-  std::vector<int64_t> need(layout_.cp_size(), 0);
+  // Evict in exactly the short lanes (any lanes for a plain allocation),
+  // then retry once.
+  DeviceEvictResult evicted;
   if (any_lanes >= 0) {
-    int64_t missing = any_lanes - device_->available();
-    for (Rank l = 0; missing > 0; l = (l + 1) % layout_.cp_size(), --missing) {
-      ++need[l];
+    const int64_t missing = any_lanes - device_->available() +
+                            options_.l1_free_room_pages * layout_.cp_size();
+    if (options_.write_policy == WritePolicy::kWriteBack) {
+      std::vector<int64_t> all(layout_.cp_size(), missing);
+      WriteBackVictimsLocked(all);
     }
-    for (Rank l = 0; l < layout_.cp_size(); ++l) {
-      need[l] += device_->Counts(l).available();
-    }
+    evicted = ApplyDeviceEvictionLocked(
+        tree_->EvictDeviceTokens(missing * layout_.page_size()));
   } else {
+    std::vector<int64_t> need(layout_.cp_size(), 0);
     for (Rank owner : owners) ++need[owner];
+    evicted = EvictDeviceLocked(need);
   }
-  const DeviceEvictResult evicted = EvictDeviceLocked(need);
   pages = attempt();
   if (!pages.ok()) {
     ++stats_.device_alloc_failures;
@@ -359,6 +368,21 @@ std::string HiCacheEngine::AccountingString() const {
   }
   return absl::StrCat(device_->AccountingString(), "; ",
                       absl::StrJoin(hosts, " | "));
+}
+
+int64_t HiCacheEngine::DeviceAvailable(Rank lane) const {
+  MutexLock lock(&mu_);
+  return device_->Counts(lane).available();
+}
+
+int64_t HiCacheEngine::HostUsedPages(Rank rank) const {
+  MutexLock lock(&mu_);
+  return host_[rank]->used_pages();
+}
+
+absl::StatusOr<NodeInfo> HiCacheEngine::Inspect(NodeId node) const {
+  MutexLock lock(&mu_);
+  return tree_->Inspect(node);
 }
 
 void HiCacheEngine::WaitForTransfers() {

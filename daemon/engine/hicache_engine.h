@@ -113,6 +113,9 @@ class HiCacheEngine : public TransferListener {
   EngineStats Stats() const ABSL_LOCKS_EXCLUDED(mu_);
   TreeStats TreeStatistics() const ABSL_LOCKS_EXCLUDED(mu_);
   std::string AccountingString() const ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t DeviceAvailable(Rank lane) const ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t HostUsedPages(Rank rank) const ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<NodeInfo> Inspect(NodeId node) const ABSL_LOCKS_EXCLUDED(mu_);
   const CpLayout& layout() const { return layout_; }
   const KvGeometry& geometry() const { return geometry_; }
   const RankPools& pools() const { return *pools_; }
@@ -147,6 +150,9 @@ class HiCacheEngine : public TransferListener {
   DeviceEvictResult EvictDeviceTargetsLocked(absl::Span<const int64_t> target)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EvictHostTargetsLocked(absl::Span<const int64_t> target)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees what a tree eviction released and counts it.
+  DeviceEvictResult ApplyDeviceEvictionLocked(DeviceEvictResult result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WriteBackVictimsLocked(absl::Span<const int64_t> need)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -1,0 +1,410 @@
+// One named test per seed scenario of the engine (docs/engine.md). Preset
+// "tiny-draft" at P = 4: 2 target layers + 1 draft layer = 3 steps.
+#include "daemon/engine/hicache_engine.h"
+
+#include <atomic>
+#include <numeric>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/core/mutex.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/engine/kv_pattern.h"
+
+namespace hicache {
+namespace {
+
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+using testing::VerifyKv;
+using testing::WriteKv;
+
+constexpr uint32_t kP = 4;
+
+std::vector<int32_t> Seq(int32_t first, int n) {
+  std::vector<int32_t> v(n);
+  std::iota(v.begin(), v.end(), first);
+  return v;
+}
+
+class CountingListener : public EngineListener {
+ public:
+  void OnBackupStep(uint64_t, Rank rank, uint32_t) override {
+    MutexLock lock(&mu_);
+    ++backup_steps_[rank];
+  }
+  void OnLoadStep(uint64_t, Rank rank, uint32_t) override {
+    MutexLock lock(&mu_);
+    ++load_steps_[rank];
+  }
+  std::map<Rank, int> backup_steps() {
+    MutexLock lock(&mu_);
+    return backup_steps_;
+  }
+  std::map<Rank, int> load_steps() {
+    MutexLock lock(&mu_);
+    return load_steps_;
+  }
+
+ private:
+  Mutex mu_;
+  std::map<Rank, int> backup_steps_ ABSL_GUARDED_BY(mu_);
+  std::map<Rank, int> load_steps_ ABSL_GUARDED_BY(mu_);
+};
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void Make(EngineOptions options = {}) {
+    options.page_size = kP;
+    options.kv_preset = "tiny-draft";
+    if (options.device_pages_per_rank == 1024)
+      options.device_pages_per_rank = 32;
+    if (options.host_pages_per_rank == 4096) options.host_pages_per_rank = 64;
+    auto engine = HiCacheEngine::Create(options);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = *std::move(engine);
+    engine_->SetListener(&listener_);
+  }
+
+  // Writes the request's KV into pages, backs it up per layer, inserts it
+  // and attaches the backup. Returns the node.
+  NodeId Cache(const std::vector<int32_t>& tokens,
+               std::vector<Rank> owners = {}, bool store_all = true) {
+    const int64_t pages_needed = (tokens.size() + kP - 1) / kP;
+    if (owners.empty()) owners.assign(pages_needed, 0);
+    auto pages = engine_->AllocateWithOwners(owners);
+    EXPECT_TRUE(pages.ok()) << pages.status();
+    WriteKv(*engine_, tokens, *pages, 0);
+    auto ops = engine_->PrepareBackups(
+        {BackupSpec{*pages, static_cast<int64_t>(tokens.size())}});
+    EXPECT_TRUE(ops.ok());
+    last_op_ = (*ops)[0];
+    if (store_all) {
+      for (uint32_t s = 0; s < engine_->geometry().NumSteps(); ++s) {
+        EXPECT_TRUE(engine_->LayerStored(*ops, s).ok());
+      }
+    }
+    auto inserted = engine_->Insert("", tokens, *pages);
+    EXPECT_TRUE(inserted.ok());
+    EXPECT_TRUE(engine_->AttachBackup(last_op_, inserted->node).ok());
+    engine_->WaitForTransfers();
+    return inserted->node;
+  }
+
+  void EvictAllDevice() {
+    // Allocating every free page pushes everything evictable out; then free.
+    const int64_t total = (engine_->options().device_pages_per_rank - 1) *
+                          engine_->layout().cp_size();
+    auto pages = engine_->Allocate(total);
+    ASSERT_TRUE(pages.ok()) << pages.status();
+    ASSERT_TRUE(engine_->Free(*pages).ok());
+  }
+
+  // Load-back of `tokens`, waits, verifies the bytes, releases the lock.
+  LoadResult LoadAndVerify(const std::vector<int32_t>& tokens) {
+    auto load = engine_->LoadBack("", tokens);
+    EXPECT_TRUE(load.ok()) << load.status();
+    engine_->WaitForTransfers();
+    if (load->op_id != 0) {
+      EXPECT_TRUE(*engine_->LoadDone(load->op_id));
+      EXPECT_TRUE(VerifyKv(*engine_, tokens, load->pages,
+                           load->device_len + load->loaded_len)
+                      .ok());
+      EXPECT_TRUE(engine_->FinishLoad(load->op_id).ok());
+    }
+    EXPECT_TRUE(engine_->CheckInvariants().ok()) << engine_->CheckInvariants();
+    return *load;
+  }
+
+  CountingListener listener_;
+  std::unique_ptr<HiCacheEngine> engine_;
+  uint64_t last_op_ = 0;
+};
+
+TEST_F(EngineTest, WriteFilteredToOwnedPhysicalPages) {
+  Make({.cp_size = 2});
+  Cache(Seq(0, 12), {0, 1, 1});
+  EXPECT_EQ(engine_->HostUsedPages(0), 1);
+  EXPECT_EQ(engine_->HostUsedPages(1), 2);
+  // Each rank copied only its own pages: 3 steps of one page on rank 0.
+  const uint64_t bytes_per_page = engine_->geometry().BytesPerPage();
+  EXPECT_EQ(engine_->Stats().bytes_to_host, 3 * bytes_per_page);
+  EvictAllDevice();
+  LoadResult load = LoadAndVerify(Seq(0, 12));
+  EXPECT_EQ(load.loaded_len, 12);
+}
+
+TEST_F(EngineTest, ZeroOwnedRanksAckEveryStepWithNoOps) {
+  Make({.cp_size = 4});
+  Cache(Seq(0, 8), {2, 2});  // Ranks 0, 1, 3 own nothing.
+  for (Rank r = 0; r < 4; ++r) {
+    EXPECT_EQ(listener_.backup_steps()[r], 3) << "rank " << r;
+  }
+  EXPECT_EQ(engine_->Stats().backups_committed, 1);
+  EvictAllDevice();
+  LoadAndVerify(Seq(0, 8));
+  for (Rank r = 0; r < 4; ++r) {
+    EXPECT_EQ(listener_.load_steps()[r], 3) << "rank " << r;
+  }
+}
+
+TEST_F(EngineTest, WriteRetriesAfterHostEvictionByPhysicalPages) {
+  Make({.cp_size = 2, .host_pages_per_rank = 4});
+  Cache(Seq(0, 16), {0, 0, 0, 0});  // Fills rank 0's host pool.
+  EvictAllDevice();                 // Now a host-only leaf.
+  ASSERT_EQ(engine_->HostUsedPages(0), 4);
+  Cache(Seq(100, 8), {0, 0});  // Needs 2 physical pages on rank 0.
+  EXPECT_EQ(engine_->Stats().backups_skipped_no_host, 0);
+  EXPECT_EQ(engine_->Stats().backups_committed, 2);
+  EXPECT_EQ(engine_->Stats().host_evicted_pages, 4);
+  EXPECT_TRUE(engine_->CheckInvariants().ok());
+}
+
+TEST_F(EngineTest, SplitAndEvictionKeepHostMetadata) {
+  Make({.cp_size = 2});
+  Cache(Seq(0, 16), {0, 1, 0, 1});
+  // A request diverging at token 9 splits the backed node at page 8.
+  std::vector<int32_t> other = Seq(0, 9);
+  other.insert(other.end(), {500, 501, 502});
+  auto hit = engine_->Match("", other);
+  ASSERT_EQ(hit->device_len, 8);
+  auto pages = engine_->AllocateWithOwners({1});
+  std::vector<LogicalPage> all = hit->device_pages;
+  all.push_back((*pages)[0]);
+  WriteKv(*engine_, other, all, 8);
+  ASSERT_TRUE(engine_->Insert("", other, all).ok());
+  EvictAllDevice();
+  EXPECT_EQ(LoadAndVerify(Seq(0, 16)).loaded_len, 16);
+}
+
+TEST_F(EngineTest, LoadBackUsesTheRecordedOwnerPattern) {
+  Make({.cp_size = 4, .device_pages_per_rank = 16});
+  const std::vector<Rank> zigzag = ZigzagComputeOwners(10, 4);
+  const NodeId node = Cache(Seq(0, 40), zigzag);
+  EvictAllDevice();
+  LoadResult load = LoadAndVerify(Seq(0, 40));
+  ASSERT_EQ(load.pages.size(), 10u);
+  EXPECT_THAT(engine_->layout().OwnersOf(load.pages), ElementsAreArray(zigzag));
+  (void)node;
+}
+
+TEST_F(EngineTest, ThresholdOnLogicalLength) {
+  Make({.load_back_threshold_tokens = 100});
+  Cache(Seq(0, 8));
+  EvictAllDevice();
+  LoadResult load = LoadAndVerify(Seq(0, 8));
+  EXPECT_EQ(load.miss, LoadMissReason::kBelowThreshold);
+  EXPECT_EQ(load.op_id, 0u);
+}
+
+TEST_F(EngineTest, MemQuotaCountsEvictablePages) {
+  Make({.device_pages_per_rank = 8});  // 7 usable pages.
+  Cache(Seq(0, 16));                   // 4 pages, backed.
+  EvictAllDevice();
+  auto filler = engine_->Allocate(7);
+  ASSERT_TRUE(filler.ok());
+  WriteKv(*engine_, Seq(900, 28), *filler, 0);
+  ASSERT_TRUE(engine_->Insert("", Seq(900, 28), *filler).ok());
+  // Nothing is free, but 7 evictable pages cover the 4-page load.
+  LoadResult load = LoadAndVerify(Seq(0, 16));
+  EXPECT_EQ(load.miss, LoadMissReason::kNone);
+  EXPECT_EQ(load.loaded_len, 16);
+}
+
+TEST_F(EngineTest, QuotaMissWhenNothingIsEvictable) {
+  Make({.device_pages_per_rank = 8});
+  Cache(Seq(0, 16));
+  EvictAllDevice();
+  auto held = engine_->Allocate(7);  // Request pages: not evictable.
+  ASSERT_TRUE(held.ok());
+  LoadResult load = LoadAndVerify(Seq(0, 16));
+  EXPECT_EQ(load.miss, LoadMissReason::kOverQuota);
+}
+
+TEST_F(EngineTest, OwnerLaneTargetedEviction) {
+  Make({.cp_size = 2, .device_pages_per_rank = 4});  // 3 usable per lane.
+  auto lane0 = engine_->AllocateWithOwners({0, 0, 0});
+  auto lane1 = engine_->AllocateWithOwners({1});
+  ASSERT_TRUE(engine_->Insert("", Seq(0, 12), *lane0).ok());
+  ASSERT_TRUE(engine_->Insert("", Seq(50, 4), *lane1).ok());
+  // Two lane-0 pages: only lane-0 nodes may be evicted.
+  auto pages = engine_->AllocateWithOwners({0, 0});
+  ASSERT_TRUE(pages.ok()) << pages.status();
+  EXPECT_EQ(engine_->Match("", Seq(50, 4))->device_len, 4);
+  EXPECT_EQ(engine_->Match("", Seq(0, 12))->device_len, 0);
+}
+
+TEST_F(EngineTest, PendingBackupIsInvisibleToMatch) {
+  Make();
+  Cache(Seq(0, 8), {}, /*store_all=*/false);  // Attached, nothing copied.
+  EXPECT_EQ(engine_->TreeStatistics().pending_backups, 1);
+  EXPECT_EQ(engine_->TreeStatistics().host_tokens, 0);
+  const uint64_t ops[] = {last_op_};
+  ASSERT_TRUE(engine_->LayerStored(ops, 0).ok());
+  ASSERT_TRUE(engine_->LayerStored(ops, 1).ok());
+  engine_->WaitForTransfers();
+  EXPECT_EQ(engine_->TreeStatistics().host_tokens, 0);  // Draft step missing.
+  ASSERT_TRUE(engine_->LayerStored(ops, 2).ok());
+  engine_->WaitForTransfers();
+  EXPECT_EQ(engine_->TreeStatistics().host_tokens, 8);
+  EXPECT_EQ(engine_->TreeStatistics().pending_backups, 0);
+}
+
+TEST_F(EngineTest, ReadyAckIsHeldUntilAttach) {
+  Make();
+  auto pages = engine_->Allocate(2);
+  WriteKv(*engine_, Seq(0, 8), *pages, 0);
+  auto ops = *engine_->PrepareBackups({BackupSpec{*pages, 8}});
+  ASSERT_TRUE(engine_->StoreAllLayers(ops[0]).ok());
+  engine_->WaitForTransfers();
+  EXPECT_EQ(engine_->Stats().backups_committed, 0);  // Ready, not attached.
+  auto inserted = engine_->Insert("", Seq(0, 8), *pages);
+  ASSERT_TRUE(engine_->AttachBackup(ops[0], inserted->node).ok());
+  EXPECT_EQ(engine_->Stats().backups_committed, 1);
+  EXPECT_EQ(engine_->Stats().fallback_backups, 1);
+  EXPECT_EQ(engine_->TreeStatistics().host_tokens, 8);
+}
+
+TEST_F(EngineTest, RollbackRemovesOrphanAck) {
+  Make();
+  auto pages = engine_->Allocate(2);
+  auto ops = *engine_->PrepareBackups({BackupSpec{*pages, 8}});
+  ASSERT_TRUE(engine_->StoreAllLayers(ops[0]).ok());
+  engine_->WaitForTransfers();
+  EXPECT_EQ(engine_->HostUsedPages(0), 2);
+  ASSERT_TRUE(engine_->RollbackBackup(ops[0]).ok());
+  EXPECT_EQ(engine_->HostUsedPages(0), 0);
+  EXPECT_EQ(engine_->AttachBackup(ops[0], 1).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(engine_->Free(*pages).ok());
+  EXPECT_TRUE(engine_->CheckInvariants().ok());
+}
+
+TEST_F(EngineTest, DeferredInsertIsNonMutating) {
+  Make();
+  Cache(Seq(0, 12), {}, /*store_all=*/false);  // Pending backup.
+  const TreeStats before = engine_->TreeStatistics();
+  std::vector<int32_t> other = Seq(0, 8);
+  other.insert(other.end(), {70, 71, 72, 73});
+  auto pages = engine_->Allocate(3);
+  auto result = engine_->Insert("", other, *pages);
+  ASSERT_TRUE(result.ok());
+  EXPECT_TRUE(result->deferred);
+  const TreeStats after = engine_->TreeStatistics();
+  EXPECT_EQ(after.nodes, before.nodes);
+  EXPECT_EQ(after.device_tokens, before.device_tokens);
+  EXPECT_TRUE(engine_->Free(*pages).ok());  // Still the request's pages.
+  EXPECT_TRUE(engine_->CheckInvariants().ok());
+}
+
+TEST_F(EngineTest, ChunkedMiddleChunkCachesCompletePagesOnly) {
+  Make();
+  auto pages = engine_->Allocate(3);
+  WriteKv(*engine_, Seq(0, 10), *pages, 0);
+  // The middle chunk backs up and inserts only its 2 complete pages.
+  std::vector<LogicalPage> complete(pages->begin(), pages->begin() + 2);
+  auto ops = *engine_->PrepareBackups({BackupSpec{complete, 8}});
+  ASSERT_TRUE(engine_->StoreAllLayers(ops[0]).ok());
+  auto inserted = engine_->Insert("", Seq(0, 10), *pages, {.unfinished = true});
+  ASSERT_TRUE(inserted.ok());
+  EXPECT_EQ(inserted->cached_len, 8);
+  EXPECT_THAT(inserted->uncached_pages, ElementsAreArray({(*pages)[2]}));
+  ASSERT_TRUE(engine_->AttachBackup(ops[0], inserted->node).ok());
+  engine_->WaitForTransfers();
+  EXPECT_EQ(engine_->TreeStatistics().host_tokens, 8);
+  EXPECT_TRUE(engine_->Free({(*pages)[2]}).ok());  // The request's tail.
+}
+
+TEST_F(EngineTest, DraftIsCommittedInLockstepWithTarget) {
+  Make();
+  ASSERT_EQ(engine_->geometry().NumSteps(), 3u);
+  ASSERT_EQ(engine_->geometry().TargetSteps(), 2u);
+  Cache(Seq(0, 8), {}, /*store_all=*/false);
+  const uint64_t ops[] = {last_op_};
+  ASSERT_TRUE(engine_->LayerStored(ops, 2).ok());  // Draft only.
+  engine_->WaitForTransfers();
+  EXPECT_EQ(engine_->TreeStatistics().host_tokens, 0);
+  ASSERT_TRUE(engine_->LayerStored(ops, 0).ok());
+  ASSERT_TRUE(engine_->LayerStored(ops, 1).ok());
+  engine_->WaitForTransfers();
+  EXPECT_EQ(engine_->TreeStatistics().host_tokens, 8);
+  // Both payloads share the host page: one reservation, loaded together.
+  EXPECT_EQ(engine_->HostUsedPages(0), 2);
+  EvictAllDevice();
+  LoadAndVerify(Seq(0, 8));  // Verifies target and draft bytes.
+}
+
+TEST_F(EngineTest, BatchAdmissionEvictsOnce) {
+  Make({.host_pages_per_rank = 6});
+  Cache(Seq(0, 8));
+  Cache(Seq(100, 8));
+  Cache(Seq(200, 8));
+  EvictAllDevice();
+  ASSERT_EQ(engine_->HostUsedPages(0), 6);
+  const int64_t steps_before = engine_->Stats().host_eviction_steps;
+  std::vector<BackupSpec> specs;
+  for (int i = 0; i < 3; ++i) {
+    auto pages = engine_->Allocate(1);
+    specs.push_back(BackupSpec{*pages, 4});
+  }
+  auto ops = engine_->PrepareBackups(specs);
+  ASSERT_TRUE(ops.ok());
+  for (uint64_t op : *ops) EXPECT_NE(op, 0u);
+  EXPECT_EQ(engine_->Stats().host_eviction_steps - steps_before, 1);
+  for (uint64_t op : *ops) ASSERT_TRUE(engine_->RollbackBackup(op).ok());
+}
+
+TEST_F(EngineTest, FreeRoomTargetIsReached) {
+  Make({.device_pages_per_rank = 16, .l1_free_room_pages = 5});
+  for (int i = 0; i < 7; ++i) Cache(Seq(i * 100, 8));  // 14 of 15 pages.
+  ASSERT_EQ(engine_->DeviceAvailable(0), 1);
+  auto pages = engine_->Allocate(3);  // Short by 2: evict 2 + 5 free room.
+  ASSERT_TRUE(pages.ok());
+  EXPECT_GE(engine_->DeviceAvailable(0), 5);
+  ASSERT_TRUE(engine_->EnforceFreeRoom().ok());
+  EXPECT_GE(engine_->DeviceAvailable(0), 5);
+}
+
+TEST_F(EngineTest, FreeRefusesPagesTheTreeHolds) {
+  Make();
+  auto pages = engine_->Allocate(2);
+  ASSERT_TRUE(engine_->Insert("", Seq(0, 8), *pages).ok());
+  absl::Status freed = engine_->Free({(*pages)[0]});
+  EXPECT_EQ(freed.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(freed.message(), HasSubstr("held by the radix tree"));
+}
+
+TEST_F(EngineTest, OutOfMemoryMessageCarriesAccounting) {
+  Make({.device_pages_per_rank = 4});
+  auto held = engine_->Allocate(3);
+  auto more = engine_->Allocate(1);
+  EXPECT_EQ(more.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(more.status().message(), HasSubstr("device available=0"));
+  EXPECT_THAT(more.status().message(), HasSubstr("eviction freed 0 pages"));
+}
+
+TEST_F(EngineTest, WriteThroughBacksUpAtFirstHit) {
+  Make({.write_policy = WritePolicy::kWriteThrough});
+  auto pages = engine_->Allocate(2);
+  WriteKv(*engine_, Seq(0, 8), *pages, 0);
+  ASSERT_TRUE(engine_->Insert("", Seq(0, 8), *pages).ok());
+  ASSERT_EQ(engine_->Match("", Seq(0, 8))->device_len, 8);
+  engine_->WaitForTransfers();
+  EXPECT_EQ(engine_->TreeStatistics().host_tokens, 8);
+  EvictAllDevice();
+  LoadAndVerify(Seq(0, 8));
+}
+
+TEST_F(EngineTest, WriteBackBacksUpOnEviction) {
+  Make({.device_pages_per_rank = 4, .write_policy = WritePolicy::kWriteBack});
+  auto pages = engine_->Allocate(2);
+  WriteKv(*engine_, Seq(0, 8), *pages, 0);
+  ASSERT_TRUE(engine_->Insert("", Seq(0, 8), *pages).ok());
+  EvictAllDevice();
+  EXPECT_EQ(engine_->Stats().write_back_backups, 1);
+  EXPECT_EQ(LoadAndVerify(Seq(0, 8)).loaded_len, 8);
+}
+
+}  // namespace
+}  // namespace hicache
