@@ -15,6 +15,17 @@ namespace {
 int64_t NowNs() { return absl::GetCurrentTimeNanos(); }
 }  // namespace
 
+bool HiCacheEngine::UsedByLiveOpLocked(LogicalPage page) const {
+  for (const auto& [id, op] : ops_) {
+    if (op->rolled_back) continue;
+    if (std::find(op->pages.begin(), op->pages.end(), page) !=
+        op->pages.end()) {
+      return true;
+    }
+  }
+  return false;
+}
+
 void HiCacheEngine::AcquirePagesLocked(absl::Span<const LogicalPage> pages) {
   for (LogicalPage page : pages) ++busy_pages_[page];
 }
@@ -438,11 +449,16 @@ absl::StatusOr<LoadResult> HiCacheEngine::LoadBack(
   result.device_len = match->device_len;
   result.pages = match->device_pages;
   result.node = match->last_device_node;
-  if (match->host_hit_len == 0) return result;
+  // Without a load, the device hit is locked for the caller right away.
+  auto device_only = [&]() {
+    (void)tree_->Lock(result.node);
+    return result;
+  };
+  if (match->host_hit_len == 0) return device_only();
   auto miss = [&](LoadMissReason reason) {
     ++stats_.load_misses;
     result.miss = reason;
-    return result;
+    return device_only();
   };
   absl::StatusOr<std::vector<NodeId>> chain =
       tree_->HostOnlyChain(match->last_host_node);
@@ -476,10 +492,13 @@ absl::StatusOr<LoadResult> HiCacheEngine::LoadBack(
   // The parent of the chain must stay on device while the copies run.
   const NodeId parent = match->last_device_node;
   (void)tree_->Lock(parent);
+  // Protect the host copies before anything can evict.
+  for (const auto& [node, count] : slices) (void)tree_->AddHostRef(node);
   // Exactly the recorded owners; owner-lane-targeted eviction on shortage;
   // never a plain allocation.
   absl::StatusOr<std::vector<LogicalPage>> pages = AllocateLocked(owners, -1);
   if (!pages.ok()) {
+    for (const auto& [node, count] : slices) (void)tree_->ReleaseHostRef(node);
     (void)tree_->Unlock(parent);
     return miss(LoadMissReason::kNoDeviceMemory);
   }
@@ -495,7 +514,6 @@ absl::StatusOr<LoadResult> HiCacheEngine::LoadBack(
   op->locked_parent = parent;
   op->submitted.assign(geometry_.NumSteps(), true);
   op->submit_ns = NowNs();
-  for (const auto& [node, count] : slices) (void)tree_->AddHostRef(node);
   AcquirePagesLocked(op->pages);
   ++stats_.loads_started;
   result.op_id = op->id;
@@ -526,6 +544,9 @@ absl::StatusOr<LoadResult> HiCacheEngine::LoadBack(
     std::vector<PendingEvent> ignored;
     FinishOpLocked(ref.id, &ignored);
     result.op_id = 0;
+    result.node = parent;
+    result.pages = match->device_pages;
+    result.loaded_len = 0;
     return miss(LoadMissReason::kNoDeviceMemory);
   }
   return result;

@@ -279,13 +279,22 @@ absl::Status HiCacheEngine::Free(absl::Span<const LogicalPage> pages) {
       return absl::FailedPreconditionError(absl::StrCat(
           "pages[", i, "] = ", pages[i], " is held by the radix tree"));
     }
-    if (busy_pages_.contains(pages[i])) {
+    if (busy_pages_.contains(pages[i]) && UsedByLiveOpLocked(pages[i])) {
       return absl::FailedPreconditionError(
           absl::StrCat("pages[", i, "] = ", pages[i],
                        " is used by a backup in flight; roll it back first"));
     }
   }
-  return device_->Free(pages);
+  // Validate all before freeing any; pages still copied by rolled-back ops
+  // are freed when those copies finish.
+  for (LogicalPage page : pages) {
+    if (!device_->IsAllocated(page) || free_when_idle_.contains(page)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("page ", page, " is not allocated (double free?)"));
+    }
+  }
+  FreeDeviceLocked(pages);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<InsertResult> HiCacheEngine::Insert(
@@ -326,11 +335,13 @@ absl::StatusOr<InsertResult> HiCacheEngine::Insert(
 }
 
 absl::Status HiCacheEngine::Lock(NodeId node) {
+  if (node == kNoNode) return absl::OkStatus();
   MutexLock lock(&mu_);
   return tree_->Lock(node);
 }
 
 absl::Status HiCacheEngine::Unlock(NodeId node) {
+  if (node == kNoNode) return absl::OkStatus();
   MutexLock lock(&mu_);
   return tree_->Unlock(node);
 }
@@ -373,6 +384,20 @@ std::string HiCacheEngine::AccountingString() const {
 int64_t HiCacheEngine::DeviceAvailable(Rank lane) const {
   MutexLock lock(&mu_);
   return device_->Counts(lane).available();
+}
+
+int64_t HiCacheEngine::DeviceAllocatedPages() const {
+  MutexLock lock(&mu_);
+  int64_t allocated = 0;
+  for (Rank l = 0; l < layout_.cp_size(); ++l) {
+    allocated += device_->Counts(l).allocated;
+  }
+  return allocated;
+}
+
+int64_t HiCacheEngine::TreeDevicePages() const {
+  MutexLock lock(&mu_);
+  return static_cast<int64_t>(tree_pages_.size());
 }
 
 int64_t HiCacheEngine::HostUsedPages(Rank rank) const {

@@ -69,6 +69,7 @@ class HiCacheEngine : public TransferListener {
                                       absl::Span<const LogicalPage> pages,
                                       const InsertOptions& options = {})
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Lock/Unlock of kNoNode (an empty hit) are no-ops.
   absl::Status Lock(NodeId node) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Unlock(NodeId node) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -115,6 +116,9 @@ class HiCacheEngine : public TransferListener {
   std::string AccountingString() const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t DeviceAvailable(Rank lane) const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t HostUsedPages(Rank rank) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Allocated device pages (tree + requests + loads) and the tree's share.
+  int64_t DeviceAllocatedPages() const ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t TreeDevicePages() const ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<NodeInfo> Inspect(NodeId node) const ABSL_LOCKS_EXCLUDED(mu_);
   const CpLayout& layout() const { return layout_; }
   const KvGeometry& geometry() const { return geometry_; }
@@ -163,6 +167,8 @@ class HiCacheEngine : public TransferListener {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks pages as used by a copy / releases them (freeing those whose free
   // was requested meanwhile).
+  bool UsedByLiveOpLocked(LogicalPage page) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AcquirePagesLocked(absl::Span<const LogicalPage> pages)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleasePagesLocked(absl::Span<const LogicalPage> pages)

@@ -112,6 +112,8 @@ class EngineTest : public ::testing::Test {
                            load->device_len + load->loaded_len)
                       .ok());
       EXPECT_TRUE(engine_->FinishLoad(load->op_id).ok());
+    } else {
+      EXPECT_TRUE(engine_->Unlock(load->node).ok());
     }
     EXPECT_TRUE(engine_->CheckInvariants().ok()) << engine_->CheckInvariants();
     return *load;
