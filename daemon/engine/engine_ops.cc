@@ -445,6 +445,9 @@ absl::StatusOr<LoadResult> HiCacheEngine::LoadBack(
   stats_.query_tokens += tokens.size();
   stats_.device_hit_tokens += match->device_len;
   stats_.host_hit_tokens += match->host_hit_len;
+  for (NodeId node : match->write_through_candidates) {
+    StartBackupOfNodeLocked(node);
+  }
   LoadResult result;
   result.device_len = match->device_len;
   result.pages = match->device_pages;

@@ -86,6 +86,9 @@ absl::StatusOr<KvGeometry> KvGeometry::Preset(absl::string_view name,
   };
   if (name == "deepseek-v3.2") return deepseek(kMlaBf16RowBytes, "mla_bf16");
   if (name == "deepseek-v3.2-fp8") return deepseek(kMlaFp8RowBytes, "mla_fp8");
+  if (name == "micro") {  // Cache simulations: bytes barely matter.
+    return Create(page_size, {{"kv", 4, 1, false}}, "micro");
+  }
   if (name == "tiny") {
     return Create(page_size, {{"kv", 16, 2, false}}, "tiny");
   }
@@ -99,7 +102,7 @@ absl::StatusOr<KvGeometry> KvGeometry::Preset(absl::string_view name,
 }
 
 std::vector<std::string> KvGeometry::PresetNames() {
-  return {"deepseek-v3.2", "deepseek-v3.2-fp8", "tiny", "tiny-draft"};
+  return {"deepseek-v3.2", "deepseek-v3.2-fp8", "micro", "tiny", "tiny-draft"};
 }
 
 absl::StatusOr<int> KvGeometry::FamilyIndex(absl::string_view name) const {

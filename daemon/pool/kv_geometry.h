@@ -55,6 +55,7 @@ class KvGeometry {
   // Named presets:
   //   "deepseek-v3.2"       61 layers MLA bf16 + indexer K, 1 draft layer of
   //   each "deepseek-v3.2-fp8"   the same with FP8-packed MLA rows (656 B)
+  //   "micro"               1 layer of 4-byte rows (cache simulations)
   //   "tiny"                2 layers of 16-byte rows (tests)
   //   "tiny-draft"          "tiny" plus a 1-layer draft family (tests)
   static absl::StatusOr<KvGeometry> Preset(absl::string_view name,
