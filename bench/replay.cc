@@ -63,13 +63,18 @@ absl::StatusOr<Outcome> Replay(const std::vector<TraceRequest>& trace,
     const int64_t n = tokens.size();
     absl::StatusOr<LoadResult> load = e.LoadBack("", tokens);
     if (!load.ok()) return load.status();
+    int64_t loaded = load->loaded_len;
     if (load->op_id != 0) {
-      while (!*e.LoadDone(load->op_id)) e.WaitForTransfers();
+      absl::StatusOr<bool> done;
+      while ((done = e.LoadDone(load->op_id)).ok() && !*done) {
+        e.WaitForTransfers();
+      }
+      if (!done.ok()) loaded = 0;  // A failed load is a miss.
     }
     out.blocks += request.hash_ids.size();
     out.l1_blocks += load->device_len / block;
-    out.l12_blocks += (load->device_len + load->loaded_len) / block;
-    const int64_t reuse = (load->device_len + load->loaded_len) / page;
+    out.l12_blocks += (load->device_len + loaded) / block;
+    const int64_t reuse = (load->device_len + loaded) / page;
     std::vector<LogicalPage> pages(load->pages.begin(),
                                    load->pages.begin() + reuse);
     const int64_t need = (n + page - 1) / page - reuse;

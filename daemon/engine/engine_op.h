@@ -26,7 +26,8 @@ struct HiCacheEngine::Op {
   NodeId node = kNoNode;
   bool attached = false;
   bool rolled_back = false;
-  bool done = false;  // Backup committed / load attached.
+  bool done = false;    // Backup committed / load attached (or failed).
+  bool failed = false;  // Load: the copies or the attach failed.
   // Load: the host-only chain and how many pages each node takes.
   std::vector<std::pair<NodeId, int64_t>> chain;
   NodeId locked_parent = kNoNode;  // Held while copies run.

@@ -585,10 +585,10 @@ void HiCacheEngine::CompleteLoadLocked(Op& op,
   (void)tree_->Unlock(op.locked_parent);
   op.locked_parent = kNoNode;
   op.done = true;
+  op.failed = !ok;
   ReleasePagesLocked(op.pages);
   op.pages.clear();
   events->push_back({PendingEvent::Type::kLoadDone, op.id, 0, 0, op.node, ok});
-  if (!ok) ops_.erase(op.id);
 }
 
 absl::StatusOr<bool> HiCacheEngine::LoadDone(uint64_t id) {
@@ -596,6 +596,10 @@ absl::StatusOr<bool> HiCacheEngine::LoadDone(uint64_t id) {
   auto it = ops_.find(id);
   if (it == ops_.end() || it->second->kind != Op::Kind::kLoad) {
     return absl::NotFoundError(absl::StrCat("no load with op id ", id));
+  }
+  if (it->second->failed) {
+    return absl::AbortedError(absl::StrCat(
+        "load ", id, " failed; its locations are not valid (a miss)"));
   }
   return it->second->done;
 }

@@ -100,7 +100,8 @@ class HiCacheEngine : public TransferListener {
   absl::StatusOr<LoadResult> LoadBack(absl::string_view ns,
                                       absl::Span<const int32_t> tokens)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // True once the load's copies are done and its nodes attached.
+  // True once the load's copies are done and its nodes attached; ABORTED if
+  // the load failed (treat it as a miss and FinishLoad it).
   absl::StatusOr<bool> LoadDone(uint64_t op) ABSL_LOCKS_EXCLUDED(mu_);
   // Releases the load's lock (or abandons it if still running).
   absl::Status FinishLoad(uint64_t op) ABSL_LOCKS_EXCLUDED(mu_);

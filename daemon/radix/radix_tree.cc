@@ -417,6 +417,11 @@ absl::StatusOr<InsertResult> RadixTree::InsertImpl(
     if (child->on_device()) {
       if (present) result.present_len = pos + common;
       add_duplicates(pos, pos + common, child, 0);
+    } else if (child->host_ref > 0) {
+      // Its host copy is being read (a load-back in flight will attach its
+      // own pages): cache nothing from here on.
+      finish(pos);
+      return result;
     } else {
       present = false;
       SetDevicePages(child, caller_pages(pos, pos + common));  // Re-attach.

@@ -43,12 +43,19 @@ class Driver {
 
     absl::StatusOr<LoadResult> load = engine_->LoadBack(ns_, tokens);
     ASSERT_TRUE(load.ok()) << load.status();
+    int64_t hit = load->device_len + load->loaded_len;
     if (load->op_id != 0) {
-      while (!*engine_->LoadDone(load->op_id))
+      absl::StatusOr<bool> done;
+      while ((done = engine_->LoadDone(load->op_id)).ok() && !*done) {
         absl::SleepFor(absl::Microseconds(20));
-      ++loads_;
+      }
+      if (done.ok()) {
+        ++loads_;
+      } else {
+        ASSERT_EQ(done.status().code(), absl::StatusCode::kAborted);
+        hit = load->device_len;  // A failed load is a miss.
+      }
     }
-    const int64_t hit = load->device_len + load->loaded_len;
     if (hit > 0) {
       absl::Status bytes = VerifyKv(*engine_, tokens, load->pages, hit);
       ASSERT_TRUE(bytes.ok()) << bytes << " (hit " << hit << " of " << n << ")";
