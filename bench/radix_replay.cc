@@ -3,7 +3,7 @@
 // eviction, P = 64). Reports query tokens per second of match+insert time,
 // p50/p99 of each call, and RSS growth per cached token.
 //
-//   bazel run --config=opt //bench:radix_replay -- \
+//   bazel run --config=opt //bench:radix_replay --
 //       --trace=$PWD/../shared/traces/synthetic_trace.jsonl --requests=2000
 #include <unistd.h>
 

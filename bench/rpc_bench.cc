@@ -2,7 +2,7 @@
 // socket to an in-process DaemonServer. Baseline for the service issue's
 // "the extra hop must cost little beyond the transport".
 //
-//   bazel run --config=opt //bench:rpc_bench -- --benchmark_repetitions=5 \
+//   bazel run --config=opt //bench:rpc_bench -- --benchmark_repetitions=5
 //       --benchmark_report_aggregates_only=true
 #include <stdlib.h>
 #include <unistd.h>
