@@ -386,6 +386,17 @@ int64_t HiCacheEngine::DeviceAvailable(Rank lane) const {
   return device_->Counts(lane).available();
 }
 
+absl::Status HiCacheEngine::Pin(NodeId node, absl::Duration ttl) {
+  MutexLock lock(&mu_);
+  if (ttl == absl::ZeroDuration()) return tree_->Unpin(node);
+  return tree_->Pin(node, ttl);
+}
+
+std::vector<NodeInfo> HiCacheEngine::Dump(const DumpFilter& filter) const {
+  MutexLock lock(&mu_);
+  return tree_->Dump(filter);
+}
+
 int64_t HiCacheEngine::DeviceAllocatedPages() const {
   MutexLock lock(&mu_);
   int64_t allocated = 0;

@@ -69,6 +69,11 @@ class HiCacheEngine : public TransferListener {
                                       absl::Span<const LogicalPage> pages,
                                       const InsertOptions& options = {})
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Pins a node's host copy for `ttl` (zero unpins).
+  absl::Status Pin(NodeId node, absl::Duration ttl) ABSL_LOCKS_EXCLUDED(mu_);
+  // Tree dump for operators.
+  std::vector<NodeInfo> Dump(const DumpFilter& filter) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Lock/Unlock of kNoNode (an empty hit) are no-ops.
   absl::Status Lock(NodeId node) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Unlock(NodeId node) ABSL_LOCKS_EXCLUDED(mu_);

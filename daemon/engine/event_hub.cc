@@ -1,0 +1,60 @@
+#include "daemon/engine/event_hub.h"
+
+#include <utility>
+
+#include "absl/time/clock.h"
+
+namespace hicache {
+
+void EventHub::Push(OpEvent event) {
+  MutexLock lock(&mu_);
+  auto [it, inserted] = queues_.try_emplace(event.op);
+  if (inserted) {
+    order_.push_back(event.op);
+    while (order_.size() > kMaxOps) {
+      queues_.erase(order_.front());
+      order_.pop_front();
+    }
+  }
+  queues_[event.op].push_back(std::move(event));
+  cv_.SignalAll();
+}
+
+void EventHub::OnBackupStep(uint64_t op, Rank rank, uint32_t step) {
+  Push({OpEvent::Type::kBackupStep, op, rank, step});
+}
+void EventHub::OnBackupCommitted(uint64_t op, NodeId node) {
+  Push({OpEvent::Type::kCommitted, op, 0, 0, node});
+}
+void EventHub::OnBackupRolledBack(uint64_t op) {
+  Push({OpEvent::Type::kRolledBack, op});
+}
+void EventHub::OnLoadStep(uint64_t op, Rank rank, uint32_t step) {
+  Push({OpEvent::Type::kLoadStep, op, rank, step});
+}
+void EventHub::OnLoadDone(uint64_t op, bool ok) {
+  Push({OpEvent::Type::kLoadDone, op, 0, 0, kNoNode, ok});
+}
+
+std::optional<OpEvent> EventHub::Next(uint64_t op, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  MutexLock lock(&mu_);
+  while (true) {
+    auto it = queues_.find(op);
+    if (it != queues_.end() && !it->second.empty()) {
+      OpEvent event = std::move(it->second.front());
+      it->second.pop_front();
+      return event;
+    }
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) return std::nullopt;
+    cv_.WaitWithTimeout(&mu_, left);
+  }
+}
+
+void EventHub::Forget(uint64_t op) {
+  MutexLock lock(&mu_);
+  queues_.erase(op);
+}
+
+}  // namespace hicache

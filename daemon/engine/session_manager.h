@@ -1,0 +1,149 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "daemon/core/clock.h"
+#include "daemon/core/mutex.h"
+#include "daemon/engine/hicache_engine.h"
+
+namespace hicache {
+
+enum class SessionRole { kScheduler, kWorker };
+
+struct SessionInfo {
+  std::string id;
+  std::string client_name;
+  SessionRole role = SessionRole::kScheduler;
+  Rank rank = 0;
+  std::string ns;
+  absl::Duration lease;
+};
+
+// What closing (or expiring) a session released.
+struct ReleaseSummary {
+  int64_t locks = 0;
+  int64_t pages = 0;
+  int64_t backups = 0;
+  int64_t loads = 0;
+};
+
+// One allocation request: an exact owner pattern, or `num_pages` in a
+// compute-owner mode, or any lanes.
+struct AllocationItem {
+  int64_t num_pages = 0;
+  std::vector<Rank> owners;
+  std::optional<ComputeOwnerMode> mode;
+};
+
+struct SessionInsertItem {
+  std::vector<int32_t> tokens;
+  std::vector<LogicalPage> pages;
+  bool unfinished = false;
+  uint64_t backup_id = 0;
+};
+
+struct SessionInsertResult {
+  InsertResult insert;
+  bool backup_attached = false;
+};
+
+// Sessions with leases over the engine. Every lock, allocated page, backup
+// and load belongs to the session that made it; Close() and lease expiry
+// release all of it (unlock, roll back, finish, free), whether the client
+// said goodbye or was killed. A session works only in its own namespace.
+//
+// Thread-safe. Lock order: SessionManager::mu_ -> HiCacheEngine::mu_.
+class SessionManager {
+ public:
+  // `engine` and `clock` must outlive the manager.
+  SessionManager(HiCacheEngine* engine, const Clock* clock,
+                 absl::Duration default_lease);
+
+  absl::StatusOr<SessionInfo> Open(std::string client_name, SessionRole role,
+                                   Rank rank, std::string ns,
+                                   absl::Duration lease)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // NOT_FOUND for an unknown (or expired) session.
+  absl::StatusOr<absl::Duration> KeepAlive(const std::string& id)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<ReleaseSummary> Close(const std::string& id)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Closes every session whose lease has lapsed; returns how many.
+  int ExpireLapsed() ABSL_LOCKS_EXCLUDED(mu_);
+
+  absl::StatusOr<std::vector<std::vector<LogicalPage>>> Allocate(
+      const std::string& id, absl::Span<const AllocationItem> items)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Free(const std::string& id, absl::Span<const LogicalPage> pages)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<std::vector<MatchResult>> Match(
+      const std::string& id, absl::Span<const std::vector<int32_t>> requests,
+      bool lock) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<std::vector<SessionInsertResult>> Insert(
+      const std::string& id, absl::Span<const SessionInsertItem> items)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Lock(const std::string& id, absl::Span<const NodeId> nodes)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Unlock(const std::string& id, absl::Span<const NodeId> nodes)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<std::vector<uint64_t>> PrepareBackups(
+      const std::string& id, absl::Span<const BackupSpec> specs)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status LayerStored(const std::string& id,
+                           absl::Span<const uint64_t> backups, uint32_t step)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status StoreAll(const std::string& id, uint64_t backup)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Rollback(const std::string& id, uint64_t backup)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // A load-back owned by the session; its lock is the session's until
+  // FinishLoad (or the session ends).
+  absl::StatusOr<LoadResult> LoadBack(const std::string& id,
+                                      absl::Span<const int32_t> tokens)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status FinishLoad(const std::string& id, uint64_t load)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Pin(const std::string& id, NodeId node, absl::Duration ttl)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  struct Totals {
+    int64_t sessions = 0;
+    int64_t locks = 0;
+    int64_t pages = 0;
+  };
+  Totals totals() const ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<SessionInfo> List() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Session {
+    SessionInfo info;
+    absl::Time deadline;
+    absl::flat_hash_map<NodeId, int64_t> locks;  // Node -> count.
+    absl::flat_hash_set<LogicalPage> pages;
+    absl::flat_hash_set<uint64_t> backups;
+    absl::flat_hash_set<uint64_t> loads;
+  };
+
+  absl::StatusOr<Session*> Find(const std::string& id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ReleaseSummary ReleaseLocked(Session& session)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  HiCacheEngine* const engine_;
+  const Clock* const clock_;
+  const absl::Duration default_lease_;
+  mutable Mutex mu_;
+  absl::flat_hash_map<std::string, Session> sessions_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace hicache
