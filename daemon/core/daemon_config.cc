@@ -113,6 +113,13 @@ absl::Status DaemonConfig::Validate() const {
         absl::StrCat("host_pages_per_rank must be at most ", kMaxPagesPerRank,
                      ", got ", host_pages_per_rank));
   }
+  if (kv_preset.empty()) {
+    return absl::InvalidArgumentError("kv_preset must not be empty");
+  }
+  if (default_lease_ms == 0 || default_lease_ms > 86400000) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "default_lease_ms must be in [1, 86400000], got ", default_lease_ms));
+  }
   return absl::OkStatus();
 }
 

@@ -52,6 +52,11 @@ struct DaemonConfig {
   uint64_t device_pages_per_rank = 4096;
   uint64_t host_pages_per_rank = 16384;
   HostLayout host_layout = HostLayout::kLayerFirst;
+  // KV geometry preset (see KvGeometry::Preset); "tiny" keeps the embedded
+  // default's pools at a few MB.
+  std::string kv_preset = "tiny";
+  // Session lease when a client asks for none.
+  uint32_t default_lease_ms = 10000;
 
   // OK, or INVALID_ARGUMENT naming the offending field and value.
   absl::Status Validate() const;

@@ -105,7 +105,9 @@ HiCacheEngine::HiCacheEngine(const EngineOptions& options, CpLayout layout,
                              KvGeometry geometry)
     : options_(options),
       layout_(std::move(layout)),
-      geometry_(std::move(geometry)) {}
+      geometry_(std::move(geometry)),
+      l1_free_room_(options.l1_free_room_pages),
+      l2_free_room_(options.l2_free_room_pages) {}
 
 HiCacheEngine::~HiCacheEngine() {
   // Stop the workers (they call OnStepDone) before the state goes away.
@@ -139,7 +141,7 @@ DeviceEvictResult HiCacheEngine::EvictDeviceLocked(
   for (Rank l = 0; l < layout_.cp_size(); ++l) {
     const int64_t available = device_->Counts(l).available();
     if (need[l] > available) {
-      target[l] = need[l] - available + options_.l1_free_room_pages;
+      target[l] = need[l] - available + l1_free_room_;
     }
   }
   return EvictDeviceTargetsLocked(target);
@@ -179,7 +181,7 @@ void HiCacheEngine::EvictHostLocked(absl::Span<const int64_t> need) {
     const int64_t free = host_[r]->free_pages();
     // Progress is counted in physical host pages of that rank.
     if (need[r] > free) {
-      target[r] = need[r] - free + options_.l2_free_room_pages;
+      target[r] = need[r] - free + l2_free_room_;
     }
   }
   EvictHostTargetsLocked(target);
@@ -217,8 +219,8 @@ absl::StatusOr<std::vector<LogicalPage>> HiCacheEngine::AllocateLocked(
   // then retry once.
   DeviceEvictResult evicted;
   if (any_lanes >= 0) {
-    const int64_t missing = any_lanes - device_->available() +
-                            options_.l1_free_room_pages * layout_.cp_size();
+    const int64_t missing =
+        any_lanes - device_->available() + l1_free_room_ * layout_.cp_size();
     if (options_.write_policy == WritePolicy::kWriteBack) {
       std::vector<int64_t> all(layout_.cp_size(), missing);
       WriteBackVictimsLocked(all);
@@ -351,13 +353,44 @@ absl::Status HiCacheEngine::EnforceFreeRoom() {
   std::vector<int64_t> device_target(layout_.cp_size(), 0);
   std::vector<int64_t> host_target(layout_.cp_size(), 0);
   for (Rank r = 0; r < layout_.cp_size(); ++r) {
-    device_target[r] =
-        options_.l1_free_room_pages - device_->Counts(r).available();
-    host_target[r] = options_.l2_free_room_pages - host_[r]->free_pages();
+    device_target[r] = l1_free_room_ - device_->Counts(r).available();
+    host_target[r] = l2_free_room_ - host_[r]->free_pages();
   }
   EvictDeviceTargetsLocked(device_target);
   EvictHostTargetsLocked(host_target);
   return absl::OkStatus();
+}
+
+absl::Status HiCacheEngine::SetFreeRoom(int64_t l1_pages, int64_t l2_pages) {
+  if (l1_pages < 0 || l2_pages < 0) {
+    return absl::InvalidArgumentError("free-room targets must be >= 0");
+  }
+  MutexLock lock(&mu_);
+  l1_free_room_ = l1_pages;
+  l2_free_room_ = l2_pages;
+  return absl::OkStatus();
+}
+
+absl::Status HiCacheEngine::EvictPages(
+    absl::Span<const int64_t> device_per_lane,
+    absl::Span<const int64_t> host_per_rank) {
+  const size_t c = layout_.cp_size();
+  if (device_per_lane.size() > c || host_per_rank.size() > c) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "eviction targets list more than cp_size ", c, " entries"));
+  }
+  std::vector<int64_t> device(c, 0), host(c, 0);
+  std::copy(device_per_lane.begin(), device_per_lane.end(), device.begin());
+  std::copy(host_per_rank.begin(), host_per_rank.end(), host.begin());
+  MutexLock lock(&mu_);
+  EvictDeviceTargetsLocked(device);
+  EvictHostTargetsLocked(host);
+  return absl::OkStatus();
+}
+
+LaneCounts HiCacheEngine::LaneCountsOf(Rank lane) const {
+  MutexLock lock(&mu_);
+  return device_->Counts(lane);
 }
 
 EngineStats HiCacheEngine::Stats() const {

@@ -114,6 +114,15 @@ class HiCacheEngine : public TransferListener {
   // --- Operators ------------------------------------------------------------
   // Evicts down to the free-room targets now.
   absl::Status EnforceFreeRoom() ABSL_LOCKS_EXCLUDED(mu_);
+  // Changes the free-room targets (pages per lane / per rank).
+  absl::Status SetFreeRoom(int64_t l1_pages, int64_t l2_pages)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Operator eviction: device pages per lane and host pages per rank (lists
+  // shorter than C mean 0 for the rest).
+  absl::Status EvictPages(absl::Span<const int64_t> device_per_lane,
+                          absl::Span<const int64_t> host_per_rank)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  LaneCounts LaneCountsOf(Rank lane) const ABSL_LOCKS_EXCLUDED(mu_);
   // Blocks until every submitted copy has completed and been processed.
   void WaitForTransfers() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -216,6 +225,8 @@ class HiCacheEngine : public TransferListener {
   uint64_t next_op_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t outstanding_steps_ ABSL_GUARDED_BY(mu_) = 0;
   EngineStats stats_ ABSL_GUARDED_BY(mu_);
+  int64_t l1_free_room_ ABSL_GUARDED_BY(mu_);
+  int64_t l2_free_room_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace hicache

@@ -9,6 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/core/build_info.h"
 #include "daemon/core/daemon_info.h"
+#include "daemon/engine/event_hub.h"
+#include "daemon/engine/hicache_engine.h"
+#include "daemon/engine/session_manager.h"
+#include "daemon/service/cache_service.h"
 #include "daemon/service/hicache_service.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -27,6 +31,27 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   if (!socket.ok()) return socket.status();
 
   const std::string address = absl::StrCat("unix:", socket_path);
+  std::unique_ptr<DaemonServer> daemon(new DaemonServer());
+  daemon->socket_ = *std::move(socket);
+  daemon->listen_address_ = address;
+  daemon->hub_ = std::make_unique<EventHub>();
+  absl::StatusOr<std::unique_ptr<HiCacheEngine>> engine = HiCacheEngine::Create(
+      {.page_size = config.page_size,
+       .cp_size = config.cp_size,
+       .kv_preset = config.kv_preset,
+       .device_pages_per_rank =
+           static_cast<int64_t>(config.device_pages_per_rank),
+       .host_pages_per_rank = static_cast<int64_t>(config.host_pages_per_rank),
+       .host_layout = config.host_layout,
+       .clock = clock});
+  if (!engine.ok()) return engine.status();
+  daemon->engine_ = *std::move(engine);
+  daemon->engine_->SetListener(daemon->hub_.get());
+  daemon->sessions_ = std::make_unique<SessionManager>(
+      daemon->engine_.get(), clock,
+      absl::Milliseconds(config.default_lease_ms));
+  daemon->cache_ = std::make_unique<service::CacheRpcs>(
+      daemon->engine_.get(), daemon->sessions_.get(), daemon->hub_.get());
   DaemonInfo info{
       .build = GetBuildInfo(),
       .config = config,
@@ -34,14 +59,14 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
       .listen_address = address,
       .pid = getpid(),
   };
-  auto service =
-      std::make_unique<service::HiCacheServiceImpl>(std::move(info), clock);
+  daemon->service_ = std::make_unique<service::HiCacheServiceImpl>(
+      std::move(info), clock, daemon->cache_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials());
-  builder.RegisterService(service.get());
+  builder.RegisterService(daemon->service_.get());
 
   // The socket is created by BuildAndStart(); a umask makes it 0660 from its
   // first instant, and SetSocketMode() below makes that explicit.
@@ -52,30 +77,35 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
     return absl::UnavailableError(
         absl::StrCat("gRPC could not listen on ", address));
   }
-  if (absl::Status mode = (*socket)->SetSocketMode(0660); !mode.ok()) {
+  if (absl::Status mode = daemon->socket_->SetSocketMode(0660); !mode.ok()) {
     server->Shutdown();
     return mode;
   }
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
   health->SetServingStatus(true);
   health->SetServingStatus(kHealthServiceName, true);
-
-  std::unique_ptr<DaemonServer> daemon(
-      new DaemonServer(*std::move(socket), address, std::move(service)));
   daemon->server_ = std::move(server);
+  DaemonServer* raw = daemon.get();
+  daemon->reaper_ = std::thread([raw] { raw->ReapLeases(); });
   return daemon;
 }
 
-DaemonServer::DaemonServer(std::unique_ptr<SocketGuard> socket,
-                           std::string listen_address,
-                           std::unique_ptr<service::HiCacheServiceImpl> service)
-    : socket_(std::move(socket)),
-      listen_address_(std::move(listen_address)),
-      service_(std::move(service)) {}
+void DaemonServer::ReapLeases() {
+  while (true) {
+    {
+      MutexLock lock(&mu_);
+      if (!shut_down_)
+        reaper_cv_.WaitWithTimeout(&mu_, absl::Milliseconds(200));
+      if (shut_down_) return;
+    }
+    sessions_->ExpireLapsed();
+  }
+}
 
 DaemonServer::~DaemonServer() {
   Shutdown(absl::ZeroDuration());
   Wait();
+  if (reaper_.joinable()) reaper_.join();
 }
 
 void DaemonServer::Shutdown(absl::Duration grace) {
@@ -83,12 +113,16 @@ void DaemonServer::Shutdown(absl::Duration grace) {
     MutexLock lock(&mu_);
     if (shut_down_) return;
     shut_down_ = true;
+    reaper_cv_.SignalAll();
   }
+  if (server_ == nullptr) return;  // Start() failed half-way.
   server_->GetHealthCheckService()->SetServingStatus(false);
   server_->Shutdown(std::chrono::system_clock::now() +
                     absl::ToChronoMilliseconds(grace));
 }
 
-void DaemonServer::Wait() { server_->Wait(); }
+void DaemonServer::Wait() {
+  if (server_ != nullptr) server_->Wait();
+}
 
 }  // namespace hicache

@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -14,9 +15,13 @@
 
 namespace hicache {
 
+class EventHub;
+class HiCacheEngine;
+class SessionManager;
 namespace service {
+class CacheRpcs;
 class HiCacheServiceImpl;
-}
+}  // namespace service
 
 // A running hicached: the gRPC server on its unix socket with the HiCache
 // service, gRPC health checking and server reflection.
@@ -46,14 +51,22 @@ class DaemonServer {
 
   const std::string& listen_address() const { return listen_address_; }
   const SocketGuard& socket() const { return *socket_; }
+  HiCacheEngine& engine() const { return *engine_; }
+  SessionManager& sessions() const { return *sessions_; }
 
  private:
-  DaemonServer(std::unique_ptr<SocketGuard> socket, std::string listen_address,
-               std::unique_ptr<service::HiCacheServiceImpl> service);
+  DaemonServer() = default;
+  void ReapLeases() ABSL_LOCKS_EXCLUDED(mu_);
 
-  const std::unique_ptr<SocketGuard> socket_;
-  const std::string listen_address_;
-  const std::unique_ptr<service::HiCacheServiceImpl> service_;
+  std::unique_ptr<SocketGuard> socket_;
+  std::string listen_address_;
+  std::unique_ptr<EventHub> hub_;
+  std::unique_ptr<HiCacheEngine> engine_;
+  std::unique_ptr<SessionManager> sessions_;
+  std::unique_ptr<service::CacheRpcs> cache_;
+  std::unique_ptr<service::HiCacheServiceImpl> service_;
+  std::thread reaper_;
+  CondVar reaper_cv_;
   // Set once in Start(); Shutdown()/Wait() are thread-safe gRPC calls.
   std::unique_ptr<grpc::Server> server_;
 

@@ -47,6 +47,11 @@ ABSL_FLAG(uint64_t, host_pages_per_rank, 16384,
           "Physical host (L2) pages for each rank.");
 ABSL_FLAG(hicache::HostLayout, host_layout, hicache::HostLayout::kLayerFirst,
           "Host pool byte order: 'layer_first' or 'page_first'.");
+ABSL_FLAG(std::string, kv_preset, "tiny",
+          "KV geometry: deepseek-v3.2, deepseek-v3.2-fp8, micro, tiny or "
+          "tiny-draft.");
+ABSL_FLAG(uint32_t, default_lease_ms, 10000,
+          "Session lease for clients that ask for none.");
 ABSL_FLAG(std::string, log_level, "info",
           "Log level: trace, debug, info, warn, error, critical or off.");
 ABSL_FLAG(double, shutdown_grace_seconds, 5,
@@ -75,6 +80,8 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   config.device_pages_per_rank = absl::GetFlag(FLAGS_device_pages_per_rank);
   config.host_pages_per_rank = absl::GetFlag(FLAGS_host_pages_per_rank);
   config.host_layout = absl::GetFlag(FLAGS_host_layout);
+  config.kv_preset = absl::GetFlag(FLAGS_kv_preset);
+  config.default_lease_ms = absl::GetFlag(FLAGS_default_lease_ms);
   if (absl::Status valid = config.Validate(); !valid.ok()) return valid;
   if (config.backend == Backend::kCuda) {
     return absl::UnimplementedError(

@@ -7,8 +7,69 @@
 
 namespace hicache::service {
 
-HiCacheServiceImpl::HiCacheServiceImpl(DaemonInfo info, const Clock* clock)
-    : info_(std::move(info)), clock_(clock) {}
+HiCacheServiceImpl::HiCacheServiceImpl(DaemonInfo info, const Clock* clock,
+                                       CacheRpcs* cache)
+    : info_(std::move(info)), clock_(clock), cache_(cache) {}
+
+namespace {
+grpc::Status NoCache() {
+  return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                      "this server has no cache engine");
+}
+}  // namespace
+
+#define HICACHE_FORWARD(Name, Request, Response, Call)                    \
+  grpc::Status HiCacheServiceImpl::Name(                                  \
+      grpc::ServerContext*, const Request* request, Response* response) { \
+    if (cache_ == nullptr) return NoCache();                              \
+    return Call;                                                          \
+  }
+HICACHE_FORWARD(OpenSession, v1::OpenSessionRequest, v1::OpenSessionResponse,
+                cache_->OpenSession(*request, response))
+HICACHE_FORWARD(KeepAlive, v1::KeepAliveRequest, v1::KeepAliveResponse,
+                cache_->KeepAlive(*request, response))
+HICACHE_FORWARD(CloseSession, v1::CloseSessionRequest, v1::CloseSessionResponse,
+                cache_->CloseSession(*request, response))
+HICACHE_FORWARD(GetLayout, v1::GetLayoutRequest, v1::GetLayoutResponse,
+                cache_->GetLayout(response))
+HICACHE_FORWARD(Allocate, v1::AllocateRequest, v1::AllocateResponse,
+                cache_->Allocate(*request, response))
+HICACHE_FORWARD(Free, v1::FreeRequest, v1::FreeResponse, cache_->Free(*request))
+HICACHE_FORWARD(MatchPrefix, v1::MatchPrefixRequest, v1::MatchPrefixResponse,
+                cache_->MatchPrefix(*request, response))
+HICACHE_FORWARD(Insert, v1::InsertRequest, v1::InsertResponse,
+                cache_->Insert(*request, response))
+HICACHE_FORWARD(Lock, v1::LockRequest, v1::LockResponse,
+                cache_->Lock(*request, true))
+HICACHE_FORWARD(Unlock, v1::LockRequest, v1::LockResponse,
+                cache_->Lock(*request, false))
+HICACHE_FORWARD(Pin, v1::PinRequest, v1::PinResponse, cache_->Pin(*request))
+HICACHE_FORWARD(Evict, v1::EvictRequest, v1::EvictResponse,
+                cache_->Evict(*request, response))
+HICACHE_FORWARD(SetFreeRoom, v1::SetFreeRoomRequest, v1::SetFreeRoomResponse,
+                cache_->SetFreeRoom(*request))
+HICACHE_FORWARD(Stats, v1::GetStatsRequest, v1::CacheStats,
+                cache_->Stats(response))
+HICACHE_FORWARD(DumpTree, v1::DumpTreeRequest, v1::DumpTreeResponse,
+                cache_->DumpTree(*request, response))
+HICACHE_FORWARD(InspectNode, v1::InspectNodeRequest, v1::NodeInfo,
+                cache_->InspectNode(*request, response))
+#undef HICACHE_FORWARD
+
+grpc::Status HiCacheServiceImpl::LoadBack(
+    grpc::ServerContext* context, const v1::LoadBackRequest* request,
+    grpc::ServerWriter<v1::LoadBackEvent>* writer) {
+  if (cache_ == nullptr) return NoCache();
+  return cache_->LoadBack(context, *request, writer);
+}
+
+grpc::Status HiCacheServiceImpl::BackupSession(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::BackupServerMessage, v1::BackupClientMessage>*
+        stream) {
+  if (cache_ == nullptr) return NoCache();
+  return cache_->BackupSession(context, stream);
+}
 
 grpc::Status HiCacheServiceImpl::GetStats(
     grpc::ServerContext* /*context*/, const v1::GetStatsRequest* /*request*/,

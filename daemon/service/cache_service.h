@@ -1,0 +1,57 @@
+#pragma once
+
+#include "daemon/engine/event_hub.h"
+#include "daemon/engine/hicache_engine.h"
+#include "daemon/engine/session_manager.h"
+#include "hicache/v1/hicache.grpc.pb.h"
+
+namespace hicache::service {
+
+// The cache RPCs of hicache.v1.HiCache (everything except GetStats, which
+// HiCacheServiceImpl serves). Thin: validates fields, converts proto <->
+// domain types and Status codes; sessions and the engine do the work.
+//
+// Thread-safe. The engine, sessions and hub must outlive the service.
+class CacheRpcs {
+ public:
+  CacheRpcs(HiCacheEngine* engine, SessionManager* sessions, EventHub* hub);
+
+  grpc::Status OpenSession(const v1::OpenSessionRequest& request,
+                           v1::OpenSessionResponse* response);
+  grpc::Status KeepAlive(const v1::KeepAliveRequest& request,
+                         v1::KeepAliveResponse* response);
+  grpc::Status CloseSession(const v1::CloseSessionRequest& request,
+                            v1::CloseSessionResponse* response);
+  grpc::Status GetLayout(v1::GetLayoutResponse* response);
+  grpc::Status Allocate(const v1::AllocateRequest& request,
+                        v1::AllocateResponse* response);
+  grpc::Status Free(const v1::FreeRequest& request);
+  grpc::Status MatchPrefix(const v1::MatchPrefixRequest& request,
+                           v1::MatchPrefixResponse* response);
+  grpc::Status Insert(const v1::InsertRequest& request,
+                      v1::InsertResponse* response);
+  grpc::Status Lock(const v1::LockRequest& request, bool lock);
+  grpc::Status LoadBack(grpc::ServerContext* context,
+                        const v1::LoadBackRequest& request,
+                        grpc::ServerWriter<v1::LoadBackEvent>* writer);
+  grpc::Status BackupSession(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::BackupServerMessage,
+                               v1::BackupClientMessage>* stream);
+  grpc::Status Pin(const v1::PinRequest& request);
+  grpc::Status Evict(const v1::EvictRequest& request,
+                     v1::EvictResponse* response);
+  grpc::Status SetFreeRoom(const v1::SetFreeRoomRequest& request);
+  grpc::Status Stats(v1::CacheStats* response);
+  grpc::Status DumpTree(const v1::DumpTreeRequest& request,
+                        v1::DumpTreeResponse* response);
+  grpc::Status InspectNode(const v1::InspectNodeRequest& request,
+                           v1::NodeInfo* response);
+
+ private:
+  HiCacheEngine* const engine_;
+  SessionManager* const sessions_;
+  EventHub* const hub_;
+};
+
+}  // namespace hicache::service
