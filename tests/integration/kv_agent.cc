@@ -1,0 +1,152 @@
+// A scheduler or model-worker process for the multi-process tests.
+//
+//   kv_agent --socket=S --mode=write  --rank=R --pages=P0,P1,...
+//       maps rank R's device segment and writes a distinct pattern into every
+//       page it owns (lane R), for every family and layer; page i of the list
+//       is the request's i-th page.
+//   kv_agent --socket=S --mode=verify --rank=R --pages=...
+//       checks that pattern; exit 1 (and a message) on the first wrong byte.
+//   kv_agent --socket=S --mode=hold_scheduler
+//       allocates, prepares a backup, stores one layer, caches and locks a
+//       request, prints READY and sleeps: to be killed with SIGKILL.
+//   kv_agent --socket=S --mode=hold_worker --rank=R
+//       opens a worker session, maps its segment, prints READY and sleeps.
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "client/cpp/endpoint.h"
+#include "client/cpp/hicache_session.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+
+ABSL_FLAG(std::string, socket, "", "Daemon socket.");
+ABSL_FLAG(std::string, mode, "write",
+          "write, verify, hold_scheduler, hold_worker.");
+ABSL_FLAG(uint32_t, rank, 0, "CP rank of a worker.");
+ABSL_FLAG(std::string, pages, "", "The request's logical pages, in order.");
+
+namespace hicache {
+namespace {
+
+uint8_t Pattern(int64_t position, int family, uint32_t layer, uint64_t byte) {
+  return static_cast<uint8_t>(position * 131 + family * 31 + layer * 7 +
+                              byte * 13 + 1);
+}
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "kv_agent: %s\n", message.c_str());
+  return 1;
+}
+
+int Run() {
+  auto stub = std::shared_ptr<v1::HiCache::Stub>(v1::HiCache::NewStub(
+      grpc::CreateChannel(client::UnixTarget(absl::GetFlag(FLAGS_socket)),
+                          grpc::InsecureChannelCredentials())));
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  const uint32_t rank = absl::GetFlag(FLAGS_rank);
+  const bool worker = mode != "hold_scheduler";
+  auto session = client::Session::Open(
+      stub, "kv_agent-" + mode, worker ? v1::ROLE_WORKER : v1::ROLE_SCHEDULER,
+      worker ? rank : 0, "", absl::Milliseconds(600));
+  if (!session.ok()) return Fail(std::string(session.status().message()));
+  auto layout = (*session)->GetLayout();
+  if (!layout.ok()) return Fail(std::string(layout.status().message()));
+
+  if (mode == "hold_scheduler") {
+    v1::AllocateItem item;
+    item.set_num_pages(3);
+    auto allocation = (*session)->Allocate({item});
+    if (!allocation.ok())
+      return Fail(std::string(allocation.status().message()));
+    grpc::ClientContext ctx;
+    auto stream = stub->BackupSession(&ctx);
+    v1::BackupClientMessage prepare;
+    prepare.set_session_id((*session)->id());
+    v1::BackupSpec* spec = prepare.mutable_prepare()->add_specs();
+    *spec->mutable_pages() = allocation->allocations(0).pages();
+    spec->set_logical_tokens(3 * layout->geometry().page_size_tokens());
+    stream->Write(prepare);
+    v1::BackupServerMessage reply;
+    stream->Read(&reply);
+    v1::BackupClientMessage stored;
+    stored.set_session_id((*session)->id());
+    stored.mutable_layer_stored()->add_backup_ids(
+        reply.prepared().backup_ids(0));
+    stored.mutable_layer_stored()->set_step(0);
+    stream->Write(stored);
+    // A second request, cached and locked.
+    v1::AllocateItem two;
+    two.set_num_pages(2);
+    auto cached = (*session)->Allocate({two});
+    if (!cached.ok()) return Fail(std::string(cached.status().message()));
+    std::vector<int32_t> tokens(2 * layout->geometry().page_size_tokens(), 7);
+    v1::InsertRequest insert;
+    insert.add_items()->set_tokens(client::PackTokens(tokens));
+    *insert.mutable_items(0)->mutable_pages() = cached->allocations(0).pages();
+    if (!(*session)->Insert(insert).ok()) return Fail("insert failed");
+    if (!(*session)->Match({tokens}, /*lock=*/true).ok())
+      return Fail("match failed");
+    std::printf("READY\n");
+    std::fflush(stdout);
+    while (true) pause();
+  }
+
+  const v1::RankSegments* segments = nullptr;
+  for (const auto& r : layout->ranks()) {
+    if (r.rank() == rank) segments = &r;
+  }
+  if (segments == nullptr) return Fail("no segments for this rank");
+  auto device = client::MappedSegment::Map(segments->device());
+  if (!device.ok()) return Fail(std::string(device.status().message()));
+  if (mode == "hold_worker") {
+    std::printf("READY\n");
+    std::fflush(stdout);
+    while (true) pause();
+  }
+
+  const uint32_t cp = layout->geometry().cp_size();
+  int64_t position = 0, checked = 0;
+  for (absl::string_view text :
+       absl::StrSplit(absl::GetFlag(FLAGS_pages), ',', absl::SkipEmpty())) {
+    int64_t page = 0;
+    if (!absl::SimpleAtoi(text, &page)) return Fail("bad --pages");
+    const int64_t k = position++;
+    if (page % cp != rank) continue;  // Another rank's page.
+    for (int f = 0; f < layout->families_size(); ++f) {
+      for (uint32_t l = 0; l < layout->families(f).num_layers(); ++l) {
+        uint8_t* block = (*device)->data() +
+                         client::DeviceBlockOffset(*layout, page / cp, f, l);
+        for (uint64_t b = 0; b < client::BlockBytes(*layout, f); ++b) {
+          if (mode == "write") {
+            block[b] = Pattern(k, f, l, b);
+          } else if (block[b] != Pattern(k, f, l, b)) {
+            return Fail("wrong byte: position " + std::to_string(k) + " page " +
+                        std::to_string(page) + " family " + std::to_string(f) +
+                        " layer " + std::to_string(l) + " byte " +
+                        std::to_string(b));
+          }
+        }
+      }
+    }
+    ++checked;
+  }
+  std::printf("rank %u %s %lld pages\n", rank, mode.c_str(),
+              static_cast<long long>(checked));
+  return (*session)->Close().ok() ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace hicache
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return hicache::Run();
+}
