@@ -113,6 +113,24 @@ absl::Status DaemonConfig::Validate() const {
         absl::StrCat("host_pages_per_rank must be at most ", kMaxPagesPerRank,
                      ", got ", host_pages_per_rank));
   }
+  if (tls_cert_file.empty() != tls_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "tls_cert_file and tls_key_file go together");
+  }
+  if (!listen_tcp.empty()) {
+    const bool tls = !tls_cert_file.empty() && !tls_key_file.empty();
+    if (!tls && !insecure_tcp_for_testing) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "listen_tcp '", listen_tcp,
+          "' needs TLS: give tls_cert_file and tls_key_file (and "
+          "tls_client_ca_file for mutual TLS); plain TCP only with "
+          "insecure_tcp_for_testing"));
+    }
+    if (listen_tcp.rfind(':') == std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("listen_tcp must be host:port, got '", listen_tcp, "'"));
+    }
+  }
   if (kv_preset.empty()) {
     return absl::InvalidArgumentError("kv_preset must not be empty");
   }

@@ -57,6 +57,14 @@ struct DaemonConfig {
   std::string kv_preset = "tiny";
   // Session lease when a client asks for none.
   uint32_t default_lease_ms = 10000;
+  // Optional TCP listener ("host:port"), in addition to the unix socket.
+  // TCP requires TLS (cert + key; a client CA makes it mutual TLS) unless
+  // insecure_tcp_for_testing is set.
+  std::string listen_tcp;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
+  bool insecure_tcp_for_testing = false;
 
   // OK, or INVALID_ARGUMENT naming the offending field and value.
   absl::Status Validate() const;

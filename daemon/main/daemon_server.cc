@@ -4,11 +4,14 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
+#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/core/build_info.h"
 #include "daemon/core/daemon_info.h"
+#include "daemon/core/log_format.h"
 #include "daemon/engine/event_hub.h"
 #include "daemon/engine/hicache_engine.h"
 #include "daemon/engine/session_manager.h"
@@ -18,8 +21,46 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "spdlog/spdlog.h"
 
 namespace hicache {
+
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot read ", path));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>>
+DaemonServer::TcpCredentials(const DaemonConfig& config) {
+  if (config.tls_cert_file.empty()) {
+    spdlog::warn("listening on {} WITHOUT TLS (--insecure_tcp_for_testing)",
+                 config.listen_tcp);
+    return grpc::InsecureServerCredentials();
+  }
+  absl::StatusOr<std::string> cert = ReadFile(config.tls_cert_file);
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadFile(config.tls_key_file);
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions options;
+  options.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!config.tls_client_ca_file.empty()) {
+    absl::StatusOr<std::string> ca = ReadFile(config.tls_client_ca_file);
+    if (!ca.ok()) return ca.status();
+    options.pem_root_certs = *ca;
+    options.client_certificate_request =
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(options);
+}
 
 absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
     const DaemonConfig& config, const std::string& socket_path,
@@ -66,6 +107,13 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials());
+  int tcp_port = 0;
+  if (!config.listen_tcp.empty()) {
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+        TcpCredentials(config);
+    if (!credentials.ok()) return credentials.status();
+    builder.AddListeningPort(config.listen_tcp, *credentials, &tcp_port);
+  }
   builder.RegisterService(daemon->service_.get());
 
   // The socket is created by BuildAndStart(); a umask makes it 0660 from its
@@ -73,10 +121,13 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   const mode_t old_umask = umask(0117);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   umask(old_umask);
-  if (server == nullptr) {
-    return absl::UnavailableError(
-        absl::StrCat("gRPC could not listen on ", address));
+  if (server == nullptr || (!config.listen_tcp.empty() && tcp_port == 0)) {
+    return absl::UnavailableError(absl::StrCat(
+        "gRPC could not listen on ", address,
+        config.listen_tcp.empty() ? ""
+                                  : absl::StrCat(" and ", config.listen_tcp)));
   }
+  daemon->tcp_port_ = tcp_port;
   if (absl::Status mode = daemon->socket_->SetSocketMode(0660); !mode.ok()) {
     server->Shutdown();
     return mode;

@@ -11,6 +11,7 @@
 #include "daemon/core/daemon_config.h"
 #include "daemon/core/mutex.h"
 #include "daemon/main/socket_guard.h"
+#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 
 namespace hicache {
@@ -52,14 +53,19 @@ class DaemonServer {
   const std::string& listen_address() const { return listen_address_; }
   const SocketGuard& socket() const { return *socket_; }
   HiCacheEngine& engine() const { return *engine_; }
+  // The bound TCP port when listen_tcp was given (":0" picks one), else 0.
+  int tcp_port() const { return tcp_port_; }
   SessionManager& sessions() const { return *sessions_; }
 
  private:
   DaemonServer() = default;
+  static absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>>
+  TcpCredentials(const DaemonConfig& config);
   void ReapLeases() ABSL_LOCKS_EXCLUDED(mu_);
 
   std::unique_ptr<SocketGuard> socket_;
   std::string listen_address_;
+  int tcp_port_ = 0;
   std::unique_ptr<EventHub> hub_;
   std::unique_ptr<HiCacheEngine> engine_;
   std::unique_ptr<SessionManager> sessions_;

@@ -52,6 +52,15 @@ ABSL_FLAG(std::string, kv_preset, "tiny",
           "tiny-draft.");
 ABSL_FLAG(uint32_t, default_lease_ms, 10000,
           "Session lease for clients that ask for none.");
+ABSL_FLAG(std::string, listen_tcp, "",
+          "Also listen on TCP host:port. Requires --tls_cert_file and "
+          "--tls_key_file unless --insecure_tcp_for_testing.");
+ABSL_FLAG(std::string, tls_cert_file, "", "PEM server certificate for TCP.");
+ABSL_FLAG(std::string, tls_key_file, "", "PEM server private key for TCP.");
+ABSL_FLAG(std::string, tls_client_ca_file, "",
+          "PEM CA bundle: require and verify client certificates (mTLS).");
+ABSL_FLAG(bool, insecure_tcp_for_testing, false,
+          "Allow --listen_tcp without TLS. Never in production.");
 ABSL_FLAG(std::string, log_level, "info",
           "Log level: trace, debug, info, warn, error, critical or off.");
 ABSL_FLAG(double, shutdown_grace_seconds, 5,
@@ -82,6 +91,12 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   config.host_layout = absl::GetFlag(FLAGS_host_layout);
   config.kv_preset = absl::GetFlag(FLAGS_kv_preset);
   config.default_lease_ms = absl::GetFlag(FLAGS_default_lease_ms);
+  config.listen_tcp = absl::GetFlag(FLAGS_listen_tcp);
+  config.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
+  config.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
+  config.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
+  config.insecure_tcp_for_testing =
+      absl::GetFlag(FLAGS_insecure_tcp_for_testing);
   if (absl::Status valid = config.Validate(); !valid.ok()) return valid;
   if (config.backend == Backend::kCuda) {
     return absl::UnimplementedError(

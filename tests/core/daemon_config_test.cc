@@ -74,6 +74,21 @@ TEST(DaemonConfigTest, PoolSizes) {
   EXPECT_THAT(config.Validate().message(), HasSubstr("host_pages_per_rank"));
 }
 
+TEST(DaemonConfigTest, TcpNeedsTlsUnlessTesting) {
+  DaemonConfig config;
+  config.listen_tcp = "127.0.0.1:7000";
+  EXPECT_THAT(config.Validate().message(), HasSubstr("needs TLS"));
+  config.insecure_tcp_for_testing = true;
+  EXPECT_TRUE(config.Validate().ok());
+  config.insecure_tcp_for_testing = false;
+  config.tls_cert_file = "cert.pem";
+  EXPECT_THAT(config.Validate().message(), HasSubstr("go together"));
+  config.tls_key_file = "key.pem";
+  EXPECT_TRUE(config.Validate().ok());
+  config.listen_tcp = "7000";
+  EXPECT_THAT(config.Validate().message(), HasSubstr("host:port"));
+}
+
 TEST(DaemonConfigTest, LogicalDevicePages) {
   DaemonConfig config;
   config.cp_size = 4;

@@ -2,8 +2,15 @@
 
 #include <sys/stat.h>
 
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "tests/testing/subprocess.h"
 
 #include "client/cpp/endpoint.h"
 #include "client/cpp/hicache_client.h"
@@ -78,6 +85,56 @@ TEST_F(DaemonServerTest, SecondServerOnSamePathIsRefused) {
   EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
   // The first keeps serving.
   EXPECT_EQ(*Connect()->CheckHealth(), client::ServingStatus::kServing);
+}
+
+TEST_F(DaemonServerTest, PlainTcpOnlyForTesting) {
+  DaemonConfig config;
+  config.listen_tcp = "127.0.0.1:0";
+  EXPECT_EQ(DaemonServer::Start(config, socket_, &clock_).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  config.insecure_tcp_for_testing = true;
+  auto server = DaemonServer::Start(config, socket_, &clock_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_GT((*server)->tcp_port(), 0);
+  auto client = client::HiCacheClient::Create(
+      absl::StrCat("127.0.0.1:", (*server)->tcp_port()), /*insecure_tcp=*/true);
+  ASSERT_TRUE(client.ok());
+  EXPECT_EQ(*(*client)->CheckHealth(), client::ServingStatus::kServing);
+}
+
+TEST_F(DaemonServerTest, TcpWithTls) {
+  const std::string cert = dir_.Child("cert.pem");
+  const std::string key = dir_.Child("key.pem");
+  auto made = testing::Run({"/usr/bin/openssl", "req", "-x509", "-newkey",
+                            "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                            "-subj", "/CN=localhost", "-days", "1",
+                            "-addext", "subjectAltName=DNS:localhost"});
+  if (!made.ok() || made->exit_code != 0) {
+    GTEST_SKIP() << "openssl could not make a certificate here";
+  }
+  DaemonConfig config;
+  config.listen_tcp = "127.0.0.1:0";
+  config.tls_cert_file = cert;
+  config.tls_key_file = key;
+  auto server = DaemonServer::Start(config, socket_, &clock_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::ifstream in(cert);
+  std::stringstream pem;
+  pem << in.rdbuf();
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = pem.str();
+  grpc::ChannelArguments args;
+  args.SetSslTargetNameOverride("localhost");
+  client::HiCacheClient tls(grpc::CreateCustomChannel(
+      absl::StrCat("127.0.0.1:", (*server)->tcp_port()),
+      grpc::SslCredentials(options), args));
+  auto health = tls.CheckHealth();
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*health, client::ServingStatus::kServing);
+  // A plain-text client cannot talk to the TLS port.
+  auto plain = client::HiCacheClient::Create(
+      absl::StrCat("127.0.0.1:", (*server)->tcp_port()), true);
+  EXPECT_FALSE((*plain)->CheckHealth("", absl::Seconds(1)).ok());
 }
 
 TEST_F(DaemonServerTest, InvalidConfigIsRejectedBeforeTouchingTheSocket) {
