@@ -7,6 +7,7 @@
 namespace hicache {
 
 void EventHub::Push(OpEvent event) {
+  if (observer_) observer_(event);
   MutexLock lock(&mu_);
   auto [it, inserted] = queues_.try_emplace(event.op);
   if (inserted) {

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <optional>
 
 #include "absl/base/thread_annotations.h"
@@ -49,10 +50,15 @@ class EventHub final : public EngineListener {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Drops everything still queued for `op`.
   void Forget(uint64_t op) ABSL_LOCKS_EXCLUDED(mu_);
+  // Also hands every event to `observer` (operators' Watch). Set before use.
+  void SetObserver(std::function<void(const OpEvent&)> observer) {
+    observer_ = std::move(observer);
+  }
 
  private:
   void Push(OpEvent event) ABSL_LOCKS_EXCLUDED(mu_);
 
+  std::function<void(const OpEvent&)> observer_;
   Mutex mu_;
   CondVar cv_;
   absl::flat_hash_map<uint64_t, std::deque<OpEvent>> queues_

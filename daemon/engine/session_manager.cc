@@ -48,6 +48,7 @@ absl::StatusOr<SessionInfo> SessionManager::Open(std::string client_name,
   session.deadline = clock_->Now() + session.info.lease;
   SessionInfo info = session.info;
   sessions_.emplace(info.id, std::move(session));
+  if (observer_) observer_("session_opened", info.id);
   spdlog::info("session {} opened by '{}' (namespace '{}', lease {})", info.id,
                info.client_name, info.ns, absl::FormatDuration(info.lease));
   return info;
@@ -102,6 +103,7 @@ absl::StatusOr<ReleaseSummary> SessionManager::Close(const std::string& id) {
       "session {} closed: released {} locks, {} pages, {} backups, {} loads",
       id, summary.locks, summary.pages, summary.backups, summary.loads);
   sessions_.erase(id);
+  if (observer_) observer_("session_closed", id);
   return summary;
 }
 
@@ -119,6 +121,7 @@ int SessionManager::ExpireLapsed() {
         "backups, finished {} loads",
         id, summary.locks, summary.pages, summary.backups, summary.loads);
     sessions_.erase(id);
+    if (observer_) observer_("session_expired", id);
   }
   return static_cast<int>(lapsed.size());
 }

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -115,6 +116,13 @@ class SessionManager {
   absl::Status Pin(const std::string& id, NodeId node, absl::Duration ttl)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Called with ("session_opened" | "session_closed" | "session_expired",
+  // session id) outside the manager's lock. Set before use.
+  void SetObserver(
+      std::function<void(absl::string_view, const std::string&)> o) {
+    observer_ = std::move(o);
+  }
+
   struct Totals {
     int64_t sessions = 0;
     int64_t locks = 0;
@@ -138,6 +146,7 @@ class SessionManager {
   ReleaseSummary ReleaseLocked(Session& session)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  std::function<void(absl::string_view, const std::string&)> observer_;
   HiCacheEngine* const engine_;
   const Clock* const clock_;
   const absl::Duration default_lease_;

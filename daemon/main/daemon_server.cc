@@ -17,6 +17,7 @@
 #include "daemon/engine/session_manager.h"
 #include "daemon/service/cache_service.h"
 #include "daemon/service/hicache_service.h"
+#include "daemon/service/watch_broadcaster.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -75,7 +76,12 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   std::unique_ptr<DaemonServer> daemon(new DaemonServer());
   daemon->socket_ = *std::move(socket);
   daemon->listen_address_ = address;
+  daemon->watch_ = std::make_unique<service::WatchBroadcaster>();
   daemon->hub_ = std::make_unique<EventHub>();
+  service::WatchBroadcaster* watch = daemon->watch_.get();
+  daemon->hub_->SetObserver([watch](const OpEvent& event) {
+    watch->Publish(service::CacheRpcs::ToCacheEvent(event));
+  });
   absl::StatusOr<std::unique_ptr<HiCacheEngine>> engine = HiCacheEngine::Create(
       {.page_size = config.page_size,
        .cp_size = config.cp_size,
@@ -91,8 +97,17 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   daemon->sessions_ = std::make_unique<SessionManager>(
       daemon->engine_.get(), clock,
       absl::Milliseconds(config.default_lease_ms));
+  daemon->sessions_->SetObserver(
+      [watch](absl::string_view kind, const std::string& session) {
+        v1::CacheEvent event;
+        event.set_unix_ms(absl::ToUnixMillis(absl::Now()));
+        event.set_kind(std::string(kind));
+        event.set_session_id(session);
+        watch->Publish(event);
+      });
   daemon->cache_ = std::make_unique<service::CacheRpcs>(
-      daemon->engine_.get(), daemon->sessions_.get(), daemon->hub_.get());
+      daemon->engine_.get(), daemon->sessions_.get(), daemon->hub_.get(),
+      watch);
   DaemonInfo info{
       .build = GetBuildInfo(),
       .config = config,

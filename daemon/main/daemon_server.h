@@ -21,6 +21,7 @@ class HiCacheEngine;
 class SessionManager;
 namespace service {
 class CacheRpcs;
+class WatchBroadcaster;
 class HiCacheServiceImpl;
 }  // namespace service
 
@@ -66,6 +67,7 @@ class DaemonServer {
   std::unique_ptr<SocketGuard> socket_;
   std::string listen_address_;
   int tcp_port_ = 0;
+  std::unique_ptr<service::WatchBroadcaster> watch_;
   std::unique_ptr<EventHub> hub_;
   std::unique_ptr<HiCacheEngine> engine_;
   std::unique_ptr<SessionManager> sessions_;

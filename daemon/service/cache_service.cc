@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "daemon/core/mutex.h"
 #include "daemon/service/proto_convert.h"
 
@@ -80,8 +81,72 @@ void ToProto(const NodeInfo& n, v1::NodeInfo* out) {
 }  // namespace
 
 CacheRpcs::CacheRpcs(HiCacheEngine* engine, SessionManager* sessions,
-                     EventHub* hub)
-    : engine_(engine), sessions_(sessions), hub_(hub) {}
+                     EventHub* hub, WatchBroadcaster* watch)
+    : engine_(engine), sessions_(sessions), hub_(hub), watch_(watch) {}
+
+v1::CacheEvent CacheRpcs::ToCacheEvent(const OpEvent& event) {
+  v1::CacheEvent out;
+  out.set_unix_ms(absl::ToUnixMillis(absl::Now()));
+  switch (event.type) {
+    case OpEvent::Type::kBackupStep:
+      out.set_kind("backup_step");
+      break;
+    case OpEvent::Type::kCommitted:
+      out.set_kind("backup_committed");
+      break;
+    case OpEvent::Type::kRolledBack:
+      out.set_kind("backup_rolled_back");
+      break;
+    case OpEvent::Type::kLoadStep:
+      out.set_kind("load_step");
+      break;
+    case OpEvent::Type::kLoadDone:
+      out.set_kind(event.ok ? "load_done" : "load_failed");
+      break;
+  }
+  out.set_op(event.op);
+  out.set_node(event.node);
+  out.set_rank(event.rank);
+  out.set_step(event.step);
+  return out;
+}
+
+grpc::Status CacheRpcs::Watch(grpc::ServerContext* context,
+                              const v1::WatchRequest& request,
+                              grpc::ServerWriter<v1::CacheEvent>* writer) {
+  auto subscription = watch_->Subscribe();
+  EngineStats last = engine_->Stats();
+  absl::Time next_poll = absl::Now() + absl::Milliseconds(500);
+  while (!context->IsCancelled()) {
+    std::optional<v1::CacheEvent> event =
+        subscription->Next(absl::Milliseconds(100));
+    if (event.has_value()) {
+      const bool step =
+          event->kind() == "backup_step" || event->kind() == "load_step";
+      if (!step || request.include_layer_events()) {
+        if (!writer->Write(*event)) break;
+      }
+    }
+    if (absl::Now() >= next_poll) {
+      next_poll = absl::Now() + absl::Milliseconds(500);
+      const EngineStats now = engine_->Stats();
+      const int64_t device =
+          now.device_evicted_pages - last.device_evicted_pages;
+      const int64_t host = now.host_evicted_pages - last.host_evicted_pages;
+      if (device > 0 || host > 0) {
+        v1::CacheEvent evicted;
+        evicted.set_unix_ms(absl::ToUnixMillis(absl::Now()));
+        evicted.set_kind("evicted");
+        evicted.set_detail(
+            absl::StrCat("device_pages=", device, " host_pages=", host));
+        if (!writer->Write(evicted)) break;
+      }
+      last = now;
+    }
+  }
+  watch_->Unsubscribe(subscription);
+  return grpc::Status::OK;
+}
 
 grpc::Status CacheRpcs::OpenSession(const v1::OpenSessionRequest& request,
                                     v1::OpenSessionResponse* response) {

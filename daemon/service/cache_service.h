@@ -3,6 +3,7 @@
 #include "daemon/engine/event_hub.h"
 #include "daemon/engine/hicache_engine.h"
 #include "daemon/engine/session_manager.h"
+#include "daemon/service/watch_broadcaster.h"
 #include "hicache/v1/hicache.grpc.pb.h"
 
 namespace hicache::service {
@@ -14,7 +15,11 @@ namespace hicache::service {
 // Thread-safe. The engine, sessions and hub must outlive the service.
 class CacheRpcs {
  public:
-  CacheRpcs(HiCacheEngine* engine, SessionManager* sessions, EventHub* hub);
+  CacheRpcs(HiCacheEngine* engine, SessionManager* sessions, EventHub* hub,
+            WatchBroadcaster* watch);
+
+  // The CacheEvent for an engine event (kind, op, node, rank, step).
+  static v1::CacheEvent ToCacheEvent(const OpEvent& event);
 
   grpc::Status OpenSession(const v1::OpenSessionRequest& request,
                            v1::OpenSessionResponse* response);
@@ -47,11 +52,15 @@ class CacheRpcs {
                         v1::DumpTreeResponse* response);
   grpc::Status InspectNode(const v1::InspectNodeRequest& request,
                            v1::NodeInfo* response);
+  grpc::Status Watch(grpc::ServerContext* context,
+                     const v1::WatchRequest& request,
+                     grpc::ServerWriter<v1::CacheEvent>* writer);
 
  private:
   HiCacheEngine* const engine_;
   SessionManager* const sessions_;
   EventHub* const hub_;
+  WatchBroadcaster* const watch_;
 };
 
 }  // namespace hicache::service

@@ -63,6 +63,13 @@ grpc::Status HiCacheServiceImpl::LoadBack(
   return cache_->LoadBack(context, *request, writer);
 }
 
+grpc::Status HiCacheServiceImpl::Watch(
+    grpc::ServerContext* context, const v1::WatchRequest* request,
+    grpc::ServerWriter<v1::CacheEvent>* writer) {
+  if (cache_ == nullptr) return NoCache();
+  return cache_->Watch(context, *request, writer);
+}
+
 grpc::Status HiCacheServiceImpl::BackupSession(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::BackupServerMessage, v1::BackupClientMessage>*

@@ -50,6 +50,9 @@ class HiCacheServiceImpl final : public v1::HiCache::Service {
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<v1::BackupServerMessage,
                                v1::BackupClientMessage>* stream) override;
+  grpc::Status Watch(grpc::ServerContext* context,
+                     const v1::WatchRequest* request,
+                     grpc::ServerWriter<v1::CacheEvent>* writer) override;
 
  private:
   const DaemonInfo info_;

@@ -377,6 +377,29 @@ TEST_F(CacheServiceTest, BadInputGetsTheRightCode) {
   EXPECT_EQ(stats.nodes(), 0);
 }
 
+TEST_F(CacheServiceTest, WatchStreamsSessionAndBackupEvents) {
+  grpc::ClientContext watch_ctx;
+  auto watch = stub_->Watch(&watch_ctx, v1::WatchRequest());
+  absl::SleepFor(absl::Milliseconds(100));  // Let the stream subscribe.
+  const std::string session = Open();
+  {
+    grpc::ClientContext ctx;
+    v1::CloseSessionRequest close;
+    close.set_session_id(session);
+    v1::CloseSessionResponse closed;
+    ASSERT_TRUE(stub_->CloseSession(&ctx, close, &closed).ok());
+  }
+  std::vector<std::string> kinds;
+  v1::CacheEvent event;
+  while (kinds.size() < 2 && watch->Read(&event)) {
+    EXPECT_EQ(event.session_id(), session);
+    kinds.push_back(event.kind());
+  }
+  EXPECT_EQ(kinds, (std::vector<std::string>{"session_opened", "session_closed"}));
+  watch_ctx.TryCancel();
+  watch->Finish();
+}
+
 TEST_F(CacheServiceTest, SessionsSeeOnlyTheirNamespace) {
   const std::string a = Open("tenant-a");
   const std::string b = Open("tenant-b");
