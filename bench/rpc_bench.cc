@@ -7,9 +7,11 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
+#include "absl/time/clock.h"
 #include "benchmark/benchmark.h"
 #include "client/cpp/endpoint.h"
 #include "client/cpp/hicache_client.h"
@@ -55,6 +57,13 @@ class ServerFixture {
     match_.set_session_id(session_->id());
     match_.add_items()->set_tokens(client::PackTokens(tokens_));
     keep_alive_.set_session_id(session_->id());
+    // The same 64 KiB of tokens to a namespace with no tree: the transport and
+    // decoding cost of the payload with no cache work (the floor for the hit).
+    empty_session_ =
+        *client::Session::Open(stub_, "bench-empty", v1::ROLE_SCHEDULER, 0,
+                               "empty-namespace", absl::Minutes(10));
+    miss_.set_session_id(empty_session_->id());
+    miss_.add_items()->set_tokens(client::PackTokens(tokens_));
     // 64 short requests (one 512-token block each, half of them cached).
     batch_.set_session_id(session_->id());
     for (int i = 0; i < 64; ++i) {
@@ -68,7 +77,9 @@ class ServerFixture {
   const v1::MatchPrefixRequest& match() const { return match_; }
   const v1::MatchPrefixRequest& batch() const { return batch_; }
   const v1::KeepAliveRequest& keep_alive() const { return keep_alive_; }
+  const v1::MatchPrefixRequest& miss() const { return miss_; }
   ~ServerFixture() {
+    empty_session_.reset();
     session_.reset();
     client_.reset();
     server_.reset();
@@ -83,6 +94,8 @@ class ServerFixture {
   std::unique_ptr<client::HiCacheClient> client_;
   std::shared_ptr<v1::HiCache::Stub> stub_;
   std::unique_ptr<client::Session> session_;
+  std::unique_ptr<client::Session> empty_session_;
+  v1::MatchPrefixRequest miss_;
   std::vector<int32_t> tokens_;
   v1::MatchPrefixRequest match_;
   v1::MatchPrefixRequest batch_;
@@ -114,32 +127,73 @@ void BM_HealthCheck(benchmark::State& state) {
 }
 BENCHMARK(BM_HealthCheck)->UseRealTime();
 
+// Per-call latency percentiles as counters (p50_us, p99_us).
+class Latencies {
+ public:
+  void Add(absl::Duration d) { us_.push_back(absl::ToDoubleMicroseconds(d)); }
+  void Report(benchmark::State& state) {
+    if (us_.empty()) return;
+    std::sort(us_.begin(), us_.end());
+    state.counters["p50_us"] = us_[us_.size() / 2];
+    state.counters["p99_us"] =
+        us_[std::min(us_.size() - 1, us_.size() * 99 / 100)];
+  }
+
+ private:
+  std::vector<double> us_;
+};
+
 // The floor: an RPC that does nothing (KeepAlive).
 void BM_EmptyRpc(benchmark::State& state) {
   ServerFixture& f = Fixture();
+  Latencies latencies;
   for (auto _ : state) {
+    const absl::Time start = absl::Now();
     grpc::ClientContext ctx;
     v1::KeepAliveResponse response;
     if (!f.stub().KeepAlive(&ctx, f.keep_alive(), &response).ok()) {
       state.SkipWithError("KeepAlive failed");
     }
+    latencies.Add(absl::Now() - start);
   }
+  latencies.Report(state);
 }
 BENCHMARK(BM_EmptyRpc)->UseRealTime();
 
 // MatchPrefix of one 16K-token request (64 KiB of tokens), a full hit.
 void BM_MatchPrefix16K(benchmark::State& state) {
   ServerFixture& f = Fixture();
+  Latencies latencies;
   for (auto _ : state) {
+    const absl::Time start = absl::Now();
     grpc::ClientContext ctx;
     v1::MatchPrefixResponse response;
     if (!f.stub().MatchPrefix(&ctx, f.match(), &response).ok() ||
         response.results(0).device().valid_tokens() != 16384) {
       state.SkipWithError("MatchPrefix failed");
     }
+    latencies.Add(absl::Now() - start);
   }
+  latencies.Report(state);
 }
 BENCHMARK(BM_MatchPrefix16K)->UseRealTime();
+
+// The same payload with nothing to match.
+void BM_SamePayloadNoMatch16K(benchmark::State& state) {
+  ServerFixture& f = Fixture();
+  Latencies latencies;
+  for (auto _ : state) {
+    const absl::Time start = absl::Now();
+    grpc::ClientContext ctx;
+    v1::MatchPrefixResponse response;
+    if (!f.stub().MatchPrefix(&ctx, f.miss(), &response).ok()) {
+      state.SkipWithError("MatchPrefix failed");
+    }
+    latencies.Add(absl::Now() - start);
+  }
+  latencies.Report(state);
+}
+BENCHMARK(BM_SamePayloadNoMatch16K)->UseRealTime();
 
 // 64 requests per call; items/s counts matched requests.
 void BM_BatchedMatch64(benchmark::State& state) {

@@ -26,6 +26,23 @@ void Deadline(grpc::ClientContext* context) {
                         std::chrono::seconds(30));
 }
 
+// Calls `rpc` (a fresh context each time) up to 3 times while the daemon is
+// UNAVAILABLE (restarting, socket not yet there). Only for idempotent calls.
+template <typename Rpc>
+grpc::Status WithRetries(Rpc rpc) {
+  grpc::Status status;
+  absl::Duration backoff = absl::Milliseconds(50);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    grpc::ClientContext context;
+    Deadline(&context);
+    status = rpc(&context);
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return status;
+    absl::SleepFor(backoff);
+    backoff *= 2;
+  }
+  return status;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MappedSegment>> MappedSegment::Map(

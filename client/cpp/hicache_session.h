@@ -44,7 +44,8 @@ uint64_t BlockBytes(const v1::GetLayoutResponse& layout, int family);
 
 // An open session with a background keep-alive. Close() (or destruction)
 // ends it; a process that dies without closing is cleaned up by the daemon
-// when the lease lapses. Thread-safe for concurrent calls.
+// when the lease lapses. Idempotent calls (GetLayout, a Match without lock)
+// are retried while the daemon is UNAVAILABLE. Thread-safe.
 class Session {
  public:
   static absl::StatusOr<std::unique_ptr<Session>> Open(
