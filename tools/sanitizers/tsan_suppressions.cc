@@ -2,7 +2,8 @@
 // build (injected through --custom_malloc in .bazelrc; this file defines no
 // allocator, so the default malloc stays in use).
 //
-// Debian's gRPC, Abseil and protobuf are prebuilt without TSan. TSan sees their
+// Debian's gRPC, Abseil, protobuf and OpenSSL (gRPC's TLS) are prebuilt
+// without TSan. TSan sees their
 // libc calls (epoll, memmove, new/delete) through its interceptors but not the
 // atomics and futexes that order them, so it reports races that are entirely
 // inside those libraries. Interceptor calls made from them are ignored here;
@@ -22,6 +23,8 @@ extern "C" const char* __tsan_default_suppressions() {
          "race:libgpr\n"
          "race:libabsl_\n"
          "race:libprotobuf\n"
+         "race:libcrypto\n"
+         "race:libssl\n"
          "race:grpc::internal::\n"
          "race:grpc::Server::\n"
          "race:grpc_core::\n";
