@@ -1,5 +1,6 @@
 #include "bench/mooncake_trace.h"
 
+#include <cstdlib>
 #include <fstream>
 
 #include "absl/strings/numbers.h"
@@ -34,6 +35,13 @@ bool IntField(absl::string_view line, absl::string_view key, int64_t* value) {
 }
 
 }  // namespace
+
+std::string TracePathOrDefault(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");
+  return absl::StrCat(workspace != nullptr ? workspace : ".",
+                      "/../shared/traces/synthetic_trace.jsonl");
+}
 
 absl::StatusOr<std::vector<TraceRequest>> ReadMooncakeTrace(
     const std::string& path, int64_t limit) {

@@ -18,6 +18,11 @@ struct TraceRequest {
   std::vector<int64_t> hash_ids;
 };
 
+// `flag` if non-empty, else the shared trace next to the workspace
+// ($BUILD_WORKSPACE_DIRECTORY/../shared/traces/synthetic_trace.jsonl under
+// `bazel run`).
+std::string TracePathOrDefault(const std::string& flag);
+
 // Reads up to `limit` requests (-1 = all). INVALID_ARGUMENT names the line of
 // a malformed record; NOT_FOUND when the file cannot be opened.
 absl::StatusOr<std::vector<TraceRequest>> ReadMooncakeTrace(

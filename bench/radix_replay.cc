@@ -44,12 +44,7 @@ double Percentile(std::vector<double> v, double q) {
 }
 
 int Run() {
-  std::string path = absl::GetFlag(FLAGS_trace);
-  if (path.empty()) {
-    const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY");
-    path =
-        std::string(ws ? ws : ".") + "/../shared/traces/synthetic_trace.jsonl";
-  }
+  const std::string path = TracePathOrDefault(absl::GetFlag(FLAGS_trace));
   auto trace = ReadMooncakeTrace(path, absl::GetFlag(FLAGS_requests));
   if (!trace.ok()) {
     std::fprintf(stderr, "%s\n", std::string(trace.status().message()).c_str());

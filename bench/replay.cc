@@ -118,12 +118,7 @@ absl::StatusOr<Outcome> Replay(const std::vector<TraceRequest>& trace,
 
 int Main() {
   spdlog::set_level(spdlog::level::err);
-  std::string path = absl::GetFlag(FLAGS_trace);
-  if (path.empty()) {
-    const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY");
-    path =
-        std::string(ws ? ws : ".") + "/../shared/traces/synthetic_trace.jsonl";
-  }
+  const std::string path = TracePathOrDefault(absl::GetFlag(FLAGS_trace));
   auto trace = ReadMooncakeTrace(path, absl::GetFlag(FLAGS_requests));
   if (!trace.ok()) {
     std::fprintf(stderr, "%s\n", std::string(trace.status().message()).c_str());

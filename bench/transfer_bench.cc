@@ -3,7 +3,7 @@
 // draft, MLA and indexer rows), device -> host, one rank, one worker thread.
 //
 //   bazel run --config=opt //bench:transfer_bench -- --benchmark_repetitions=5
-//  
+//
 //       --benchmark_report_aggregates_only=true
 #include <unistd.h>
 

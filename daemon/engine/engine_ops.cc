@@ -87,6 +87,17 @@ TransferTask HiCacheEngine::MakeTask(const Op& op, uint32_t step) const {
   return task;
 }
 
+absl::Status HiCacheEngine::SubmitStepLocked(Op& op, uint32_t step) {
+  op.outstanding += layout_.cp_size();
+  outstanding_steps_ += layout_.cp_size();
+  absl::Status submitted = transfer_->Submit(MakeTask(op, step));
+  if (!submitted.ok()) {
+    op.outstanding -= layout_.cp_size();
+    outstanding_steps_ -= layout_.cp_size();
+  }
+  return submitted;
+}
+
 absl::StatusOr<std::vector<uint64_t>> HiCacheEngine::PrepareBackups(
     absl::Span<const BackupSpec> specs) {
   MutexLock lock(&mu_);
@@ -159,14 +170,7 @@ absl::Status HiCacheEngine::LayerStored(absl::Span<const uint64_t> ops,
     if (op.submitted[step]) continue;  // Idempotent per step.
     op.submitted[step] = true;
     op.submit_ns = NowNs();
-    op.outstanding += layout_.cp_size();
-    outstanding_steps_ += layout_.cp_size();
-    absl::Status submitted = transfer_->Submit(MakeTask(op, step));
-    if (!submitted.ok()) {
-      op.outstanding -= layout_.cp_size();
-      outstanding_steps_ -= layout_.cp_size();
-      return submitted;
-    }
+    if (absl::Status s = SubmitStepLocked(op, step); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -231,13 +235,8 @@ void HiCacheEngine::StartBackupOfNodeLocked(NodeId node) {
   Op& ref = *op;
   ops_[op->id] = std::move(op);
   for (uint32_t step = 0; step < geometry_.NumSteps(); ++step) {
-    ref.outstanding += layout_.cp_size();
-    outstanding_steps_ += layout_.cp_size();
-    absl::Status submitted = transfer_->Submit(MakeTask(ref, step));
-    if (!submitted.ok()) {
-      spdlog::error("write-through submit failed: {}", submitted);
-      ref.outstanding -= layout_.cp_size();
-      outstanding_steps_ -= layout_.cp_size();
+    if (absl::Status s = SubmitStepLocked(ref, step); !s.ok()) {
+      spdlog::error("write-through submit failed: {}", s);
     }
   }
 }
@@ -533,13 +532,8 @@ absl::StatusOr<LoadResult> HiCacheEngine::LoadBack(
   Op& ref = *op;
   ops_[op->id] = std::move(op);
   for (uint32_t step = 0; step < geometry_.NumSteps(); ++step) {
-    ref.outstanding += layout_.cp_size();
-    outstanding_steps_ += layout_.cp_size();
-    absl::Status submitted = transfer_->Submit(MakeTask(ref, step));
-    if (!submitted.ok()) {
-      spdlog::error("load submit failed: {}", submitted);
-      ref.outstanding -= layout_.cp_size();
-      outstanding_steps_ -= layout_.cp_size();
+    if (absl::Status s = SubmitStepLocked(ref, step); !s.ok()) {
+      spdlog::error("load submit failed: {}", s);
       ref.rolled_back = true;
     }
   }

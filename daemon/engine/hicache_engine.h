@@ -192,6 +192,9 @@ class HiCacheEngine : public TransferListener {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   TransferTask MakeTask(const Op& op, uint32_t step) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Submits one step of `op` for every rank and counts it outstanding.
+  absl::Status SubmitStepLocked(Op& op, uint32_t step)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartBackupOfNodeLocked(NodeId node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CommitLocked(Op& op, std::vector<PendingEvent>* events)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
