@@ -35,9 +35,11 @@ class MultiProcessTest : public ::testing::TestWithParam<uint32_t> {
          "--log_level=warn"});
     ASSERT_TRUE(daemon.ok());
     daemon_ = std::make_unique<Subprocess>(*std::move(daemon));
-    stub_ = v1::HiCache::NewStub(grpc::CreateChannel(
-        client::UnixTarget(socket_), grpc::InsecureChannelCredentials()));
-    for (int i = 0; i < 200; ++i) {
+    for (int i = 0; i < 400; ++i) {
+      // A fresh channel per attempt: no reconnect backoff from the attempts
+      // made before the daemon listened.
+      stub_ = v1::HiCache::NewStub(grpc::CreateChannel(
+          client::UnixTarget(socket_), grpc::InsecureChannelCredentials()));
       grpc::ClientContext ctx;
       v1::GetStatsResponse stats;
       if (stub_->GetStats(&ctx, v1::GetStatsRequest(), &stats).ok()) return;
