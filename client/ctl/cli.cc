@@ -10,7 +10,10 @@
 #include "absl/time/time.h"
 #include "client/cpp/endpoint.h"
 #include "client/cpp/hicache_client.h"
+#include "client/ctl/cache_commands.h"
 #include "client/ctl/output_format.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
 
 namespace hicache::ctl {
 namespace {
@@ -155,7 +158,8 @@ std::string UsageText() {
       "Commands:\n"
       "  health [SERVICE]   gRPC health of the daemon (or of SERVICE, e.g.\n"
       "                     hicache.v1.HiCache). Prints SERVING when healthy.\n"
-      "  stats              Build, backend, pool geometry and uptime.\n"
+      "  stats              Build, backend, pool geometry and uptime.\n",
+      CacheCommandsUsage(),
       "\n"
       "Options:\n"
       "  --socket=PATH      Daemon unix socket (default: ",
@@ -178,7 +182,10 @@ std::string UsageText() {
       "Examples:\n"
       "  hicachectl health\n"
       "  hicachectl --socket=/run/hicached/hicached.sock stats\n"
-      "  hicachectl stats --json | python3 -m json.tool\n");
+      "  hicachectl stats --json | python3 -m json.tool\n"
+      "  hicachectl tree --depth 2 --sort hits\n"
+      "  hicachectl match 1,2,3,4 --ns tenant-a\n"
+      "  hicachectl watch --count 10\n");
 }
 
 int RunCli(const std::vector<std::string>& args, std::ostream& out,
@@ -211,6 +218,13 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out,
       return kExitUsage;
     }
     return RunStats(**client, *options, target, out, err);
+  }
+  if (IsCacheCommand(options->command)) {
+    auto stub = v1::HiCache::NewStub(
+        grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+    CommandContext context{stub.get(),       target, options->json,
+                           options->timeout, &out,   &err};
+    return RunCacheCommand(options->command, options->command_args, context);
   }
   err << "hicachectl: unknown command '" << options->command
       << "'; run 'hicachectl --help' for the list\n";

@@ -111,6 +111,20 @@ v1::CacheEvent CacheRpcs::ToCacheEvent(const OpEvent& event) {
   return out;
 }
 
+grpc::Status CacheRpcs::ListSessions(v1::ListSessionsResponse* response) {
+  for (const SessionInfo& info : sessions_->List()) {
+    v1::SessionSummary* out = response->add_sessions();
+    out->set_session_id(info.id);
+    out->set_client_name(info.client_name);
+    out->set_role(info.role == SessionRole::kWorker ? v1::ROLE_WORKER
+                                                    : v1::ROLE_SCHEDULER);
+    out->set_rank(info.rank);
+    out->set_namespace_(info.ns);
+    out->set_lease_ms(absl::ToInt64Milliseconds(info.lease));
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status CacheRpcs::Watch(grpc::ServerContext* context,
                               const v1::WatchRequest& request,
                               grpc::ServerWriter<v1::CacheEvent>* writer) {

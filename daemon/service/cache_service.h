@@ -52,6 +52,7 @@ class CacheRpcs {
                         v1::DumpTreeResponse* response);
   grpc::Status InspectNode(const v1::InspectNodeRequest& request,
                            v1::NodeInfo* response);
+  grpc::Status ListSessions(v1::ListSessionsResponse* response);
   grpc::Status Watch(grpc::ServerContext* context,
                      const v1::WatchRequest& request,
                      grpc::ServerWriter<v1::CacheEvent>* writer);

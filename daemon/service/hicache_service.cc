@@ -54,6 +54,8 @@ HICACHE_FORWARD(DumpTree, v1::DumpTreeRequest, v1::DumpTreeResponse,
                 cache_->DumpTree(*request, response))
 HICACHE_FORWARD(InspectNode, v1::InspectNodeRequest, v1::NodeInfo,
                 cache_->InspectNode(*request, response))
+HICACHE_FORWARD(ListSessions, v1::ListSessionsRequest, v1::ListSessionsResponse,
+                cache_->ListSessions(response))
 #undef HICACHE_FORWARD
 
 grpc::Status HiCacheServiceImpl::LoadBack(

@@ -41,6 +41,7 @@ class HiCacheServiceImpl final : public v1::HiCache::Service {
   HICACHE_UNARY(Stats, v1::GetStatsRequest, v1::CacheStats)
   HICACHE_UNARY(DumpTree, v1::DumpTreeRequest, v1::DumpTreeResponse)
   HICACHE_UNARY(InspectNode, v1::InspectNodeRequest, v1::NodeInfo)
+  HICACHE_UNARY(ListSessions, v1::ListSessionsRequest, v1::ListSessionsResponse)
 #undef HICACHE_UNARY
 
   grpc::Status LoadBack(grpc::ServerContext* context,
