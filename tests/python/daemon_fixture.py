@@ -1,0 +1,38 @@
+"""Starts a real hicached on a temporary unix socket for a test class."""
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+import hicache
+
+
+class Daemon:
+    def __init__(self, *flags):
+        self.dir = tempfile.mkdtemp(prefix="hicache-py-", dir="/tmp")
+        self.socket = os.path.join(self.dir, "d.sock")
+        self.process = subprocess.Popen(
+            [os.environ["HICACHED"], f"--socket={self.socket}", "--log_level=warn", *flags],
+            stderr=subprocess.PIPE)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            if os.path.exists(self.socket):
+                try:
+                    with hicache.Client(self.socket, timeout=1) as client:
+                        if client.health() == "SERVING":
+                            return
+                except hicache.HiCacheError:
+                    pass
+            if self.process.poll() is not None:
+                raise RuntimeError(self.process.stderr.read().decode())
+            time.sleep(0.05)
+        raise RuntimeError("hicached did not start")
+
+    def stop(self):
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(timeout=30)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return code

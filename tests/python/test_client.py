@@ -1,0 +1,92 @@
+"""The Python client against a real hicached (CP = 2, P = 4)."""
+
+import unittest
+
+import grpc
+
+import hicache
+from daemon_fixture import Daemon
+
+
+class ClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = Daemon("--cp_size=2", "--page_size=4", "--kv_preset=tiny-draft",
+                            "--device_pages_per_rank=16", "--host_pages_per_rank=32",
+                            "--default_lease_ms=800")
+        cls.client = hicache.Client(cls.daemon.socket)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        assert cls.daemon.stop() == 0
+
+    def test_health_and_layout(self):
+        self.assertEqual(self.client.health(), "SERVING")
+        layout = self.client.layout()
+        self.assertEqual(layout.geometry.cp_size, 2)
+        self.assertEqual(layout.num_steps, 3)
+        self.assertEqual(len(layout.ranks), 2)
+        self.assertEqual(layout.ranks[0].device.kind, "shm")
+
+    def test_allocate_insert_match_and_namespaces(self):
+        with self.client.session("py-a", namespace="tenant-a") as a, \
+                self.client.session("py-b", namespace="tenant-b") as b:
+            pages = a.allocate(owners=[0, 1])
+            self.assertEqual([p % 2 for p in pages], [0, 1])
+            inserted = a.insert(list(range(100, 108)), pages)
+            self.assertFalse(inserted.deferred)
+            self.assertEqual(inserted.cached_tokens, 8)
+            hit = a.match([list(range(100, 108))])[0]
+            self.assertEqual(hit.device_tokens, 8)
+            self.assertEqual(hit.device_pages, pages)
+            self.assertEqual(b.match([list(range(100, 108))])[0].device_tokens, 0)
+
+    def test_backup_evict_and_load_back(self):
+        tokens = list(range(500, 512))
+        with self.client.session("py-backup") as s, s.backup_stream() as stream:
+            pages = s.allocate(num_pages=3, mode="zigzag")
+            (backup,) = stream.prepare([(pages, len(tokens))])
+            self.assertNotEqual(backup, 0)
+            for step in range(3):
+                stream.layer_stored([backup], step)
+            result = s.insert(tokens, pages, backup_id=backup)
+            self.assertTrue(result.backup_attached)
+            self.assertEqual(stream.wait_committed(backup), result.node)
+            self.assertEqual(stream.steps_done(backup), 3 * 2)
+            self.client.evict(device_pages_per_lane=[15, 15])
+            loaded = s.load_back(tokens)
+            self.assertTrue(loaded.ok)
+            self.assertEqual(loaded.loaded_tokens, 12)
+            self.assertEqual([p % 2 for p in loaded.pages], [p % 2 for p in pages])
+            self.assertEqual(loaded.layers_loaded, 3 * 2)
+            s.unlock([loaded.node])
+
+    def test_errors_carry_code_and_message(self):
+        with self.client.session("py-errors") as s:
+            with self.assertRaises(hicache.HiCacheError) as raised:
+                s.allocate(owners=[5])
+            self.assertEqual(raised.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("owners[0] = 5", raised.exception.details)
+            with self.assertRaises(hicache.HiCacheError) as raised:
+                s.unlock([424242])
+            self.assertEqual(raised.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+        with self.assertRaises(ValueError):
+            self.client.session("x", role="admin")
+
+    def test_closing_releases_everything(self):
+        with self.client.session("py-close") as s:
+            s.allocate(num_pages=4)
+            self.assertGreaterEqual(self.client.stats().session_pages, 4)
+        stats = self.client.stats()
+        self.assertEqual(stats.session_pages, 0)
+
+    def test_keep_alive_holds_the_lease(self):
+        import time
+        with self.client.session("py-lease", lease_ms=300) as s:
+            time.sleep(1.0)  # Three leases: the keep-alive thread renews it.
+            s.allocate(num_pages=1)
+
+
+if __name__ == "__main__":
+    unittest.main()
