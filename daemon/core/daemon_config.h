@@ -55,6 +55,9 @@ struct DaemonConfig {
   // KV geometry preset (see KvGeometry::Preset); "tiny" keeps the embedded
   // default's pools at a few MB.
   std::string kv_preset = "tiny";
+  // Engine policies (names as in EvictionPolicyName / WritePolicyName).
+  std::string eviction_policy = "lru";
+  std::string write_policy = "write_through_selective";
   // Session lease when a client asks for none.
   uint32_t default_lease_ms = 10000;
   // Optional TCP listener ("host:port"), in addition to the unix socket.

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "daemon/core/clock.h"
 #include "daemon/core/daemon_config.h"
@@ -22,6 +23,8 @@ enum class WritePolicy {
   kWriteBack,              // When a device node is evicted.
 };
 absl::string_view WritePolicyName(WritePolicy policy);
+// INVALID_ARGUMENT listing the names for an unknown one.
+absl::StatusOr<WritePolicy> ParseWritePolicy(absl::string_view name);
 
 struct EngineOptions {
   uint32_t page_size = 64;

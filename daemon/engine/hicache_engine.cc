@@ -25,6 +25,16 @@ absl::string_view WritePolicyName(WritePolicy policy) {
   return "unknown";
 }
 
+absl::StatusOr<WritePolicy> ParseWritePolicy(absl::string_view name) {
+  for (WritePolicy p : {WritePolicy::kWriteThrough, WritePolicy::kWriteThroughSelective,
+                        WritePolicy::kWriteBack}) {
+    if (WritePolicyName(p) == name) return p;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown write policy '", name,
+                   "'; expected write_through, write_through_selective or write_back"));
+}
+
 absl::string_view LoadMissReasonName(LoadMissReason reason) {
   switch (reason) {
     case LoadMissReason::kNone:

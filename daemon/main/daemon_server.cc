@@ -82,6 +82,11 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   daemon->hub_->SetObserver([watch](const OpEvent& event) {
     watch->Publish(service::CacheRpcs::ToCacheEvent(event));
   });
+  absl::StatusOr<EvictionPolicy> eviction =
+      ParseEvictionPolicy(config.eviction_policy);
+  if (!eviction.ok()) return eviction.status();
+  absl::StatusOr<WritePolicy> write = ParseWritePolicy(config.write_policy);
+  if (!write.ok()) return write.status();
   absl::StatusOr<std::unique_ptr<HiCacheEngine>> engine = HiCacheEngine::Create(
       {.page_size = config.page_size,
        .cp_size = config.cp_size,
@@ -90,6 +95,8 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
            static_cast<int64_t>(config.device_pages_per_rank),
        .host_pages_per_rank = static_cast<int64_t>(config.host_pages_per_rank),
        .host_layout = config.host_layout,
+       .write_policy = *write,
+       .eviction_policy = *eviction,
        .clock = clock});
   if (!engine.ok()) return engine.status();
   daemon->engine_ = *std::move(engine);

@@ -50,6 +50,11 @@ ABSL_FLAG(hicache::HostLayout, host_layout, hicache::HostLayout::kLayerFirst,
 ABSL_FLAG(std::string, kv_preset, "tiny",
           "KV geometry: deepseek-v3.2, deepseek-v3.2-fp8, micro, tiny or "
           "tiny-draft.");
+ABSL_FLAG(std::string, eviction_policy, "lru",
+          "Eviction order: lru, lfu, fifo, priority or slru.");
+ABSL_FLAG(std::string, write_policy, "write_through_selective",
+          "When device KV is backed up: write_through, write_through_selective "
+          "or write_back.");
 ABSL_FLAG(uint32_t, default_lease_ms, 10000,
           "Session lease for clients that ask for none.");
 ABSL_FLAG(std::string, listen_tcp, "",
@@ -91,6 +96,8 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   config.host_layout = absl::GetFlag(FLAGS_host_layout);
   config.kv_preset = absl::GetFlag(FLAGS_kv_preset);
   config.default_lease_ms = absl::GetFlag(FLAGS_default_lease_ms);
+  config.eviction_policy = absl::GetFlag(FLAGS_eviction_policy);
+  config.write_policy = absl::GetFlag(FLAGS_write_policy);
   config.listen_tcp = absl::GetFlag(FLAGS_listen_tcp);
   config.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
   config.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
