@@ -135,16 +135,21 @@ int RunStats(client::HiCacheClient& client, const Options& options,
   absl::StatusOr<v1::GetStatsResponse> stats = client.GetStats(options.timeout);
   if (!stats.ok()) return ReportRpcError(stats.status(), target, err);
   if (!options.json) {
-    out << FormatStatsHuman(*stats);
-    return kExitOk;
+    out << FormatStatsHuman(*stats) << "\n";
+  } else {
+    absl::StatusOr<std::string> json = ToJson(*stats);
+    if (!json.ok()) {
+      err << "hicachectl: " << json.status().message() << "\n";
+      return kExitFailure;
+    }
+    out << *json << "\n";
   }
-  absl::StatusOr<std::string> json = ToJson(*stats);
-  if (!json.ok()) {
-    err << "hicachectl: " << json.status().message() << "\n";
-    return kExitFailure;
-  }
-  out << *json << "\n";
-  return kExitOk;
+  // Then the cache: pools per lane, hit rates, backups, loads, evictions.
+  auto stub = v1::HiCache::NewStub(
+      grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  CommandContext context{stub.get(),      target, options.json,
+                         options.timeout, &out,   &err};
+  return RunCacheCommand("cache-stats", {}, context);
 }
 
 }  // namespace
@@ -158,7 +163,10 @@ std::string UsageText() {
       "Commands:\n"
       "  health [SERVICE]   gRPC health of the daemon (or of SERVICE, e.g.\n"
       "                     hicache.v1.HiCache). Prints SERVING when healthy.\n"
-      "  stats              Build, backend, pool geometry and uptime.\n",
+      "  stats              Build, backend, pool geometry and uptime, then "
+      "the\n"
+      "                     cache statistics (with --json: two JSON "
+      "objects).\n",
       CacheCommandsUsage(),
       "\n"
       "Options:\n"

@@ -6,14 +6,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/cpp/endpoint.h"
 #include "client/cpp/hicache_session.h"
-#include "grpcpp/create_channel.h"
-
 #include "daemon/main/daemon_server.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
+#include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "hicache/v1/hicache.pb.h"
 #include "tests/testing/temp_dir.h"
@@ -78,12 +78,22 @@ TEST_F(CliTest, StatsHumanAndJson) {
   CliResult r = Cli({"--socket=" + socket_, "stats"});
   EXPECT_EQ(r.code, kExitOk) << r.err;
   EXPECT_THAT(r.out, HasSubstr("cp size:       4 (ranks served: 0,2)"));
+  EXPECT_THAT(r.out, HasSubstr("lane  device free"));  // Then the cache.
 
   r = Cli({"--socket=" + socket_, "--json", "stats"});
   ASSERT_EQ(r.code, kExitOk) << r.err;
+  // Two JSON objects, one per line: the daemon, then the cache.
+  const std::vector<std::string> lines =
+      absl::StrSplit(r.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 2u) << r.out;
   v1::GetStatsResponse stats;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &stats).ok())
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(lines[0], &stats).ok())
       << r.out;
+  v1::CacheStats cache;
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(lines[1], &cache).ok());
+  EXPECT_EQ(cache.lanes_size(), 4);
   EXPECT_EQ(stats.geometry().cp_size(), 4u);
   EXPECT_EQ(stats.geometry().served_ranks_size(), 2);
   EXPECT_EQ(stats.pid(), getpid());
@@ -100,10 +110,11 @@ class CacheCliTest : public CliTest {
  protected:
   void SetUp() override {
     CliTest::SetUp();
-    auto stub = std::shared_ptr<v1::HiCache::Stub>(v1::HiCache::NewStub(
-        grpc::CreateChannel(client::UnixTarget(socket_),
-                            grpc::InsecureChannelCredentials())));
-    session_ = *client::Session::Open(stub, "cli-test", v1::ROLE_SCHEDULER, 0, "");
+    auto stub = std::shared_ptr<v1::HiCache::Stub>(
+        v1::HiCache::NewStub(grpc::CreateChannel(
+            client::UnixTarget(socket_), grpc::InsecureChannelCredentials())));
+    session_ =
+        *client::Session::Open(stub, "cli-test", v1::ROLE_SCHEDULER, 0, "");
     v1::AllocateItem item;
     item.set_num_pages(2);
     auto pages = *session_->Allocate({item});
@@ -121,15 +132,18 @@ class CacheCliTest : public CliTest {
 TEST_F(CacheCliTest, Tree) {
   CliResult r = Cli({"--socket=" + socket_, "tree"});
   EXPECT_EQ(r.code, kExitOk) << r.err;
-  EXPECT_THAT(r.out, HasSubstr(absl::StrCat("#", node_, " [7000,7001,7002,7003..")));
+  EXPECT_THAT(r.out,
+              HasSubstr(absl::StrCat("#", node_, " [7000,7001,7002,7003..")));
   EXPECT_THAT(r.out, HasSubstr("len=100 device lock=0"));
   EXPECT_THAT(r.out, HasSubstr("owners=0,1"));  // One page in lane 0, one in 1.
-  r = Cli({"--socket=" + socket_, "--json", "tree", "--sort", "hits", "--limit", "5"});
+  r = Cli({"--socket=" + socket_, "--json", "tree", "--sort", "hits", "--limit",
+           "5"});
   EXPECT_EQ(r.code, kExitOk);
   EXPECT_THAT(r.out, HasSubstr("\"length\":\"100\""));
   r = Cli({"--socket=" + socket_, "tree", "--prefix", "1,2,3"});
   EXPECT_EQ(r.out, "(empty)\n");
-  EXPECT_EQ(Cli({"--socket=" + socket_, "tree", "--sort", "size"}).code, kExitUsage);
+  EXPECT_EQ(Cli({"--socket=" + socket_, "tree", "--sort", "size"}).code,
+            kExitUsage);
 }
 
 TEST_F(CacheCliTest, Node) {
@@ -144,7 +158,8 @@ TEST_F(CacheCliTest, Node) {
 TEST_F(CacheCliTest, Match) {
   std::vector<std::string> tokens;
   for (int i = 0; i < 64; ++i) tokens.push_back(std::to_string(7000 + i));
-  CliResult r = Cli({"--socket=" + socket_, "match", absl::StrJoin(tokens, ",")});
+  CliResult r =
+      Cli({"--socket=" + socket_, "match", absl::StrJoin(tokens, ",")});
   EXPECT_EQ(r.code, kExitOk) << r.err;
   EXPECT_THAT(r.out, HasSubstr("device    64 tokens in 1 pages"));
   const std::string file = dir_.Child("tokens.txt");
@@ -167,30 +182,35 @@ TEST_F(CacheCliTest, CacheStatsAndSessions) {
 }
 
 TEST_F(CacheCliTest, EvictPinUnpinFreeRoom) {
-  CliResult r = Cli({"--socket=" + socket_, "evict", "--device", "10,10,10,10"});
+  CliResult r =
+      Cli({"--socket=" + socket_, "evict", "--device", "10,10,10,10"});
   EXPECT_EQ(r.code, kExitOk) << r.err;
   EXPECT_THAT(r.out, HasSubstr("evicted 2 device pages"));
   EXPECT_EQ(Cli({"--socket=" + socket_, "evict"}).code, kExitUsage);
-  EXPECT_EQ(Cli({"--socket=" + socket_, "evict", "--device", "-1"}).code, kExitUsage);
+  EXPECT_EQ(Cli({"--socket=" + socket_, "evict", "--device", "-1"}).code,
+            kExitUsage);
   // The node was unbacked: eviction removed it, so pinning it fails.
-  r = Cli({"--socket=" + socket_, "pin", std::to_string(node_), "--ttl-ms", "1000"});
+  r = Cli({"--socket=" + socket_, "pin", std::to_string(node_), "--ttl-ms",
+           "1000"});
   EXPECT_EQ(r.code, kExitFailure);
   EXPECT_EQ(Cli({"--socket=" + socket_, "pin", "5"}).code, kExitUsage);
   EXPECT_EQ(Cli({"--socket=" + socket_, "unpin", "x"}).code, kExitUsage);
   r = Cli({"--socket=" + socket_, "free-room", "--l1", "4", "--l2", "8"});
   EXPECT_EQ(r.code, kExitOk) << r.err;
   EXPECT_THAT(r.out, HasSubstr("L1 4 pages per lane, L2 8 pages per rank"));
-  EXPECT_EQ(Cli({"--socket=" + socket_, "free-room", "--l1", "-3"}).code, kExitUsage);
+  EXPECT_EQ(Cli({"--socket=" + socket_, "free-room", "--l1", "-3"}).code,
+            kExitUsage);
 }
 
 TEST_F(CacheCliTest, PinAndUnpinALiveNode) {
-  CliResult r =
-      Cli({"--socket=" + socket_, "pin", std::to_string(node_), "--ttl-ms", "60000"});
+  CliResult r = Cli({"--socket=" + socket_, "pin", std::to_string(node_),
+                     "--ttl-ms", "60000"});
   EXPECT_EQ(r.code, kExitOk) << r.err;
   EXPECT_THAT(Cli({"--socket=" + socket_, "tree"}).out, HasSubstr(" pin="));
   r = Cli({"--socket=" + socket_, "unpin", std::to_string(node_)});
   EXPECT_EQ(r.code, kExitOk) << r.err;
-  EXPECT_THAT(Cli({"--socket=" + socket_, "tree"}).out, Not(HasSubstr(" pin=")));
+  EXPECT_THAT(Cli({"--socket=" + socket_, "tree"}).out,
+              Not(HasSubstr(" pin=")));
 }
 
 TEST_F(CacheCliTest, WatchPrintsLiveEvents) {

@@ -62,6 +62,14 @@ class ClientTest(unittest.TestCase):
             self.assertEqual(loaded.layers_loaded, 3 * 2)
             s.unlock([loaded.node])
 
+    def test_lock_context_manager(self):
+        with self.client.session("py-lock") as s:
+            pages = s.allocate(num_pages=1)
+            node = s.insert([1, 2, 3, 4], pages).node
+            with s.locked([node]):
+                self.assertEqual(self.client.stats().session_locks, 1)
+            self.assertEqual(self.client.stats().session_locks, 0)
+
     def test_errors_carry_code_and_message(self):
         with self.client.session("py-errors") as s:
             with self.assertRaises(hicache.HiCacheError) as raised:

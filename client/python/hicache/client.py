@@ -1,5 +1,6 @@
 """Typed wrapper over the hicache.v1 gRPC API (see docs/api.md)."""
 
+import contextlib
 import os
 import struct
 import threading
@@ -187,6 +188,15 @@ class Session:
 
     def unlock(self, nodes: Sequence[int]):
         self._rpc("Unlock", pb.LockRequest(session_id=self.id, nodes=list(nodes)))
+
+    @contextlib.contextmanager
+    def locked(self, nodes: Sequence[int]):
+        """Holds device locks on `nodes` for the block."""
+        self.lock(nodes)
+        try:
+            yield
+        finally:
+            self.unlock(nodes)
 
     def load_back(self, tokens: Sequence[int]) -> LoadBackResult:
         """Runs a load-back to completion (all per-layer events)."""
