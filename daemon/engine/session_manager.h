@@ -117,7 +117,8 @@ class SessionManager {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Called with ("session_opened" | "session_closed" | "session_expired",
-  // session id) outside the manager's lock. Set before use.
+  // session id) while the manager's lock is held: it must not call back into
+  // the manager. Set before use.
   void SetObserver(
       std::function<void(absl::string_view, const std::string&)> o) {
     observer_ = std::move(o);
