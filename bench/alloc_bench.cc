@@ -83,7 +83,10 @@ void BM_DeviceAllocateWithOwners(benchmark::State& state) {
       state.SkipWithError("allocation failed");
       break;
     }
-    release.Time([&] { return alloc.Free(*pages); });
+    if (!release.Time([&] { return alloc.Free(*pages); }).ok()) {
+      state.SkipWithError("free failed");
+      break;
+    }
   }
   allocate.Report(state, "alloc_");
   release.Report(state, "free_");
@@ -110,7 +113,10 @@ void HostReserveFree(benchmark::State& state, int64_t pages) {
       state.SkipWithError("reservation failed");
       break;
     }
-    release.Time([&] { return alloc.Free(*got); });
+    if (!release.Time([&] { return alloc.Free(*got); }).ok()) {
+      state.SkipWithError("free failed");
+      break;
+    }
   }
   reserve.Report(state, "reserve_");
   release.Report(state, "free_");

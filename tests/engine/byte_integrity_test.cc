@@ -105,7 +105,9 @@ class Driver {
       }
     }
     if (rng_() % 20 == 0) {  // The request is aborted.
-      if (op != 0) ASSERT_TRUE(engine_->RollbackBackup(op).ok());
+      if (op != 0) {
+        ASSERT_TRUE(engine_->RollbackBackup(op).ok());
+      }
       ASSERT_TRUE(engine_->Free(fresh_pages).ok());
       release();
       return;
@@ -117,7 +119,9 @@ class Driver {
     if (op != 0 && !inserted->deferred) {
       attached = engine_->AttachBackup(op, inserted->node).ok();
     }
-    if (op != 0 && !attached) ASSERT_TRUE(engine_->RollbackBackup(op).ok());
+    if (op != 0 && !attached) {
+      ASSERT_TRUE(engine_->RollbackBackup(op).ok());
+    }
     if (inserted->deferred) {
       ASSERT_TRUE(engine_->Free(fresh_pages).ok());
     } else if (!inserted->uncached_pages.empty()) {
@@ -165,7 +169,9 @@ TEST_P(ByteIntegrityTest, EveryHitHasTheBytesThatWereWritten) {
   Driver driver(engine.get(), 1000 + cp, "");
   for (int step = 0; step < 3000; ++step) {
     ASSERT_NO_FATAL_FAILURE(driver.Request()) << "step " << step;
-    if (step % 50 == 0) ASSERT_TRUE(engine->EnforceFreeRoom().ok());
+    if (step % 50 == 0) {
+      ASSERT_TRUE(engine->EnforceFreeRoom().ok());
+    }
     const absl::Status invariants = engine->CheckInvariants();
     ASSERT_TRUE(invariants.ok()) << "step " << step << ": " << invariants;
   }
