@@ -321,8 +321,9 @@ absl::Status HiCacheEngine::AttachBackup(uint64_t id, NodeId node) {
         static_cast<int64_t>(layout_.cp_size()) * geometry_.NumSteps()) {
       CommitLocked(op, &events);
     }
+    event_queue_.insert(event_queue_.end(), events.begin(), events.end());
   }
-  Dispatch(events);
+  DispatchPending();
   return status;
 }
 
@@ -356,8 +357,9 @@ absl::Status HiCacheEngine::RollbackBackup(uint64_t id) {
     ++stats_.backups_rolled_back;
     events.push_back({PendingEvent::Type::kBackupRolledBack, id});
     if (op.outstanding == 0) FinishOpLocked(id, &events);
+    event_queue_.insert(event_queue_.end(), events.begin(), events.end());
   }
-  Dispatch(events);
+  DispatchPending();
   return absl::OkStatus();
 }
 
@@ -431,8 +433,9 @@ void HiCacheEngine::OnStepDone(uint64_t id, TransferDirection direction,
         CompleteLoadLocked(op, &events);
       }
     }
+    event_queue_.insert(event_queue_.end(), events.begin(), events.end());
   }
-  Dispatch(events);
+  DispatchPending();
 }
 
 absl::StatusOr<LoadResult> HiCacheEngine::LoadBack(
@@ -614,35 +617,44 @@ absl::Status HiCacheEngine::FinishLoad(uint64_t id) {
       op.rolled_back = true;  // Pages are freed when the copies finish.
       if (op.outstanding == 0) FinishOpLocked(id, &events);
     }
+    event_queue_.insert(event_queue_.end(), events.begin(), events.end());
   }
-  Dispatch(events);
+  DispatchPending();
   return absl::OkStatus();
 }
 
-void HiCacheEngine::Dispatch(const std::vector<PendingEvent>& events) {
-  EngineListener* listener;
-  {
-    MutexLock lock(&mu_);
-    listener = listener_;
-  }
-  if (listener == nullptr) return;
-  for (const PendingEvent& e : events) {
-    switch (e.type) {
-      case PendingEvent::Type::kBackupStep:
-        listener->OnBackupStep(e.op, e.rank, e.step);
-        break;
-      case PendingEvent::Type::kBackupCommitted:
-        listener->OnBackupCommitted(e.op, e.node);
-        break;
-      case PendingEvent::Type::kBackupRolledBack:
-        listener->OnBackupRolledBack(e.op);
-        break;
-      case PendingEvent::Type::kLoadStep:
-        listener->OnLoadStep(e.op, e.rank, e.step);
-        break;
-      case PendingEvent::Type::kLoadDone:
-        listener->OnLoadDone(e.op, e.ok);
-        break;
+void HiCacheEngine::DispatchPending() {
+  // One dispatcher at a time, in the order the events were queued under mu_:
+  // a node's commit never overtakes its steps' events.
+  MutexLock dispatch(&dispatch_mu_);
+  while (true) {
+    std::vector<PendingEvent> events;
+    EngineListener* listener;
+    {
+      MutexLock lock(&mu_);
+      events.swap(event_queue_);
+      listener = listener_;
+    }
+    if (events.empty()) return;
+    if (listener == nullptr) continue;
+    for (const PendingEvent& e : events) {
+      switch (e.type) {
+        case PendingEvent::Type::kBackupStep:
+          listener->OnBackupStep(e.op, e.rank, e.step);
+          break;
+        case PendingEvent::Type::kBackupCommitted:
+          listener->OnBackupCommitted(e.op, e.node);
+          break;
+        case PendingEvent::Type::kBackupRolledBack:
+          listener->OnBackupRolledBack(e.op);
+          break;
+        case PendingEvent::Type::kLoadStep:
+          listener->OnLoadStep(e.op, e.rank, e.step);
+          break;
+        case PendingEvent::Type::kLoadDone:
+          listener->OnLoadDone(e.op, e.ok);
+          break;
+      }
     }
   }
 }

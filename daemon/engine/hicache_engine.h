@@ -202,8 +202,9 @@ class HiCacheEngine : public TransferListener {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CompleteLoadLocked(Op& op, std::vector<PendingEvent>* events)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Dispatch(const std::vector<PendingEvent>& events)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // Delivers queued events to the listener in queue order, one dispatcher at
+  // a time. Lock order: dispatch_mu_ -> mu_ (briefly, to take the queue).
+  void DispatchPending() ABSL_LOCKS_EXCLUDED(mu_, dispatch_mu_);
 
   const EngineOptions options_;
   const CpLayout layout_;
@@ -212,8 +213,11 @@ class HiCacheEngine : public TransferListener {
   std::unique_ptr<RankPools> pools_;
   std::unique_ptr<TransferEngine> transfer_;
 
+  Mutex dispatch_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable Mutex mu_;
   CondVar idle_cv_;
+  // Events made under mu_, in order, waiting for DispatchPending.
+  std::vector<PendingEvent> event_queue_ ABSL_GUARDED_BY(mu_);
   EngineListener* listener_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::unique_ptr<RadixTree> tree_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<DevicePageAllocator> device_ ABSL_GUARDED_BY(mu_);
