@@ -268,6 +268,7 @@ int Match(const Args& a, const CommandContext& c) {
   Deadline(&ctx, c.timeout);
   v1::MatchPrefixRequest request;
   request.set_session_id(session.id());
+  request.set_peek(true);  // Inspection: counts no hit, starts no backup.
   request.add_items()->set_tokens(Pack(*tokens));
   v1::MatchPrefixResponse response;
   grpc::Status status = c.stub->MatchPrefix(&ctx, request, &response);

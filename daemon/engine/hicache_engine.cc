@@ -26,13 +26,14 @@ absl::string_view WritePolicyName(WritePolicy policy) {
 }
 
 absl::StatusOr<WritePolicy> ParseWritePolicy(absl::string_view name) {
-  for (WritePolicy p : {WritePolicy::kWriteThrough, WritePolicy::kWriteThroughSelective,
-                        WritePolicy::kWriteBack}) {
+  for (WritePolicy p :
+       {WritePolicy::kWriteThrough, WritePolicy::kWriteThroughSelective,
+        WritePolicy::kWriteBack}) {
     if (WritePolicyName(p) == name) return p;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown write policy '", name,
-                   "'; expected write_through, write_through_selective or write_back"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown write policy '", name,
+      "'; expected write_through, write_through_selective or write_back"));
 }
 
 absl::string_view LoadMissReasonName(LoadMissReason reason) {
@@ -131,10 +132,11 @@ void HiCacheEngine::SetListener(EngineListener* listener) {
 }
 
 absl::StatusOr<MatchResult> HiCacheEngine::Match(
-    absl::string_view ns, absl::Span<const int32_t> tokens) {
+    absl::string_view ns, absl::Span<const int32_t> tokens, bool peek) {
   MutexLock lock(&mu_);
-  absl::StatusOr<MatchResult> match = tree_->MatchPrefix(ns, tokens);
-  if (!match.ok()) return match;
+  absl::StatusOr<MatchResult> match =
+      tree_->MatchPrefix(ns, tokens, {.record_hit = !peek});
+  if (!match.ok() || peek) return match;
   ++stats_.match_calls;
   stats_.query_tokens += tokens.size();
   stats_.device_hit_tokens += match->device_len;

@@ -46,10 +46,11 @@ class HiCacheEngine : public TransferListener {
   void SetListener(EngineListener* listener) ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- Requests -----------------------------------------------------------
-  // Match; starts write-through backups of nodes that qualify.
+  // Match; starts write-through backups of nodes that qualify. With
+  // `peek`, a pure lookup: no hit recorded, no backup started, no stats.
   absl::StatusOr<MatchResult> Match(absl::string_view ns,
-                                    absl::Span<const int32_t> tokens)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                                    absl::Span<const int32_t> tokens,
+                                    bool peek = false) ABSL_LOCKS_EXCLUDED(mu_);
   // Pages for a running request, any lanes or an exact owner pattern. Short
   // lanes are freed by evicting unlocked device leaves in those lanes;
   // RESOURCE_EXHAUSTED carries the allocator accounting and what eviction

@@ -184,7 +184,7 @@ absl::Status SessionManager::Free(const std::string& id,
 
 absl::StatusOr<std::vector<MatchResult>> SessionManager::Match(
     const std::string& id, absl::Span<const std::vector<int32_t>> requests,
-    bool lock_hits) {
+    bool lock_hits, bool peek) {
   MutexLock lock(&mu_);
   absl::StatusOr<Session*> session = Find(id);
   if (!session.ok()) return session.status();
@@ -192,7 +192,7 @@ absl::StatusOr<std::vector<MatchResult>> SessionManager::Match(
   results.reserve(requests.size());
   for (const std::vector<int32_t>& tokens : requests) {
     absl::StatusOr<MatchResult> match =
-        engine_->Match((*session)->info.ns, tokens);
+        engine_->Match((*session)->info.ns, tokens, peek);
     if (!match.ok()) return match.status();
     if (lock_hits && match->device_len > 0 &&
         engine_->Lock(match->last_device_node).ok()) {

@@ -88,7 +88,7 @@ class SessionManager {
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::vector<MatchResult>> Match(
       const std::string& id, absl::Span<const std::vector<int32_t>> requests,
-      bool lock) ABSL_LOCKS_EXCLUDED(mu_);
+      bool lock, bool peek = false) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::vector<SessionInsertResult>> Insert(
       const std::string& id, absl::Span<const SessionInsertItem> items)
       ABSL_LOCKS_EXCLUDED(mu_);

@@ -291,8 +291,8 @@ grpc::Status CacheRpcs::MatchPrefix(const v1::MatchPrefixRequest& request,
     if (!tokens.ok()) return ToGrpcStatus(tokens.status());
     requests.push_back(*std::move(tokens));
   }
-  auto results =
-      sessions_->Match(request.session_id(), requests, request.lock());
+  auto results = sessions_->Match(request.session_id(), requests,
+                                  request.lock(), request.peek());
   if (!results.ok()) return ToGrpcStatus(results.status());
   for (const MatchResult& r : *results) {
     v1::MatchResult* out = response->add_results();

@@ -162,6 +162,8 @@ TEST_F(CacheCliTest, Match) {
       Cli({"--socket=" + socket_, "match", absl::StrJoin(tokens, ",")});
   EXPECT_EQ(r.code, kExitOk) << r.err;
   EXPECT_THAT(r.out, HasSubstr("device    64 tokens in 1 pages"));
+  // A peek: the node's hit count is untouched.
+  EXPECT_THAT(Cli({"--socket=" + socket_, "tree"}).out, HasSubstr("hits=0"));
   const std::string file = dir_.Child("tokens.txt");
   std::ofstream(file) << "7000 7001 7002\n";
   r = Cli({"--socket=" + socket_, "match", "--file", file});
