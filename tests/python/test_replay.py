@@ -65,6 +65,13 @@ class ReplayTest(unittest.TestCase):
             self.assertGreater(len(rows), 1)
             self.assertIn("l1_occupancy", rows[0])
 
+    def test_plot(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "hit-rate.png")
+            self.replay("--requests", "60", "--window-s", "5", "--plot", path)
+            with open(path, "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
     def test_bad_trace_is_a_clear_error(self):
         with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as f:
             f.write('{"timestamp": 0}\n')
