@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "bench/latencies.h"
 #include "benchmark/benchmark.h"
 #include "daemon/alloc/device_page_allocator.h"
 #include "daemon/alloc/host_page_allocator.h"
@@ -16,34 +17,6 @@
 
 namespace hicache {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-class Latencies {
- public:
-  template <typename Fn>
-  auto Time(Fn fn) {
-    const auto start = Clock::now();
-    auto result = fn();
-    samples_.push_back(
-        std::chrono::duration<double, std::micro>(Clock::now() - start)
-            .count());
-    return result;
-  }
-  void Report(benchmark::State& state, const char* prefix) {
-    if (samples_.empty()) return;
-    std::sort(samples_.begin(), samples_.end());
-    auto at = [&](double q) {
-      return samples_[std::min(samples_.size() - 1,
-                               static_cast<size_t>(q * samples_.size()))];
-    };
-    state.counters[std::string(prefix) + "median_us"] = at(0.5);
-    state.counters[std::string(prefix) + "p99_us"] = at(0.99);
-  }
-
- private:
-  std::vector<double> samples_;
-};
 
 // Device: AllocateWithOwners of 2048 zigzag pages, C = 8, on a pool that random
 // allocations and frees have left half full.

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/time/clock.h"
+#include "bench/latencies.h"
 #include "benchmark/benchmark.h"
 #include "client/cpp/endpoint.h"
 #include "client/cpp/hicache_client.h"
@@ -127,34 +128,17 @@ void BM_HealthCheck(benchmark::State& state) {
 }
 BENCHMARK(BM_HealthCheck)->UseRealTime();
 
-// Per-call latency percentiles as counters (p50_us, p99_us).
-class Latencies {
- public:
-  void Add(absl::Duration d) { us_.push_back(absl::ToDoubleMicroseconds(d)); }
-  void Report(benchmark::State& state) {
-    if (us_.empty()) return;
-    std::sort(us_.begin(), us_.end());
-    state.counters["p50_us"] = us_[us_.size() / 2];
-    state.counters["p99_us"] =
-        us_[std::min(us_.size() - 1, us_.size() * 99 / 100)];
-  }
-
- private:
-  std::vector<double> us_;
-};
-
 // The floor: an RPC that does nothing (KeepAlive).
 void BM_EmptyRpc(benchmark::State& state) {
   ServerFixture& f = Fixture();
   Latencies latencies;
   for (auto _ : state) {
-    const absl::Time start = absl::Now();
-    grpc::ClientContext ctx;
-    v1::KeepAliveResponse response;
-    if (!f.stub().KeepAlive(&ctx, f.keep_alive(), &response).ok()) {
-      state.SkipWithError("KeepAlive failed");
-    }
-    latencies.Add(absl::Now() - start);
+    const grpc::Status status = latencies.Time([&] {
+      grpc::ClientContext ctx;
+      v1::KeepAliveResponse response;
+      return f.stub().KeepAlive(&ctx, f.keep_alive(), &response);
+    });
+    if (!status.ok()) state.SkipWithError("KeepAlive failed");
   }
   latencies.Report(state);
 }
@@ -166,14 +150,15 @@ void TimeMatch(benchmark::State& state, const v1::MatchPrefixRequest& request,
   ServerFixture& f = Fixture();
   Latencies latencies;
   for (auto _ : state) {
-    const absl::Time start = absl::Now();
-    grpc::ClientContext ctx;
     v1::MatchPrefixResponse response;
-    if (!f.stub().MatchPrefix(&ctx, request, &response).ok() ||
+    const grpc::Status status = latencies.Time([&] {
+      grpc::ClientContext ctx;
+      return f.stub().MatchPrefix(&ctx, request, &response);
+    });
+    if (!status.ok() ||
         response.results(0).device().valid_tokens() != expected) {
       state.SkipWithError("MatchPrefix failed");
     }
-    latencies.Add(absl::Now() - start);
   }
   latencies.Report(state);
 }

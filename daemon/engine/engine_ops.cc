@@ -441,15 +441,8 @@ void HiCacheEngine::OnStepDone(uint64_t id, TransferDirection direction,
 absl::StatusOr<LoadResult> HiCacheEngine::LoadBack(
     absl::string_view ns, absl::Span<const int32_t> tokens) {
   MutexLock lock(&mu_);
-  absl::StatusOr<MatchResult> match = tree_->MatchPrefix(ns, tokens);
+  absl::StatusOr<MatchResult> match = CountedMatchLocked(ns, tokens);
   if (!match.ok()) return match.status();
-  ++stats_.match_calls;
-  stats_.query_tokens += tokens.size();
-  stats_.device_hit_tokens += match->device_len;
-  stats_.host_hit_tokens += match->host_hit_len;
-  for (NodeId node : match->write_through_candidates) {
-    StartBackupOfNodeLocked(node);
-  }
   LoadResult result;
   result.device_len = match->device_len;
   result.pages = match->device_pages;

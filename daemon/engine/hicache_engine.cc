@@ -1,6 +1,7 @@
 #include "daemon/engine/hicache_engine.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -134,9 +135,14 @@ void HiCacheEngine::SetListener(EngineListener* listener) {
 absl::StatusOr<MatchResult> HiCacheEngine::Match(
     absl::string_view ns, absl::Span<const int32_t> tokens, bool peek) {
   MutexLock lock(&mu_);
-  absl::StatusOr<MatchResult> match =
-      tree_->MatchPrefix(ns, tokens, {.record_hit = !peek});
-  if (!match.ok() || peek) return match;
+  if (peek) return tree_->MatchPrefix(ns, tokens, {.record_hit = false});
+  return CountedMatchLocked(ns, tokens);
+}
+
+absl::StatusOr<MatchResult> HiCacheEngine::CountedMatchLocked(
+    absl::string_view ns, absl::Span<const int32_t> tokens) {
+  absl::StatusOr<MatchResult> match = tree_->MatchPrefix(ns, tokens);
+  if (!match.ok()) return match;
   ++stats_.match_calls;
   stats_.query_tokens += tokens.size();
   stats_.device_hit_tokens += match->device_len;
@@ -199,10 +205,11 @@ void HiCacheEngine::EvictHostLocked(absl::Span<const int64_t> need) {
   EvictHostTargetsLocked(target);
 }
 
-void HiCacheEngine::EvictHostTargetsLocked(absl::Span<const int64_t> target) {
+int64_t HiCacheEngine::EvictHostTargetsLocked(
+    absl::Span<const int64_t> target) {
   if (std::all_of(target.begin(), target.end(),
                   [](int64_t t) { return t <= 0; })) {
-    return;
+    return 0;
   }
   ++stats_.host_eviction_steps;
   HostEvictResult result = tree_->EvictHost(target);
@@ -214,6 +221,7 @@ void HiCacheEngine::EvictHostTargetsLocked(absl::Span<const int64_t> target) {
   stats_.host_evicted_pages += freed;
   spdlog::debug("host eviction freed {} pages from {} nodes", freed,
                 result.nodes_removed);
+  return freed;
 }
 
 absl::StatusOr<std::vector<LogicalPage>> HiCacheEngine::AllocateLocked(
@@ -317,16 +325,21 @@ absl::StatusOr<InsertResult> HiCacheEngine::Insert(
   MutexLock lock(&mu_);
   // Pages the tree holds may only be passed back where the tree holds them
   // (the matched prefix); every other page must be the request's own.
-  absl::StatusOr<MatchResult> held =
-      tree_->MatchPrefix(ns, tokens, {.record_hit = false});
-  if (!held.ok()) return held.status();
+  // The lookup runs only if a tree page was passed at all.
+  std::optional<MatchResult> held;
   for (size_t i = 0; i < pages.size(); ++i) {
     if (!device_->IsAllocated(pages[i])) {
       return absl::InvalidArgumentError(
           absl::StrCat("pages[", i, "] = ", pages[i], " is not allocated"));
     }
-    if (tree_pages_.contains(pages[i]) &&
-        (i >= held->device_pages.size() || held->device_pages[i] != pages[i])) {
+    if (!tree_pages_.contains(pages[i])) continue;
+    if (!held.has_value()) {
+      absl::StatusOr<MatchResult> match =
+          tree_->MatchPrefix(ns, tokens, {.record_hit = false});
+      if (!match.ok()) return match.status();
+      held = *std::move(match);
+    }
+    if (i >= held->device_pages.size() || held->device_pages[i] != pages[i]) {
       return absl::InvalidArgumentError(
           absl::StrCat("pages[", i, "] = ", pages[i],
                        " is held by the radix tree for other tokens"));
@@ -383,7 +396,7 @@ absl::Status HiCacheEngine::SetFreeRoom(int64_t l1_pages, int64_t l2_pages) {
   return absl::OkStatus();
 }
 
-absl::Status HiCacheEngine::EvictPages(
+absl::StatusOr<std::pair<int64_t, int64_t>> HiCacheEngine::EvictPages(
     absl::Span<const int64_t> device_per_lane,
     absl::Span<const int64_t> host_per_rank) {
   const size_t c = layout_.cp_size();
@@ -395,9 +408,11 @@ absl::Status HiCacheEngine::EvictPages(
   std::copy(device_per_lane.begin(), device_per_lane.end(), device.begin());
   std::copy(host_per_rank.begin(), host_per_rank.end(), host.begin());
   MutexLock lock(&mu_);
-  EvictDeviceTargetsLocked(device);
-  EvictHostTargetsLocked(host);
-  return absl::OkStatus();
+  const DeviceEvictResult evicted = EvictDeviceTargetsLocked(device);
+  int64_t device_freed = 0;
+  for (const auto& lane : evicted.freed_pages) device_freed += lane.size();
+  const int64_t host_freed = EvictHostTargetsLocked(host);
+  return std::make_pair(device_freed, host_freed);
 }
 
 LaneCounts HiCacheEngine::LaneCountsOf(Rank lane) const {

@@ -119,10 +119,11 @@ class HiCacheEngine : public TransferListener {
   absl::Status SetFreeRoom(int64_t l1_pages, int64_t l2_pages)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Operator eviction: device pages per lane and host pages per rank (lists
-  // shorter than C mean 0 for the rest).
-  absl::Status EvictPages(absl::Span<const int64_t> device_per_lane,
-                          absl::Span<const int64_t> host_per_rank)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // shorter than C mean 0 for the rest). Returns the pages freed by this
+  // call: {device, host}.
+  absl::StatusOr<std::pair<int64_t, int64_t>> EvictPages(
+      absl::Span<const int64_t> device_per_lane,
+      absl::Span<const int64_t> host_per_rank) ABSL_LOCKS_EXCLUDED(mu_);
   LaneCounts LaneCountsOf(Rank lane) const ABSL_LOCKS_EXCLUDED(mu_);
   // Blocks until every submitted copy has completed and been processed.
   void WaitForTransfers() ABSL_LOCKS_EXCLUDED(mu_);
@@ -158,6 +159,11 @@ class HiCacheEngine : public TransferListener {
   HiCacheEngine(const EngineOptions& options, CpLayout layout,
                 KvGeometry geometry);
 
+  // Match that counts the hit in the stats and starts the write-through
+  // backups it qualifies (shared by Match and LoadBack).
+  absl::StatusOr<MatchResult> CountedMatchLocked(
+      absl::string_view ns, absl::Span<const int32_t> tokens)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::vector<LogicalPage>> AllocateLocked(
       absl::Span<const Rank> owners, int64_t any_lanes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -169,7 +175,8 @@ class HiCacheEngine : public TransferListener {
   // Evict exactly target[lane] device pages / target[rank] host pages.
   DeviceEvictResult EvictDeviceTargetsLocked(absl::Span<const int64_t> target)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EvictHostTargetsLocked(absl::Span<const int64_t> target)
+  // Returns the host pages freed.
+  int64_t EvictHostTargetsLocked(absl::Span<const int64_t> target)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees what a tree eviction released and counts it.
   DeviceEvictResult ApplyDeviceEvictionLocked(DeviceEvictResult result)

@@ -221,7 +221,6 @@ class RadixTree {
 
  private:
   using Node = radix_internal::Node;
-  struct InsertWalk;
 
   explicit RadixTree(const RadixTreeOptions& options);
 

@@ -512,7 +512,6 @@ grpc::Status CacheRpcs::Pin(const v1::PinRequest& request) {
 
 grpc::Status CacheRpcs::Evict(const v1::EvictRequest& request,
                               v1::EvictResponse* response) {
-  const EngineStats before = engine_->Stats();
   std::vector<int64_t> device(request.device_pages_per_lane().begin(),
                               request.device_pages_per_lane().end());
   std::vector<int64_t> host(request.host_pages_per_rank().begin(),
@@ -523,13 +522,11 @@ grpc::Status CacheRpcs::Evict(const v1::EvictRequest& request,
   for (int64_t v : host) {
     if (v < 0) return Invalid("host_pages_per_rank entries must be >= 0");
   }
-  absl::Status status = engine_->EvictPages(device, host);
-  if (!status.ok()) return ToGrpcStatus(status);
-  const EngineStats after = engine_->Stats();
-  response->set_device_pages_freed(after.device_evicted_pages -
-                                   before.device_evicted_pages);
-  response->set_host_pages_freed(after.host_evicted_pages -
-                                 before.host_evicted_pages);
+  // This call's own counts: stats deltas would include concurrent evictions.
+  auto freed = engine_->EvictPages(device, host);
+  if (!freed.ok()) return ToGrpcStatus(freed.status());
+  response->set_device_pages_freed(freed->first);
+  response->set_host_pages_freed(freed->second);
   return grpc::Status::OK;
 }
 

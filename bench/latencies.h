@@ -1,0 +1,44 @@
+#pragma once
+
+// Per-call latency samples for Google Benchmark runs, reported as counters
+// `<prefix>median_us` and `<prefix>p99_us` (Google Benchmark's own figures
+// are means over iterations).
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+
+namespace hicache {
+
+class Latencies {
+ public:
+  // Runs fn(), records its wall time, returns its result.
+  template <typename Fn>
+  auto Time(Fn fn) {
+    const auto start = std::chrono::steady_clock::now();
+    auto result = fn();
+    samples_.push_back(std::chrono::duration<double, std::micro>(
+                           std::chrono::steady_clock::now() - start)
+                           .count());
+    return result;
+  }
+
+  void Report(benchmark::State& state, const std::string& prefix = "") {
+    if (samples_.empty()) return;
+    std::sort(samples_.begin(), samples_.end());
+    auto at = [&](double q) {
+      return samples_[std::min(samples_.size() - 1,
+                               static_cast<size_t>(q * samples_.size()))];
+    };
+    state.counters[prefix + "median_us"] = at(0.5);
+    state.counters[prefix + "p99_us"] = at(0.99);
+  }
+
+ private:
+  std::vector<double> samples_;
+};
+
+}  // namespace hicache
