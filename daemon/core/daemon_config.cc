@@ -5,13 +5,46 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 
 namespace hicache {
 namespace {
 
 bool IsPowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
+bool IsInstanceChar(char c) {
+  return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' ||
+         c == '-';
+}
+
 }  // namespace
+
+bool IsValidInstanceId(absl::string_view id) {
+  if (id.empty() || id.size() > kMaxInstanceIdLength) return false;
+  if (!absl::ascii_isalpha(static_cast<unsigned char>(id[0]))) return false;
+  return std::all_of(id.begin(), id.end(), IsInstanceChar);
+}
+
+std::string DefaultInstanceId(absl::string_view canonical_socket_path) {
+  uint64_t hash = 14695981039346656037ull;  // FNV-1a, 64 bits.
+  for (char c : canonical_socket_path) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 1099511628211ull;
+  }
+  absl::string_view name = canonical_socket_path;
+  if (const size_t slash = name.rfind('/'); slash != absl::string_view::npos) {
+    name.remove_prefix(slash + 1);
+  }
+  absl::ConsumeSuffix(&name, ".sock");
+  std::string stem;
+  for (char c : name.substr(0, 24)) stem.push_back(IsInstanceChar(c) ? c : '_');
+  if (stem.empty() || !absl::ascii_isalpha(static_cast<unsigned char>(stem[0]))) {
+    stem.insert(0, "hicached");
+  }
+  // 12 hex digits (48 bits): collisions need ~16 million sockets per host.
+  return absl::StrCat(stem, "-",
+                      absl::Hex(hash >> 16, absl::PadSpec::kZeroPad12));
+}
 
 absl::string_view BackendName(Backend backend) {
   switch (backend) {
@@ -133,6 +166,12 @@ absl::Status DaemonConfig::Validate() const {
   }
   if (kv_preset.empty()) {
     return absl::InvalidArgumentError("kv_preset must not be empty");
+  }
+  if (!instance.empty() && !IsValidInstanceId(instance)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "instance must be 1 to ", kMaxInstanceIdLength,
+        " characters of [A-Za-z0-9_-] starting with a letter, got '",
+        instance, "'"));
   }
   if (default_lease_ms == 0 || default_lease_ms > 86400000) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -36,6 +36,19 @@ bool AbslParseFlag(absl::string_view text, HostLayout* layout,
                    std::string* error);
 std::string AbslUnparseFlag(HostLayout layout);
 
+// Instance ids name a daemon's shared-memory segments
+// ("/hicache-<instance>-device-r0", ...): 1 to kMaxInstanceIdLength
+// characters of [A-Za-z0-9_-], starting with a letter (so that they never
+// look like the pid-based names of daemon-less engines).
+inline constexpr size_t kMaxInstanceIdLength = 64;
+bool IsValidInstanceId(absl::string_view id);
+// The default instance id of a daemon serving `canonical_socket_path` (an
+// absolute path without symlinks): the socket's file name without ".sock",
+// reduced to [A-Za-z0-9_-], then '-' and 12 hex digits of a stable 64-bit
+// hash (FNV-1a) of the whole path, e.g. "hicached-3fa2b1c09d4e". The same
+// path always gives the same id; different paths give different ids.
+std::string DefaultInstanceId(absl::string_view canonical_socket_path);
+
 // Static configuration of one daemon: backend and pool geometry. Plain value
 // type; Validate() before use.
 struct DaemonConfig {
@@ -68,6 +81,9 @@ struct DaemonConfig {
   std::string tls_key_file;
   std::string tls_client_ca_file;
   bool insecure_tcp_for_testing = false;
+  // Shared-memory instance id (see IsValidInstanceId). Empty: derived from
+  // the socket path by DefaultInstanceId().
+  std::string instance;
 
   // OK, or INVALID_ARGUMENT naming the offending field and value.
   absl::Status Validate() const;

@@ -46,6 +46,10 @@ struct EngineOptions {
   int transfer_workers = 2;
   const Clock* clock = nullptr;    // Default: Clock::Real().
   PoolBackend* backend = nullptr;  // Default: shared-memory pools.
+  // Name prefix of the default backend's segments: the daemon's
+  // ShmInstance::prefix(). Empty: "/hicache-<pid>-e<address>", unique per
+  // engine (tests and tools without a daemon).
+  std::string shm_prefix;
 };
 
 // A backup the scheduler prepares for one request before its forward pass.

@@ -70,8 +70,10 @@ absl::StatusOr<std::unique_ptr<HiCacheEngine>> HiCacheEngine::Create(
   PoolBackend* backend = options.backend;
   if (backend == nullptr) {
     engine->owned_backend_ = std::make_unique<ShmPoolBackend>(
-        absl::StrCat("/hicache-", getpid(), "-e",
-                     reinterpret_cast<uintptr_t>(engine.get())));
+        !options.shm_prefix.empty()
+            ? options.shm_prefix
+            : absl::StrCat("/hicache-", getpid(), "-e",
+                           reinterpret_cast<uintptr_t>(engine.get())));
     backend = engine->owned_backend_.get();
   }
   absl::StatusOr<std::unique_ptr<RankPools>> pools = RankPools::Create(

@@ -1,5 +1,6 @@
 #include "daemon/main/daemon_server.h"
 
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include "daemon/engine/event_hub.h"
 #include "daemon/engine/hicache_engine.h"
 #include "daemon/engine/session_manager.h"
+#include "daemon/pool/shm_instance.h"
 #include "daemon/service/cache_service.h"
 #include "daemon/service/hicache_service.h"
 #include "daemon/service/watch_broadcaster.h"
@@ -36,6 +38,22 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+// `socket_path` with its directory resolved (absolute, no symlinks), so that
+// every spelling of one socket gives the same default instance id.
+std::string CanonicalSocketPath(const std::string& socket_path) {
+  const size_t slash = socket_path.rfind('/');
+  const std::string dir =
+      slash == std::string::npos ? "." : socket_path.substr(0, slash + 1);
+  const std::string name =
+      slash == std::string::npos ? socket_path : socket_path.substr(slash + 1);
+  char* real = realpath(dir.c_str(), nullptr);
+  if (real == nullptr) return socket_path;
+  std::string canonical = real;
+  free(real);
+  if (canonical != "/") canonical += "/";
+  return canonical + name;
 }
 
 }  // namespace
@@ -75,6 +93,28 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   const std::string address = absl::StrCat("unix:", socket_path);
   std::unique_ptr<DaemonServer> daemon(new DaemonServer());
   daemon->socket_ = *std::move(socket);
+  const std::string instance =
+      config.instance.empty()
+          ? DefaultInstanceId(CanonicalSocketPath(socket_path))
+          : config.instance;
+  absl::StatusOr<std::unique_ptr<ShmInstance>> shm =
+      ShmInstance::Acquire(instance);
+  if (!shm.ok()) return shm.status();
+  daemon->shm_ = *std::move(shm);
+  const ShmInstance::Reclaimed& reclaimed = daemon->shm_->reclaimed();
+  spdlog::info("shared-memory instance '{}': segments {}-*, lock {}", instance,
+               daemon->shm_->prefix(), daemon->shm_->lock_path());
+  if (reclaimed.segments > 0) {
+    spdlog::warn(
+        "reclaimed {} stale shared-memory segments of instance '{}' left by a "
+        "dead daemon: {} bytes ({} bytes resident)",
+        reclaimed.segments, instance, reclaimed.bytes,
+        reclaimed.resident_bytes);
+  }
+  for (const std::string& skipped : reclaimed.skipped) {
+    spdlog::warn("left a shared-memory entry of instance '{}' in place: {}",
+                 instance, skipped);
+  }
   daemon->listen_address_ = address;
   daemon->watch_ = std::make_unique<service::WatchBroadcaster>();
   daemon->hub_ = std::make_unique<EventHub>();
@@ -97,7 +137,8 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
        .host_layout = config.host_layout,
        .write_policy = *write,
        .eviction_policy = *eviction,
-       .clock = clock});
+       .clock = clock,
+       .shm_prefix = daemon->shm_->prefix()});
   if (!engine.ok()) return engine.status();
   daemon->engine_ = *std::move(engine);
   daemon->engine_->SetListener(daemon->hub_.get());

@@ -19,6 +19,7 @@ namespace hicache {
 class EventHub;
 class HiCacheEngine;
 class SessionManager;
+class ShmInstance;
 namespace service {
 class CacheRpcs;
 class WatchBroadcaster;
@@ -36,8 +37,11 @@ class DaemonServer {
   // Health-check service name of the HiCache API.
   static constexpr char kHealthServiceName[] = "hicache.v1.HiCache";
 
-  // Validates `config`, takes ownership of `socket_path` (see SocketGuard) and
-  // starts serving on it with mode 0660. `clock` must outlive the server.
+  // Validates `config`, takes ownership of `socket_path` (see SocketGuard),
+  // then of the shared-memory instance config.instance (default:
+  // DefaultInstanceId() of the canonical socket path; see ShmInstance, which
+  // reclaims the segments a dead daemon of that instance left), and starts
+  // serving on the socket with mode 0660. `clock` must outlive the server.
   static absl::StatusOr<std::unique_ptr<DaemonServer>> Start(
       const DaemonConfig& config, const std::string& socket_path,
       const Clock* clock) ABSL_LOCKS_EXCLUDED(mu_);
@@ -53,6 +57,7 @@ class DaemonServer {
 
   const std::string& listen_address() const { return listen_address_; }
   const SocketGuard& socket() const { return *socket_; }
+  const ShmInstance& shm_instance() const { return *shm_; }
   HiCacheEngine& engine() const { return *engine_; }
   // The bound TCP port when listen_tcp was given (":0" picks one), else 0.
   int tcp_port() const { return tcp_port_; }
@@ -65,6 +70,8 @@ class DaemonServer {
   void ReapLeases() ABSL_LOCKS_EXCLUDED(mu_);
 
   std::unique_ptr<SocketGuard> socket_;
+  // Declared before the engine: its lock outlives the pools' segments.
+  std::unique_ptr<ShmInstance> shm_;
   std::string listen_address_;
   int tcp_port_ = 0;
   std::unique_ptr<service::WatchBroadcaster> watch_;

@@ -32,6 +32,12 @@
 ABSL_FLAG(std::string, socket, "",
           "Unix socket to listen on (default: $XDG_RUNTIME_DIR/hicached.sock, "
           "else /tmp/hicached.sock). Created with mode 0660.");
+ABSL_FLAG(std::string, instance, "",
+          "Shared-memory instance id: pool segments are named "
+          "/hicache-<instance>-{device,host}-r<rank>, and segments a killed "
+          "daemon of this instance left are reclaimed at start. 1-64 "
+          "characters of [A-Za-z0-9_-] starting with a letter (default: the "
+          "socket's name plus a hash of its canonical path).");
 ABSL_FLAG(hicache::Backend, backend, hicache::Backend::kCpu,
           "Device backend: 'cpu' (shared memory stands in for GPU memory) or "
           "'cuda'.");
@@ -104,6 +110,7 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   config.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
   config.insecure_tcp_for_testing =
       absl::GetFlag(FLAGS_insecure_tcp_for_testing);
+  config.instance = absl::GetFlag(FLAGS_instance);
   if (absl::Status valid = config.Validate(); !valid.ok()) return valid;
   if (config.backend == Backend::kCuda) {
     return absl::UnimplementedError(

@@ -2,7 +2,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -11,72 +10,12 @@
 #include <cstring>
 #include <utility>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 
 namespace hicache {
 namespace {
 
 std::string ErrnoText(int err) { return std::strerror(err); }
-
-// Reads the pid recorded in the lock file, or "unknown".
-std::string ReadOwnerPid(int fd) {
-  char buffer[32] = {};
-  const ssize_t n = pread(fd, buffer, sizeof(buffer) - 1, 0);
-  int64_t pid = 0;
-  if (n > 0 &&
-      absl::SimpleAtoi(absl::StripAsciiWhitespace(absl::string_view(buffer, n)),
-                       &pid)) {
-    return absl::StrCat(pid);
-  }
-  return "unknown";
-}
-
-// Opens and exclusively locks `lock_path`, retrying when the file it locked
-// was unlinked by a previous owner in the meantime.
-absl::StatusOr<int> LockPath(const std::string& lock_path,
-                             const std::string& socket_path) {
-  for (int attempt = 0; attempt < 8; ++attempt) {
-    const int fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0) {
-      const int err = errno;
-      return absl::FailedPreconditionError(absl::StrCat(
-          "cannot open lock file ", lock_path, ": ", ErrnoText(err)));
-    }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      const int err = errno;
-      const std::string owner = ReadOwnerPid(fd);
-      close(fd);
-      if (err == EWOULDBLOCK) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("another hicached (pid ", owner,
-                         ") is already serving ", socket_path));
-      }
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot lock ", lock_path, ": ", ErrnoText(err)));
-    }
-    struct stat locked {};
-    struct stat named {};
-    if (fstat(fd, &locked) == 0 && stat(lock_path.c_str(), &named) == 0 &&
-        locked.st_ino == named.st_ino && locked.st_dev == named.st_dev) {
-      const std::string pid = absl::StrCat(getpid(), "\n");
-      if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) !=
-                                       static_cast<ssize_t>(pid.size())) {
-        const int err = errno;
-        close(fd);
-        return absl::FailedPreconditionError(absl::StrCat(
-            "cannot write lock file ", lock_path, ": ", ErrnoText(err)));
-      }
-      return fd;
-    }
-    close(fd);  // The previous owner removed the file after we opened it.
-  }
-  return absl::FailedPreconditionError(
-      absl::StrCat("lock file ", lock_path,
-                   " keeps changing; is another "
-                   "hicached starting and stopping on this path?"));
-}
 
 // Whether a server accepts connections on the socket at `path`.
 absl::StatusOr<bool> SomeoneListens(const std::string& path) {
@@ -121,56 +60,68 @@ absl::StatusOr<std::unique_ptr<SocketGuard>> SocketGuard::Acquire(
   }
 
   const std::string lock_path = absl::StrCat(socket_path, ".lock");
-  absl::StatusOr<int> lock_fd = LockPath(lock_path, socket_path);
-  if (!lock_fd.ok()) return lock_fd.status();
+  std::string holder;
+  absl::StatusOr<std::unique_ptr<LockFile>> lock =
+      LockFile::Acquire(lock_path, &holder);
+  if (!lock.ok()) {
+    if (!holder.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("another hicached (pid ", holder,
+                       ") is already serving ", socket_path));
+    }
+    return lock.status();
+  }
 
-  // From here on the lock is ours; release it on every error path.
-  auto fail = [&](absl::Status status) {
-    unlink(lock_path.c_str());
-    close(*lock_fd);
-    return status;
-  };
+  // From here on the lock is ours; every error path returns before the guard
+  // exists, and destroying `lock` removes the lock file and releases it.
   bool removed_stale = false;
   struct stat existing {};
+  // lstat: a symlink at the socket path is "not a socket" and never followed.
   if (lstat(socket_path.c_str(), &existing) == 0) {
     if (!S_ISSOCK(existing.st_mode)) {
-      return fail(absl::FailedPreconditionError(absl::StrCat(
-          socket_path, " exists and is not a socket; refusing to replace it")));
+      return absl::FailedPreconditionError(absl::StrCat(
+          socket_path, " exists and is not a socket; refusing to replace it"));
     }
     absl::StatusOr<bool> live = SomeoneListens(socket_path);
-    if (!live.ok()) return fail(live.status());
+    if (!live.ok()) return live.status();
     if (*live) {
-      return fail(absl::FailedPreconditionError(
-          absl::StrCat("a server is already listening on ", socket_path)));
+      return absl::FailedPreconditionError(
+          absl::StrCat("a server is already listening on ", socket_path));
+    }
+    // Remove only the socket we inspected: unlink() never follows a symlink,
+    // and a path replaced since the lstat above is left alone.
+    struct stat again {};
+    if (lstat(socket_path.c_str(), &again) == 0 &&
+        (again.st_ino != existing.st_ino || again.st_dev != existing.st_dev)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          socket_path, " changed while it was inspected; refusing to remove "
+                       "it"));
     }
     if (unlink(socket_path.c_str()) != 0 && errno != ENOENT) {
       const int err = errno;
-      return fail(absl::FailedPreconditionError(absl::StrCat(
-          "cannot remove stale socket ", socket_path, ": ", ErrnoText(err))));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot remove stale socket ", socket_path, ": ", ErrnoText(err)));
     }
     removed_stale = true;
   } else if (errno != ENOENT) {
     const int err = errno;
-    return fail(absl::FailedPreconditionError(
-        absl::StrCat("cannot stat ", socket_path, ": ", ErrnoText(err))));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot stat ", socket_path, ": ", ErrnoText(err)));
   }
   return std::unique_ptr<SocketGuard>(
-      new SocketGuard(socket_path, lock_path, *lock_fd, removed_stale));
+      new SocketGuard(socket_path, *std::move(lock), removed_stale));
 }
 
-SocketGuard::SocketGuard(std::string socket_path, std::string lock_path,
-                         int lock_fd, bool removed_stale_socket)
+SocketGuard::SocketGuard(std::string socket_path,
+                         std::unique_ptr<LockFile> lock,
+                         bool removed_stale_socket)
     : socket_path_(std::move(socket_path)),
-      lock_path_(std::move(lock_path)),
-      lock_fd_(lock_fd),
+      lock_(std::move(lock)),
       removed_stale_socket_(removed_stale_socket) {}
 
 SocketGuard::~SocketGuard() {
+  // The socket first, then (in lock_'s destructor) the lock file and the lock.
   unlink(socket_path_.c_str());
-  // Unlink before unlocking: a daemon that opened the old file re-checks the
-  // inode after locking and retries on the new one.
-  unlink(lock_path_.c_str());
-  close(lock_fd_);
 }
 
 absl::Status SocketGuard::SetSocketMode(mode_t mode) const {

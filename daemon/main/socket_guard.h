@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "daemon/core/lock_file.h"
 
 namespace hicache {
 
@@ -13,7 +14,9 @@ namespace hicache {
 //
 // Acquire() takes an advisory lock on "<path>.lock" (which holds the owner's
 // pid), so two daemons can never serve the same path, even when they start at
-// the same moment. Under the lock it inspects <path>:
+// the same moment. The lock file is never a symlink, another user's file or a
+// hard link (see LockFile): the socket's directory may be world-writable.
+// Under the lock it inspects <path> with lstat (a symlink is never followed):
 //   * absent: fine;
 //   * a socket nobody listens on (a crashed daemon's leftover): removed;
 //   * a socket somebody listens on: refused (FAILED_PRECONDITION);
@@ -38,12 +41,11 @@ class SocketGuard {
   absl::Status SetSocketMode(mode_t mode) const;
 
  private:
-  SocketGuard(std::string socket_path, std::string lock_path, int lock_fd,
+  SocketGuard(std::string socket_path, std::unique_ptr<LockFile> lock,
               bool removed_stale_socket);
 
   const std::string socket_path_;
-  const std::string lock_path_;
-  const int lock_fd_;
+  const std::unique_ptr<LockFile> lock_;
   const bool removed_stale_socket_;
 };
 

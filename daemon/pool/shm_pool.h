@@ -16,7 +16,9 @@ class ShmPool final : public KvPool {
  public:
   // `name` must start with '/' and contain no other '/', at most 200 bytes.
   // An existing segment of that name is an error (ALREADY_EXISTS): names
-  // include the daemon's pid, so a collision means a stale or foreign one.
+  // carry the daemon's instance id (see ShmInstance, which reclaims a dead
+  // owner's segments before pools are created) or a pid, so a collision
+  // means a foreign one.
   static absl::StatusOr<std::unique_ptr<ShmPool>> Create(
       const std::string& name, uint64_t size_bytes, bool lock_memory);
 
@@ -41,10 +43,12 @@ class ShmPool final : public KvPool {
 };
 
 // The CPU backend: every pool is a ShmPool named
-// "<prefix>-<kind>-r<rank>", kind "device" or "host".
+// "<prefix>-<kind>-r<rank>", kind "device" or "host". A daemon's prefix is
+// ShmInstance::prefix(), "/hicache-<instance>".
 class ShmPoolBackend final : public PoolBackend {
  public:
-  // Default prefix: "/hicache-<pid>".
+  // Default prefix: "/hicache-<pid>" (never an instance prefix: instance ids
+  // start with a letter).
   explicit ShmPoolBackend(std::string prefix = "");
 
   absl::StatusOr<std::unique_ptr<KvPool>> CreateDevicePool(

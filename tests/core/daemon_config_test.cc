@@ -133,5 +133,49 @@ TEST(DaemonConfigTest, AbslFlagMarshalling) {
   EXPECT_EQ(AbslUnparseFlag(layout), "page_first");
 }
 
+TEST(DaemonConfigTest, InstanceIdValidation) {
+  for (const char* ok : {"a", "hicached-3fa2b1c09d4e", "Node_7-gpu0",
+                         "x123456789012345678901234567890123456789012345678901"
+                         "234567890123"}) {
+    EXPECT_TRUE(IsValidInstanceId(ok)) << ok;
+    DaemonConfig config;
+    config.instance = ok;
+    EXPECT_TRUE(config.Validate().ok()) << ok;
+  }
+  for (const char* bad :
+       {"", "1234", "-a", "_a", "a/b", "a.b", "a b", "../etc", "a\n",
+        "x1234567890123456789012345678901234567890123456789012345678901234"}) {
+    EXPECT_FALSE(IsValidInstanceId(bad)) << bad;
+  }
+  DaemonConfig config;
+  config.instance = "a/b";
+  absl::Status status = config.Validate();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("instance"));
+  EXPECT_THAT(status.message(), HasSubstr("'a/b'"));
+  config.instance = "";  // Derived from the socket path.
+  EXPECT_TRUE(config.Validate().ok());
+}
+
+TEST(DaemonConfigTest, DefaultInstanceIdIsStableValidAndPathSpecific) {
+  const std::string id = DefaultInstanceId("/run/hicache/hicached.sock");
+  EXPECT_EQ(id, DefaultInstanceId("/run/hicache/hicached.sock"));
+  EXPECT_TRUE(IsValidInstanceId(id)) << id;
+  EXPECT_THAT(id, ::testing::MatchesRegex("hicached-[0-9a-f]{12}"));
+  // The same file name in another directory is another instance.
+  EXPECT_NE(id, DefaultInstanceId("/tmp/hicached.sock"));
+  EXPECT_NE(DefaultInstanceId("/tmp/a.sock"), DefaultInstanceId("/tmp/b.sock"));
+  // Odd names are reduced to valid ids.
+  for (const char* path : {"/tmp/7.sock", "/tmp/.sock", "/tmp/sp ace.sock",
+                           "/", "/tmp/-x", "/tmp/\xff\xfe"}) {
+    EXPECT_TRUE(IsValidInstanceId(DefaultInstanceId(path)))
+        << path << " -> " << DefaultInstanceId(path);
+  }
+  EXPECT_THAT(DefaultInstanceId("/tmp/sp ace.sock"),
+              ::testing::StartsWith("sp_ace-"));
+  EXPECT_TRUE(IsValidInstanceId(DefaultInstanceId(
+      "/tmp/" + std::string(300, 'n') + ".sock")));
+}
+
 }  // namespace
 }  // namespace hicache

@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -130,6 +131,75 @@ TEST(SocketGuardTest, SetSocketMode) {
   struct stat st {};
   ASSERT_EQ(stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0660u);
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Reproduction (issue 11, item 11): in a world-writable directory, a symlink
+// planted at <socket>.lock made the daemon overwrite its target with its pid.
+TEST(SocketGuardTest, RefusesASymlinkedLockFileAndLeavesTheTargetUnchanged) {
+  testing::TempDir dir;
+  const std::string path = dir.Child("d.sock");
+  const std::string target = dir.Child("precious");
+  std::ofstream(target) << "do not overwrite";
+  ASSERT_EQ(symlink(target.c_str(), (path + ".lock").c_str()), 0);
+  auto guard = SocketGuard::Acquire(path);
+  ASSERT_FALSE(guard.ok());
+  EXPECT_EQ(guard.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(guard.status().message(), HasSubstr(path + ".lock"));
+  EXPECT_THAT(guard.status().message(), HasSubstr("symbolic link"));
+  EXPECT_EQ(ReadAll(target), "do not overwrite");
+  EXPECT_TRUE(Exists(path + ".lock"));  // Left for the operator.
+  EXPECT_FALSE(Exists(path));
+}
+
+TEST(SocketGuardTest, RefusesAHardLinkedLockFile) {
+  testing::TempDir dir;
+  const std::string path = dir.Child("d.sock");
+  const std::string target = dir.Child("precious");
+  std::ofstream(target) << "do not overwrite";
+  ASSERT_EQ(link(target.c_str(), (path + ".lock").c_str()), 0);
+  auto guard = SocketGuard::Acquire(path);
+  ASSERT_FALSE(guard.ok());
+  EXPECT_EQ(guard.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(guard.status().message(), HasSubstr(path + ".lock"));
+  EXPECT_EQ(ReadAll(target), "do not overwrite");
+}
+
+// Root passes every permission check, so ownership is checked explicitly.
+TEST(SocketGuardTest, RefusesALockFileOwnedByAnotherUser) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to chown a file away";
+  testing::TempDir dir;
+  const std::string path = dir.Child("d.sock");
+  std::ofstream(path + ".lock") << "planted";
+  ASSERT_EQ(chown((path + ".lock").c_str(), 65534, 65534), 0);
+  auto guard = SocketGuard::Acquire(path);
+  ASSERT_FALSE(guard.ok());
+  EXPECT_EQ(guard.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(guard.status().message(), HasSubstr(path + ".lock"));
+  EXPECT_THAT(guard.status().message(), HasSubstr("owned by uid 65534"));
+  EXPECT_EQ(ReadAll(path + ".lock"), "planted");
+}
+
+// A symlink at the socket path is never followed or removed, even when it
+// points at a stale socket.
+TEST(SocketGuardTest, NeverFollowsOrRemovesASymlinkAtTheSocketPath) {
+  testing::TempDir dir;
+  const std::string stale = dir.Child("stale.sock");
+  close(BindSocket(stale, false));
+  const std::string path = dir.Child("d.sock");
+  ASSERT_EQ(symlink(stale.c_str(), path.c_str()), 0);
+  auto guard = SocketGuard::Acquire(path);
+  ASSERT_FALSE(guard.ok());
+  EXPECT_THAT(guard.status().message(), HasSubstr("not a socket"));
+  EXPECT_TRUE(Exists(path));
+  EXPECT_TRUE(Exists(stale));
+  EXPECT_FALSE(Exists(path + ".lock"));
 }
 
 }  // namespace
