@@ -1,6 +1,8 @@
 #include "daemon/core/daemon_config.h"
 
 #include <algorithm>
+#include <initializer_list>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -145,6 +147,28 @@ absl::Status DaemonConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("host_pages_per_rank must be at most ", kMaxPagesPerRank,
                      ", got ", host_pages_per_rank));
+  }
+  for (const auto& [name, value] :
+       std::initializer_list<std::pair<absl::string_view, int64_t>>{
+           {"max_sessions", max_sessions},
+           {"max_namespaces", max_namespaces},
+           {"max_streams_per_session", max_streams_per_session},
+           {"max_items_per_request", max_items_per_request},
+           {"max_pages_per_request", max_pages_per_request},
+           {"max_tokens_per_request", max_tokens_per_request},
+           {"max_pin_ttl_ms", max_pin_ttl_ms},
+           {"max_message_bytes", max_message_bytes},
+           {"max_connections", max_connections},
+           {"max_rpc_threads", max_rpc_threads},
+           {"max_stream_backlog", max_stream_backlog}}) {
+    if (value <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " must be positive, got ", value));
+    }
+  }
+  if (max_message_bytes > (int64_t{1} << 31) - 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_message_bytes must be below 2 GiB, got ", max_message_bytes));
   }
   if (tls_cert_file.empty() != tls_key_file.empty()) {
     return absl::InvalidArgumentError(

@@ -85,6 +85,26 @@ struct DaemonConfig {
   // the socket path by DefaultInstanceId().
   std::string instance;
 
+  // Operators may act across tenants (evict, free room, tree dumps, session
+  // lists, watch): root, these uids, members of these groups (unix socket
+  // peer credentials), TLS clients whose certificate has one of these
+  // common names.
+  std::vector<uint32_t> operator_uids;
+  std::vector<uint32_t> operator_gids;
+  std::vector<std::string> operator_cert_names;
+  // Limits (docs/security.md); every one must be positive.
+  int64_t max_sessions = 1024;
+  int64_t max_namespaces = 256;
+  int64_t max_streams_per_session = 64;
+  int64_t max_items_per_request = 4096;
+  int64_t max_pages_per_request = int64_t{1} << 20;
+  int64_t max_tokens_per_request = int64_t{1} << 24;
+  int64_t max_pin_ttl_ms = 3600000;
+  int64_t max_message_bytes = int64_t{64} << 20;
+  int64_t max_connections = 1024;
+  int64_t max_rpc_threads = 512;
+  int64_t max_stream_backlog = 65536;
+
   // OK, or INVALID_ARGUMENT naming the offending field and value.
   absl::Status Validate() const;
 

@@ -79,9 +79,15 @@ class CondVar {
     cv_.wait(lock);
     lock.release();
   }
-  // As Wait(); returns true if `timeout` elapsed without a signal.
+  // As Wait(); returns true if `timeout` elapsed without a signal. A timeout
+  // of a year or more (absl::InfiniteDuration() included) waits without one:
+  // the clock arithmetic of wait_for would overflow and return at once.
   bool WaitWithTimeout(Mutex* mu, absl::Duration timeout)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (timeout >= absl::Hours(24 * 365)) {
+      Wait(mu);
+      return false;
+    }
     std::unique_lock<std::shared_mutex> lock(mu->mu_, std::adopt_lock);
     const std::cv_status status =
         cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout));

@@ -25,9 +25,10 @@ struct HiCacheEngine::Op {
   // Backup: the node it is attached to.
   NodeId node = kNoNode;
   bool attached = false;
-  bool rolled_back = false;
+  bool rolled_back = false;  // Backup: will never commit. Load: abandoned.
   bool done = false;    // Backup committed / load attached (or failed).
-  bool failed = false;  // Load: the copies or the attach failed.
+  bool failed = false;  // A copy failed (load: or the attach failed).
+  bool client_done = false;  // Backup: its client rolled it back.
   // Load: the host-only chain and how many pages each node takes.
   std::vector<std::pair<NodeId, int64_t>> chain;
   NodeId locked_parent = kNoNode;  // Held while copies run.

@@ -99,23 +99,31 @@ absl::Status HiCacheEngine::SubmitStepLocked(Op& op, uint32_t step) {
 }
 
 absl::StatusOr<std::vector<uint64_t>> HiCacheEngine::PrepareBackups(
-    absl::Span<const BackupSpec> specs) {
+    absl::Span<const BackupSpec> specs, uint64_t holder) {
   MutexLock lock(&mu_);
   const int64_t page = layout_.page_size();
   // Validate everything first: nothing happens for a bad batch.
   std::vector<int64_t> need(layout_.cp_size(), 0);
+  absl::flat_hash_set<LogicalPage> seen;
   for (size_t s = 0; s < specs.size(); ++s) {
     const BackupSpec& spec = specs[s];
-    if (spec.logical_len <= 0 || static_cast<int64_t>(spec.pages.size()) !=
-                                     (spec.logical_len + page - 1) / page) {
+    const int64_t max_len = DevicePageCapacity() * page;
+    if (spec.logical_len <= 0 || spec.logical_len > max_len ||
+        static_cast<int64_t>(spec.pages.size()) !=
+            (spec.logical_len + page - 1) / page) {
       return absl::InvalidArgumentError(absl::StrCat(
           "specs[", s, "]: ", spec.pages.size(), " pages cannot hold ",
           spec.logical_len, " tokens at page size ", page));
     }
     for (LogicalPage p : spec.pages) {
-      if (!device_->IsAllocated(p)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("specs[", s, "]: page ", p, " is not allocated"));
+      if (!ledger_.IsHeldBy(p, PageHolder::Request(holder))) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "specs[", s, "]: page ", p, " is not held by this session"));
+      }
+      if (!seen.insert(p).second) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "specs[", s, "]: page ", p,
+            " appears twice in this prepare; page ids must be distinct"));
       }
       ++need[layout_.LaneOf(p)];
     }
@@ -160,15 +168,21 @@ absl::Status HiCacheEngine::LayerStored(absl::Span<const uint64_t> ops,
     if (it == ops_.end() || it->second->kind != Op::Kind::kBackup) {
       return absl::NotFoundError(absl::StrCat("no backup with op id ", id));
     }
-    if (it->second->rolled_back) {
+    if (it->second->rolled_back && !it->second->failed) {
       return absl::FailedPreconditionError(
           absl::StrCat("backup ", id, " was rolled back"));
     }
   }
   for (uint64_t id : ops) {
-    Op& op = *ops_[id];
+    auto it = ops_.find(id);
+    if (it == ops_.end()) continue;  // Failed, settled by an earlier entry.
+    Op& op = *it->second;
     if (op.submitted[step]) continue;  // Idempotent per step.
     op.submitted[step] = true;
+    if (op.failed) {  // Its failure was reported; nothing to copy.
+      EraseSettledFailedBackupLocked(id);
+      continue;
+    }
     op.submit_ns = NowNs();
     if (absl::Status s = SubmitStepLocked(op, step); !s.ok()) return s;
   }
@@ -182,6 +196,11 @@ absl::Status HiCacheEngine::StoreAllLayers(uint64_t id) {
     auto it = ops_.find(id);
     if (it == ops_.end() || it->second->kind != Op::Kind::kBackup) {
       return absl::NotFoundError(absl::StrCat("no backup with op id ", id));
+    }
+    if (it->second->failed) {  // Its failure was reported; nothing to copy.
+      it->second->submitted.assign(geometry_.NumSteps(), true);
+      EraseSettledFailedBackupLocked(id);
+      return absl::OkStatus();
     }
     for (uint32_t s = 0; s < geometry_.NumSteps(); ++s) {
       if (!it->second->submitted[s]) missing.push_back(s);
@@ -201,91 +220,6 @@ absl::Status HiCacheEngine::StoreAllLayers(uint64_t id) {
   return absl::OkStatus();
 }
 
-void HiCacheEngine::StartBackupOfNodeLocked(NodeId node) {
-  absl::StatusOr<NodeInfo> info = tree_->Inspect(node);
-  if (!info.ok() || info->tier != NodeTier::kDevice || info->pending_backup) {
-    return;
-  }
-  auto op = std::make_unique<Op>();
-  op->kind = Op::Kind::kBackup;
-  op->pages = info->device_pages;
-  op->owners = layout_.OwnersOf(op->pages);
-  op->logical_len = info->len;
-  std::vector<int64_t> need(layout_.cp_size(), 0);
-  for (Rank owner : op->owners) ++need[owner];
-  EvictHostLocked(need);
-  if (!ReserveHostLocked(op->owners, &op->host).ok()) {
-    ++stats_.backups_skipped_no_host;
-    return;
-  }
-  absl::StatusOr<CpHostMeta> meta =
-      CpHostMeta::Create(op->logical_len, layout_.page_size(),
-                         layout_.cp_size(), op->owners, op->host);
-  if (!meta.ok() || !tree_->BeginBackup(node, *std::move(meta)).ok()) {
-    FreeHostLocked(op->host);
-    return;
-  }
-  op->id = next_op_++;
-  op->node = node;
-  op->attached = true;
-  op->submitted.assign(geometry_.NumSteps(), true);
-  op->submit_ns = NowNs();
-  AcquirePagesLocked(op->pages);
-  ++stats_.backups_started;
-  Op& ref = *op;
-  ops_[op->id] = std::move(op);
-  for (uint32_t step = 0; step < geometry_.NumSteps(); ++step) {
-    if (absl::Status s = SubmitStepLocked(ref, step); !s.ok()) {
-      spdlog::error("write-through submit failed: {}", s);
-    }
-  }
-}
-
-void HiCacheEngine::WriteBackVictimsLocked(absl::Span<const int64_t> need) {
-  // Back up, synchronously, unbacked victims until they cover the shortage,
-  // so eviction moves them to host instead of dropping them.
-  std::vector<int64_t> covered(layout_.cp_size(), 0);
-  for (NodeId node : tree_->DeviceEvictionOrder(1 << 20)) {
-    bool short_lane = false;
-    for (Rank l = 0; l < layout_.cp_size(); ++l) {
-      short_lane |= covered[l] < need[l];
-    }
-    if (!short_lane) return;
-    absl::StatusOr<NodeInfo> info = tree_->Inspect(node);
-    if (!info.ok()) continue;
-    for (LogicalPage p : info->device_pages) ++covered[layout_.LaneOf(p)];
-    if (info->tier != NodeTier::kDevice) continue;  // Already backed.
-    const std::vector<Rank> owners = layout_.OwnersOf(info->device_pages);
-    std::vector<std::vector<int64_t>> host;
-    std::vector<int64_t> host_need(layout_.cp_size(), 0);
-    for (Rank owner : owners) ++host_need[owner];
-    EvictHostLocked(host_need);
-    if (!ReserveHostLocked(owners, &host).ok()) {
-      ++stats_.backups_skipped_no_host;
-      continue;
-    }
-    Op op;
-    op.kind = Op::Kind::kBackup;
-    op.pages = info->device_pages;
-    op.owners = owners;
-    op.host = host;
-    bool copied = true;
-    for (uint32_t step = 0; step < geometry_.NumSteps() && copied; ++step) {
-      absl::StatusOr<uint64_t> bytes = transfer_->CopyNow(MakeTask(op, step));
-      copied = bytes.ok();
-      if (copied) stats_.bytes_to_host += *bytes;
-    }
-    absl::StatusOr<CpHostMeta> meta = CpHostMeta::Create(
-        info->len, layout_.page_size(), layout_.cp_size(), owners, host);
-    if (!copied || !meta.ok() || !tree_->BeginBackup(node, *meta).ok() ||
-        !tree_->CommitBackup(node).ok()) {
-      FreeHostLocked(host);
-      continue;
-    }
-    ++stats_.write_back_backups;
-  }
-}
-
 absl::Status HiCacheEngine::AttachBackup(uint64_t id, NodeId node) {
   std::vector<PendingEvent> events;
   absl::Status status;
@@ -296,6 +230,10 @@ absl::Status HiCacheEngine::AttachBackup(uint64_t id, NodeId node) {
       return absl::NotFoundError(absl::StrCat("no backup with op id ", id));
     }
     Op& op = *it->second;
+    if (op.failed) {
+      return absl::AbortedError(absl::StrCat(
+          "backup ", id, " failed (a copy did not complete); roll it back"));
+    }
     if (op.attached || op.rolled_back) {
       return absl::FailedPreconditionError(
           absl::StrCat("backup ", id, " is already attached or rolled back"));
@@ -331,12 +269,32 @@ void HiCacheEngine::CommitLocked(Op& op, std::vector<PendingEvent>* events) {
   if (absl::Status s = tree_->CommitBackup(op.node); !s.ok()) {
     spdlog::error("commit of backup {} on node {} failed: {}", op.id, op.node,
                   s);
+    // Never report a commit that did not happen: end it as a failure.
+    op.failed = op.rolled_back = true;
+    ++stats_.backups_failed;
+    FinishOpLocked(op.id, events);
+    return;
   }
   op.done = true;
   ++stats_.backups_committed;
   events->push_back(
       {PendingEvent::Type::kBackupCommitted, op.id, 0, 0, op.node, true});
   FinishOpLocked(op.id, events);
+}
+
+absl::StatusOr<bool> HiCacheEngine::BackupAwaitsClient(uint64_t id) const {
+  MutexLock lock(&mu_);
+  auto it = ops_.find(id);
+  if (it == ops_.end() || it->second->kind != Op::Kind::kBackup) {
+    return absl::NotFoundError(absl::StrCat("no backup with op id ", id));
+  }
+  const Op& op = *it->second;
+  if (op.done || op.rolled_back) return false;
+  if (!op.attached) return true;
+  for (bool submitted : op.submitted) {
+    if (!submitted) return true;
+  }
+  return false;
 }
 
 absl::Status HiCacheEngine::RollbackBackup(uint64_t id) {
@@ -348,7 +306,13 @@ absl::Status HiCacheEngine::RollbackBackup(uint64_t id) {
       return absl::NotFoundError(absl::StrCat("no backup with op id ", id));
     }
     Op& op = *it->second;
-    if (op.rolled_back) return absl::OkStatus();
+    if (op.rolled_back) {
+      if (op.failed) {  // The client is done with a failed backup.
+        op.client_done = true;
+        EraseSettledFailedBackupLocked(id);
+      }
+      return absl::OkStatus();
+    }
     if (op.attached) {
       // The reservation is freed from the op's own record below.
       (void)tree_->AbortBackup(op.node);
@@ -371,13 +335,22 @@ void HiCacheEngine::FinishOpLocked(uint64_t id,
   if (op.kind == Op::Kind::kBackup) {
     if (!op.done) FreeHostLocked(op.host);  // Rolled back: orphan reservation.
     ReleasePagesLocked(op.pages);
+    if (op.failed) {
+      FinishFailedBackupLocked(op, events);
+      return;
+    }
     ops_.erase(it);
     return;
   }
   // Load.
+  if (!op.done && op.failed && !op.rolled_back) {
+    FinishFailedLoadLocked(op, events);
+    return;
+  }
   ReleasePagesLocked(op.pages);
   if (!op.done) {
     // Rolled back before its copies finished: the pages were never attached.
+    ledger_.Remove(op.pages);
     FreeDeviceLocked(op.pages);
     for (const auto& [node, count] : op.chain) {
       (void)tree_->ReleaseHostRef(node);
@@ -408,21 +381,17 @@ void HiCacheEngine::OnStepDone(uint64_t id, TransferDirection direction,
     } else {
       stats_.bytes_to_device += bytes;
     }
-    if (!status.ok()) {
-      spdlog::warn("copy of op {} rank {} step {} failed: {}", id, rank, step,
-                   status);
-      op.rolled_back = true;  // Never commit bytes that did not arrive.
-      if (op.kind == Op::Kind::kBackup && op.attached) {
-        (void)tree_->AbortBackup(op.node);
-      }
-    }
+    // Never commit or attach bytes that did not arrive (engine_failures.cc).
+    if (!status.ok()) FailOpLocked(op, rank, step, status);
     const bool backup = op.kind == Op::Kind::kBackup;
-    events.push_back({backup ? PendingEvent::Type::kBackupStep
-                             : PendingEvent::Type::kLoadStep,
-                      id, rank, step});
+    if (!op.failed) {  // A failed op announces no step, only its end.
+      events.push_back({backup ? PendingEvent::Type::kBackupStep
+                               : PendingEvent::Type::kLoadStep,
+                        id, rank, step});
+    }
     const bool all_acked = op.acked == static_cast<int64_t>(layout_.cp_size()) *
                                            geometry_.NumSteps();
-    if (op.rolled_back) {
+    if (op.rolled_back || op.failed) {
       if (op.outstanding == 0) FinishOpLocked(id, &events);
     } else if (all_acked) {
       if (backup) {
@@ -494,7 +463,9 @@ absl::StatusOr<LoadResult> HiCacheEngine::LoadBack(
   for (const auto& [node, count] : slices) (void)tree_->AddHostRef(node);
   // Exactly the recorded owners; owner-lane-targeted eviction on shortage;
   // never a plain allocation.
-  absl::StatusOr<std::vector<LogicalPage>> pages = AllocateLocked(owners, -1);
+  const uint64_t op_id = next_op_++;
+  absl::StatusOr<std::vector<LogicalPage>> pages =
+      AllocateLocked(owners, -1, PageHolder::Load(op_id));
   if (!pages.ok()) {
     for (const auto& [node, count] : slices) (void)tree_->ReleaseHostRef(node);
     (void)tree_->Unlock(parent);
@@ -502,7 +473,7 @@ absl::StatusOr<LoadResult> HiCacheEngine::LoadBack(
   }
   auto op = std::make_unique<Op>();
   op->kind = Op::Kind::kLoad;
-  op->id = next_op_++;
+  op->id = op_id;
   op->pages = *pages;
   op->owners = owners;
   op->logical_len = logical_len;
@@ -558,11 +529,12 @@ void HiCacheEngine::CompleteLoadLocked(Op& op,
         spdlog::warn("load {}: attaching node {} failed: {}", op.id, node,
                      attached);
         ok = false;
-        FreeDeviceLocked(
-            absl::Span<const LogicalPage>(op.pages.data() + offset - count,
-                                          op.pages.size() - offset + count));
+        const absl::Span<const LogicalPage> rest(
+            op.pages.data() + offset - count, op.pages.size() - offset + count);
+        ledger_.Remove(rest);
+        FreeDeviceLocked(rest);
       } else {
-        for (LogicalPage p : slice) tree_pages_.insert(p);
+        ledger_.Move(slice, PageHolder::Tree());
       }
     }
     (void)tree_->ReleaseHostRef(node);
@@ -605,7 +577,11 @@ absl::Status HiCacheEngine::FinishLoad(uint64_t id) {
     Op& op = *it->second;
     if (op.done) {
       if (op.holds_node_lock) (void)tree_->Unlock(op.node);
-      ops_.erase(it);
+      if (op.failed) {
+        ReleaseFailedLoadLocked(id);
+      } else {
+        ops_.erase(it);
+      }
     } else {
       op.rolled_back = true;  // Pages are freed when the copies finish.
       if (op.outstanding == 0) FinishOpLocked(id, &events);
@@ -674,7 +650,7 @@ absl::Status HiCacheEngine::CheckInvariants() const {
       }
     }
     for (LogicalPage p : detail.device_pages) {
-      if (!tree_pages_.contains(p)) {
+      if (!ledger_.IsHeldBy(p, PageHolder::Tree())) {
         return absl::InternalError(
             absl::StrCat("tree page ", p, " is not in the tree page set"));
       }
@@ -698,11 +674,24 @@ absl::Status HiCacheEngine::CheckInvariants() const {
     }
     if (absl::Status s = host_[r]->CheckInvariants(); !s.ok()) return s;
   }
-  for (LogicalPage p : tree_pages_) {
-    if (!device_->IsAllocated(p)) {
+  // Device pages: every allocated page has exactly one holder in the ledger,
+  // or waits, freed, for the copies that still touch it.
+  if (absl::Status s = ledger_.CheckInvariants(); !s.ok()) return s;
+  int64_t allocated = 0;
+  for (Rank l = 0; l < layout_.cp_size(); ++l) {
+    allocated += device_->Counts(l).allocated;
+  }
+  for (LogicalPage p : free_when_idle_) {
+    if (ledger_.HolderOf(p).has_value()) {
       return absl::InternalError(
-          absl::StrCat("tree page ", p, " is not allocated"));
+          absl::StrCat("page ", p, " is freed-when-idle but still held"));
     }
+  }
+  if (allocated != ledger_.size() + static_cast<int64_t>(free_when_idle_.size())) {
+    return absl::InternalError(absl::StrCat(
+        allocated, " device pages allocated but the ledger holds ",
+        ledger_.size(), " and ", free_when_idle_.size(),
+        " wait for copies (leak or double holder)"));
   }
   return absl::OkStatus();
 }

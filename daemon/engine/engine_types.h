@@ -1,6 +1,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -11,6 +13,7 @@
 #include "daemon/layout/cp_layout.h"
 #include "daemon/radix/eviction_policy.h"
 #include "daemon/radix/radix_tree.h"
+#include "daemon/transfer/transfer_engine.h"
 
 namespace hicache {
 
@@ -50,6 +53,14 @@ struct EngineOptions {
   // ShmInstance::prefix(). Empty: "/hicache-<pid>-e<address>", unique per
   // engine (tests and tools without a daemon).
   std::string shm_prefix;
+  // Test seam (fault injection): wraps the backend's transfer engine. Given
+  // the engine's listener and a factory of the backend engine, returns the
+  // transfer engine to use; a decorator builds the backend engine with
+  // itself as its listener and reports completions to `listener`. Empty:
+  // the backend engine as is.
+  std::function<std::unique_ptr<TransferEngine>(
+      TransferListener* listener, const TransferEngineFactory& backend)>
+      wrap_transfer;
 };
 
 // A backup the scheduler prepares for one request before its forward pass.
@@ -113,6 +124,11 @@ struct EngineStats {
   uint64_t bytes_to_device = 0;
   int64_t step_latency_ns_total = 0;  // Submit to completion, all steps.
   int64_t steps_completed = 0;
+  // Transfer failures: failed copy completions (and write-back copies), and
+  // the backups (never committed) and loads (misses) they ended.
+  int64_t copy_failures = 0;
+  int64_t backups_failed = 0;
+  int64_t loads_failed = 0;
 };
 
 }  // namespace hicache

@@ -8,7 +8,20 @@ namespace hicache {
 
 void EventHub::Push(OpEvent event) {
   if (observer_) observer_(event);
-  MutexLock lock(&mu_);
+  std::shared_ptr<EventMailbox> overflowed;
+  {
+    MutexLock lock(&mu_);
+    auto claim = claims_.find(event.op);
+    if (claim != claims_.end()) {
+      if (claim->second->Deliver(event)) overflowed = claim->second;
+    } else {
+      QueueLocked(std::move(event));
+    }
+  }
+  if (overflowed != nullptr) overflowed->RunOverflow();
+}
+
+void EventHub::QueueLocked(OpEvent event) {
   auto [it, inserted] = queues_.try_emplace(event.op);
   if (inserted) {
     order_.push_back(event.op);
@@ -53,9 +66,31 @@ std::optional<OpEvent> EventHub::Next(uint64_t op, absl::Duration timeout) {
   }
 }
 
+void EventHub::Claim(uint64_t op, std::shared_ptr<EventMailbox> box) {
+  bool overflow = false;
+  {
+    MutexLock lock(&mu_);
+    auto queued = queues_.find(op);
+    if (queued != queues_.end()) {
+      for (OpEvent& event : queued->second) {
+        overflow = box->Deliver(std::move(event)) || overflow;
+      }
+      queues_.erase(queued);
+    }
+    claims_[op] = box;
+  }
+  if (overflow) box->RunOverflow();
+}
+
 void EventHub::Forget(uint64_t op) {
   MutexLock lock(&mu_);
   queues_.erase(op);
+  claims_.erase(op);
+}
+
+size_t EventHub::claimed() const {
+  MutexLock lock(&mu_);
+  return claims_.size();
 }
 
 }  // namespace hicache

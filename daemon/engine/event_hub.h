@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <optional>
 
 #include "absl/base/thread_annotations.h"
@@ -10,31 +11,20 @@
 #include "absl/time/time.h"
 #include "daemon/core/mutex.h"
 #include "daemon/engine/engine_types.h"
+#include "daemon/engine/event_mailbox.h"
+#include "daemon/engine/op_event.h"
 
 namespace hicache {
 
-// One event of a backup or load, as streamed to clients.
-struct OpEvent {
-  enum class Type {
-    kBackupStep,
-    kCommitted,
-    kRolledBack,
-    kLoadStep,
-    kLoadDone
-  };
-  Type type = Type::kBackupStep;
-  uint64_t op = 0;
-  Rank rank = 0;
-  uint32_t step = 0;
-  NodeId node = kNoNode;
-  bool ok = true;
-};
-
-// Collects engine events per operation until a stream takes them, so events
-// that arrive before the stream subscribes are not lost. Events of at most
-// kMaxOps operations are kept (oldest operations dropped first), so ops that
-// nobody streams (write-through backups) cannot grow it without bound.
-// Thread-safe.
+// Routes engine events to the streams that wait for them. A stream claims
+// an operation for its EventMailbox; from then on that operation's events go
+// straight to the mailbox (no polling), including those queued before the
+// claim. Events of unclaimed operations are kept per operation until claimed
+// or forgotten; at most kMaxOps such operations are kept (oldest dropped
+// first), so ops that nobody streams (write-through backups) cannot grow it
+// without bound.
+//
+// Thread-safe. Lock order: EventHub::mu_ -> EventMailbox::mu_.
 class EventHub final : public EngineListener {
  public:
   static constexpr size_t kMaxOps = 4096;
@@ -45,11 +35,17 @@ class EventHub final : public EngineListener {
   void OnLoadStep(uint64_t op, Rank rank, uint32_t step) override;
   void OnLoadDone(uint64_t op, bool ok) override;
 
-  // The next event of `op`, waiting up to `timeout`; nullopt on timeout.
+  // Sends `op`'s queued and future events to `box` until Forget(op).
+  void Claim(uint64_t op, std::shared_ptr<EventMailbox> box)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The next queued event of an unclaimed `op`, waiting up to `timeout`;
+  // nullopt on timeout. For tests and in-process users.
   std::optional<OpEvent> Next(uint64_t op, absl::Duration timeout)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Drops everything still queued for `op`.
+  // Drops the claim on `op` and everything still queued for it.
   void Forget(uint64_t op) ABSL_LOCKS_EXCLUDED(mu_);
+  // Operations currently claimed by a mailbox (for tests and stats).
+  size_t claimed() const ABSL_LOCKS_EXCLUDED(mu_);
   // Also hands every event to `observer` (operators' Watch). Set before use.
   void SetObserver(std::function<void(const OpEvent&)> observer) {
     observer_ = std::move(observer);
@@ -57,10 +53,13 @@ class EventHub final : public EngineListener {
 
  private:
   void Push(OpEvent event) ABSL_LOCKS_EXCLUDED(mu_);
+  void QueueLocked(OpEvent event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::function<void(const OpEvent&)> observer_;
-  Mutex mu_;
+  mutable Mutex mu_;
   CondVar cv_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<EventMailbox>> claims_
+      ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::deque<OpEvent>> queues_
       ABSL_GUARDED_BY(mu_);
   std::deque<uint64_t> order_ ABSL_GUARDED_BY(mu_);  // Ops, first seen first.

@@ -110,8 +110,18 @@ absl::StatusOr<std::unique_ptr<HiCacheEngine>> HiCacheEngine::Create(
           *HostPageAllocator::Create(options.host_pages_per_rank)));
     }
   }
-  engine->transfer_ = std::make_unique<CpuTransferEngine>(
-      engine->pools_.get(), engine.get(), options.transfer_workers);
+  const TransferEngineFactory backend_transfer =
+      [pools = engine->pools_.get(),
+       workers = options.transfer_workers](TransferListener* listener) {
+        return std::make_unique<CpuTransferEngine>(pools, listener, workers);
+      };
+  engine->transfer_ =
+      options.wrap_transfer
+          ? options.wrap_transfer(engine.get(), backend_transfer)
+          : backend_transfer(engine.get());
+  if (engine->transfer_ == nullptr) {
+    return absl::InvalidArgumentError("wrap_transfer returned no engine");
+  }
   return engine;
 }
 
@@ -184,7 +194,7 @@ DeviceEvictResult HiCacheEngine::ApplyDeviceEvictionLocked(
   ++stats_.device_eviction_steps;
   int64_t freed = 0;
   for (const auto& lane : result.freed_pages) {
-    for (LogicalPage page : lane) tree_pages_.erase(page);
+    ledger_.Remove(lane);
     FreeDeviceLocked(lane);
     freed += lane.size();
   }
@@ -227,10 +237,21 @@ int64_t HiCacheEngine::EvictHostTargetsLocked(
 }
 
 absl::StatusOr<std::vector<LogicalPage>> HiCacheEngine::AllocateLocked(
-    absl::Span<const Rank> owners, int64_t any_lanes) {
+    absl::Span<const Rank> owners, int64_t any_lanes, PageHolder holder) {
+  // More than the pool holds can never succeed: refuse before any work.
+  const int64_t wanted =
+      any_lanes >= 0 ? any_lanes : static_cast<int64_t>(owners.size());
+  if (wanted > DevicePageCapacity()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(wanted, " device pages requested; the pool has ",
+                     DevicePageCapacity(), " usable pages in all lanes"));
+  }
   auto attempt = [&]() {
-    return any_lanes >= 0 ? device_->Allocate(any_lanes)
-                          : device_->AllocateWithOwners(owners);
+    absl::StatusOr<std::vector<LogicalPage>> got =
+        any_lanes >= 0 ? device_->Allocate(any_lanes)
+                       : device_->AllocateWithOwners(owners);
+    if (got.ok()) ledger_.Add(*got, holder);
+    return got;
   };
   absl::StatusOr<std::vector<LogicalPage>> pages = attempt();
   if (pages.ok() ||
@@ -270,15 +291,53 @@ absl::StatusOr<std::vector<LogicalPage>> HiCacheEngine::AllocateLocked(
 }
 
 absl::StatusOr<std::vector<LogicalPage>> HiCacheEngine::Allocate(
-    int64_t num_pages) {
+    int64_t num_pages, uint64_t holder) {
+  if (num_pages < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_pages must be >= 0, got ", num_pages));
+  }
   MutexLock lock(&mu_);
-  return AllocateLocked({}, num_pages);
+  return AllocateLocked({}, num_pages, PageHolder::Request(holder));
 }
 
 absl::StatusOr<std::vector<LogicalPage>> HiCacheEngine::AllocateWithOwners(
-    absl::Span<const Rank> owners) {
+    absl::Span<const Rank> owners, uint64_t holder) {
   MutexLock lock(&mu_);
-  return AllocateLocked(owners, -1);
+  return AllocateLocked(owners, -1, PageHolder::Request(holder));
+}
+
+int64_t HiCacheEngine::DevicePageCapacity() const {
+  return (options_.device_pages_per_rank - 1) * layout_.cp_size();
+}
+
+int64_t HiCacheEngine::FreeAllOf(uint64_t holder) {
+  MutexLock lock(&mu_);
+  const std::vector<LogicalPage> pages = ledger_.PagesOfRequest(holder);
+  ledger_.Remove(pages);
+  FreeDeviceLocked(pages);
+  return static_cast<int64_t>(pages.size());
+}
+
+int64_t HiCacheEngine::RequestPages(uint64_t holder) const {
+  MutexLock lock(&mu_);
+  return ledger_.CountOfRequest(holder);
+}
+
+int64_t HiCacheEngine::AllRequestPages() const {
+  MutexLock lock(&mu_);
+  return ledger_.Count(PageHolder::Kind::kRequest);
+}
+
+bool HiCacheEngine::DropNamespaceIfEmpty(absl::string_view ns) {
+  MutexLock lock(&mu_);
+  return tree_->DropNamespaceIfEmpty(ns);
+}
+
+absl::StatusOr<std::string> HiCacheEngine::NamespaceOf(NodeId node) const {
+  MutexLock lock(&mu_);
+  absl::StatusOr<NodeInfo> info = tree_->Inspect(node);
+  if (!info.ok()) return info.status();
+  return info->ns;
 }
 
 void HiCacheEngine::FreeDeviceLocked(absl::Span<const LogicalPage> pages) {
@@ -296,12 +355,24 @@ void HiCacheEngine::FreeDeviceLocked(absl::Span<const LogicalPage> pages) {
   }
 }
 
-absl::Status HiCacheEngine::Free(absl::Span<const LogicalPage> pages) {
+absl::Status HiCacheEngine::Free(absl::Span<const LogicalPage> pages,
+                                 uint64_t holder) {
+  if (absl::Status s = PageLedger::CheckDistinct(pages, "pages"); !s.ok()) {
+    return s;
+  }
   MutexLock lock(&mu_);
+  // Validate all before freeing any; pages still copied by rolled-back ops
+  // are freed when those copies finish.
   for (size_t i = 0; i < pages.size(); ++i) {
-    if (tree_pages_.contains(pages[i])) {
+    const std::optional<PageHolder> held = ledger_.HolderOf(pages[i]);
+    if (held.has_value() && held->kind == PageHolder::Kind::kTree) {
       return absl::FailedPreconditionError(absl::StrCat(
           "pages[", i, "] = ", pages[i], " is held by the radix tree"));
+    }
+    if (!held.has_value() || !(*held == PageHolder::Request(holder))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pages[", i, "] = ", pages[i],
+          " is not held by this session (never allocated to it, or freed)"));
     }
     if (busy_pages_.contains(pages[i]) && UsedByLiveOpLocked(pages[i])) {
       return absl::FailedPreconditionError(
@@ -309,32 +380,32 @@ absl::Status HiCacheEngine::Free(absl::Span<const LogicalPage> pages) {
                        " is used by a backup in flight; roll it back first"));
     }
   }
-  // Validate all before freeing any; pages still copied by rolled-back ops
-  // are freed when those copies finish.
-  for (LogicalPage page : pages) {
-    if (!device_->IsAllocated(page) || free_when_idle_.contains(page)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("page ", page, " is not allocated (double free?)"));
-    }
-  }
+  ledger_.Remove(pages);
   FreeDeviceLocked(pages);
   return absl::OkStatus();
 }
 
 absl::StatusOr<InsertResult> HiCacheEngine::Insert(
     absl::string_view ns, absl::Span<const int32_t> tokens,
-    absl::Span<const LogicalPage> pages, const InsertOptions& options) {
+    absl::Span<const LogicalPage> pages, const InsertOptions& options,
+    uint64_t holder) {
+  if (absl::Status s = PageLedger::CheckDistinct(pages, "pages"); !s.ok()) {
+    return s;
+  }
   MutexLock lock(&mu_);
   // Pages the tree holds may only be passed back where the tree holds them
-  // (the matched prefix); every other page must be the request's own.
+  // (the matched prefix); every other page must be the caller's own.
   // The lookup runs only if a tree page was passed at all.
   std::optional<MatchResult> held;
   for (size_t i = 0; i < pages.size(); ++i) {
-    if (!device_->IsAllocated(pages[i])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("pages[", i, "] = ", pages[i], " is not allocated"));
+    const std::optional<PageHolder> owner = ledger_.HolderOf(pages[i]);
+    if (owner.has_value() && *owner == PageHolder::Request(holder)) continue;
+    if (!owner.has_value() || owner->kind != PageHolder::Kind::kTree) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pages[", i, "] = ", pages[i],
+          " is not held by this session (nor the tree's page for these "
+          "tokens)"));
     }
-    if (!tree_pages_.contains(pages[i])) continue;
     if (!held.has_value()) {
       absl::StatusOr<MatchResult> match =
           tree_->MatchPrefix(ns, tokens, {.record_hit = false});
@@ -354,10 +425,16 @@ absl::StatusOr<InsertResult> HiCacheEngine::Insert(
                                                result->duplicate_pages.end());
   not_adopted.insert(result->uncached_pages.begin(),
                      result->uncached_pages.end());
+  std::vector<LogicalPage> adopted;
   for (LogicalPage page : pages) {
-    if (!not_adopted.contains(page)) tree_pages_.insert(page);
+    if (!not_adopted.contains(page) &&
+        ledger_.IsHeldBy(page, PageHolder::Request(holder))) {
+      adopted.push_back(page);
+    }
   }
-  for (LogicalPage page : result->released_pages) tree_pages_.erase(page);
+  ledger_.Move(adopted, PageHolder::Tree());
+  ledger_.Remove(result->released_pages);
+  ledger_.Remove(result->duplicate_pages);
   FreeDeviceLocked(result->duplicate_pages);
   FreeDeviceLocked(result->released_pages);
   return result;
@@ -389,8 +466,12 @@ absl::Status HiCacheEngine::EnforceFreeRoom() {
 }
 
 absl::Status HiCacheEngine::SetFreeRoom(int64_t l1_pages, int64_t l2_pages) {
-  if (l1_pages < 0 || l2_pages < 0) {
-    return absl::InvalidArgumentError("free-room targets must be >= 0");
+  const int64_t l1_max = options_.device_pages_per_rank - 1;
+  const int64_t l2_max = options_.host_pages_per_rank;
+  if (l1_pages < 0 || l2_pages < 0 || l1_pages > l1_max || l2_pages > l2_max) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "free-room targets must be in [0, ", l1_max, "] pages per lane (L1) and [0, ",
+        l2_max, "] pages per rank (L2); got ", l1_pages, " and ", l2_pages));
   }
   MutexLock lock(&mu_);
   l1_free_room_ = l1_pages;
@@ -407,8 +488,19 @@ absl::StatusOr<std::pair<int64_t, int64_t>> HiCacheEngine::EvictPages(
         "eviction targets list more than cp_size ", c, " entries"));
   }
   std::vector<int64_t> device(c, 0), host(c, 0);
-  std::copy(device_per_lane.begin(), device_per_lane.end(), device.begin());
-  std::copy(host_per_rank.begin(), host_per_rank.end(), host.begin());
+  // More than a lane or rank holds means all of it (no overflow in sums).
+  for (size_t i = 0; i < device_per_lane.size(); ++i) {
+    if (device_per_lane[i] < 0) {
+      return absl::InvalidArgumentError("eviction targets must be >= 0");
+    }
+    device[i] = std::min(device_per_lane[i], options_.device_pages_per_rank);
+  }
+  for (size_t i = 0; i < host_per_rank.size(); ++i) {
+    if (host_per_rank[i] < 0) {
+      return absl::InvalidArgumentError("eviction targets must be >= 0");
+    }
+    host[i] = std::min(host_per_rank[i], options_.host_pages_per_rank);
+  }
   MutexLock lock(&mu_);
   const DeviceEvictResult evicted = EvictDeviceTargetsLocked(device);
   int64_t device_freed = 0;
@@ -470,7 +562,7 @@ int64_t HiCacheEngine::DeviceAllocatedPages() const {
 
 int64_t HiCacheEngine::TreeDevicePages() const {
   MutexLock lock(&mu_);
-  return static_cast<int64_t>(tree_pages_.size());
+  return ledger_.Count(PageHolder::Kind::kTree);
 }
 
 int64_t HiCacheEngine::HostUsedPages(Rank rank) const {

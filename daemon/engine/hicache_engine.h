@@ -15,6 +15,7 @@
 #include "daemon/alloc/host_page_allocator.h"
 #include "daemon/core/mutex.h"
 #include "daemon/engine/engine_types.h"
+#include "daemon/engine/page_ledger.h"
 #include "daemon/pool/kv_geometry.h"
 #include "daemon/pool/rank_pools.h"
 #include "daemon/radix/radix_tree.h"
@@ -51,24 +52,51 @@ class HiCacheEngine : public TransferListener {
   absl::StatusOr<MatchResult> Match(absl::string_view ns,
                                     absl::Span<const int32_t> tokens,
                                     bool peek = false) ABSL_LOCKS_EXCLUDED(mu_);
+  // Page ownership: every allocated device page is held by exactly one of a
+  // request holder (a client session; `holder`, default 0 for in-process
+  // users), the tree or a load in flight (PageLedger). Free, Insert and
+  // PrepareBackups accept only pages that `holder` holds (Insert also the
+  // tree's own pages at their matched positions) and no repeated ids; a
+  // refused call changes nothing.
+  //
   // Pages for a running request, any lanes or an exact owner pattern. Short
   // lanes are freed by evicting unlocked device leaves in those lanes;
   // RESOURCE_EXHAUSTED carries the allocator accounting and what eviction
-  // freed.
-  absl::StatusOr<std::vector<LogicalPage>> Allocate(int64_t num_pages)
+  // freed, and is returned at once (no eviction) for more pages than the
+  // pool has.
+  absl::StatusOr<std::vector<LogicalPage>> Allocate(int64_t num_pages,
+                                                    uint64_t holder = 0)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::vector<LogicalPage>> AllocateWithOwners(
-      absl::Span<const Rank> owners) ABSL_LOCKS_EXCLUDED(mu_);
-  // Returns request pages. FAILED_PRECONDITION for a page the tree holds or
-  // a copy still uses; INVALID_ARGUMENT for a page that is not allocated.
-  absl::Status Free(absl::Span<const LogicalPage> pages)
+      absl::Span<const Rank> owners, uint64_t holder = 0)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Returns request pages. FAILED_PRECONDITION for a page the tree holds or
+  // a copy still uses; INVALID_ARGUMENT for a repeated id or a page that
+  // `holder` does not hold (unallocated, or another holder's).
+  absl::Status Free(absl::Span<const LogicalPage> pages, uint64_t holder = 0)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Frees every page `holder` holds (those a copy still touches once it
+  // completes); returns how many. For closing a session.
+  int64_t FreeAllOf(uint64_t holder) ABSL_LOCKS_EXCLUDED(mu_);
+  // Device pages held by `holder` / by every request holder together.
+  int64_t RequestPages(uint64_t holder) const ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t AllRequestPages() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Usable device pages of all lanes (the reserved page 0 of each excluded).
+  int64_t DevicePageCapacity() const;
   // Caches a request's KV. Duplicate and released pages are freed here (or
-  // as soon as no copy uses them) and reported in the result.
+  // as soon as no copy uses them) and reported in the result; adopted pages
+  // pass from `holder` to the tree, uncached ones stay with `holder`.
   absl::StatusOr<InsertResult> Insert(absl::string_view ns,
                                       absl::Span<const int32_t> tokens,
                                       absl::Span<const LogicalPage> pages,
-                                      const InsertOptions& options = {})
+                                      const InsertOptions& options = {},
+                                      uint64_t holder = 0)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Forgets namespace `ns` if the tree holds nothing of it; returns whether
+  // it did.
+  bool DropNamespaceIfEmpty(absl::string_view ns) ABSL_LOCKS_EXCLUDED(mu_);
+  // The namespace of a live node; NOT_FOUND for an unknown node.
+  absl::StatusOr<std::string> NamespaceOf(NodeId node) const
       ABSL_LOCKS_EXCLUDED(mu_);
   // Pins a node's host copy for `ttl` (zero unpins).
   absl::Status Pin(NodeId node, absl::Duration ttl) ABSL_LOCKS_EXCLUDED(mu_);
@@ -83,17 +111,26 @@ class HiCacheEngine : public TransferListener {
   // Batch admission: sums the host pages every spec needs per rank, runs one
   // host eviction step (down to the L2 free-room target), then reserves per
   // spec. A spec that still finds a rank short is skipped (op id 0, counted).
+  // Every spec's pages must be distinct, held by `holder`, and appear in
+  // no other spec of the batch.
   absl::StatusOr<std::vector<uint64_t>> PrepareBackups(
-      absl::Span<const BackupSpec> specs) ABSL_LOCKS_EXCLUDED(mu_);
-  // Submits `step`'s device->host copies of each op, every rank.
+      absl::Span<const BackupSpec> specs, uint64_t holder = 0)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Submits `step`'s device->host copies of each op, every rank. A backup
+  // whose copy failed is skipped (its failure was reported).
   absl::Status LayerStored(absl::Span<const uint64_t> ops, uint32_t step)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Fallback: every step not yet submitted, at once (logs a warning).
   absl::Status StoreAllLayers(uint64_t op) ABSL_LOCKS_EXCLUDED(mu_);
   // Ties a backup to the node that now holds its pages (after Insert). The
   // node's device pages must be exactly the backup's. If the copies are
-  // already done, commits now.
+  // already done, commits now. ABORTED if a copy failed: roll it back.
   absl::Status AttachBackup(uint64_t op, NodeId node) ABSL_LOCKS_EXCLUDED(mu_);
+  // True while the backup still needs its client: a step not yet stored
+  // or no node attached. False once only copies stand between it and its
+  // commit (or it is finished). NOT_FOUND for an unknown op.
+  absl::StatusOr<bool> BackupAwaitsClient(uint64_t op) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Abandons a backup (request aborted, insert deferred or missed). Host
   // pages are freed once no copy touches them.
   absl::Status RollbackBackup(uint64_t op) ABSL_LOCKS_EXCLUDED(mu_);
@@ -109,7 +146,8 @@ class HiCacheEngine : public TransferListener {
   // True once the load's copies are done and its nodes attached; ABORTED if
   // the load failed (treat it as a miss and FinishLoad it).
   absl::StatusOr<bool> LoadDone(uint64_t op) ABSL_LOCKS_EXCLUDED(mu_);
-  // Releases the load's lock (or abandons it if still running).
+  // Releases the load's lock (or abandons it if still running); a failed
+  // load's pages are freed and its device prefix unlocked here.
   absl::Status FinishLoad(uint64_t op) ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- Operators ------------------------------------------------------------
@@ -164,8 +202,9 @@ class HiCacheEngine : public TransferListener {
   absl::StatusOr<MatchResult> CountedMatchLocked(
       absl::string_view ns, absl::Span<const int32_t> tokens)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Allocation for `holder` (kRequest or kLoad), recorded in the ledger.
   absl::StatusOr<std::vector<LogicalPage>> AllocateLocked(
-      absl::Span<const Rank> owners, int64_t any_lanes)
+      absl::Span<const Rank> owners, int64_t any_lanes, PageHolder holder)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evicts device leaves until each lane has need[lane] + L1 free room free.
   DeviceEvictResult EvictDeviceLocked(absl::Span<const int64_t> need)
@@ -210,6 +249,18 @@ class HiCacheEngine : public TransferListener {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CompleteLoadLocked(Op& op, std::vector<PendingEvent>* events)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Transfer failures (engine_failures.cc): a failed copy ends its op; a
+  // backup never commits, a load is a miss.
+  void FailOpLocked(Op& op, Rank rank, uint32_t step,
+                    const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishFailedBackupLocked(Op& op, std::vector<PendingEvent>* events)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EraseSettledFailedBackupLocked(uint64_t id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishFailedLoadLocked(Op& op, std::vector<PendingEvent>* events)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseFailedLoadLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Delivers queued events to the listener in queue order, one dispatcher at
   // a time. Lock order: dispatch_mu_ -> mu_ (briefly, to take the queue).
   void DispatchPending() ABSL_LOCKS_EXCLUDED(mu_, dispatch_mu_);
@@ -230,8 +281,9 @@ class HiCacheEngine : public TransferListener {
   std::unique_ptr<RadixTree> tree_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<DevicePageAllocator> device_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<HostPageAllocator>> host_ ABSL_GUARDED_BY(mu_);
-  // Device pages the tree holds (adopted by inserts or attached by loads).
-  absl::flat_hash_set<LogicalPage> tree_pages_ ABSL_GUARDED_BY(mu_);
+  // Who holds every allocated device page: requests, the tree (adopted by
+  // inserts or attached by loads), loads in flight.
+  PageLedger ledger_ ABSL_GUARDED_BY(mu_);
   // Pages a copy in flight reads or writes, with their use counts, and those
   // whose free waits for the copies to finish.
   absl::flat_hash_map<LogicalPage, int32_t> busy_pages_ ABSL_GUARDED_BY(mu_);

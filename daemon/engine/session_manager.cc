@@ -9,37 +9,113 @@
 #include "spdlog/spdlog.h"
 
 namespace hicache {
+namespace {
+
+// 128 bits from the kernel's CSPRNG: session ids are bearer tokens.
+std::string RandomToken() {
+  std::random_device device;  // getrandom(2) on Linux.
+  uint64_t words[2];
+  for (uint64_t& word : words) {
+    word = (static_cast<uint64_t>(device()) << 32) | device();
+  }
+  return absl::StrFormat("%016x%016x", words[0], words[1]);
+}
+
+absl::string_view RoleName(SessionRole role) {
+  return role == SessionRole::kWorker ? "worker" : "scheduler";
+}
+
+}  // namespace
 
 SessionManager::SessionManager(HiCacheEngine* engine, const Clock* clock,
-                               absl::Duration default_lease)
-    : engine_(engine), clock_(clock), default_lease_(default_lease) {}
+                               absl::Duration default_lease,
+                               SessionLimits limits)
+    : engine_(engine),
+      clock_(clock),
+      default_lease_(default_lease),
+      limits_(limits) {}
 
 absl::StatusOr<SessionManager::Session*> SessionManager::Find(
     const std::string& id) {
   auto it = sessions_.find(id);
   if (it == sessions_.end()) {
     return absl::NotFoundError(absl::StrCat(
-        "session '", id, "' is unknown or its lease expired; open a new one"));
+        "session '", id.size() <= 64 ? id : id.substr(0, 64) + "...",
+        "' is unknown or its lease expired; open a new one"));
   }
   return &it->second;
+}
+
+absl::StatusOr<SessionManager::Session*> SessionManager::FindScheduler(
+    const std::string& id, absl::string_view what) {
+  absl::StatusOr<Session*> session = Find(id);
+  if (!session.ok()) return session;
+  if ((*session)->info.role != SessionRole::kScheduler) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(what, " needs a scheduler session; session ", id,
+                     " has role ", RoleName((*session)->info.role)));
+  }
+  return session;
+}
+
+absl::Status SessionManager::CheckNodeInNamespace(
+    const Session& session, NodeId node, absl::string_view field) const {
+  absl::StatusOr<std::string> ns = engine_->NamespaceOf(node);
+  if (!ns.ok() || *ns != session.info.ns) {
+    return absl::NotFoundError(
+        absl::StrCat(field, ": no node ", node, " in this session's namespace"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SessionManager::CheckItems(size_t count,
+                                        absl::string_view what) const {
+  if (static_cast<int64_t>(count) > limits_.max_items_per_request) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " has ", count, " entries; the limit is ",
+                     limits_.max_items_per_request, " per call"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<SessionInfo> SessionManager::Open(std::string client_name,
                                                  SessionRole role, Rank rank,
                                                  std::string ns,
                                                  absl::Duration lease) {
-  if (lease < absl::ZeroDuration() || lease > absl::Hours(24)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "lease must be in [0, 24h], got ", absl::FormatDuration(lease)));
+  if (lease < absl::ZeroDuration() || lease > limits_.max_lease) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lease must be in [0, ", absl::FormatDuration(limits_.max_lease),
+                     "], got ", absl::FormatDuration(lease)));
   }
   if (rank >= engine_->layout().cp_size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rank ", rank, " is not below cp_size ", engine_->layout().cp_size()));
   }
+  for (const auto& [field, value] :
+       {std::pair<absl::string_view, const std::string*>{"client_name",
+                                                         &client_name},
+        {"namespace", &ns}}) {
+    if (static_cast<int64_t>(value->size()) > limits_.max_name_bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " has ", value->size(), " bytes; the limit is ",
+                       limits_.max_name_bytes));
+    }
+  }
   MutexLock lock(&mu_);
-  static thread_local std::mt19937_64 rng(std::random_device{}());
+  if (static_cast<int64_t>(sessions_.size()) >= limits_.max_sessions) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the daemon has ", sessions_.size(),
+                     " open sessions, its limit (--max_sessions)"));
+  }
+  if (!namespaces_.contains(ns) &&
+      static_cast<int64_t>(namespaces_.size()) >= limits_.max_namespaces) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("open sessions already use ", namespaces_.size(),
+                     " namespaces, the limit (--max_namespaces)"));
+  }
   Session session;
-  session.info.id = absl::StrFormat("s%d-%016x", next_session_++, rng());
+  session.holder = next_session_++;
+  session.info.id = absl::StrCat("s", session.holder, "-", RandomToken());
   session.info.client_name = std::move(client_name);
   session.info.role = role;
   session.info.rank = rank;
@@ -47,10 +123,12 @@ absl::StatusOr<SessionInfo> SessionManager::Open(std::string client_name,
   session.info.lease = lease == absl::ZeroDuration() ? default_lease_ : lease;
   session.deadline = clock_->Now() + session.info.lease;
   SessionInfo info = session.info;
+  ++namespaces_[info.ns];
   sessions_.emplace(info.id, std::move(session));
   if (observer_) observer_("session_opened", info.id);
-  spdlog::info("session {} opened by '{}' (namespace '{}', lease {})", info.id,
-               info.client_name, info.ns, absl::FormatDuration(info.lease));
+  spdlog::info("session {} opened by '{}' ({}, namespace '{}', lease {})",
+               info.id, info.client_name, RoleName(info.role), info.ns,
+               absl::FormatDuration(info.lease));
   return info;
 }
 
@@ -77,21 +155,22 @@ ReleaseSummary SessionManager::ReleaseLocked(Session& s) {
   for (uint64_t load : s.loads) {
     if (engine_->FinishLoad(load).ok()) ++summary.loads;
   }
-  std::vector<LogicalPage> pages(s.pages.begin(), s.pages.end());
-  if (!pages.empty()) {
-    absl::Status freed = engine_->Free(pages);
-    if (!freed.ok()) {
-      spdlog::error("session {}: freeing its pages failed: {}", s.info.id,
-                    freed);
-    } else {
-      summary.pages = static_cast<int64_t>(pages.size());
-    }
-  }
+  summary.pages = engine_->FreeAllOf(s.holder);
   s.locks.clear();
   s.backups.clear();
   s.loads.clear();
-  s.pages.clear();
   return summary;
+}
+
+void SessionManager::EraseLocked(const std::string& id) {
+  auto it = sessions_.find(id);
+  const std::string ns = it->second.info.ns;
+  sessions_.erase(it);
+  auto used = namespaces_.find(ns);
+  if (--used->second == 0) {
+    namespaces_.erase(used);
+    engine_->DropNamespaceIfEmpty(ns);
+  }
 }
 
 absl::StatusOr<ReleaseSummary> SessionManager::Close(const std::string& id) {
@@ -102,7 +181,7 @@ absl::StatusOr<ReleaseSummary> SessionManager::Close(const std::string& id) {
   spdlog::info(
       "session {} closed: released {} locks, {} pages, {} backups, {} loads",
       id, summary.locks, summary.pages, summary.backups, summary.loads);
-  sessions_.erase(id);
+  EraseLocked(id);
   if (observer_) observer_("session_closed", id);
   return summary;
 }
@@ -120,7 +199,7 @@ int SessionManager::ExpireLapsed() {
         "session {} lease expired: released {} locks, {} pages, rolled back {} "
         "backups, finished {} loads",
         id, summary.locks, summary.pages, summary.backups, summary.loads);
-    sessions_.erase(id);
+    EraseLocked(id);
     if (observer_) observer_("session_expired", id);
   }
   return static_cast<int>(lapsed.size());
@@ -128,30 +207,54 @@ int SessionManager::ExpireLapsed() {
 
 absl::StatusOr<std::vector<std::vector<LogicalPage>>> SessionManager::Allocate(
     const std::string& id, absl::Span<const AllocationItem> items) {
+  if (absl::Status s = CheckItems(items.size(), "Allocate.items"); !s.ok()) {
+    return s;
+  }
+  // Sizes first, before any work: no request may cause a large allocation,
+  // a long lock hold or an allocation that cannot succeed.
+  const int64_t capacity = engine_->DevicePageCapacity();
+  const int64_t limit = std::min(capacity, limits_.max_pages_per_request);
+  int64_t total = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const AllocationItem& item = items[i];
+    const int64_t n = item.owners.empty()
+                          ? item.num_pages
+                          : static_cast<int64_t>(item.owners.size());
+    if (n < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "items[", i, "].num_pages must be >= 0, got ", item.num_pages));
+    }
+    if (n > limit - total) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "items[", i, "]: the call asks for more than ", limit,
+          " pages (the pool has ", capacity,
+          " usable device pages; --max_pages_per_request is ",
+          limits_.max_pages_per_request, ")"));
+    }
+    total += n;
+  }
   MutexLock lock(&mu_);
-  absl::StatusOr<Session*> session = Find(id);
+  absl::StatusOr<Session*> session = FindScheduler(id, "Allocate");
   if (!session.ok()) return session.status();
+  const uint64_t holder = (*session)->holder;
   std::vector<std::vector<LogicalPage>> out;
   auto undo = [&] {
     for (const auto& pages : out) {
-      (void)engine_->Free(pages);
+      if (absl::Status s = engine_->Free(pages, holder); !s.ok()) {
+        spdlog::error("session {}: undoing an allocation failed: {}", id, s);
+      }
     }
   };
   for (size_t i = 0; i < items.size(); ++i) {
     const AllocationItem& item = items[i];
-    if (item.owners.empty() && item.num_pages < 0) {
-      undo();
-      return absl::InvalidArgumentError(absl::StrCat(
-          "items[", i, "].num_pages must be >= 0, got ", item.num_pages));
-    }
     absl::StatusOr<std::vector<LogicalPage>> pages;
     if (!item.owners.empty()) {
-      pages = engine_->AllocateWithOwners(item.owners);
+      pages = engine_->AllocateWithOwners(item.owners, holder);
     } else if (item.mode.has_value()) {
       pages = engine_->AllocateWithOwners(
-          engine_->layout().ComputeOwners(item.num_pages, *item.mode));
+          engine_->layout().ComputeOwners(item.num_pages, *item.mode), holder);
     } else {
-      pages = engine_->Allocate(item.num_pages);
+      pages = engine_->Allocate(item.num_pages, holder);
     }
     if (!pages.ok()) {
       undo();  // All or nothing.
@@ -161,32 +264,31 @@ absl::StatusOr<std::vector<std::vector<LogicalPage>>> SessionManager::Allocate(
     }
     out.push_back(*std::move(pages));
   }
-  for (const auto& pages : out)
-    (*session)->pages.insert(pages.begin(), pages.end());
   return out;
 }
 
 absl::Status SessionManager::Free(const std::string& id,
                                   absl::Span<const LogicalPage> pages) {
-  MutexLock lock(&mu_);
-  absl::StatusOr<Session*> session = Find(id);
-  if (!session.ok()) return session.status();
-  for (size_t i = 0; i < pages.size(); ++i) {
-    if (!(*session)->pages.contains(pages[i])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "pages[", i, "] = ", pages[i], " does not belong to this session"));
-    }
+  if (static_cast<int64_t>(pages.size()) > limits_.max_pages_per_request) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Free names ", pages.size(), " pages; the limit is ",
+                     limits_.max_pages_per_request));
   }
-  if (absl::Status freed = engine_->Free(pages); !freed.ok()) return freed;
-  for (LogicalPage page : pages) (*session)->pages.erase(page);
-  return absl::OkStatus();
+  MutexLock lock(&mu_);
+  absl::StatusOr<Session*> session = FindScheduler(id, "Free");
+  if (!session.ok()) return session.status();
+  return engine_->Free(pages, (*session)->holder);
 }
 
 absl::StatusOr<std::vector<MatchResult>> SessionManager::Match(
     const std::string& id, absl::Span<const std::vector<int32_t>> requests,
     bool lock_hits, bool peek) {
+  if (absl::Status s = CheckItems(requests.size(), "MatchPrefix.items");
+      !s.ok()) {
+    return s;
+  }
   MutexLock lock(&mu_);
-  absl::StatusOr<Session*> session = Find(id);
+  absl::StatusOr<Session*> session = FindScheduler(id, "MatchPrefix");
   if (!session.ok()) return session.status();
   std::vector<MatchResult> results;
   results.reserve(requests.size());
@@ -205,8 +307,20 @@ absl::StatusOr<std::vector<MatchResult>> SessionManager::Match(
 
 absl::StatusOr<std::vector<SessionInsertResult>> SessionManager::Insert(
     const std::string& id, absl::Span<const SessionInsertItem> items) {
+  if (absl::Status s = CheckItems(items.size(), "Insert.items"); !s.ok()) {
+    return s;
+  }
+  int64_t pages = 0;
+  for (const SessionInsertItem& item : items) {
+    pages += static_cast<int64_t>(item.pages.size());
+  }
+  if (pages > limits_.max_pages_per_request) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Insert names ", pages, " pages; the limit is ",
+                     limits_.max_pages_per_request));
+  }
   MutexLock lock(&mu_);
-  absl::StatusOr<Session*> session = Find(id);
+  absl::StatusOr<Session*> session = FindScheduler(id, "Insert");
   if (!session.ok()) return session.status();
   Session& s = **session;
   std::vector<SessionInsertResult> results;
@@ -217,22 +331,15 @@ absl::StatusOr<std::vector<SessionInsertResult>> SessionManager::Insert(
           absl::StrCat("items[", i, "].backup_id ", item.backup_id,
                        " is not a backup of this session"));
     }
-    absl::StatusOr<InsertResult> inserted = engine_->Insert(
-        s.info.ns, item.tokens, item.pages, {.unfinished = item.unfinished});
+    absl::StatusOr<InsertResult> inserted =
+        engine_->Insert(s.info.ns, item.tokens, item.pages,
+                        {.unfinished = item.unfinished}, s.holder);
     if (!inserted.ok()) {
       return absl::Status(
           inserted.status().code(),
           absl::StrCat("items[", i, "]: ", inserted.status().message()));
     }
     SessionInsertResult result{*inserted};
-    if (!inserted->deferred) {
-      // Pages the tree adopted or freed leave the session; uncached stay.
-      absl::flat_hash_set<LogicalPage> uncached(
-          inserted->uncached_pages.begin(), inserted->uncached_pages.end());
-      for (LogicalPage page : item.pages) {
-        if (!uncached.contains(page)) s.pages.erase(page);
-      }
-    }
     if (item.backup_id != 0) {
       result.backup_attached =
           !inserted->deferred &&
@@ -249,18 +356,26 @@ absl::StatusOr<std::vector<SessionInsertResult>> SessionManager::Insert(
 
 absl::Status SessionManager::Lock(const std::string& id,
                                   absl::Span<const NodeId> nodes) {
+  if (absl::Status s = CheckItems(nodes.size(), "Lock.nodes"); !s.ok()) {
+    return s;
+  }
   MutexLock lock(&mu_);
-  absl::StatusOr<Session*> session = Find(id);
+  absl::StatusOr<Session*> session = FindScheduler(id, "Lock");
   if (!session.ok()) return session.status();
   for (size_t i = 0; i < nodes.size(); ++i) {
-    if (absl::Status s = engine_->Lock(nodes[i]); !s.ok()) {
+    absl::Status s = CheckNodeInNamespace(**session, nodes[i],
+                                          absl::StrCat("nodes[", i, "]"));
+    if (s.ok()) s = engine_->Lock(nodes[i]);
+    if (!s.ok()) {
       // Undo the locks taken by this call.
       for (size_t j = 0; j < i; ++j) {
         (void)engine_->Unlock(nodes[j]);
-        --(*session)->locks[nodes[j]];
+        if (--(*session)->locks[nodes[j]] == 0) {
+          (*session)->locks.erase(nodes[j]);
+        }
       }
-      return absl::Status(s.code(),
-                          absl::StrCat("nodes[", i, "]: ", s.message()));
+      return absl::Status(s.code(), absl::StrCat("nodes[", i, "]: ",
+                                                 s.message()));
     }
     ++(*session)->locks[nodes[i]];
   }
@@ -269,8 +384,11 @@ absl::Status SessionManager::Lock(const std::string& id,
 
 absl::Status SessionManager::Unlock(const std::string& id,
                                     absl::Span<const NodeId> nodes) {
+  if (absl::Status s = CheckItems(nodes.size(), "Unlock.nodes"); !s.ok()) {
+    return s;
+  }
   MutexLock lock(&mu_);
-  absl::StatusOr<Session*> session = Find(id);
+  absl::StatusOr<Session*> session = FindScheduler(id, "Unlock");
   if (!session.ok()) return session.status();
   absl::flat_hash_map<NodeId, int64_t> need;
   for (NodeId node : nodes) ++need[node];
@@ -290,18 +408,15 @@ absl::Status SessionManager::Unlock(const std::string& id,
 
 absl::StatusOr<std::vector<uint64_t>> SessionManager::PrepareBackups(
     const std::string& id, absl::Span<const BackupSpec> specs) {
-  MutexLock lock(&mu_);
-  absl::StatusOr<Session*> session = Find(id);
-  if (!session.ok()) return session.status();
-  for (size_t s = 0; s < specs.size(); ++s) {
-    for (LogicalPage page : specs[s].pages) {
-      if (!(*session)->pages.contains(page)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "specs[", s, "]: page ", page, " does not belong to this session"));
-      }
-    }
+  if (absl::Status s = CheckItems(specs.size(), "prepare.specs"); !s.ok()) {
+    return s;
   }
-  absl::StatusOr<std::vector<uint64_t>> ids = engine_->PrepareBackups(specs);
+  MutexLock lock(&mu_);
+  absl::StatusOr<Session*> session = FindScheduler(id, "prepare");
+  if (!session.ok()) return session.status();
+  // The engine checks that every page is this session's, distinct.
+  absl::StatusOr<std::vector<uint64_t>> ids =
+      engine_->PrepareBackups(specs, (*session)->holder);
   if (!ids.ok()) return ids;
   for (uint64_t backup : *ids) {
     if (backup != 0) (*session)->backups.insert(backup);
@@ -312,8 +427,12 @@ absl::StatusOr<std::vector<uint64_t>> SessionManager::PrepareBackups(
 absl::Status SessionManager::LayerStored(const std::string& id,
                                          absl::Span<const uint64_t> backups,
                                          uint32_t step) {
+  if (absl::Status s = CheckItems(backups.size(), "layer_stored.backup_ids");
+      !s.ok()) {
+    return s;
+  }
   MutexLock lock(&mu_);
-  absl::StatusOr<Session*> session = Find(id);
+  absl::StatusOr<Session*> session = FindScheduler(id, "layer_stored");
   if (!session.ok()) return session.status();
   for (size_t i = 0; i < backups.size(); ++i) {
     if (!(*session)->backups.contains(backups[i])) {
@@ -327,7 +446,7 @@ absl::Status SessionManager::LayerStored(const std::string& id,
 
 absl::Status SessionManager::StoreAll(const std::string& id, uint64_t backup) {
   MutexLock lock(&mu_);
-  absl::StatusOr<Session*> session = Find(id);
+  absl::StatusOr<Session*> session = FindScheduler(id, "store_all");
   if (!session.ok()) return session.status();
   if (!(*session)->backups.contains(backup)) {
     return absl::InvalidArgumentError(
@@ -338,7 +457,7 @@ absl::Status SessionManager::StoreAll(const std::string& id, uint64_t backup) {
 
 absl::Status SessionManager::Rollback(const std::string& id, uint64_t backup) {
   MutexLock lock(&mu_);
-  absl::StatusOr<Session*> session = Find(id);
+  absl::StatusOr<Session*> session = FindScheduler(id, "rollback");
   if (!session.ok()) return session.status();
   if ((*session)->backups.erase(backup) == 0) {
     return absl::InvalidArgumentError(
@@ -350,7 +469,7 @@ absl::Status SessionManager::Rollback(const std::string& id, uint64_t backup) {
 absl::StatusOr<LoadResult> SessionManager::LoadBack(
     const std::string& id, absl::Span<const int32_t> tokens) {
   MutexLock lock(&mu_);
-  absl::StatusOr<Session*> session = Find(id);
+  absl::StatusOr<Session*> session = FindScheduler(id, "LoadBack");
   if (!session.ok()) return session.status();
   absl::StatusOr<LoadResult> load =
       engine_->LoadBack((*session)->info.ns, tokens);
@@ -365,7 +484,7 @@ absl::StatusOr<LoadResult> SessionManager::LoadBack(
 
 absl::Status SessionManager::FinishLoad(const std::string& id, uint64_t load) {
   MutexLock lock(&mu_);
-  absl::StatusOr<Session*> session = Find(id);
+  absl::StatusOr<Session*> session = FindScheduler(id, "FinishLoad");
   if (!session.ok()) return session.status();
   if ((*session)->loads.erase(load) == 0) {
     return absl::InvalidArgumentError(
@@ -376,10 +495,44 @@ absl::Status SessionManager::FinishLoad(const std::string& id, uint64_t load) {
 
 absl::Status SessionManager::Pin(const std::string& id, NodeId node,
                                  absl::Duration ttl) {
+  if (ttl < absl::ZeroDuration() || ttl > limits_.max_pin_ttl) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ttl must be in [0, ", absl::FormatDuration(limits_.max_pin_ttl),
+        "] (--max_pin_ttl_ms), got ", absl::FormatDuration(ttl)));
+  }
+  MutexLock lock(&mu_);
+  absl::StatusOr<Session*> session = FindScheduler(id, "Pin");
+  if (!session.ok()) return session.status();
+  if (absl::Status s = CheckNodeInNamespace(**session, node, "node");
+      !s.ok()) {
+    return s;
+  }
+  return engine_->Pin(node, ttl);
+}
+
+void SessionManager::BackupFinished(const std::string& id, uint64_t backup) {
+  MutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  if (it != sessions_.end()) it->second.backups.erase(backup);
+}
+
+absl::Status SessionManager::BeginStream(const std::string& id) {
   MutexLock lock(&mu_);
   absl::StatusOr<Session*> session = Find(id);
   if (!session.ok()) return session.status();
-  return engine_->Pin(node, ttl);
+  if ((*session)->streams >= limits_.max_streams_per_session) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "session ", id, " already has ", (*session)->streams,
+        " open streams, the limit (--max_streams_per_session)"));
+  }
+  ++(*session)->streams;
+  return absl::OkStatus();
+}
+
+void SessionManager::EndStream(const std::string& id) {
+  MutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  if (it != sessions_.end() && it->second.streams > 0) --it->second.streams;
 }
 
 SessionManager::Totals SessionManager::totals() const {
@@ -388,7 +541,7 @@ SessionManager::Totals SessionManager::totals() const {
   totals.sessions = static_cast<int64_t>(sessions_.size());
   for (const auto& [id, session] : sessions_) {
     for (const auto& [node, count] : session.locks) totals.locks += count;
-    totals.pages += static_cast<int64_t>(session.pages.size());
+    totals.pages += engine_->RequestPages(session.holder);
   }
   return totals;
 }

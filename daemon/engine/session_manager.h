@@ -14,11 +14,33 @@
 #include "absl/types/span.h"
 #include "daemon/core/clock.h"
 #include "daemon/core/mutex.h"
+#include "daemon/engine/caller.h"
 #include "daemon/engine/hicache_engine.h"
 
 namespace hicache {
 
 enum class SessionRole { kScheduler, kWorker };
+
+// What one client may ask for; every limit is checked before any work, and a
+// request over it fails with a clear error and changes nothing.
+struct SessionLimits {
+  int64_t max_sessions = 1024;
+  // Distinct namespaces among open sessions.
+  int64_t max_namespaces = 256;
+  // client_name and namespace, in bytes.
+  int64_t max_name_bytes = 256;
+  // Items of one Allocate/MatchPrefix/Insert, nodes of one Lock/Unlock,
+  // specs of one prepare, backups of one layer_stored.
+  int64_t max_items_per_request = 4096;
+  // Device pages named or requested by one call, all items together.
+  int64_t max_pages_per_request = int64_t{1} << 20;
+  // Tokens carried by one call, all items together.
+  int64_t max_tokens_per_request = int64_t{1} << 24;
+  absl::Duration max_lease = absl::Hours(24);
+  absl::Duration max_pin_ttl = absl::Hours(1);
+  // Concurrent BackupSession/LoadBack streams of one session.
+  int64_t max_streams_per_session = 64;
+};
 
 struct SessionInfo {
   std::string id;
@@ -60,14 +82,23 @@ struct SessionInsertResult {
 // Sessions with leases over the engine. Every lock, allocated page, backup
 // and load belongs to the session that made it; Close() and lease expiry
 // release all of it (unlock, roll back, finish, free), whether the client
-// said goodbye or was killed. A session works only in its own namespace.
+// said goodbye or was killed.
+//
+// Confinement: a session works only in its own namespace (matching, inserting,
+// locking and pinning nodes) and only with its own pages (the engine's page
+// ledger), backups and loads; a node of another namespace is NOT_FOUND to it.
+// Worker sessions may only keep alive and close; everything else needs a
+// scheduler session (PERMISSION_DENIED). The session id is an unguessable
+// bearer token; only operators can list sessions (service layer).
 //
 // Thread-safe. Lock order: SessionManager::mu_ -> HiCacheEngine::mu_.
 class SessionManager {
  public:
   // `engine` and `clock` must outlive the manager.
   SessionManager(HiCacheEngine* engine, const Clock* clock,
-                 absl::Duration default_lease);
+                 absl::Duration default_lease, SessionLimits limits = {});
+
+  const SessionLimits& limits() const { return limits_; }
 
   absl::StatusOr<SessionInfo> Open(std::string client_name, SessionRole role,
                                    Rank rank, std::string ns,
@@ -113,8 +144,18 @@ class SessionManager {
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status FinishLoad(const std::string& id, uint64_t load)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // `ttl` in [0, max_pin_ttl]; zero unpins.
   absl::Status Pin(const std::string& id, NodeId node, absl::Duration ttl)
       ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The stream saw `backup` commit or roll back: the session forgets it.
+  void BackupFinished(const std::string& id, uint64_t backup)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // A stream (BackupSession, LoadBack) of the session starts / ends.
+  // RESOURCE_EXHAUSTED past max_streams_per_session.
+  absl::Status BeginStream(const std::string& id) ABSL_LOCKS_EXCLUDED(mu_);
+  void EndStream(const std::string& id) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Called with ("session_opened" | "session_closed" | "session_expired",
   // session id) while the manager's lock is held: it must not call back into
@@ -135,15 +176,28 @@ class SessionManager {
  private:
   struct Session {
     SessionInfo info;
+    uint64_t holder = 0;  // The session's page holder id in the engine.
     absl::Time deadline;
     absl::flat_hash_map<NodeId, int64_t> locks;  // Node -> count.
-    absl::flat_hash_set<LogicalPage> pages;
     absl::flat_hash_set<uint64_t> backups;
     absl::flat_hash_set<uint64_t> loads;
+    int64_t streams = 0;
   };
 
   absl::StatusOr<Session*> Find(const std::string& id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Find() for calls that need a scheduler session (`what` names the call).
+  absl::StatusOr<Session*> FindScheduler(const std::string& id,
+                                         absl::string_view what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK if `node` is a live node of the session's namespace; NOT_FOUND (the
+  // same answer as for a missing node) otherwise.
+  absl::Status CheckNodeInNamespace(const Session& session, NodeId node,
+                                    absl::string_view field) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckItems(size_t count, absl::string_view what) const;
+  // Erases the session and forgets its namespace if nothing else uses it.
+  void EraseLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ReleaseSummary ReleaseLocked(Session& session)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -151,8 +205,12 @@ class SessionManager {
   HiCacheEngine* const engine_;
   const Clock* const clock_;
   const absl::Duration default_lease_;
+  const SessionLimits limits_;
   mutable Mutex mu_;
   absl::flat_hash_map<std::string, Session> sessions_ ABSL_GUARDED_BY(mu_);
+  // Open sessions per namespace.
+  absl::flat_hash_map<std::string, int64_t> namespaces_ ABSL_GUARDED_BY(mu_);
+  // Holder ids start at 1: 0 is the engine's in-process default holder.
   uint64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
 };
 

@@ -16,12 +16,15 @@
 #include "daemon/engine/event_hub.h"
 #include "daemon/engine/hicache_engine.h"
 #include "daemon/engine/session_manager.h"
+#include "daemon/main/connection_registry.h"
+#include "daemon/main/unix_listener.h"
 #include "daemon/pool/shm_instance.h"
 #include "daemon/service/cache_service.h"
 #include "daemon/service/hicache_service.h"
 #include "daemon/service/watch_broadcaster.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "spdlog/spdlog.h"
@@ -93,6 +96,7 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   const std::string address = absl::StrCat("unix:", socket_path);
   std::unique_ptr<DaemonServer> daemon(new DaemonServer());
   daemon->socket_ = *std::move(socket);
+
   const std::string instance =
       config.instance.empty()
           ? DefaultInstanceId(CanonicalSocketPath(socket_path))
@@ -144,7 +148,16 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   daemon->engine_->SetListener(daemon->hub_.get());
   daemon->sessions_ = std::make_unique<SessionManager>(
       daemon->engine_.get(), clock,
-      absl::Milliseconds(config.default_lease_ms));
+      absl::Milliseconds(config.default_lease_ms),
+      SessionLimits{
+          .max_sessions = config.max_sessions,
+          .max_namespaces = config.max_namespaces,
+          .max_items_per_request = config.max_items_per_request,
+          .max_pages_per_request = config.max_pages_per_request,
+          .max_tokens_per_request = config.max_tokens_per_request,
+          .max_pin_ttl = absl::Milliseconds(config.max_pin_ttl_ms),
+          .max_streams_per_session = config.max_streams_per_session,
+      });
   daemon->sessions_->SetObserver(
       [watch](absl::string_view kind, const std::string& session) {
         v1::CacheEvent event;
@@ -155,7 +168,17 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
       });
   daemon->cache_ = std::make_unique<service::CacheRpcs>(
       daemon->engine_.get(), daemon->sessions_.get(), daemon->hub_.get(),
-      watch);
+      watch,
+      service::StreamLimits{
+          .max_backlog = static_cast<size_t>(config.max_stream_backlog)});
+  OperatorPolicy operators;
+  operators.uids.assign(config.operator_uids.begin(),
+                        config.operator_uids.end());
+  operators.gids.assign(config.operator_gids.begin(),
+                        config.operator_gids.end());
+  operators.cert_names = config.operator_cert_names;
+  daemon->connections_ =
+      std::make_unique<ConnectionRegistry>(std::move(operators));
   DaemonInfo info{
       .build = GetBuildInfo(),
       .config = config,
@@ -164,12 +187,29 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
       .pid = getpid(),
   };
   daemon->service_ = std::make_unique<service::HiCacheServiceImpl>(
-      std::move(info), clock, daemon->cache_.get());
+      std::move(info), clock, daemon->cache_.get(), daemon->connections_.get());
+  // The unix socket is accepted by our own listener, which records each
+  // peer's credentials for roles and bounds the connections.
+  absl::StatusOr<std::unique_ptr<UnixListener>> listener = UnixListener::Bind(
+      socket_path,
+      {.max_connections = static_cast<int>(
+           std::min<int64_t>(config.max_connections, 1 << 20))},
+      daemon->connections_.get());
+  if (!listener.ok()) return listener.status();
+  daemon->listener_ = *std::move(listener);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
+  // Bytes gRPC queues for one stream beyond the peer's flow-control window
+  // before a write blocks: past it, a slow reader's events wait in the
+  // stream's bounded mailbox (--max_stream_backlog), not in gRPC.
+  builder.AddChannelArgument("grpc.http2.write_buffer_size", 256 << 10);
+  grpc::ResourceQuota quota("hicached");
+  quota.SetMaxThreads(static_cast<int>(
+      std::min<int64_t>(config.max_rpc_threads, 1 << 20)));
+  builder.SetResourceQuota(quota);
   int tcp_port = 0;
   if (!config.listen_tcp.empty()) {
     absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
@@ -179,11 +219,7 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   }
   builder.RegisterService(daemon->service_.get());
 
-  // The socket is created by BuildAndStart(); a umask makes it 0660 from its
-  // first instant, and SetSocketMode() below makes that explicit.
-  const mode_t old_umask = umask(0117);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  umask(old_umask);
   if (server == nullptr || (!config.listen_tcp.empty() && tcp_port == 0)) {
     return absl::UnavailableError(absl::StrCat(
         "gRPC could not listen on ", address,
@@ -199,6 +235,7 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   health->SetServingStatus(true);
   health->SetServingStatus(kHealthServiceName, true);
   daemon->server_ = std::move(server);
+  daemon->listener_->Start(daemon->server_.get());
   DaemonServer* raw = daemon.get();
   daemon->reaper_ = std::thread([raw] { raw->ReapLeases(); });
   return daemon;
@@ -229,6 +266,7 @@ void DaemonServer::Shutdown(absl::Duration grace) {
     shut_down_ = true;
     reaper_cv_.SignalAll();
   }
+  if (listener_ != nullptr) listener_->Stop();
   if (server_ == nullptr) return;  // Start() failed half-way.
   server_->GetHealthCheckService()->SetServingStatus(false);
   server_->Shutdown(std::chrono::system_clock::now() +

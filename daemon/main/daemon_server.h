@@ -16,8 +16,10 @@
 
 namespace hicache {
 
+class ConnectionRegistry;
 class EventHub;
 class HiCacheEngine;
+class UnixListener;
 class SessionManager;
 class ShmInstance;
 namespace service {
@@ -79,11 +81,14 @@ class DaemonServer {
   std::unique_ptr<HiCacheEngine> engine_;
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<service::CacheRpcs> cache_;
+  std::unique_ptr<ConnectionRegistry> connections_;
   std::unique_ptr<service::HiCacheServiceImpl> service_;
   std::thread reaper_;
   CondVar reaper_cv_;
   // Set once in Start(); Shutdown()/Wait() are thread-safe gRPC calls.
   std::unique_ptr<grpc::Server> server_;
+  // Declared after server_: destroyed (stopped) before it.
+  std::unique_ptr<UnixListener> listener_;
 
   Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;

@@ -77,6 +77,35 @@ ABSL_FLAG(std::string, log_level, "info",
 ABSL_FLAG(double, shutdown_grace_seconds, 5,
           "On SIGTERM/SIGINT, how long running RPCs may finish before they "
           "are cancelled.");
+// Roles and limits (docs/security.md).
+ABSL_FLAG(std::vector<std::string>, operator_uids, {},
+          "Uids (besides root) whose unix-socket connections are operators.");
+ABSL_FLAG(std::vector<std::string>, operator_gids, {},
+          "Groups whose members' unix-socket connections are operators.");
+ABSL_FLAG(std::vector<std::string>, operator_cert_names, {},
+          "TLS client certificate common names that are operators.");
+ABSL_FLAG(int64_t, max_sessions, 1024, "Open sessions at most.");
+ABSL_FLAG(int64_t, max_namespaces, 256,
+          "Distinct namespaces among open sessions at most.");
+ABSL_FLAG(int64_t, max_streams_per_session, 64,
+          "Concurrent BackupSession/LoadBack streams of one session.");
+ABSL_FLAG(int64_t, max_items_per_request, 4096,
+          "Items (requests, nodes, specs) in one call.");
+ABSL_FLAG(int64_t, max_pages_per_request, int64_t{1} << 20,
+          "Device pages named or requested by one call.");
+ABSL_FLAG(int64_t, max_tokens_per_request, int64_t{1} << 24,
+          "Tokens carried by one call, all items together.");
+ABSL_FLAG(int64_t, max_pin_ttl_ms, 3600000, "Longest pin a client may ask.");
+ABSL_FLAG(int64_t, max_message_bytes, int64_t{64} << 20,
+          "Largest gRPC message received.");
+ABSL_FLAG(int64_t, max_connections, 1024,
+          "Open unix-socket connections at most; more are closed at once.");
+ABSL_FLAG(int64_t, max_rpc_threads, 512,
+          "RPCs served at once (gRPC resource quota); more get "
+          "RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, max_stream_backlog, 65536,
+          "Events waiting for a slow stream reader before the stream is cut "
+          "off and its operations rolled back.");
 
 namespace hicache {
 namespace {
@@ -110,6 +139,32 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   config.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
   config.insecure_tcp_for_testing =
       absl::GetFlag(FLAGS_insecure_tcp_for_testing);
+  for (const auto& [flag, out] :
+       {std::pair{absl::GetFlag(FLAGS_operator_uids), &config.operator_uids},
+        std::pair{absl::GetFlag(FLAGS_operator_gids),
+                  &config.operator_gids}}) {
+    for (const std::string& text : flag) {
+      uint32_t id = 0;
+      if (!absl::SimpleAtoi(text, &id)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--operator_uids/--operator_gids: '", text,
+                         "' is not a numeric id"));
+      }
+      out->push_back(id);
+    }
+  }
+  config.operator_cert_names = absl::GetFlag(FLAGS_operator_cert_names);
+  config.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  config.max_namespaces = absl::GetFlag(FLAGS_max_namespaces);
+  config.max_streams_per_session = absl::GetFlag(FLAGS_max_streams_per_session);
+  config.max_items_per_request = absl::GetFlag(FLAGS_max_items_per_request);
+  config.max_pages_per_request = absl::GetFlag(FLAGS_max_pages_per_request);
+  config.max_tokens_per_request = absl::GetFlag(FLAGS_max_tokens_per_request);
+  config.max_pin_ttl_ms = absl::GetFlag(FLAGS_max_pin_ttl_ms);
+  config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  config.max_connections = absl::GetFlag(FLAGS_max_connections);
+  config.max_rpc_threads = absl::GetFlag(FLAGS_max_rpc_threads);
+  config.max_stream_backlog = absl::GetFlag(FLAGS_max_stream_backlog);
   config.instance = absl::GetFlag(FLAGS_instance);
   if (absl::Status valid = config.Validate(); !valid.ok()) return valid;
   if (config.backend == Backend::kCuda) {

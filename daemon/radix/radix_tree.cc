@@ -64,6 +64,20 @@ Node* RadixTree::Root(absl::string_view ns, bool create) {
   return root;
 }
 
+bool RadixTree::DropNamespaceIfEmpty(absl::string_view ns) {
+  auto it = roots_.find(ns);
+  if (it == roots_.end()) return false;
+  const Node* root = it->second.get();
+  if (!root->children.empty() || root->lock_ref != 0 || root->host_ref != 0 ||
+      root->pin_expiry_ns != 0 || root->on_device() || root->host != nullptr ||
+      root->pending != nullptr) {
+    return false;
+  }
+  nodes_.erase(root->id);
+  roots_.erase(it);
+  return true;
+}
+
 Node* RadixTree::Find(NodeId id) const {
   auto it = nodes_.find(id);
   return it == nodes_.end() ? nullptr : it->second;

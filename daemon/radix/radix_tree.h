@@ -211,6 +211,11 @@ class RadixTree {
   HostEvictResult EvictHost(
       absl::Span<const int64_t> host_pages_needed_per_rank);
 
+  // Removes the root of namespace `ns` if it has no children and nothing
+  // locks or pins it; returns whether it did. Keeps an idle tenant's name from
+  // holding memory after its last node is gone.
+  bool DropNamespaceIfEmpty(absl::string_view ns);
+
   TreeStats Stats() const;
   std::vector<NodeInfo> Dump(const DumpFilter& filter) const;
   absl::StatusOr<NodeInfo> Inspect(NodeId node) const;

@@ -1,6 +1,7 @@
 #include "daemon/service/cache_service.h"
 
 #include <cstring>
+#include <memory>
 #include <set>
 #include <thread>
 
@@ -16,6 +17,16 @@ constexpr size_t kMaxTokens = size_t{1} << 24;
 
 grpc::Status Invalid(const std::string& message) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
+}
+
+// Operator-only RPCs act across tenants.
+grpc::Status RequireOperator(const Caller& caller, absl::string_view rpc) {
+  if (caller.is_operator) return grpc::Status::OK;
+  return grpc::Status(
+      grpc::StatusCode::PERMISSION_DENIED,
+      absl::StrCat(rpc, " is an operator RPC; ", caller.name,
+                   " is not an operator (see --operator_uids, "
+                   "--operator_gids, --operator_cert_names)"));
 }
 
 // Packed little-endian int32 tokens.
@@ -81,8 +92,13 @@ void ToProto(const NodeInfo& n, v1::NodeInfo* out) {
 }  // namespace
 
 CacheRpcs::CacheRpcs(HiCacheEngine* engine, SessionManager* sessions,
-                     EventHub* hub, WatchBroadcaster* watch)
-    : engine_(engine), sessions_(sessions), hub_(hub), watch_(watch) {}
+                     EventHub* hub, WatchBroadcaster* watch,
+                     StreamLimits limits)
+    : engine_(engine),
+      sessions_(sessions),
+      hub_(hub),
+      watch_(watch),
+      limits_(limits) {}
 
 v1::CacheEvent CacheRpcs::ToCacheEvent(const OpEvent& event) {
   v1::CacheEvent out;
@@ -111,7 +127,11 @@ v1::CacheEvent CacheRpcs::ToCacheEvent(const OpEvent& event) {
   return out;
 }
 
-grpc::Status CacheRpcs::ListSessions(v1::ListSessionsResponse* response) {
+grpc::Status CacheRpcs::ListSessions(const Caller& caller,
+                                     v1::ListSessionsResponse* response) {
+  if (grpc::Status s = RequireOperator(caller, "ListSessions"); !s.ok()) {
+    return s;
+  }
   for (const SessionInfo& info : sessions_->List()) {
     v1::SessionSummary* out = response->add_sessions();
     out->set_session_id(info.id);
@@ -125,9 +145,11 @@ grpc::Status CacheRpcs::ListSessions(v1::ListSessionsResponse* response) {
   return grpc::Status::OK;
 }
 
-grpc::Status CacheRpcs::Watch(grpc::ServerContext* context,
+grpc::Status CacheRpcs::Watch(const Caller& caller,
+                              grpc::ServerContext* context,
                               const v1::WatchRequest& request,
                               grpc::ServerWriter<v1::CacheEvent>* writer) {
+  if (grpc::Status s = RequireOperator(caller, "Watch"); !s.ok()) return s;
   auto subscription = watch_->Subscribe();
   EngineStats last = engine_->Stats();
   absl::Time next_poll = absl::Now() + absl::Milliseconds(500);
@@ -162,13 +184,16 @@ grpc::Status CacheRpcs::Watch(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status CacheRpcs::OpenSession(const v1::OpenSessionRequest& request,
+grpc::Status CacheRpcs::OpenSession(const Caller& caller,
+                                    const v1::OpenSessionRequest& request,
                                     v1::OpenSessionResponse* response) {
   if (request.client_name().empty()) {
     return Invalid("client_name must not be empty");
   }
-  if (request.role() == v1::ROLE_UNSPECIFIED) {
-    return Invalid("role must be ROLE_SCHEDULER or ROLE_WORKER");
+  if (request.role() != v1::ROLE_SCHEDULER &&
+      request.role() != v1::ROLE_WORKER) {
+    return Invalid(absl::StrCat("role must be ROLE_SCHEDULER or ROLE_WORKER, got ",
+                                request.role()));
   }
   auto session = sessions_->Open(request.client_name(),
                                  request.role() == v1::ROLE_WORKER
@@ -242,9 +267,20 @@ grpc::Status CacheRpcs::GetLayout(v1::GetLayoutResponse* response) {
 
 grpc::Status CacheRpcs::Allocate(const v1::AllocateRequest& request,
                                  v1::AllocateResponse* response) {
+  const SessionLimits& limits = sessions_->limits();
+  if (request.items_size() > limits.max_items_per_request) {
+    return Invalid(absl::StrCat("items has ", request.items_size(),
+                                " entries; the limit is ",
+                                limits.max_items_per_request));
+  }
   std::vector<AllocationItem> items;
   for (int i = 0; i < request.items_size(); ++i) {
     const v1::AllocateItem& in = request.items(i);
+    if (in.owners_size() > limits.max_pages_per_request) {
+      return Invalid(absl::StrCat("items[", i, "].owners has ",
+                                  in.owners_size(), " entries; the limit is ",
+                                  limits.max_pages_per_request));
+    }
     AllocationItem item;
     item.num_pages = in.num_pages();
     for (int j = 0; j < in.owners_size(); ++j) {
@@ -259,10 +295,24 @@ grpc::Status CacheRpcs::Allocate(const v1::AllocateRequest& request,
       return Invalid(absl::StrCat("items[", i, "].num_pages must be >= 0, got ",
                                   in.num_pages()));
     }
-    if (in.mode() == v1::COMPUTE_OWNER_MODE_ZIGZAG)
-      item.mode = ComputeOwnerMode::kZigzag;
-    if (in.mode() == v1::COMPUTE_OWNER_MODE_ROUND_ROBIN) {
-      item.mode = ComputeOwnerMode::kRoundRobin;
+    if (in.owners_size() > 0 &&
+        ((in.num_pages() != 0 && in.num_pages() != in.owners_size()) ||
+         in.mode() != v1::COMPUTE_OWNER_MODE_UNSPECIFIED)) {
+      return Invalid(absl::StrCat(
+          "items[", i, "]: give either owners, or num_pages with a mode"));
+    }
+    switch (in.mode()) {
+      case v1::COMPUTE_OWNER_MODE_UNSPECIFIED:
+        break;
+      case v1::COMPUTE_OWNER_MODE_ZIGZAG:
+        item.mode = ComputeOwnerMode::kZigzag;
+        break;
+      case v1::COMPUTE_OWNER_MODE_ROUND_ROBIN:
+        item.mode = ComputeOwnerMode::kRoundRobin;
+        break;
+      default:
+        return Invalid(absl::StrCat("items[", i, "].mode ", in.mode(),
+                                    " is not a ComputeOwnerMode"));
     }
     items.push_back(std::move(item));
   }
@@ -347,8 +397,15 @@ grpc::Status CacheRpcs::LoadBack(
     grpc::ServerWriter<v1::LoadBackEvent>* writer) {
   auto tokens = DecodeTokens(request.tokens(), "tokens");
   if (!tokens.ok()) return ToGrpcStatus(tokens.status());
-  auto load = sessions_->LoadBack(request.session_id(), *tokens);
-  if (!load.ok()) return ToGrpcStatus(load.status());
+  const std::string& session = request.session_id();
+  if (absl::Status s = sessions_->BeginStream(session); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  auto load = sessions_->LoadBack(session, *tokens);
+  if (!load.ok()) {
+    sessions_->EndStream(session);
+    return ToGrpcStatus(load.status());
+  }
   v1::LoadBackEvent started;
   v1::LoadBackEvent::Started* s = started.mutable_started();
   s->set_load_id(load->op_id);
@@ -360,12 +417,25 @@ grpc::Status CacheRpcs::LoadBack(
   s->set_node(load->node);
   s->set_miss_reason(std::string(LoadMissReasonName(load->miss)));
   writer->Write(started);
-  if (load->op_id == 0) return grpc::Status::OK;
+  if (load->op_id == 0) {
+    sessions_->EndStream(session);
+    return grpc::Status::OK;
+  }
+  // Events arrive in the mailbox as the copies complete; a reader too slow
+  // for the backlog is cut off (the load is finished as failed below).
+  auto box = std::make_shared<EventMailbox>(
+      limits_.max_backlog, [context] { context->TryCancel(); });
+  hub_->Claim(load->op_id, box);
   bool ok = false;
   while (!context->IsCancelled()) {
+    // The wake-up bound only notices a client that went away mid-load; the
+    // copies themselves signal the mailbox.
     std::optional<OpEvent> event =
-        hub_->Next(load->op_id, absl::Milliseconds(200));
-    if (!event.has_value()) continue;
+        box->Wait(absl::Now() + absl::Seconds(1));
+    if (!event.has_value()) {
+      if (box->overflowed()) break;
+      continue;
+    }
     if (event->type == OpEvent::Type::kLoadStep) {
       v1::LoadBackEvent layer;
       layer.mutable_layer_loaded()->set_rank(event->rank);
@@ -377,72 +447,94 @@ grpc::Status CacheRpcs::LoadBack(
     }
   }
   hub_->Forget(load->op_id);
+  box->Disarm();  // `context` dies with this call.
   // Hand the load's lock over to an ordinary session lock on the node.
-  if (ok) (void)sessions_->Lock(request.session_id(), {load->node});
-  (void)sessions_->FinishLoad(request.session_id(), load->op_id);
+  if (ok) (void)sessions_->Lock(session, {load->node});
+  (void)sessions_->FinishLoad(session, load->op_id);
+  sessions_->EndStream(session);
+  if (box->overflowed()) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        "load-back stream cut off: the client read too slowly");
+  }
   v1::LoadBackEvent done;
   done.mutable_done()->set_ok(ok);
   writer->Write(done);
   return grpc::Status::OK;
 }
 
+namespace {
+
+// The server message for an engine event of a backup, or nullopt.
+std::optional<v1::BackupServerMessage> ToBackupMessage(const OpEvent& event) {
+  v1::BackupServerMessage out;
+  switch (event.type) {
+    case OpEvent::Type::kBackupStep:
+      out.mutable_step_done()->set_backup_id(event.op);
+      out.mutable_step_done()->set_rank(event.rank);
+      out.mutable_step_done()->set_step(event.step);
+      return out;
+    case OpEvent::Type::kCommitted:
+      out.mutable_committed()->set_backup_id(event.op);
+      out.mutable_committed()->set_node(event.node);
+      return out;
+    case OpEvent::Type::kRolledBack:
+      out.mutable_rolled_back()->set_backup_id(event.op);
+      return out;
+    default:
+      return std::nullopt;
+  }
+}
+
+}  // namespace
+
 grpc::Status CacheRpcs::BackupSession(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::BackupServerMessage, v1::BackupClientMessage>*
         stream) {
+  v1::BackupClientMessage in;
+  if (!stream->Read(&in)) return grpc::Status::OK;  // Closed before a word.
+  const std::string session = in.session_id();
+  if (session.empty()) {
+    return Invalid(
+        "every BackupSession message must carry the stream's session_id");
+  }
+  if (absl::Status s = sessions_->BeginStream(session); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  // Two threads: this one reads client messages; `events` writes the
+  // per-layer progress and outcomes of this stream's backups, blocking on the
+  // mailbox (an idle stream costs no CPU). A client too slow for the backlog
+  // is cut off: the mailbox cancels the RPC and its backups roll back.
+  auto box = std::make_shared<EventMailbox>(
+      limits_.max_backlog, [context] { context->TryCancel(); });
   Mutex mu;
   std::set<uint64_t> open_backups;  // GUARDED_BY(mu)
+  std::set<uint64_t> claimed;       // GUARDED_BY(mu)
   bool reading = true;              // GUARDED_BY(mu)
   auto write = [&](const v1::BackupServerMessage& message) {
     MutexLock lock(&mu);
     stream->Write(message);
   };
-  // Streams per-layer progress and commits of this stream's backups.
   std::thread events([&] {
     while (true) {
-      std::vector<uint64_t> ids;
-      {
+      std::optional<OpEvent> event = box->Wait(absl::InfiniteFuture());
+      if (!event.has_value()) return;  // Closed or overflowed.
+      std::optional<v1::BackupServerMessage> out = ToBackupMessage(*event);
+      if (!out.has_value()) continue;
+      bool last = false;
+      if (event->type != OpEvent::Type::kBackupStep) {
+        sessions_->BackupFinished(session, event->op);
         MutexLock lock(&mu);
-        if (!reading && open_backups.empty()) return;
-        ids.assign(open_backups.begin(), open_backups.end());
+        open_backups.erase(event->op);
+        last = !reading && open_backups.empty();
       }
-      if (ids.empty() || context->IsCancelled()) {
-        absl::SleepFor(absl::Milliseconds(1));
-        if (context->IsCancelled()) return;
-        continue;
-      }
-      for (uint64_t id : ids) {
-        std::optional<OpEvent> event = hub_->Next(id, absl::Milliseconds(1));
-        if (!event.has_value()) continue;
-        v1::BackupServerMessage out;
-        if (event->type == OpEvent::Type::kBackupStep) {
-          out.mutable_step_done()->set_backup_id(id);
-          out.mutable_step_done()->set_rank(event->rank);
-          out.mutable_step_done()->set_step(event->step);
-        } else if (event->type == OpEvent::Type::kCommitted) {
-          out.mutable_committed()->set_backup_id(id);
-          out.mutable_committed()->set_node(event->node);
-        } else if (event->type == OpEvent::Type::kRolledBack) {
-          out.mutable_rolled_back()->set_backup_id(id);
-        } else {
-          continue;
-        }
-        if (event->type != OpEvent::Type::kBackupStep) {
-          MutexLock lock(&mu);
-          open_backups.erase(id);
-          hub_->Forget(id);
-        }
-        write(out);
-      }
+      write(*out);
+      if (last) return;
     }
   });
-  std::string session;
-  v1::BackupClientMessage in;
   grpc::Status result = grpc::Status::OK;
-  while (stream->Read(&in)) {
-    if (session.empty()) session = in.session_id();
-    if (session.empty() ||
-        (!in.session_id().empty() && in.session_id() != session)) {
+  do {
+    if (!in.session_id().empty() && in.session_id() != session) {
       result = Invalid(
           "every BackupSession message must carry the stream's session_id");
       break;
@@ -464,8 +556,14 @@ grpc::Status CacheRpcs::BackupSession(
         {
           MutexLock lock(&mu);
           for (uint64_t id : *ids) {
-            if (id != 0) open_backups.insert(id);
+            if (id == 0) continue;
+            open_backups.insert(id);
+            claimed.insert(id);
           }
+        }
+        // Claimed before the client can store a layer: no event is missed.
+        for (uint64_t id : *ids) {
+          if (id != 0) hub_->Claim(id, box);
         }
         write(out);
       }
@@ -486,22 +584,40 @@ grpc::Status CacheRpcs::BackupSession(
       error.mutable_error()->set_message(std::string(status.message()));
       write(error);
     }
-  }
+  } while (stream->Read(&in));
+  // The client is done: it half-closed, broke the stream, or sent a bad
+  // message. Backups that still need it (a layer not stored, no node
+  // attached) can never complete: roll them back now. On a half-close the
+  // rest only wait for copies, so their outcomes are still delivered.
+  const bool broken = context->IsCancelled() || !result.ok();
+  std::vector<uint64_t> doomed;
   {
     MutexLock lock(&mu);
     reading = false;
-  }
-  if (context->IsCancelled()) {
-    // The stream broke: roll back what it left in flight.
-    std::vector<uint64_t> ids;
-    {
-      MutexLock lock(&mu);
-      ids.assign(open_backups.begin(), open_backups.end());
-      open_backups.clear();
+    for (uint64_t id : open_backups) {
+      absl::StatusOr<bool> waits = engine_->BackupAwaitsClient(id);
+      if (broken || (waits.ok() && *waits)) doomed.push_back(id);
     }
-    for (uint64_t id : ids) (void)sessions_->Rollback(session, id);
+  }
+  for (uint64_t id : doomed) (void)sessions_->Rollback(session, id);
+  {
+    MutexLock lock(&mu);
+    if (open_backups.empty()) box->Close();
   }
   events.join();
+  {
+    MutexLock lock(&mu);
+    for (uint64_t id : claimed) hub_->Forget(id);
+  }
+  box->Disarm();  // `context` dies with this call.
+  sessions_->EndStream(session);
+  if (box->overflowed()) {
+    return grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("backup stream cut off: more than ", limits_.max_backlog,
+                     " events waited for a client that read too slowly; its "
+                     "backups were rolled back"));
+  }
   return result;
 }
 
@@ -510,8 +626,10 @@ grpc::Status CacheRpcs::Pin(const v1::PinRequest& request) {
                                      absl::Milliseconds(request.ttl_ms())));
 }
 
-grpc::Status CacheRpcs::Evict(const v1::EvictRequest& request,
+grpc::Status CacheRpcs::Evict(const Caller& caller,
+                              const v1::EvictRequest& request,
                               v1::EvictResponse* response) {
+  if (grpc::Status s = RequireOperator(caller, "Evict"); !s.ok()) return s;
   std::vector<int64_t> device(request.device_pages_per_lane().begin(),
                               request.device_pages_per_lane().end());
   std::vector<int64_t> host(request.host_pages_per_rank().begin(),
@@ -530,9 +648,10 @@ grpc::Status CacheRpcs::Evict(const v1::EvictRequest& request,
   return grpc::Status::OK;
 }
 
-grpc::Status CacheRpcs::SetFreeRoom(const v1::SetFreeRoomRequest& request) {
-  if (request.l1_pages_per_lane() < 0 || request.l2_pages_per_rank() < 0) {
-    return Invalid("free-room targets must be >= 0");
+grpc::Status CacheRpcs::SetFreeRoom(const Caller& caller,
+                                    const v1::SetFreeRoomRequest& request) {
+  if (grpc::Status s = RequireOperator(caller, "SetFreeRoom"); !s.ok()) {
+    return s;
   }
   return ToGrpcStatus(engine_->SetFreeRoom(request.l1_pages_per_lane(),
                                            request.l2_pages_per_rank()));
@@ -581,8 +700,10 @@ grpc::Status CacheRpcs::Stats(v1::CacheStats* out) {
   return grpc::Status::OK;
 }
 
-grpc::Status CacheRpcs::DumpTree(const v1::DumpTreeRequest& request,
+grpc::Status CacheRpcs::DumpTree(const Caller& caller,
+                                 const v1::DumpTreeRequest& request,
                                  v1::DumpTreeResponse* response) {
+  if (grpc::Status s = RequireOperator(caller, "DumpTree"); !s.ok()) return s;
   auto prefix = DecodeTokens(request.prefix(), "prefix");
   if (!prefix.ok()) return ToGrpcStatus(prefix.status());
   DumpFilter filter;
@@ -596,8 +717,12 @@ grpc::Status CacheRpcs::DumpTree(const v1::DumpTreeRequest& request,
   return grpc::Status::OK;
 }
 
-grpc::Status CacheRpcs::InspectNode(const v1::InspectNodeRequest& request,
+grpc::Status CacheRpcs::InspectNode(const Caller& caller,
+                                    const v1::InspectNodeRequest& request,
                                     v1::NodeInfo* response) {
+  if (grpc::Status s = RequireOperator(caller, "InspectNode"); !s.ok()) {
+    return s;
+  }
   auto info = engine_->Inspect(request.node());
   if (!info.ok()) return ToGrpcStatus(info.status());
   ToProto(*info, response);

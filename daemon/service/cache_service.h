@@ -1,5 +1,6 @@
 #pragma once
 
+#include "daemon/engine/caller.h"
 #include "daemon/engine/event_hub.h"
 #include "daemon/engine/hicache_engine.h"
 #include "daemon/engine/session_manager.h"
@@ -8,20 +9,32 @@
 
 namespace hicache::service {
 
+// Limits of the streaming RPCs.
+struct StreamLimits {
+  // Events waiting for a slow stream reader before the stream is cut off
+  // (its backups rolled back, RESOURCE_EXHAUSTED).
+  size_t max_backlog = 65536;
+};
+
 // The cache RPCs of hicache.v1.HiCache (everything except GetStats, which
 // HiCacheServiceImpl serves). Thin: validates fields, converts proto <->
 // domain types and Status codes; sessions and the engine do the work.
+//
+// Roles: Evict, SetFreeRoom, DumpTree, InspectNode, ListSessions and Watch
+// act across tenants and need an operator `caller` (PERMISSION_DENIED
+// otherwise). Session RPCs are confined by the session they name.
 //
 // Thread-safe. The engine, sessions and hub must outlive the service.
 class CacheRpcs {
  public:
   CacheRpcs(HiCacheEngine* engine, SessionManager* sessions, EventHub* hub,
-            WatchBroadcaster* watch);
+            WatchBroadcaster* watch, StreamLimits limits = {});
 
   // The CacheEvent for an engine event (kind, op, node, rank, step).
   static v1::CacheEvent ToCacheEvent(const OpEvent& event);
 
-  grpc::Status OpenSession(const v1::OpenSessionRequest& request,
+  grpc::Status OpenSession(const Caller& caller,
+                           const v1::OpenSessionRequest& request,
                            v1::OpenSessionResponse* response);
   grpc::Status KeepAlive(const v1::KeepAliveRequest& request,
                          v1::KeepAliveResponse* response);
@@ -44,16 +57,20 @@ class CacheRpcs {
       grpc::ServerReaderWriter<v1::BackupServerMessage,
                                v1::BackupClientMessage>* stream);
   grpc::Status Pin(const v1::PinRequest& request);
-  grpc::Status Evict(const v1::EvictRequest& request,
+  grpc::Status Evict(const Caller& caller, const v1::EvictRequest& request,
                      v1::EvictResponse* response);
-  grpc::Status SetFreeRoom(const v1::SetFreeRoomRequest& request);
+  grpc::Status SetFreeRoom(const Caller& caller,
+                           const v1::SetFreeRoomRequest& request);
   grpc::Status Stats(v1::CacheStats* response);
-  grpc::Status DumpTree(const v1::DumpTreeRequest& request,
+  grpc::Status DumpTree(const Caller& caller,
+                        const v1::DumpTreeRequest& request,
                         v1::DumpTreeResponse* response);
-  grpc::Status InspectNode(const v1::InspectNodeRequest& request,
+  grpc::Status InspectNode(const Caller& caller,
+                           const v1::InspectNodeRequest& request,
                            v1::NodeInfo* response);
-  grpc::Status ListSessions(v1::ListSessionsResponse* response);
-  grpc::Status Watch(grpc::ServerContext* context,
+  grpc::Status ListSessions(const Caller& caller,
+                            v1::ListSessionsResponse* response);
+  grpc::Status Watch(const Caller& caller, grpc::ServerContext* context,
                      const v1::WatchRequest& request,
                      grpc::ServerWriter<v1::CacheEvent>* writer);
 
@@ -62,6 +79,7 @@ class CacheRpcs {
   SessionManager* const sessions_;
   EventHub* const hub_;
   WatchBroadcaster* const watch_;
+  const StreamLimits limits_;
 };
 
 }  // namespace hicache::service

@@ -8,8 +8,14 @@
 namespace hicache::service {
 
 HiCacheServiceImpl::HiCacheServiceImpl(DaemonInfo info, const Clock* clock,
-                                       CacheRpcs* cache)
-    : info_(std::move(info)), clock_(clock), cache_(cache) {}
+                                       CacheRpcs* cache,
+                                       const CallerResolver* callers)
+    : info_(std::move(info)), clock_(clock), cache_(cache), callers_(callers) {}
+
+Caller HiCacheServiceImpl::CallerOf(const grpc::ServerContext* context) const {
+  if (callers_ == nullptr) return Caller::Client("unidentified client");
+  return callers_->Resolve(*context);
+}
 
 namespace {
 grpc::Status NoCache() {
@@ -20,12 +26,14 @@ grpc::Status NoCache() {
 
 #define HICACHE_FORWARD(Name, Request, Response, Call)                    \
   grpc::Status HiCacheServiceImpl::Name(                                  \
-      grpc::ServerContext*, const Request* request, Response* response) { \
+      grpc::ServerContext* context, const Request* request,               \
+      Response* response) {                                               \
+    (void)context;                                                        \
     if (cache_ == nullptr) return NoCache();                              \
     return Call;                                                          \
   }
 HICACHE_FORWARD(OpenSession, v1::OpenSessionRequest, v1::OpenSessionResponse,
-                cache_->OpenSession(*request, response))
+                cache_->OpenSession(CallerOf(context), *request, response))
 HICACHE_FORWARD(KeepAlive, v1::KeepAliveRequest, v1::KeepAliveResponse,
                 cache_->KeepAlive(*request, response))
 HICACHE_FORWARD(CloseSession, v1::CloseSessionRequest, v1::CloseSessionResponse,
@@ -45,17 +53,17 @@ HICACHE_FORWARD(Unlock, v1::LockRequest, v1::LockResponse,
                 cache_->Lock(*request, false))
 HICACHE_FORWARD(Pin, v1::PinRequest, v1::PinResponse, cache_->Pin(*request))
 HICACHE_FORWARD(Evict, v1::EvictRequest, v1::EvictResponse,
-                cache_->Evict(*request, response))
+                cache_->Evict(CallerOf(context), *request, response))
 HICACHE_FORWARD(SetFreeRoom, v1::SetFreeRoomRequest, v1::SetFreeRoomResponse,
-                cache_->SetFreeRoom(*request))
+                cache_->SetFreeRoom(CallerOf(context), *request))
 HICACHE_FORWARD(Stats, v1::GetStatsRequest, v1::CacheStats,
                 cache_->Stats(response))
 HICACHE_FORWARD(DumpTree, v1::DumpTreeRequest, v1::DumpTreeResponse,
-                cache_->DumpTree(*request, response))
+                cache_->DumpTree(CallerOf(context), *request, response))
 HICACHE_FORWARD(InspectNode, v1::InspectNodeRequest, v1::NodeInfo,
-                cache_->InspectNode(*request, response))
+                cache_->InspectNode(CallerOf(context), *request, response))
 HICACHE_FORWARD(ListSessions, v1::ListSessionsRequest, v1::ListSessionsResponse,
-                cache_->ListSessions(response))
+                cache_->ListSessions(CallerOf(context), response))
 #undef HICACHE_FORWARD
 
 grpc::Status HiCacheServiceImpl::LoadBack(
@@ -69,7 +77,7 @@ grpc::Status HiCacheServiceImpl::Watch(
     grpc::ServerContext* context, const v1::WatchRequest* request,
     grpc::ServerWriter<v1::CacheEvent>* writer) {
   if (cache_ == nullptr) return NoCache();
-  return cache_->Watch(context, *request, writer);
+  return cache_->Watch(CallerOf(context), context, *request, writer);
 }
 
 grpc::Status HiCacheServiceImpl::BackupSession(

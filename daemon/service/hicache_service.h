@@ -3,6 +3,7 @@
 #include "daemon/core/clock.h"
 #include "daemon/core/daemon_info.h"
 #include "daemon/service/cache_service.h"
+#include "daemon/service/caller_resolver.h"
 #include "hicache/v1/hicache.grpc.pb.h"
 
 namespace hicache::service {
@@ -13,10 +14,12 @@ namespace hicache::service {
 // Thread-safe: handlers only read immutable state.
 class HiCacheServiceImpl final : public v1::HiCache::Service {
  public:
-  // `info` is copied. `clock` and `cache` must outlive the service; without
-  // `cache` every cache RPC answers FAILED_PRECONDITION.
+  // `info` is copied. `clock`, `cache` and `callers` must outlive the
+  // service; without `cache` every cache RPC answers FAILED_PRECONDITION.
+  // Without `callers` every caller is a plain client (no operator RPCs).
   HiCacheServiceImpl(DaemonInfo info, const Clock* clock,
-                     CacheRpcs* cache = nullptr);
+                     CacheRpcs* cache = nullptr,
+                     const CallerResolver* callers = nullptr);
 
   grpc::Status GetStats(grpc::ServerContext* context,
                         const v1::GetStatsRequest* request,
@@ -58,7 +61,10 @@ class HiCacheServiceImpl final : public v1::HiCache::Service {
  private:
   const DaemonInfo info_;
   const Clock* const clock_;
+  Caller CallerOf(const grpc::ServerContext* context) const;
+
   CacheRpcs* const cache_;
+  const CallerResolver* const callers_;
 };
 
 }  // namespace hicache::service

@@ -1,6 +1,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -60,5 +62,11 @@ class TransferEngine {
   // of an eviction victim). Same validation as Submit.
   virtual absl::StatusOr<uint64_t> CopyNow(const TransferTask& task) = 0;
 };
+
+// Builds a transfer engine that reports its completions to `listener`
+// (which must outlive it). Decorators take one to build the engine they wrap
+// with themselves as its listener.
+using TransferEngineFactory =
+    std::function<std::unique_ptr<TransferEngine>(TransferListener* listener)>;
 
 }  // namespace hicache

@@ -284,7 +284,7 @@ TEST_F(CacheServiceTest, BadInputGetsTheRightCode) {
          r->set_session_id(session);
          r->add_items()->set_num_pages(int64_t{1} << 50);
        }),
-       grpc::StatusCode::INVALID_ARGUMENT, "outside"},
+       grpc::StatusCode::RESOURCE_EXHAUSTED, "usable device pages"},
       {"tokens not a multiple of 4 bytes",
        [&] {
          grpc::ClientContext ctx;
@@ -314,7 +314,7 @@ TEST_F(CacheServiceTest, BadInputGetsTheRightCode) {
          v1::FreeResponse out;
          return stub_->Free(&ctx, r, &out);
        },
-       grpc::StatusCode::INVALID_ARGUMENT, "does not belong to this session"},
+       grpc::StatusCode::INVALID_ARGUMENT, "not held by this session"},
       {"unlock what is not locked",
        [&] {
          grpc::ClientContext ctx;
