@@ -417,12 +417,12 @@ absl::StatusOr<LoadResult> HiCacheEngine::LoadBack(
   result.pages = match->device_pages;
   result.node = match->last_device_node;
   // Without a load, the device hit is locked for the caller right away.
-  auto device_only = [&]() {
+  auto device_only = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     (void)tree_->Lock(result.node);
     return result;
   };
   if (match->host_hit_len == 0) return device_only();
-  auto miss = [&](LoadMissReason reason) {
+  auto miss = [&](LoadMissReason reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ++stats_.load_misses;
     result.miss = reason;
     return device_only();

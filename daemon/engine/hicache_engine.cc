@@ -246,7 +246,7 @@ absl::StatusOr<std::vector<LogicalPage>> HiCacheEngine::AllocateLocked(
         absl::StrCat(wanted, " device pages requested; the pool has ",
                      DevicePageCapacity(), " usable pages in all lanes"));
   }
-  auto attempt = [&]() {
+  auto attempt = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     absl::StatusOr<std::vector<LogicalPage>> got =
         any_lanes >= 0 ? device_->Allocate(any_lanes)
                        : device_->AllocateWithOwners(owners);
