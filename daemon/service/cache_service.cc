@@ -332,8 +332,32 @@ grpc::Status CacheRpcs::Free(const v1::FreeRequest& request) {
   return ToGrpcStatus(sessions_->Free(request.session_id(), pages));
 }
 
+namespace {
+
+// Tokens of all items together, checked before any is decoded.
+template <typename Items>
+grpc::Status CheckTokenBudget(const Items& items, int64_t limit) {
+  int64_t tokens = 0;
+  for (const auto& item : items) {
+    tokens += static_cast<int64_t>(item.tokens().size() / 4);
+  }
+  if (tokens > limit) {
+    return Invalid(absl::StrCat("the call carries ", tokens,
+                                " tokens; the limit is ", limit,
+                                " (--max_tokens_per_request)"));
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace
+
 grpc::Status CacheRpcs::MatchPrefix(const v1::MatchPrefixRequest& request,
                                     v1::MatchPrefixResponse* response) {
+  if (grpc::Status s = CheckTokenBudget(
+          request.items(), sessions_->limits().max_tokens_per_request);
+      !s.ok()) {
+    return s;
+  }
   std::vector<std::vector<int32_t>> requests;
   for (int i = 0; i < request.items_size(); ++i) {
     auto tokens = DecodeTokens(request.items(i).tokens(),
@@ -356,6 +380,11 @@ grpc::Status CacheRpcs::MatchPrefix(const v1::MatchPrefixRequest& request,
 
 grpc::Status CacheRpcs::Insert(const v1::InsertRequest& request,
                                v1::InsertResponse* response) {
+  if (grpc::Status s = CheckTokenBudget(
+          request.items(), sessions_->limits().max_tokens_per_request);
+      !s.ok()) {
+    return s;
+  }
   std::vector<SessionInsertItem> items;
   for (int i = 0; i < request.items_size(); ++i) {
     const v1::InsertItem& in = request.items(i);
@@ -507,12 +536,13 @@ grpc::Status CacheRpcs::BackupSession(
   // is cut off: the mailbox cancels the RPC and its backups roll back.
   auto box = std::make_shared<EventMailbox>(
       limits_.max_backlog, [context] { context->TryCancel(); });
-  Mutex mu;
+  Mutex mu;  // The stream's state; never held while writing.
   std::set<uint64_t> open_backups;  // GUARDED_BY(mu)
   std::set<uint64_t> claimed;       // GUARDED_BY(mu)
   bool reading = true;              // GUARDED_BY(mu)
+  Mutex write_mu;  // One writer at a time (gRPC's rule); may block long.
   auto write = [&](const v1::BackupServerMessage& message) {
-    MutexLock lock(&mu);
+    MutexLock lock(&write_mu);
     stream->Write(message);
   };
   std::thread events([&] {
