@@ -14,6 +14,7 @@
 #include "hicache/v1/hicache.pb.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/binaries.h"
 
 namespace hicache {
 namespace {
@@ -22,14 +23,8 @@ using ::testing::HasSubstr;
 using testing::RunResult;
 using testing::Subprocess;
 
-const std::string& DaemonPath() {
-  static const std::string path = testing::RunfilePath("daemon/hicached");
-  return path;
-}
-const std::string& CtlPath() {
-  static const std::string path = testing::RunfilePath("client/hicachectl");
-  return path;
-}
+using testing::CtlPath;
+using testing::DaemonPath;
 
 bool Exists(const std::string& path) {
   struct stat st {};

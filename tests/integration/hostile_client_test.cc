@@ -19,6 +19,7 @@
 #include "hicache/v1/hicache.grpc.pb.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/binaries.h"
 
 namespace hicache {
 namespace {
@@ -27,14 +28,8 @@ using ::testing::HasSubstr;
 using testing::RunResult;
 using testing::Subprocess;
 
-const std::string& DaemonPath() {
-  static const std::string path = testing::RunfilePath("daemon/hicached");
-  return path;
-}
-const std::string& CtlPath() {
-  static const std::string path = testing::RunfilePath("client/hicachectl");
-  return path;
-}
+using testing::CtlPath;
+using testing::DaemonPath;
 
 // A channel with a connection of its own (no subchannel sharing).
 std::shared_ptr<grpc::Channel> OwnChannel(const std::string& socket) {

@@ -17,22 +17,15 @@
 #include "gtest/gtest.h"
 #include "hicache/v1/hicache.grpc.pb.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/tokens.h"
 
 namespace hicache {
 namespace {
 
 using ::testing::HasSubstr;
 
-std::string Pack(const std::vector<int32_t>& tokens) {
-  return std::string(reinterpret_cast<const char*>(tokens.data()),
-                     tokens.size() * 4);
-}
-
-std::vector<int32_t> Seq(int32_t first, int n) {
-  std::vector<int32_t> v(n);
-  std::iota(v.begin(), v.end(), first);
-  return v;
-}
+using testing::Pack;
+using testing::Seq;
 
 class CacheServiceTest : public ::testing::Test {
  protected:
