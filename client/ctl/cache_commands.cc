@@ -382,7 +382,8 @@ int Pin(const Args& a, const CommandContext& c, bool pin) {
     return Usage(c,
                  "pin needs --ttl-ms with a positive number of milliseconds");
   }
-  TempSession session(c, "");
+  // Pins act in one namespace: the node's (--ns, default "").
+  TempSession session(c, a.Get("--ns"));
   if (!session.status().ok()) return RpcError(session.status(), c);
   grpc::ClientContext ctx;
   Deadline(&ctx, c.timeout);
@@ -510,7 +511,7 @@ std::string CacheCommandsUsage() {
          "  sessions           Open sessions.\n"
          "  evict --device N[,N..] [--host N[,N..]]\n"
          "                     Evict pages per lane / per rank.\n"
-         "  pin ID --ttl-ms MS | unpin ID\n"
+         "  pin ID --ttl-ms MS [--ns NS] | unpin ID [--ns NS]\n"
          "                     Protect a node's host copy.\n"
          "  free-room --l1 PAGES --l2 PAGES\n"
          "                     Free-room targets after pressure.\n"
