@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -429,6 +430,7 @@ TEST_F(TrustTest, IdleStreamsCostNoCpuAndAreCapped) {
   const double before = CpuSeconds();
   absl::SleepFor(absl::Seconds(1));
   const double used = CpuSeconds() - before;
+  std::fprintf(stderr, "40 idle backup streams: %.4f s of CPU in 1 s\n", used);
   // Polling streams burned ~0.5 s of CPU per second here; waiting ones ~0.
   EXPECT_LT(used, 0.1) << "40 idle streams used " << used << " s of CPU in 1 s";
   for (auto& stream : streams) {
