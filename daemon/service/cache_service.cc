@@ -42,7 +42,8 @@ absl::StatusOr<std::vector<int32_t>> DecodeTokens(const std::string& bytes,
         absl::StrCat(field, " has more than ", kMaxTokens, " tokens"));
   }
   std::vector<int32_t> tokens(bytes.size() / 4);
-  std::memcpy(tokens.data(), bytes.data(), bytes.size());
+  // An empty vector's data() may be null: memcpy must not see it.
+  if (!bytes.empty()) std::memcpy(tokens.data(), bytes.data(), bytes.size());
   return tokens;
 }
 
