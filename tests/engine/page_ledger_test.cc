@@ -67,7 +67,9 @@ TEST(PageLedgerTest, MatchesANaiveModel) {
       ledger.Remove({page});
       model.erase(it);
     }
-    if (step % 500 == 0) ASSERT_TRUE(ledger.CheckInvariants().ok());
+    if (step % 500 == 0) {
+      ASSERT_TRUE(ledger.CheckInvariants().ok());
+    }
   }
   for (uint64_t request = 0; request < 4; ++request) {
     std::vector<LogicalPage> expected;

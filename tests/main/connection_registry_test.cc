@@ -50,7 +50,9 @@ TEST(ConnectionRegistryTest, ResolvesByDescriptorAndRefusesReuse) {
   close(pair[0]);
   int other[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, other), 0);
-  if (other[0] != fd) ASSERT_EQ(dup2(other[0], fd), fd);
+  if (other[0] != fd) {
+    ASSERT_EQ(dup2(other[0], fd), fd);
+  }
   EXPECT_FALSE(registry.ResolvePeer(absl::StrCat("fd:", fd), {}).is_operator);
   EXPECT_EQ(registry.Sweep(), 1u);  // Only pair[1] is still what it was.
   close(fd);
