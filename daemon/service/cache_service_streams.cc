@@ -1,0 +1,249 @@
+// The streaming cache RPCs: LoadBack and BackupSession. Each stream's events
+// arrive in an EventMailbox (no polling); see cache_service.h for the
+// contract and docs/api.md for the semantics.
+#include <memory>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/core/mutex.h"
+#include "daemon/engine/event_mailbox.h"
+#include "daemon/service/cache_service.h"
+#include "daemon/service/proto_convert.h"
+#include "daemon/service/rpc_util.h"
+
+namespace hicache::service {
+
+grpc::Status CacheRpcs::LoadBack(
+    grpc::ServerContext* context, const v1::LoadBackRequest& request,
+    grpc::ServerWriter<v1::LoadBackEvent>* writer) {
+  auto tokens = DecodeTokens(request.tokens(), "tokens");
+  if (!tokens.ok()) return ToGrpcStatus(tokens.status());
+  const std::string& session = request.session_id();
+  if (absl::Status s = sessions_->BeginStream(session); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  auto load = sessions_->LoadBack(session, *tokens);
+  if (!load.ok()) {
+    sessions_->EndStream(session);
+    return ToGrpcStatus(load.status());
+  }
+  v1::LoadBackEvent started;
+  v1::LoadBackEvent::Started* s = started.mutable_started();
+  s->set_load_id(load->op_id);
+  ToProto(load->pages, load->device_len + load->loaded_len,
+          s->mutable_locations());
+  s->set_device_tokens(load->device_len);
+  s->set_loaded_tokens(load->loaded_len);
+  s->set_num_steps(load->num_steps);
+  s->set_node(load->node);
+  s->set_miss_reason(std::string(LoadMissReasonName(load->miss)));
+  writer->Write(started);
+  if (load->op_id == 0) {
+    sessions_->EndStream(session);
+    return grpc::Status::OK;
+  }
+  // Events arrive in the mailbox as the copies complete; a reader too slow
+  // for the backlog is cut off (the load is finished as failed below).
+  auto box = std::make_shared<EventMailbox>(
+      limits_.max_backlog, [context] { context->TryCancel(); });
+  hub_->Claim(load->op_id, box);
+  bool ok = false;
+  while (!context->IsCancelled()) {
+    // The wake-up bound only notices a client that went away mid-load; the
+    // copies themselves signal the mailbox.
+    std::optional<OpEvent> event =
+        box->Wait(absl::Now() + absl::Seconds(1));
+    if (!event.has_value()) {
+      if (box->overflowed()) break;
+      continue;
+    }
+    if (event->type == OpEvent::Type::kLoadStep) {
+      v1::LoadBackEvent layer;
+      layer.mutable_layer_loaded()->set_rank(event->rank);
+      layer.mutable_layer_loaded()->set_step(event->step);
+      writer->Write(layer);
+    } else if (event->type == OpEvent::Type::kLoadDone) {
+      ok = event->ok;
+      break;
+    }
+  }
+  hub_->Forget(load->op_id);
+  box->Disarm();  // `context` dies with this call.
+  // Hand the load's lock over to an ordinary session lock on the node.
+  if (ok) (void)sessions_->Lock(session, {load->node});
+  (void)sessions_->FinishLoad(session, load->op_id);
+  sessions_->EndStream(session);
+  if (box->overflowed()) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        "load-back stream cut off: the client read too slowly");
+  }
+  v1::LoadBackEvent done;
+  done.mutable_done()->set_ok(ok);
+  writer->Write(done);
+  return grpc::Status::OK;
+}
+
+namespace {
+
+// The server message for an engine event of a backup, or nullopt.
+std::optional<v1::BackupServerMessage> ToBackupMessage(const OpEvent& event) {
+  v1::BackupServerMessage out;
+  switch (event.type) {
+    case OpEvent::Type::kBackupStep:
+      out.mutable_step_done()->set_backup_id(event.op);
+      out.mutable_step_done()->set_rank(event.rank);
+      out.mutable_step_done()->set_step(event.step);
+      return out;
+    case OpEvent::Type::kCommitted:
+      out.mutable_committed()->set_backup_id(event.op);
+      out.mutable_committed()->set_node(event.node);
+      return out;
+    case OpEvent::Type::kRolledBack:
+      out.mutable_rolled_back()->set_backup_id(event.op);
+      return out;
+    default:
+      return std::nullopt;
+  }
+}
+
+}  // namespace
+
+grpc::Status CacheRpcs::BackupSession(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::BackupServerMessage, v1::BackupClientMessage>*
+        stream) {
+  v1::BackupClientMessage in;
+  if (!stream->Read(&in)) return grpc::Status::OK;  // Closed before a word.
+  const std::string session = in.session_id();
+  if (session.empty()) {
+    return Invalid(
+        "every BackupSession message must carry the stream's session_id");
+  }
+  if (absl::Status s = sessions_->BeginStream(session); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  // Two threads: this one reads client messages; `events` writes the
+  // per-layer progress and outcomes of this stream's backups, blocking on the
+  // mailbox (an idle stream costs no CPU). A client too slow for the backlog
+  // is cut off: the mailbox cancels the RPC and its backups roll back.
+  auto box = std::make_shared<EventMailbox>(
+      limits_.max_backlog, [context] { context->TryCancel(); });
+  Mutex mu;  // The stream's state; never held while writing.
+  std::set<uint64_t> open_backups;  // GUARDED_BY(mu)
+  std::set<uint64_t> claimed;       // GUARDED_BY(mu)
+  bool reading = true;              // GUARDED_BY(mu)
+  Mutex write_mu;  // One writer at a time (gRPC's rule); may block long.
+  auto write = [&](const v1::BackupServerMessage& message) {
+    MutexLock lock(&write_mu);
+    stream->Write(message);
+  };
+  std::thread events([&] {
+    while (true) {
+      std::optional<OpEvent> event = box->Wait(absl::InfiniteFuture());
+      if (!event.has_value()) return;  // Closed or overflowed.
+      std::optional<v1::BackupServerMessage> out = ToBackupMessage(*event);
+      if (!out.has_value()) continue;
+      bool last = false;
+      if (event->type != OpEvent::Type::kBackupStep) {
+        sessions_->BackupFinished(session, event->op);
+        MutexLock lock(&mu);
+        open_backups.erase(event->op);
+        last = !reading && open_backups.empty();
+      }
+      write(*out);
+      if (last) return;
+    }
+  });
+  grpc::Status result = grpc::Status::OK;
+  do {
+    if (!in.session_id().empty() && in.session_id() != session) {
+      result = Invalid(
+          "every BackupSession message must carry the stream's session_id");
+      break;
+    }
+    absl::Status status;
+    if (in.has_prepare()) {
+      std::vector<BackupSpec> specs;
+      for (const v1::BackupSpec& spec : in.prepare().specs()) {
+        specs.push_back(
+            {std::vector<LogicalPage>(spec.pages().begin(), spec.pages().end()),
+             spec.logical_tokens()});
+      }
+      auto ids = sessions_->PrepareBackups(session, specs);
+      status = ids.status();
+      if (ids.ok()) {
+        v1::BackupServerMessage out;
+        out.mutable_prepared()->mutable_backup_ids()->Add(ids->begin(),
+                                                          ids->end());
+        {
+          MutexLock lock(&mu);
+          for (uint64_t id : *ids) {
+            if (id == 0) continue;
+            open_backups.insert(id);
+            claimed.insert(id);
+          }
+        }
+        // Claimed before the client can store a layer: no event is missed.
+        for (uint64_t id : *ids) {
+          if (id != 0) hub_->Claim(id, box);
+        }
+        write(out);
+      }
+    } else if (in.has_layer_stored()) {
+      std::vector<uint64_t> ids(in.layer_stored().backup_ids().begin(),
+                                in.layer_stored().backup_ids().end());
+      status = sessions_->LayerStored(session, ids, in.layer_stored().step());
+    } else if (in.has_store_all()) {
+      status = sessions_->StoreAll(session, in.store_all().backup_id());
+    } else if (in.has_rollback()) {
+      status = sessions_->Rollback(session, in.rollback().backup_id());
+    } else {
+      status = absl::InvalidArgumentError("empty BackupClientMessage");
+    }
+    if (!status.ok()) {
+      v1::BackupServerMessage error;
+      error.mutable_error()->set_code(static_cast<int>(status.code()));
+      error.mutable_error()->set_message(std::string(status.message()));
+      write(error);
+    }
+  } while (stream->Read(&in));
+  // The client is done: it half-closed, broke the stream, or sent a bad
+  // message. Backups that still need it (a layer not stored, no node
+  // attached) can never complete: roll them back now. On a half-close the
+  // rest only wait for copies, so their outcomes are still delivered.
+  const bool broken = context->IsCancelled() || !result.ok();
+  std::vector<uint64_t> doomed;
+  {
+    MutexLock lock(&mu);
+    reading = false;
+    for (uint64_t id : open_backups) {
+      absl::StatusOr<bool> waits = engine_->BackupAwaitsClient(id);
+      if (broken || (waits.ok() && *waits)) doomed.push_back(id);
+    }
+  }
+  for (uint64_t id : doomed) (void)sessions_->Rollback(session, id);
+  {
+    MutexLock lock(&mu);
+    if (open_backups.empty()) box->Close();
+  }
+  events.join();
+  {
+    MutexLock lock(&mu);
+    for (uint64_t id : claimed) hub_->Forget(id);
+  }
+  box->Disarm();  // `context` dies with this call.
+  sessions_->EndStream(session);
+  if (box->overflowed()) {
+    return grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("backup stream cut off: more than ", limits_.max_backlog,
+                     " events waited for a client that read too slowly; its "
+                     "backups were rolled back"));
+  }
+  return result;
+}
+
+}  // namespace hicache::service
