@@ -335,9 +335,7 @@ bool HiCacheEngine::DropNamespaceIfEmpty(absl::string_view ns) {
 
 absl::StatusOr<std::string> HiCacheEngine::NamespaceOf(NodeId node) const {
   MutexLock lock(&mu_);
-  absl::StatusOr<NodeInfo> info = tree_->Inspect(node);
-  if (!info.ok()) return info.status();
-  return info->ns;
+  return tree_->NamespaceOf(node);
 }
 
 void HiCacheEngine::FreeDeviceLocked(absl::Span<const LogicalPage> pages) {

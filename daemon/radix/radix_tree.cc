@@ -64,6 +64,14 @@ Node* RadixTree::Root(absl::string_view ns, bool create) {
   return root;
 }
 
+absl::StatusOr<std::string> RadixTree::NamespaceOf(NodeId id) const {
+  absl::StatusOr<Node*> found = FindOrError(id);
+  if (!found.ok()) return found.status();
+  const Node* node = *found;
+  while (!node->is_root()) node = node->parent;
+  return *node->ns;
+}
+
 bool RadixTree::DropNamespaceIfEmpty(absl::string_view ns) {
   auto it = roots_.find(ns);
   if (it == roots_.end()) return false;

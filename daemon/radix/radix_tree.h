@@ -211,6 +211,10 @@ class RadixTree {
   HostEvictResult EvictHost(
       absl::Span<const int64_t> host_pages_needed_per_rank);
 
+  // The namespace of a live node (its root's name); NOT_FOUND otherwise.
+  // O(depth), no copy of the node's pages or tokens.
+  absl::StatusOr<std::string> NamespaceOf(NodeId node) const;
+
   // Removes the root of namespace `ns` if it has no children and nothing
   // locks or pins it; returns whether it did. Keeps an idle tenant's name from
   // holding memory after its last node is gone.
