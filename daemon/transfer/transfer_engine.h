@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -21,6 +22,11 @@ struct RankCopy {
   Rank rank = 0;
   std::vector<PhysicalPage> device_pages;
   std::vector<int64_t> host_pages;
+  // A fence registered with RegisterFence for this rank, or 0: the copy
+  // starts only after the fence's latest signal at submit time (a worker's
+  // "layer written" event on its compute stream). Only backends with events
+  // accept fences.
+  uint64_t wait_fence = 0;
 };
 
 // One step of one operation for every listed rank. A step is one layer of
@@ -33,16 +39,27 @@ struct TransferTask {
   std::vector<RankCopy> ranks;
 };
 
-// Receives completions. Called from transfer worker threads, once per
-// (op, rank, step) of every submitted task, with OK or the copy's error.
-// Implementations must be thread-safe and must not call back into the
-// TransferEngine synchronously.
+// The completion of one (op, rank, step).
+struct StepDone {
+  uint64_t op_id = 0;
+  TransferDirection direction = TransferDirection::kDeviceToHost;
+  Rank rank = 0;
+  uint32_t step = 0;
+  absl::Status status;  // OK, or why the copy failed (its bytes are garbage).
+  uint64_t bytes = 0;   // Bytes moved (0 on failure).
+  // For a host-to-device step on a backend with events: an exported event
+  // (IPC handle bytes) recorded after the step's bytes landed on the device;
+  // a worker waits on it before reading the layer. Empty otherwise.
+  std::string fence;
+};
+
+// Receives completions. Called from transfer threads, once per (op, rank,
+// step) of every submitted task. Implementations must be thread-safe and must
+// not call back into the TransferEngine synchronously.
 class TransferListener {
  public:
   virtual ~TransferListener() = default;
-  virtual void OnStepDone(uint64_t op_id, TransferDirection direction,
-                          Rank rank, uint32_t step, absl::Status status,
-                          uint64_t bytes) = 0;
+  virtual void OnStepDone(StepDone done) = 0;
 };
 
 // Moves KV bytes between the device and host pools. Asynchronous: Submit
@@ -55,12 +72,21 @@ class TransferEngine {
   // page outside its pool or a step outside the geometry; nothing is queued
   // then.
   virtual absl::Status Submit(TransferTask task) = 0;
-  // Blocks until every task submitted so far has completed.
+  // Blocks until every task submitted so far has completed and its listener
+  // call has returned.
   virtual void Drain() = 0;
-  // Copies `task` on the calling thread and returns the bytes moved; no
-  // listener call. For paths that must finish before they return (write-back
-  // of an eviction victim). Same validation as Submit.
-  virtual absl::StatusOr<uint64_t> CopyNow(const TransferTask& task) = 0;
+
+  // Fences (backends with events only; the others answer
+  // FAILED_PRECONDITION). Registers a worker's exported event for `rank`
+  // (IPC handle bytes, sent once) and returns its id (> 0) for
+  // RankCopy::wait_fence. INVALID_ARGUMENT for a rank without pools or a
+  // malformed handle.
+  virtual absl::StatusOr<uint64_t> RegisterFence(Rank rank,
+                                                 const std::string& handle) = 0;
+  // Forgets a fence (its worker went away). NOT_FOUND for an unknown id.
+  virtual absl::Status ReleaseFence(uint64_t fence) = 0;
+  // The rank a fence was registered for; NOT_FOUND for an unknown id.
+  virtual absl::StatusOr<Rank> FenceRank(uint64_t fence) const = 0;
 };
 
 // Builds a transfer engine that reports its completions to `listener`
