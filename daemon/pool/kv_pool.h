@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "daemon/layout/cp_layout.h"
 
 namespace hicache {
@@ -18,6 +19,8 @@ struct PoolExport {
   Kind kind = Kind::kSharedMemory;
   std::string handle;  // The segment name ("/hicache-...") or IPC handle bytes.
   uint64_t size_bytes = 0;
+  int device = -1;         // kCudaIpc: the CUDA device ordinal.
+  std::string pci_bus_id;  // kCudaIpc: the GPU's PCI bus id.
 };
 
 // One contiguous KV pool: one rank's device (L1) or host (L2) memory.
@@ -36,6 +39,10 @@ class KvPool {
   // A pointer the backend's copy engine addresses (device or host).
   virtual void* backend_data() const = 0;
   virtual PoolExport Export() const = 0;
+  // Whether the memory is page-locked (pinned or mlocked), and how long
+  // pinning took at creation (zero when not pinned).
+  virtual bool pinned() const { return false; }
+  virtual absl::Duration pin_time() const { return absl::ZeroDuration(); }
 };
 
 // Creates pools. The CPU backend backs both tiers with shared memory; a CUDA

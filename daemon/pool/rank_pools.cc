@@ -36,6 +36,15 @@ absl::StatusOr<std::unique_ptr<RankPools>> RankPools::Create(
   return pools;
 }
 
+RankPools::Sizes RankPools::SizesFor(const CpLayout& layout,
+                                     const KvGeometry& geometry,
+                                     const RankPoolsOptions& options) {
+  return Sizes{
+      .ranks = layout.served_ranks(),
+      .device_bytes_per_rank = geometry.PoolBytes(options.device_pages_per_rank),
+      .host_bytes_per_rank = geometry.PoolBytes(options.host_pages_per_rank)};
+}
+
 RankPools::RankPools(const CpLayout& layout, const KvGeometry& geometry,
                      const RankPoolsOptions& options)
     : layout_(layout),

@@ -24,6 +24,15 @@ struct RankPoolsOptions {
 // that addresses them. Immutable after Create(); thread-safe.
 class RankPools {
  public:
+  // What Create will ask the backend for.
+  struct Sizes {
+    std::vector<Rank> ranks;  // Served ranks, ascending.
+    uint64_t device_bytes_per_rank = 0;
+    uint64_t host_bytes_per_rank = 0;  // 0: no host tier.
+  };
+  static Sizes SizesFor(const CpLayout& layout, const KvGeometry& geometry,
+                        const RankPoolsOptions& options);
+
   // Creates one device and (if host_pages_per_rank > 0) one host pool per
   // served rank through `backend`. All or nothing: on error nothing remains.
   static absl::StatusOr<std::unique_ptr<RankPools>> Create(

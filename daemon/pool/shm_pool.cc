@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace hicache {
 
@@ -64,6 +65,7 @@ absl::StatusOr<std::unique_ptr<ShmPool>> ShmPool::Create(
     return fail(ErrnoError(errno, absl::StrCat("mmap ", name)));
   }
   close(fd);  // The mapping keeps the segment alive.
+  const absl::Time pin_start = absl::Now();
   if (lock_memory && mlock(data, size_bytes) != 0) {
     const int err = errno;
     munmap(data, size_bytes);
@@ -71,15 +73,19 @@ absl::StatusOr<std::unique_ptr<ShmPool>> ShmPool::Create(
     return ErrnoError(err, absl::StrCat("mlock ", size_bytes, " bytes of ",
                                         name, " (check RLIMIT_MEMLOCK)"));
   }
+  const absl::Duration pin_time =
+      lock_memory ? absl::Now() - pin_start : absl::ZeroDuration();
   return std::unique_ptr<ShmPool>(
-      new ShmPool(name, size_bytes, data, lock_memory));
+      new ShmPool(name, size_bytes, data, lock_memory, pin_time));
 }
 
-ShmPool::ShmPool(std::string name, uint64_t size_bytes, void* data, bool locked)
+ShmPool::ShmPool(std::string name, uint64_t size_bytes, void* data, bool locked,
+                 absl::Duration pin_time)
     : name_(std::move(name)),
       size_bytes_(size_bytes),
       data_(data),
-      locked_(locked) {}
+      locked_(locked),
+      pin_time_(pin_time) {}
 
 ShmPool::~ShmPool() {
   if (locked_) munlock(data_, size_bytes_);

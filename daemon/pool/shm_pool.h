@@ -32,14 +32,18 @@ class ShmPool final : public KvPool {
   void* backend_data() const override { return data_; }
   PoolExport Export() const override;
   bool locked() const { return locked_; }
+  bool pinned() const override { return locked_; }
+  absl::Duration pin_time() const override { return pin_time_; }
 
  private:
-  ShmPool(std::string name, uint64_t size_bytes, void* data, bool locked);
+  ShmPool(std::string name, uint64_t size_bytes, void* data, bool locked,
+          absl::Duration pin_time);
 
   const std::string name_;
   const uint64_t size_bytes_;
   void* const data_;
   const bool locked_;
+  const absl::Duration pin_time_;
 };
 
 // The CPU backend: every pool is a ShmPool named
