@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
 #include "daemon/pool/shm_pool.h"
-#include "daemon/transfer/cpu_transfer_engine.h"
+#include "daemon/backend/cpu/cpu_transfer_engine.h"
 
 namespace hicache {
 namespace {

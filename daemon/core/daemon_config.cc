@@ -48,20 +48,20 @@ std::string DefaultInstanceId(absl::string_view canonical_socket_path) {
                       absl::Hex(hash >> 16, absl::PadSpec::kZeroPad12));
 }
 
-absl::string_view BackendName(Backend backend) {
+absl::string_view BackendName(BackendKind backend) {
   switch (backend) {
-    case Backend::kCpu:
+    case BackendKind::kCpu:
       return "cpu";
-    case Backend::kCuda:
+    case BackendKind::kCuda:
       return "cuda";
   }
   return "unknown";
 }
 
-absl::StatusOr<Backend> ParseBackend(absl::string_view text) {
+absl::StatusOr<BackendKind> ParseBackend(absl::string_view text) {
   const std::string lower = absl::AsciiStrToLower(text);
-  if (lower == "cpu") return Backend::kCpu;
-  if (lower == "cuda") return Backend::kCuda;
+  if (lower == "cpu") return BackendKind::kCpu;
+  if (lower == "cuda") return BackendKind::kCuda;
   return absl::InvalidArgumentError(
       absl::StrCat("unknown backend '", text, "'; expected 'cpu' or 'cuda'"));
 }
@@ -85,9 +85,9 @@ absl::StatusOr<HostLayout> ParseHostLayout(absl::string_view text) {
                    "'; expected 'layer_first' or 'page_first'"));
 }
 
-bool AbslParseFlag(absl::string_view text, Backend* backend,
+bool AbslParseFlag(absl::string_view text, BackendKind* backend,
                    std::string* error) {
-  absl::StatusOr<Backend> parsed = ParseBackend(text);
+  absl::StatusOr<BackendKind> parsed = ParseBackend(text);
   if (!parsed.ok()) {
     *error = std::string(parsed.status().message());
     return false;
@@ -96,7 +96,7 @@ bool AbslParseFlag(absl::string_view text, Backend* backend,
   return true;
 }
 
-std::string AbslUnparseFlag(Backend backend) {
+std::string AbslUnparseFlag(BackendKind backend) {
   return std::string(BackendName(backend));
 }
 

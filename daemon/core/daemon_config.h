@@ -11,7 +11,7 @@
 namespace hicache {
 
 // Where the KV pools live and how bytes move between them.
-enum class Backend {
+enum class BackendKind {
   kCpu,   // Shared-memory segments stand in for device memory; memcpy copies.
   kCuda,  // Device memory, pinned host memory and CUDA copy streams.
 };
@@ -22,16 +22,16 @@ enum class HostLayout {
   kPageFirst,   // All layers of one page contiguous.
 };
 
-absl::string_view BackendName(Backend backend);                // "cpu" | "cuda"
-absl::StatusOr<Backend> ParseBackend(absl::string_view text);  // inverse
+absl::string_view BackendName(BackendKind backend);                // "cpu" | "cuda"
+absl::StatusOr<BackendKind> ParseBackend(absl::string_view text);  // inverse
 absl::string_view HostLayoutName(HostLayout layout);  // "layer_first" | ...
 absl::StatusOr<HostLayout> ParseHostLayout(absl::string_view text);
 
 // Abseil flag marshalling, so --backend=gpu fails at flag parsing with the
 // list of valid values.
-bool AbslParseFlag(absl::string_view text, Backend* backend,
+bool AbslParseFlag(absl::string_view text, BackendKind* backend,
                    std::string* error);
-std::string AbslUnparseFlag(Backend backend);
+std::string AbslUnparseFlag(BackendKind backend);
 bool AbslParseFlag(absl::string_view text, HostLayout* layout,
                    std::string* error);
 std::string AbslUnparseFlag(HostLayout layout);
@@ -57,7 +57,7 @@ struct DaemonConfig {
   static constexpr uint32_t kMaxCpSize = 256;
   static constexpr uint64_t kMaxPagesPerRank = uint64_t{1} << 40;
 
-  Backend backend = Backend::kCpu;
+  BackendKind backend = BackendKind::kCpu;
   uint32_t page_size = 64;  // Tokens per page, P.
   uint32_t cp_size = 1;     // Context-parallel size, C (number of lanes).
   // Ranks whose pools this daemon owns, ascending. Empty means all C ranks.

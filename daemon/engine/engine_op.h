@@ -3,6 +3,7 @@
 // Internal to //daemon/engine: the record of one backup or load.
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -29,6 +30,7 @@ struct HiCacheEngine::Op {
   bool done = false;    // Backup committed / load attached (or failed).
   bool failed = false;  // A copy failed (load: or the attach failed).
   bool client_done = false;  // Backup: its client rolled it back.
+  bool write_back = false;   // Backup of an eviction victim (write-back).
   // Load: the host-only chain and how many pages each node takes.
   std::vector<std::pair<NodeId, int64_t>> chain;
   NodeId locked_parent = kNoNode;  // Held while copies run.
@@ -49,6 +51,7 @@ struct HiCacheEngine::PendingEvent {
   uint32_t step = 0;
   NodeId node = kNoNode;
   bool ok = true;
+  std::string fence;  // kLoadStep: the backend's "layer landed" event.
 };
 
 }  // namespace hicache

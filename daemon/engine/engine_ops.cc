@@ -75,25 +75,44 @@ TransferTask HiCacheEngine::MakeTask(const Op& op, uint32_t step) const {
                        ? TransferDirection::kDeviceToHost
                        : TransferDirection::kHostToDevice;
   task.step = step;
-  task.ranks.resize(layout_.cp_size());
+  // Only the served ranks copy: their index in task.ranks by rank.
+  const std::vector<Rank>& served = layout_.served_ranks();
+  std::vector<int> slot(layout_.cp_size(), -1);
+  task.ranks.resize(served.size());
+  for (size_t i = 0; i < served.size(); ++i) {
+    task.ranks[i].rank = served[i];
+    slot[served[i]] = static_cast<int>(i);
+  }
   std::vector<size_t> next(layout_.cp_size(), 0);
-  for (Rank r = 0; r < layout_.cp_size(); ++r) task.ranks[r].rank = r;
   for (size_t i = 0; i < op.pages.size(); ++i) {
     const Rank lane = op.owners[i];
-    task.ranks[lane].device_pages.push_back(
-        layout_.PhysicalPageOf(op.pages[i]));
-    task.ranks[lane].host_pages.push_back(op.host[lane][next[lane]++]);
+    const int64_t host_page = op.host[lane][next[lane]++];
+    if (slot[lane] < 0) continue;  // Another daemon's rank.
+    RankCopy& copy = task.ranks[slot[lane]];
+    copy.device_pages.push_back(layout_.PhysicalPageOf(op.pages[i]));
+    copy.host_pages.push_back(host_page);
   }
   return task;
 }
 
-absl::Status HiCacheEngine::SubmitStepLocked(Op& op, uint32_t step) {
-  op.outstanding += layout_.cp_size();
-  outstanding_steps_ += layout_.cp_size();
-  absl::Status submitted = transfer_->Submit(MakeTask(op, step));
+int64_t HiCacheEngine::AcksPerStep() const {
+  return static_cast<int64_t>(layout_.served_ranks().size());
+}
+
+absl::Status HiCacheEngine::SubmitStepLocked(Op& op, uint32_t step,
+                                             absl::Span<const RankFence> fences) {
+  TransferTask task = MakeTask(op, step);
+  for (const RankFence& fence : fences) {
+    for (RankCopy& copy : task.ranks) {
+      if (copy.rank == fence.rank) copy.wait_fence = fence.fence;
+    }
+  }
+  op.outstanding += AcksPerStep();
+  outstanding_steps_ += AcksPerStep();
+  absl::Status submitted = transfer_->Submit(std::move(task));
   if (!submitted.ok()) {
-    op.outstanding -= layout_.cp_size();
-    outstanding_steps_ -= layout_.cp_size();
+    op.outstanding -= AcksPerStep();
+    outstanding_steps_ -= AcksPerStep();
   }
   return submitted;
 }
@@ -157,11 +176,30 @@ absl::StatusOr<std::vector<uint64_t>> HiCacheEngine::PrepareBackups(
 }
 
 absl::Status HiCacheEngine::LayerStored(absl::Span<const uint64_t> ops,
-                                        uint32_t step) {
+                                        uint32_t step,
+                                        absl::Span<const RankFence> fences) {
   MutexLock lock(&mu_);
   if (step >= geometry_.NumSteps()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "step ", step, " is outside [0, ", geometry_.NumSteps(), ")"));
+  }
+  std::vector<bool> fenced(layout_.cp_size(), false);
+  for (const RankFence& fence : fences) {
+    if (fence.rank >= layout_.cp_size() || !layout_.Serves(fence.rank)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("fence for rank ", fence.rank,
+                       ", which this daemon does not serve"));
+    }
+    if (fenced[fence.rank]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("two fences for rank ", fence.rank));
+    }
+    fenced[fence.rank] = true;
+    absl::StatusOr<Rank> owner = transfer_->FenceRank(fence.fence);
+    if (!owner.ok() || *owner != fence.rank) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "fence ", fence.fence, " is not registered for rank ", fence.rank));
+    }
   }
   for (uint64_t id : ops) {
     auto it = ops_.find(id);
@@ -184,7 +222,9 @@ absl::Status HiCacheEngine::LayerStored(absl::Span<const uint64_t> ops,
       continue;
     }
     op.submit_ns = NowNs();
-    if (absl::Status s = SubmitStepLocked(op, step); !s.ok()) return s;
+    if (absl::Status s = SubmitStepLocked(op, step, fences); !s.ok()) {
+      return s;
+    }
   }
   return absl::OkStatus();
 }
@@ -255,8 +295,7 @@ absl::Status HiCacheEngine::AttachBackup(uint64_t id, NodeId node) {
     op.node = node;
     op.attached = true;
     // A ready ack was held for this moment.
-    if (op.acked ==
-        static_cast<int64_t>(layout_.cp_size()) * geometry_.NumSteps()) {
+    if (op.acked == AcksPerStep() * geometry_.NumSteps()) {
       CommitLocked(op, &events);
     }
     event_queue_.insert(event_queue_.end(), events.begin(), events.end());
@@ -362,12 +401,16 @@ void HiCacheEngine::FinishOpLocked(uint64_t id,
   }
 }
 
-void HiCacheEngine::OnStepDone(uint64_t id, TransferDirection direction,
-                               Rank rank, uint32_t step, absl::Status status,
-                               uint64_t bytes) {
+void HiCacheEngine::OnStepDone(StepDone done) {
+  const uint64_t id = done.op_id;
+  const Rank rank = done.rank;
+  const uint32_t step = done.step;
+  const absl::Status& status = done.status;
+  const uint64_t bytes = done.bytes;
   std::vector<PendingEvent> events;
   {
     MutexLock lock(&mu_);
+    ops_cv_.SignalAll();  // Writers waiting for staged write-backs recheck.
     if (--outstanding_steps_ == 0) idle_cv_.SignalAll();
     auto it = ops_.find(id);
     if (it == ops_.end()) return;
@@ -376,7 +419,7 @@ void HiCacheEngine::OnStepDone(uint64_t id, TransferDirection direction,
     ++op.acked;
     ++stats_.steps_completed;
     stats_.step_latency_ns_total += NowNs() - op.submit_ns;
-    if (direction == TransferDirection::kDeviceToHost) {
+    if (done.direction == TransferDirection::kDeviceToHost) {
       stats_.bytes_to_host += bytes;
     } else {
       stats_.bytes_to_device += bytes;
@@ -388,9 +431,9 @@ void HiCacheEngine::OnStepDone(uint64_t id, TransferDirection direction,
       events.push_back({backup ? PendingEvent::Type::kBackupStep
                                : PendingEvent::Type::kLoadStep,
                         id, rank, step});
+      events.back().fence = std::move(done.fence);
     }
-    const bool all_acked = op.acked == static_cast<int64_t>(layout_.cp_size()) *
-                                           geometry_.NumSteps();
+    const bool all_acked = op.acked == AcksPerStep() * geometry_.NumSteps();
     if (op.rolled_back || op.failed) {
       if (op.outstanding == 0) FinishOpLocked(id, &events);
     } else if (all_acked) {
@@ -465,7 +508,7 @@ absl::StatusOr<LoadResult> HiCacheEngine::LoadBack(
   // never a plain allocation.
   const uint64_t op_id = next_op_++;
   absl::StatusOr<std::vector<LogicalPage>> pages =
-      AllocateLocked(owners, -1, PageHolder::Load(op_id));
+      AllocateLocked(owners, -1, PageHolder::Load(op_id), /*may_wait=*/false);
   if (!pages.ok()) {
     for (const auto& [node, count] : slices) (void)tree_->ReleaseHostRef(node);
     (void)tree_->Unlock(parent);
@@ -618,7 +661,7 @@ void HiCacheEngine::DispatchPending() {
           listener->OnBackupRolledBack(e.op);
           break;
         case PendingEvent::Type::kLoadStep:
-          listener->OnLoadStep(e.op, e.rank, e.step);
+          listener->OnLoadStep(e.op, e.rank, e.step, e.fence);
           break;
         case PendingEvent::Type::kLoadDone:
           listener->OnLoadDone(e.op, e.ok);

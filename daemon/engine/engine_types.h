@@ -8,6 +8,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "daemon/backend/backend.h"
 #include "daemon/core/clock.h"
 #include "daemon/core/daemon_config.h"
 #include "daemon/layout/cp_layout.h"
@@ -46,13 +48,27 @@ struct EngineOptions {
   // per rank (L2), not just the deficit.
   int64_t l1_free_room_pages = 0;
   int64_t l2_free_room_pages = 0;
-  int transfer_workers = 2;
-  const Clock* clock = nullptr;    // Default: Clock::Real().
-  PoolBackend* backend = nullptr;  // Default: shared-memory pools.
+  // Ranks whose pools and copies this engine owns (ascending; empty: all
+  // C). The tree, the allocators and the host metadata always cover all C
+  // lanes (one logical page space); pools exist and copies run only for
+  // these ranks, and an op completes when each of them has acked each step.
+  std::vector<Rank> served_ranks;
+  int transfer_workers = 2;  // Default backend's copy threads.
+  const Clock* clock = nullptr;  // Default: Clock::Real().
+  // Where pools live and what copies (must outlive the engine). Default: a
+  // CpuBackend (shared memory, memcpy) the engine owns.
+  Backend* backend = nullptr;
   // Name prefix of the default backend's segments: the daemon's
   // ShmInstance::prefix(). Empty: "/hicache-<pid>-e<address>", unique per
   // engine (tests and tools without a daemon).
   std::string shm_prefix;
+  // Refuse pools larger than the machine has (Backend::CheckCapacity)
+  // before taking any memory.
+  bool check_capacity = true;
+  // Write-back: how long an allocation waits for the copies of the victims
+  // it staged (the engine lock is released meanwhile) before it evicts
+  // without them.
+  absl::Duration write_back_wait = absl::Seconds(5);
   // Test seam (fault injection): wraps the backend's transfer engine. Given
   // the engine's listener and a factory of the backend engine, returns the
   // transfer engine to use; a decorator builds the backend engine with
@@ -61,6 +77,13 @@ struct EngineOptions {
   std::function<std::unique_ptr<TransferEngine>(
       TransferListener* listener, const TransferEngineFactory& backend)>
       wrap_transfer;
+};
+
+// A fence a worker registered (HiCacheEngine::RegisterFence) for its rank,
+// named by a layer_stored: that rank's copy waits for it.
+struct RankFence {
+  Rank rank = 0;
+  uint64_t fence = 0;
 };
 
 // A backup the scheduler prepares for one request before its forward pass.
@@ -97,7 +120,10 @@ class EngineListener {
   virtual void OnBackupStep(uint64_t op, Rank rank, uint32_t step) {}
   virtual void OnBackupCommitted(uint64_t op, NodeId node) {}
   virtual void OnBackupRolledBack(uint64_t op) {}
-  virtual void OnLoadStep(uint64_t op, Rank rank, uint32_t step) {}
+  // `fence`: the backend's exported "layer landed" event (empty on the CPU
+  // backend); see StepDone::fence.
+  virtual void OnLoadStep(uint64_t op, Rank rank, uint32_t step,
+                          const std::string& fence) {}
   virtual void OnLoadDone(uint64_t op, bool ok) {}
 };
 

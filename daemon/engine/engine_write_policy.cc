@@ -1,7 +1,7 @@
 // HiCacheEngine: the backups a write policy starts by itself -- write-through
-// at a hit (asynchronous, attached at once) and write-back of eviction
-// victims (synchronous, CopyNow) -- as opposed to the per-layer backups a
-// scheduler prepares for a forward pass (engine_ops.cc).
+// at a hit and write-back of eviction victims, both asynchronous and attached
+// at once -- as opposed to the per-layer backups a scheduler prepares for a
+// forward pass (engine_ops.cc).
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -12,13 +12,15 @@
 
 namespace hicache {
 
-void HiCacheEngine::StartBackupOfNodeLocked(NodeId node) {
+uint64_t HiCacheEngine::StartBackupOfNodeLocked(NodeId node,
+                                                bool write_back) {
   absl::StatusOr<NodeInfo> info = tree_->Inspect(node);
   if (!info.ok() || info->tier != NodeTier::kDevice || info->pending_backup) {
-    return;
+    return 0;
   }
   auto op = std::make_unique<Op>();
   op->kind = Op::Kind::kBackup;
+  op->write_back = write_back;
   op->pages = info->device_pages;
   op->owners = layout_.OwnersOf(op->pages);
   op->logical_len = info->len;
@@ -27,14 +29,14 @@ void HiCacheEngine::StartBackupOfNodeLocked(NodeId node) {
   EvictHostLocked(need);
   if (!ReserveHostLocked(op->owners, &op->host).ok()) {
     ++stats_.backups_skipped_no_host;
-    return;
+    return 0;
   }
   absl::StatusOr<CpHostMeta> meta =
       CpHostMeta::Create(op->logical_len, layout_.page_size(),
                          layout_.cp_size(), op->owners, op->host);
   if (!meta.ok() || !tree_->BeginBackup(node, *std::move(meta)).ok()) {
     FreeHostLocked(op->host);
-    return;
+    return 0;
   }
   op->id = next_op_++;
   op->node = node;
@@ -43,63 +45,84 @@ void HiCacheEngine::StartBackupOfNodeLocked(NodeId node) {
   op->submit_ns = absl::GetCurrentTimeNanos();
   AcquirePagesLocked(op->pages);
   ++stats_.backups_started;
+  if (write_back) ++stats_.write_back_backups;
+  const uint64_t id = op->id;
   Op& ref = *op;
-  ops_[op->id] = std::move(op);
+  ops_[id] = std::move(op);
   for (uint32_t step = 0; step < geometry_.NumSteps(); ++step) {
     if (absl::Status s = SubmitStepLocked(ref, step); !s.ok()) {
-      spdlog::error("write-through submit failed: {}", s);
+      // Nothing of this step will complete: the backup can never commit.
+      spdlog::error("{} submit of node {} failed at step {}: {}",
+                    write_back ? "write-back" : "write-through", node, step,
+                    s);
+      FailOpLocked(ref, 0, step, s);
+      if (ref.outstanding == 0) {  // Else the last completion finishes it.
+        std::vector<PendingEvent> events;
+        FinishOpLocked(id, &events);
+        event_queue_.insert(event_queue_.end(), events.begin(), events.end());
+      }
+      return 0;
     }
   }
+  return id;
 }
 
-void HiCacheEngine::WriteBackVictimsLocked(absl::Span<const int64_t> need) {
-  // Back up, synchronously, unbacked victims until they cover the shortage,
-  // so eviction moves them to host instead of dropping them.
+std::vector<uint64_t> HiCacheEngine::StageWriteBackLocked(
+    absl::Span<const int64_t> need) {
+  std::vector<uint64_t> staged;
   std::vector<int64_t> covered(layout_.cp_size(), 0);
-  for (NodeId node : tree_->DeviceEvictionOrder(1 << 20)) {
-    bool short_lane = false;
+  auto short_lane = [&] {
     for (Rank l = 0; l < layout_.cp_size(); ++l) {
-      short_lane |= covered[l] < need[l];
+      if (covered[l] < need[l]) return true;
     }
-    if (!short_lane) return;
+    return false;
+  };
+  for (NodeId node : tree_->DeviceEvictionOrder(1 << 20)) {
+    if (!short_lane()) break;
     absl::StatusOr<NodeInfo> info = tree_->Inspect(node);
     if (!info.ok()) continue;
     for (LogicalPage p : info->device_pages) ++covered[layout_.LaneOf(p)];
     if (info->tier != NodeTier::kDevice) continue;  // Already backed.
-    const std::vector<Rank> owners = layout_.OwnersOf(info->device_pages);
-    std::vector<std::vector<int64_t>> host;
-    std::vector<int64_t> host_need(layout_.cp_size(), 0);
-    for (Rank owner : owners) ++host_need[owner];
-    EvictHostLocked(host_need);
-    if (!ReserveHostLocked(owners, &host).ok()) {
-      ++stats_.backups_skipped_no_host;
-      continue;
-    }
-    Op op;
-    op.kind = Op::Kind::kBackup;
-    op.pages = info->device_pages;
-    op.owners = owners;
-    op.host = host;
-    bool copied = true;
-    for (uint32_t step = 0; step < geometry_.NumSteps() && copied; ++step) {
-      absl::StatusOr<uint64_t> bytes = transfer_->CopyNow(MakeTask(op, step));
-      copied = bytes.ok();
-      if (copied) {
-        stats_.bytes_to_host += *bytes;
-      } else {
-        ++stats_.copy_failures;  // The victim is dropped, not backed up.
-        spdlog::warn("write-back of node {} failed at step {}: {}", node, step,
-                     bytes.status());
+    if (info->pending_backup) {
+      // In flight already (write-through or an earlier write-back): wait
+      // for that one too.
+      for (const auto& [id, op] : ops_) {
+        if (op->kind == Op::Kind::kBackup && op->attached &&
+            op->node == node && !op->rolled_back) {
+          staged.push_back(id);
+        }
       }
-    }
-    absl::StatusOr<CpHostMeta> meta = CpHostMeta::Create(
-        info->len, layout_.page_size(), layout_.cp_size(), owners, host);
-    if (!copied || !meta.ok() || !tree_->BeginBackup(node, *meta).ok() ||
-        !tree_->CommitBackup(node).ok()) {
-      FreeHostLocked(host);
       continue;
     }
-    ++stats_.write_back_backups;
+    if (const uint64_t id = StartBackupOfNodeLocked(node, /*write_back=*/true);
+        id != 0) {
+      staged.push_back(id);
+    }
+  }
+  return staged;
+}
+
+void HiCacheEngine::AwaitOpsLocked(absl::Span<const uint64_t> ops) {
+  if (ops.empty()) return;
+  auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (uint64_t id : ops) {
+      auto it = ops_.find(id);
+      if (it == ops_.end()) continue;
+      const Op& op = *it->second;
+      if (!op.done && !op.failed && !op.rolled_back) return false;
+    }
+    return true;
+  };
+  const absl::Time deadline = absl::Now() + options_.write_back_wait;
+  while (!settled()) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration() || ops_cv_.WaitWithTimeout(&mu_, left)) {
+      if (settled()) return;
+      spdlog::warn("write-back: {} staged victims still copying after {}; "
+                   "evicting without them",
+                   ops.size(), absl::FormatDuration(options_.write_back_wait));
+      return;
+    }
   }
 }
 

@@ -43,8 +43,9 @@ void EventHub::OnBackupCommitted(uint64_t op, NodeId node) {
 void EventHub::OnBackupRolledBack(uint64_t op) {
   Push({OpEvent::Type::kRolledBack, op});
 }
-void EventHub::OnLoadStep(uint64_t op, Rank rank, uint32_t step) {
-  Push({OpEvent::Type::kLoadStep, op, rank, step});
+void EventHub::OnLoadStep(uint64_t op, Rank rank, uint32_t step,
+                          const std::string& fence) {
+  Push({OpEvent::Type::kLoadStep, op, rank, step, kNoNode, true, fence});
 }
 void EventHub::OnLoadDone(uint64_t op, bool ok) {
   Push({OpEvent::Type::kLoadDone, op, 0, 0, kNoNode, ok});

@@ -32,7 +32,8 @@ class EventHub final : public EngineListener {
   void OnBackupStep(uint64_t op, Rank rank, uint32_t step) override;
   void OnBackupCommitted(uint64_t op, NodeId node) override;
   void OnBackupRolledBack(uint64_t op) override;
-  void OnLoadStep(uint64_t op, Rank rank, uint32_t step) override;
+  void OnLoadStep(uint64_t op, Rank rank, uint32_t step,
+                  const std::string& fence) override;
   void OnLoadDone(uint64_t op, bool ok) override;
 
   // Sends `op`'s queued and future events to `box` until Forget(op).

@@ -8,8 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "daemon/core/log_format.h"
 #include "daemon/engine/engine_op.h"
-#include "daemon/pool/shm_pool.h"
-#include "daemon/transfer/cpu_transfer_engine.h"
+#include "daemon/backend/cpu/cpu_backend.h"
 #include "spdlog/spdlog.h"
 
 namespace hicache {
@@ -55,8 +54,8 @@ absl::string_view LoadMissReasonName(LoadMissReason reason) {
 
 absl::StatusOr<std::unique_ptr<HiCacheEngine>> HiCacheEngine::Create(
     const EngineOptions& options) {
-  absl::StatusOr<CpLayout> layout =
-      CpLayout::Create(options.page_size, options.cp_size);
+  absl::StatusOr<CpLayout> layout = CpLayout::Create(
+      options.page_size, options.cp_size, options.served_ranks);
   if (!layout.ok()) return layout.status();
   absl::StatusOr<KvGeometry> geometry =
       KvGeometry::Preset(options.kv_preset, options.page_size);
@@ -67,22 +66,31 @@ absl::StatusOr<std::unique_ptr<HiCacheEngine>> HiCacheEngine::Create(
   }
   std::unique_ptr<HiCacheEngine> engine(
       new HiCacheEngine(options, *layout, *geometry));
-  PoolBackend* backend = options.backend;
+  Backend* backend = options.backend;
   if (backend == nullptr) {
-    engine->owned_backend_ = std::make_unique<ShmPoolBackend>(
-        !options.shm_prefix.empty()
-            ? options.shm_prefix
-            : absl::StrCat("/hicache-", getpid(), "-e",
-                           reinterpret_cast<uintptr_t>(engine.get())));
+    engine->owned_backend_ = std::make_unique<CpuBackend>(CpuBackend::Options{
+        .shm_prefix = !options.shm_prefix.empty()
+                          ? options.shm_prefix
+                          : absl::StrCat("/hicache-", getpid(), "-e",
+                                         reinterpret_cast<uintptr_t>(
+                                             engine.get())),
+        .transfer_workers = options.transfer_workers});
     backend = engine->owned_backend_.get();
   }
-  absl::StatusOr<std::unique_ptr<RankPools>> pools = RankPools::Create(
-      engine->layout_, engine->geometry_,
-      RankPoolsOptions{.device_pages_per_rank = options.device_pages_per_rank,
-                       .host_pages_per_rank = options.host_pages_per_rank,
-                       .host_layout = options.host_layout,
-                       .lock_host_memory = options.lock_host_memory},
-      *backend);
+  engine->backend_name_ = backend->name();
+  const RankPoolsOptions pool_options{
+      .device_pages_per_rank = options.device_pages_per_rank,
+      .host_pages_per_rank = options.host_pages_per_rank,
+      .host_layout = options.host_layout,
+      .lock_host_memory = options.lock_host_memory};
+  if (options.check_capacity) {
+    absl::Status fits = backend->CheckCapacity(RankPools::SizesFor(
+        engine->layout_, engine->geometry_, pool_options));
+    if (!fits.ok()) return fits;
+  }
+  absl::StatusOr<std::unique_ptr<RankPools>> pools =
+      RankPools::Create(engine->layout_, engine->geometry_, pool_options,
+                        backend->pools());
   if (!pools.ok()) return pools.status();
   engine->pools_ = *std::move(pools);
 
@@ -111,9 +119,8 @@ absl::StatusOr<std::unique_ptr<HiCacheEngine>> HiCacheEngine::Create(
     }
   }
   const TransferEngineFactory backend_transfer =
-      [pools = engine->pools_.get(),
-       workers = options.transfer_workers](TransferListener* listener) {
-        return std::make_unique<CpuTransferEngine>(pools, listener, workers);
+      [pools = engine->pools_.get(), backend](TransferListener* listener) {
+        return backend->CreateTransferEngine(pools, listener);
       };
   engine->transfer_ =
       options.wrap_transfer
@@ -123,6 +130,15 @@ absl::StatusOr<std::unique_ptr<HiCacheEngine>> HiCacheEngine::Create(
     return absl::InvalidArgumentError("wrap_transfer returned no engine");
   }
   return engine;
+}
+
+absl::StatusOr<uint64_t> HiCacheEngine::RegisterFence(
+    Rank rank, const std::string& handle) {
+  return transfer_->RegisterFence(rank, handle);
+}
+
+absl::Status HiCacheEngine::ReleaseFence(uint64_t fence) {
+  return transfer_->ReleaseFence(fence);
 }
 
 HiCacheEngine::HiCacheEngine(const EngineOptions& options, CpLayout layout,
@@ -166,7 +182,7 @@ absl::StatusOr<MatchResult> HiCacheEngine::CountedMatchLocked(
 }
 
 DeviceEvictResult HiCacheEngine::EvictDeviceLocked(
-    absl::Span<const int64_t> need) {
+    absl::Span<const int64_t> need, bool may_wait) {
   std::vector<int64_t> target(layout_.cp_size(), 0);
   for (Rank l = 0; l < layout_.cp_size(); ++l) {
     const int64_t available = device_->Counts(l).available();
@@ -174,17 +190,18 @@ DeviceEvictResult HiCacheEngine::EvictDeviceLocked(
       target[l] = need[l] - available + l1_free_room_;
     }
   }
-  return EvictDeviceTargetsLocked(target);
+  return EvictDeviceTargetsLocked(target, may_wait);
 }
 
 DeviceEvictResult HiCacheEngine::EvictDeviceTargetsLocked(
-    absl::Span<const int64_t> target) {
+    absl::Span<const int64_t> target, bool may_wait) {
   if (std::all_of(target.begin(), target.end(),
                   [](int64_t t) { return t <= 0; })) {
     return DeviceEvictResult{};
   }
   if (options_.write_policy == WritePolicy::kWriteBack) {
-    WriteBackVictimsLocked(target);
+    const std::vector<uint64_t> staged = StageWriteBackLocked(target);
+    if (may_wait) AwaitOpsLocked(staged);
   }
   return ApplyDeviceEvictionLocked(tree_->EvictDevice(target));
 }
@@ -237,7 +254,8 @@ int64_t HiCacheEngine::EvictHostTargetsLocked(
 }
 
 absl::StatusOr<std::vector<LogicalPage>> HiCacheEngine::AllocateLocked(
-    absl::Span<const Rank> owners, int64_t any_lanes, PageHolder holder) {
+    absl::Span<const Rank> owners, int64_t any_lanes, PageHolder holder,
+    bool may_wait) {
   // More than the pool holds can never succeed: refuse before any work.
   const int64_t wanted =
       any_lanes >= 0 ? any_lanes : static_cast<int64_t>(owners.size());
@@ -266,14 +284,15 @@ absl::StatusOr<std::vector<LogicalPage>> HiCacheEngine::AllocateLocked(
         any_lanes - device_->available() + l1_free_room_ * layout_.cp_size();
     if (options_.write_policy == WritePolicy::kWriteBack) {
       std::vector<int64_t> all(layout_.cp_size(), missing);
-      WriteBackVictimsLocked(all);
+      const std::vector<uint64_t> staged = StageWriteBackLocked(all);
+      if (may_wait) AwaitOpsLocked(staged);
     }
     evicted = ApplyDeviceEvictionLocked(
         tree_->EvictDeviceTokens(missing * layout_.page_size()));
   } else {
     std::vector<int64_t> need(layout_.cp_size(), 0);
     for (Rank owner : owners) ++need[owner];
-    evicted = EvictDeviceLocked(need);
+    evicted = EvictDeviceLocked(need, may_wait);
   }
   pages = attempt();
   if (!pages.ok()) {
@@ -297,13 +316,15 @@ absl::StatusOr<std::vector<LogicalPage>> HiCacheEngine::Allocate(
         absl::StrCat("num_pages must be >= 0, got ", num_pages));
   }
   MutexLock lock(&mu_);
-  return AllocateLocked({}, num_pages, PageHolder::Request(holder));
+  return AllocateLocked({}, num_pages, PageHolder::Request(holder),
+                        /*may_wait=*/true);
 }
 
 absl::StatusOr<std::vector<LogicalPage>> HiCacheEngine::AllocateWithOwners(
     absl::Span<const Rank> owners, uint64_t holder) {
   MutexLock lock(&mu_);
-  return AllocateLocked(owners, -1, PageHolder::Request(holder));
+  return AllocateLocked(owners, -1, PageHolder::Request(holder),
+                        /*may_wait=*/true);
 }
 
 int64_t HiCacheEngine::DevicePageCapacity() const {
@@ -458,7 +479,7 @@ absl::Status HiCacheEngine::EnforceFreeRoom() {
     device_target[r] = l1_free_room_ - device_->Counts(r).available();
     host_target[r] = l2_free_room_ - host_[r]->free_pages();
   }
-  EvictDeviceTargetsLocked(device_target);
+  EvictDeviceTargetsLocked(device_target, /*may_wait=*/true);
   EvictHostTargetsLocked(host_target);
   return absl::OkStatus();
 }
@@ -500,7 +521,8 @@ absl::StatusOr<std::pair<int64_t, int64_t>> HiCacheEngine::EvictPages(
     host[i] = std::min(host_per_rank[i], options_.host_pages_per_rank);
   }
   MutexLock lock(&mu_);
-  const DeviceEvictResult evicted = EvictDeviceTargetsLocked(device);
+  const DeviceEvictResult evicted =
+      EvictDeviceTargetsLocked(device, /*may_wait=*/true);
   int64_t device_freed = 0;
   for (const auto& lane : evicted.freed_pages) device_freed += lane.size();
   const int64_t host_freed = EvictHostTargetsLocked(host);

@@ -30,9 +30,9 @@ namespace hicache {
 // Concurrency: one mutex (mu_) guards the tree, the allocators and every
 // operation record; transfers run outside it and report back through
 // OnStepDone, which takes mu_. Engine listeners are called after mu_ is
-// released. Lock order: HiCacheEngine::mu_ -> CpuTransferEngine::mu_ (Submit
-// is called with mu_ held; the transfer engine never calls back while holding
-// its own lock).
+// released. Lock order: HiCacheEngine::mu_ -> the transfer engine's locks
+// (Submit is called with mu_ held; a transfer engine never calls back while
+// holding its own lock).
 //
 // Data rules (docs/engine.md): a node is host-backed only after every rank's
 // final ack of every step, target and draft; a ready backup waits for its
@@ -116,10 +116,20 @@ class HiCacheEngine : public TransferListener {
   absl::StatusOr<std::vector<uint64_t>> PrepareBackups(
       absl::Span<const BackupSpec> specs, uint64_t holder = 0)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Submits `step`'s device->host copies of each op, every rank. A backup
-  // whose copy failed is skipped (its failure was reported).
-  absl::Status LayerStored(absl::Span<const uint64_t> ops, uint32_t step)
+  // Submits `step`'s device->host copies of each op, every served rank. A
+  // backup whose copy failed is skipped (its failure was reported). With
+  // `fences` (backends with events), a rank's copies wait for its fence;
+  // INVALID_ARGUMENT (nothing submitted) for a fence of an unserved rank,
+  // two for one rank, or one not registered for its rank.
+  absl::Status LayerStored(absl::Span<const uint64_t> ops, uint32_t step,
+                           absl::Span<const RankFence> fences = {})
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Worker fences: see TransferEngine::RegisterFence / ReleaseFence.
+  // FAILED_PRECONDITION on a backend without events.
+  absl::StatusOr<uint64_t> RegisterFence(Rank rank, const std::string& handle);
+  absl::Status ReleaseFence(uint64_t fence);
+  // The backend's name ("cpu", "cuda", ...).
+  const std::string& backend_name() const { return backend_name_; }
   // Fallback: every step not yet submitted, at once (logs a warning).
   absl::Status StoreAllLayers(uint64_t op) ABSL_LOCKS_EXCLUDED(mu_);
   // Ties a backup to the node that now holds its pages (after Insert). The
@@ -186,9 +196,7 @@ class HiCacheEngine : public TransferListener {
   absl::Status CheckInvariants() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // TransferListener.
-  void OnStepDone(uint64_t op_id, TransferDirection direction, Rank rank,
-                  uint32_t step, absl::Status status, uint64_t bytes) override
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void OnStepDone(StepDone done) override ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Op;
@@ -203,16 +211,20 @@ class HiCacheEngine : public TransferListener {
       absl::string_view ns, absl::Span<const int32_t> tokens)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Allocation for `holder` (kRequest or kLoad), recorded in the ledger.
+  // `may_wait`: under write-back, wait (mu_ released) for the victims it
+  // stages; only where no state read before the call is used after it.
   absl::StatusOr<std::vector<LogicalPage>> AllocateLocked(
-      absl::Span<const Rank> owners, int64_t any_lanes, PageHolder holder)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      absl::Span<const Rank> owners, int64_t any_lanes, PageHolder holder,
+      bool may_wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evicts device leaves until each lane has need[lane] + L1 free room free.
-  DeviceEvictResult EvictDeviceLocked(absl::Span<const int64_t> need)
+  DeviceEvictResult EvictDeviceLocked(absl::Span<const int64_t> need,
+                                      bool may_wait)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EvictHostLocked(absl::Span<const int64_t> need)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evict exactly target[lane] device pages / target[rank] host pages.
-  DeviceEvictResult EvictDeviceTargetsLocked(absl::Span<const int64_t> target)
+  DeviceEvictResult EvictDeviceTargetsLocked(absl::Span<const int64_t> target,
+                                             bool may_wait)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Returns the host pages freed.
   int64_t EvictHostTargetsLocked(absl::Span<const int64_t> target)
@@ -220,7 +232,15 @@ class HiCacheEngine : public TransferListener {
   // Frees what a tree eviction released and counts it.
   DeviceEvictResult ApplyDeviceEvictionLocked(DeviceEvictResult result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void WriteBackVictimsLocked(absl::Span<const int64_t> need)
+  // Write-back: starts asynchronous backups of unbacked device victims, in
+  // eviction order, until they cover `need` per lane; returns the ops
+  // (started now or already in flight). Their device pages stay allocated
+  // until the copies complete and a later eviction moves the nodes to host.
+  std::vector<uint64_t> StageWriteBackLocked(absl::Span<const int64_t> need)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits (mu_ released) until each op has committed, failed or ended, or
+  // options_.write_back_wait has passed.
+  void AwaitOpsLocked(absl::Span<const uint64_t> ops)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ReserveHostLocked(absl::Span<const Rank> owners,
                                  std::vector<std::vector<int64_t>>* host)
@@ -237,12 +257,20 @@ class HiCacheEngine : public TransferListener {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeDeviceLocked(absl::Span<const LogicalPage> pages)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One step of `op` for every served rank (only they have pools here).
   TransferTask MakeTask(const Op& op, uint32_t step) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Submits one step of `op` for every rank and counts it outstanding.
-  absl::Status SubmitStepLocked(Op& op, uint32_t step)
+  // Completions per step of an op: one per served rank.
+  int64_t AcksPerStep() const;
+  // Submits one step of `op` for every served rank and counts it
+  // outstanding; a rank named in `fences` waits for its fence.
+  absl::Status SubmitStepLocked(Op& op, uint32_t step,
+                                absl::Span<const RankFence> fences = {})
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void StartBackupOfNodeLocked(NodeId node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts an attached backup of a device-only node (write-through at a hit,
+  // write-back of a victim); returns its op id, or 0 if none started.
+  uint64_t StartBackupOfNodeLocked(NodeId node, bool write_back = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CommitLocked(Op& op, std::vector<PendingEvent>* events)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishOpLocked(uint64_t id, std::vector<PendingEvent>* events)
@@ -268,13 +296,15 @@ class HiCacheEngine : public TransferListener {
   const EngineOptions options_;
   const CpLayout layout_;
   const KvGeometry geometry_;
-  std::unique_ptr<PoolBackend> owned_backend_;
+  std::unique_ptr<Backend> owned_backend_;
+  std::string backend_name_;
   std::unique_ptr<RankPools> pools_;
   std::unique_ptr<TransferEngine> transfer_;
 
   Mutex dispatch_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable Mutex mu_;
   CondVar idle_cv_;
+  CondVar ops_cv_;  // Signalled at every step completion.
   // Events made under mu_, in order, waiting for DispatchPending.
   std::vector<PendingEvent> event_queue_ ABSL_GUARDED_BY(mu_);
   EngineListener* listener_ ABSL_GUARDED_BY(mu_) = nullptr;

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "daemon/engine/engine_types.h"
 
@@ -21,6 +22,7 @@ struct OpEvent {
   uint32_t step = 0;
   NodeId node = kNoNode;
   bool ok = true;
+  std::string fence;  // kLoadStep: the backend's "layer landed" event.
 };
 
 }  // namespace hicache

@@ -38,7 +38,7 @@ ABSL_FLAG(std::string, instance, "",
           "daemon of this instance left are reclaimed at start. 1-64 "
           "characters of [A-Za-z0-9_-] starting with a letter (default: the "
           "socket's name plus a hash of its canonical path).");
-ABSL_FLAG(hicache::Backend, backend, hicache::Backend::kCpu,
+ABSL_FLAG(hicache::BackendKind, backend, hicache::BackendKind::kCpu,
           "Device backend: 'cpu' (shared memory stands in for GPU memory) or "
           "'cuda'.");
 ABSL_FLAG(uint32_t, page_size, 64, "Tokens per KV page (a power of two).");
@@ -167,7 +167,7 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   config.max_stream_backlog = absl::GetFlag(FLAGS_max_stream_backlog);
   config.instance = absl::GetFlag(FLAGS_instance);
   if (absl::Status valid = config.Validate(); !valid.ok()) return valid;
-  if (config.backend == Backend::kCuda) {
+  if (config.backend == BackendKind::kCuda) {
     return absl::UnimplementedError(
         GetBuildInfo().cuda_support
             ? "--backend=cuda is not available yet in this version; use "

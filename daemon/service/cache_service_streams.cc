@@ -64,6 +64,7 @@ grpc::Status CacheRpcs::LoadBack(
       v1::LoadBackEvent layer;
       layer.mutable_layer_loaded()->set_rank(event->rank);
       layer.mutable_layer_loaded()->set_step(event->step);
+      layer.mutable_layer_loaded()->set_fence(event->fence);
       writer->Write(layer);
     } else if (event->type == OpEvent::Type::kLoadDone) {
       ok = event->ok;

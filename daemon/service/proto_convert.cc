@@ -4,11 +4,11 @@
 
 namespace hicache::service {
 
-v1::Backend ToProto(Backend backend) {
+v1::Backend ToProto(BackendKind backend) {
   switch (backend) {
-    case Backend::kCpu:
+    case BackendKind::kCpu:
       return v1::BACKEND_CPU;
-    case Backend::kCuda:
+    case BackendKind::kCuda:
       return v1::BACKEND_CUDA;
   }
   return v1::BACKEND_UNSPECIFIED;

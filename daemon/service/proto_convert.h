@@ -9,7 +9,7 @@
 namespace hicache::service {
 
 // Domain -> proto conversions used by the service handlers.
-v1::Backend ToProto(Backend backend);
+v1::Backend ToProto(BackendKind backend);
 v1::HostLayout ToProto(HostLayout layout);
 void ToProto(const BuildInfo& build, v1::BuildInfo* out);
 void ToProto(const DaemonConfig& config, v1::PoolGeometry* out);

@@ -15,14 +15,12 @@ uint64_t Mix(uint64_t h, uint64_t v) {
   return z ^ (z >> 31);
 }
 
-// A uniform draw in [0, 1) that depends only on the seed, the site and salt.
-double Draw(uint64_t seed, const TransferSite& site, uint64_t salt) {
+// A uniform draw in [0, 1) that depends only on the seed and the site.
+double Draw(uint64_t seed, const TransferSite& site) {
   uint64_t h = Mix(seed, site.op_id);
   h = Mix(h, static_cast<uint64_t>(site.direction));
   h = Mix(h, static_cast<uint64_t>(site.rank));
   h = Mix(h, site.step);
-  h = Mix(h, site.sync ? 1 : 0);
-  h = Mix(h, salt);
   return static_cast<double>(h >> 11) * 0x1.0p-53;
 }
 
@@ -32,7 +30,7 @@ std::string SiteString(const TransferSite& site) {
   return absl::StrCat(
       "op ", site.op_id, " ",
       site.direction == TransferDirection::kDeviceToHost ? "d2h" : "h2d",
-      " rank ", site.rank, " step ", site.step, site.sync ? " sync" : "");
+      " rank ", site.rank, " step ", site.step);
 }
 
 FaultyTransferEngine::FaultyTransferEngine(
@@ -91,7 +89,7 @@ int64_t FaultyTransferEngine::held() const {
 }
 
 const FaultyTransferEngine::Fault* FaultyTransferEngine::ChooseLocked(
-    const TransferSite& site, uint64_t salt, int* rule) {
+    const TransferSite& site, int* rule) {
   if (rule != nullptr) *rule = -1;
   for (size_t i = 0; i < rules_.size(); ++i) {
     Fault& fault = rules_[i].fault;
@@ -100,11 +98,10 @@ const FaultyTransferEngine::Fault* FaultyTransferEngine::ChooseLocked(
     if (rule != nullptr) *rule = static_cast<int>(i);
     return &fault;
   }
-  const double p = site.sync ? random_.copy_now
-                   : site.direction == TransferDirection::kDeviceToHost
+  const double p = site.direction == TransferDirection::kDeviceToHost
                        ? random_.device_to_host
                        : random_.host_to_device;
-  if (p > 0 && Draw(random_.seed, site, salt) < p) return &random_fault_;
+  if (p > 0 && Draw(random_.seed, site) < p) return &random_fault_;
   return nullptr;
 }
 
@@ -115,10 +112,10 @@ absl::Status FaultyTransferEngine::Submit(TransferTask task) {
     MutexLock lock(&mu_);
     generation = rules_generation_;
     for (RankCopy& copy : task.ranks) {
-      const TransferSite site{task.op_id, task.direction, copy.rank, task.step,
-                              /*sync=*/false};
+      const TransferSite site{task.op_id, task.direction, copy.rank,
+                              task.step};
       int rule = -1;
-      const Fault* fault = ChooseLocked(site, 0, &rule);
+      const Fault* fault = ChooseLocked(site, &rule);
       if (fault == nullptr) continue;
       chosen_[site].push_back(fault->status);
       chosen.push_back(Choice{site, rule});
@@ -147,31 +144,17 @@ absl::Status FaultyTransferEngine::Submit(TransferTask task) {
   return submitted;
 }
 
-absl::StatusOr<uint64_t> FaultyTransferEngine::CopyNow(
-    const TransferTask& task) {
-  absl::Status injected;
-  bool copy_anyway = false;
-  {
-    MutexLock lock(&mu_);
-    const uint64_t call = copy_now_calls_++;
-    for (const RankCopy& copy : task.ranks) {
-      const TransferSite site{task.op_id, task.direction, copy.rank, task.step,
-                              /*sync=*/true};
-      const Fault* fault = ChooseLocked(site, call);
-      if (fault == nullptr) continue;
-      // The first chosen rank fails the call: one injected failure.
-      injected = fault->status;
-      copy_anyway = fault->copy_anyway;
-      injected_sites_.push_back(site);
-      break;
-    }
-  }
-  if (injected.ok()) return inner_->CopyNow(task);
-  if (copy_anyway) {
-    absl::StatusOr<uint64_t> copied = inner_->CopyNow(task);
-    if (!copied.ok()) return copied;  // A real error wins.
-  }
-  return injected;
+absl::StatusOr<uint64_t> FaultyTransferEngine::RegisterFence(
+    Rank rank, const std::string& handle) {
+  return inner_->RegisterFence(rank, handle);
+}
+
+absl::Status FaultyTransferEngine::ReleaseFence(uint64_t fence) {
+  return inner_->ReleaseFence(fence);
+}
+
+absl::StatusOr<Rank> FaultyTransferEngine::FenceRank(uint64_t fence) const {
+  return inner_->FenceRank(fence);
 }
 
 void FaultyTransferEngine::Drain() {
@@ -195,16 +178,20 @@ int64_t FaultyTransferEngine::ReleaseHeld() {
 }
 
 void FaultyTransferEngine::Forward(const Completion& c) {
-  listener_->OnStepDone(c.site.op_id, c.site.direction, c.site.rank,
-                        c.site.step, c.status, c.bytes);
+  // A failed step carries no bytes and no fence: nothing of it is usable.
+  const bool ok = c.status.ok();
+  listener_->OnStepDone(StepDone{.op_id = c.site.op_id,
+                                 .direction = c.site.direction,
+                                 .rank = c.site.rank,
+                                 .step = c.site.step,
+                                 .status = c.status,
+                                 .bytes = c.bytes,
+                                 .fence = ok ? c.fence : std::string()});
 }
 
-void FaultyTransferEngine::OnStepDone(uint64_t op_id,
-                                      TransferDirection direction, Rank rank,
-                                      uint32_t step, absl::Status status,
-                                      uint64_t bytes) {
-  Completion c{TransferSite{op_id, direction, rank, step, /*sync=*/false},
-               std::move(status), bytes};
+void FaultyTransferEngine::OnStepDone(StepDone done) {
+  Completion c{TransferSite{done.op_id, done.direction, done.rank, done.step},
+               std::move(done.status), done.bytes, std::move(done.fence)};
   {
     MutexLock lock(&mu_);
     ++completions_;

@@ -17,24 +17,21 @@
 namespace hicache {
 
 // One completion a transfer engine reports: (op, direction, rank, step) of a
-// submitted task, or one rank of a CopyNow task (`sync`; write-back eviction
-// copies with op id 0).
+// submitted task.
 struct TransferSite {
   uint64_t op_id = 0;
   TransferDirection direction = TransferDirection::kDeviceToHost;
   Rank rank = 0;
   uint32_t step = 0;
-  bool sync = false;
 
   bool operator==(const TransferSite&) const = default;
   template <typename H>
   friend H AbslHashValue(H h, const TransferSite& s) {
-    return H::combine(std::move(h), s.op_id, s.direction, s.rank, s.step,
-                      s.sync);
+    return H::combine(std::move(h), s.op_id, s.direction, s.rank, s.step);
   }
 };
 
-// "op 7 d2h rank 1 step 2" (with " sync" for CopyNow).
+// "op 7 d2h rank 1 step 2".
 std::string SiteString(const TransferSite& site);
 
 // What an injected failure reports, how many sites it fails, and whether
@@ -50,7 +47,6 @@ struct RandomTransferFaults {
   uint64_t seed = 0;
   double device_to_host = 0;  // Backup copies (Submit).
   double host_to_device = 0;  // Load-back copies (Submit).
-  double copy_now = 0;        // Synchronous copies (write-back eviction).
   absl::Status status = absl::UnavailableError("injected random transfer fault");
 };
 
@@ -68,27 +64,24 @@ struct RandomTransferFaults {
 //    and bytes -- except a completion chosen to fail, which carries the
 //    injected status instead. A real error of the wrapped engine is never
 //    replaced.
-//  * Choice. A site is chosen when its task is submitted (or CopyNow is
-//    called): first by the rules, in the order they were added (FailAt:
+//  * Choice. A site is chosen when its task is submitted: first by the rules, in the order they were added (FailAt:
 //    one exact site; FailWhen: a predicate), each failing at most
 //    `Fault::times` sites; then by the random faults: a site fails with the
 //    probability of its direction, decided by a hash of (seed, site), so a
-//    seed fails the same sites whatever the thread interleaving (CopyNow
-//    sites also hash the call's sequence number, since they all use op 0).
+//    seed fails the same sites whatever the thread interleaving.
 //  * Effect. By default a failing rank's copy is dropped: its page lists are
 //    emptied before the wrapped engine sees the task, so no byte moves and
 //    the destination keeps what it held, as after a real failed copy (the
 //    wrapped engine then does not validate that rank's pages). With
 //    `Fault::copy_anyway` the copy runs and only the status changes.
-//  * CopyNow fails, returning the injected status, when any rank of the task
-//    is chosen; it copies nothing then (everything with copy_anyway).
 //  * Holding. Completions accepted by the HoldWhen predicate are kept back
 //    (after any fault is applied) until ReleaseHeld or Drain, so a test can
 //    order completions against other calls.
 //  * Validation errors of the wrapped engine pass through unchanged; the
 //    faults chosen for a task that was not queued are withdrawn and their
 //    rules get the budget back.
-//  * Thread-safe. Configuration, Submit, CopyNow, Drain and completions may
+//  * Fences are the wrapped engine's (passed through).
+//  * Thread-safe. Configuration, Submit, Drain and completions may
 //    run concurrently. Lock order: mu_ is a leaf; neither the wrapped engine
 //    nor the listener is called with it held. Predicates run with it held
 //    and must not call the decorator.
@@ -123,8 +116,8 @@ class FaultyTransferEngine final : public TransferEngine,
   // held until ReleaseHeld or Drain.
   void Clear() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Failures injected so far: completions reported failed plus failed
-  // CopyNow calls, and their sites in the order they were reported.
+  // Failures injected so far: completions reported failed, and their sites
+  // in the order they were reported.
   int64_t injected() const ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<TransferSite> injected_sites() const ABSL_LOCKS_EXCLUDED(mu_);
   // Completions received from the wrapped engine, and those now held.
@@ -135,13 +128,13 @@ class FaultyTransferEngine final : public TransferEngine,
   absl::Status Submit(TransferTask task) override ABSL_LOCKS_EXCLUDED(mu_);
   // Drains the wrapped engine, then forwards every held completion.
   void Drain() override ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<uint64_t> CopyNow(const TransferTask& task) override
-      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<uint64_t> RegisterFence(Rank rank,
+                                         const std::string& handle) override;
+  absl::Status ReleaseFence(uint64_t fence) override;
+  absl::StatusOr<Rank> FenceRank(uint64_t fence) const override;
 
   // TransferListener: the wrapped engine's completions.
-  void OnStepDone(uint64_t op_id, TransferDirection direction, Rank rank,
-                  uint32_t step, absl::Status status, uint64_t bytes) override
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void OnStepDone(StepDone done) override ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Rule {
@@ -158,13 +151,12 @@ class FaultyTransferEngine final : public TransferEngine,
     TransferSite site;
     absl::Status status;
     uint64_t bytes = 0;
+    std::string fence;
   };
 
   // The fault for `site`, if it is chosen; consumes a rule's budget.
-  // `salt` distinguishes CopyNow calls in the random choice.
   // `rule` (if given) receives the index of the deciding rule, -1 if random.
-  const Fault* ChooseLocked(const TransferSite& site, uint64_t salt,
-                            int* rule = nullptr)
+  const Fault* ChooseLocked(const TransferSite& site, int* rule = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Forward(const Completion& completion) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -181,7 +173,6 @@ class FaultyTransferEngine final : public TransferEngine,
   std::vector<Completion> held_ ABSL_GUARDED_BY(mu_);
   std::vector<TransferSite> injected_sites_ ABSL_GUARDED_BY(mu_);
   int64_t completions_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t copy_now_calls_ ABSL_GUARDED_BY(mu_) = 0;
   // Last member: destroyed first, while the state above is still alive for
   // the completions its workers report on the way out.
   std::unique_ptr<TransferEngine> inner_;

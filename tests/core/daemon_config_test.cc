@@ -14,7 +14,7 @@ TEST(DaemonConfigTest, DefaultsAreValid) {
   DaemonConfig config;
   EXPECT_TRUE(config.Validate().ok());
   EXPECT_EQ(config.page_size, 64u);
-  EXPECT_EQ(config.backend, Backend::kCpu);
+  EXPECT_EQ(config.backend, BackendKind::kCpu);
 }
 
 TEST(DaemonConfigTest, PageSizeMustBePowerOfTwo) {
@@ -97,13 +97,13 @@ TEST(DaemonConfigTest, LogicalDevicePages) {
 }
 
 TEST(DaemonConfigTest, BackendNamesRoundTrip) {
-  for (Backend b : {Backend::kCpu, Backend::kCuda}) {
-    absl::StatusOr<Backend> parsed = ParseBackend(BackendName(b));
+  for (BackendKind b : {BackendKind::kCpu, BackendKind::kCuda}) {
+    absl::StatusOr<BackendKind> parsed = ParseBackend(BackendName(b));
     ASSERT_TRUE(parsed.ok());
     EXPECT_EQ(*parsed, b);
   }
-  EXPECT_EQ(*ParseBackend("CPU"), Backend::kCpu);
-  absl::StatusOr<Backend> bad = ParseBackend("gpu");
+  EXPECT_EQ(*ParseBackend("CPU"), BackendKind::kCpu);
+  absl::StatusOr<BackendKind> bad = ParseBackend("gpu");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(bad.status().message(), HasSubstr("'gpu'"));
 }
@@ -118,14 +118,14 @@ TEST(DaemonConfigTest, HostLayoutNamesRoundTrip) {
 }
 
 TEST(DaemonConfigTest, AbslFlagMarshalling) {
-  Backend backend = Backend::kCpu;
+  BackendKind backend = BackendKind::kCpu;
   std::string error;
   EXPECT_TRUE(AbslParseFlag("cuda", &backend, &error));
-  EXPECT_EQ(backend, Backend::kCuda);
+  EXPECT_EQ(backend, BackendKind::kCuda);
   EXPECT_FALSE(AbslParseFlag("tpu", &backend, &error));
   EXPECT_THAT(error, HasSubstr("expected 'cpu' or 'cuda'"));
-  EXPECT_EQ(backend, Backend::kCuda);  // Unchanged on failure.
-  EXPECT_EQ(AbslUnparseFlag(Backend::kCpu), "cpu");
+  EXPECT_EQ(backend, BackendKind::kCuda);  // Unchanged on failure.
+  EXPECT_EQ(AbslUnparseFlag(BackendKind::kCpu), "cpu");
 
   HostLayout layout = HostLayout::kLayerFirst;
   EXPECT_TRUE(AbslParseFlag("page_first", &layout, &error));

@@ -55,7 +55,8 @@ class RecordingListener : public EngineListener {
     MutexLock lock(&mu_);
     rolled_back_.push_back(op);
   }
-  void OnLoadStep(uint64_t op, Rank rank, uint32_t step) override {
+  void OnLoadStep(uint64_t op, Rank rank, uint32_t step,
+                  const std::string&) override {
     MutexLock lock(&mu_);
     load_steps_.push_back({op, rank, step});
   }

@@ -34,7 +34,8 @@ class CountingListener : public EngineListener {
     MutexLock lock(&mu_);
     ++backup_steps_[rank];
   }
-  void OnLoadStep(uint64_t, Rank rank, uint32_t) override {
+  void OnLoadStep(uint64_t, Rank rank, uint32_t,
+                  const std::string&) override {
     MutexLock lock(&mu_);
     ++load_steps_[rank];
   }

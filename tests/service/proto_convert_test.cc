@@ -5,9 +5,9 @@
 namespace hicache::service {
 namespace {
 
-TEST(ProtoConvertTest, Backend) {
-  EXPECT_EQ(ToProto(Backend::kCpu), v1::BACKEND_CPU);
-  EXPECT_EQ(ToProto(Backend::kCuda), v1::BACKEND_CUDA);
+TEST(ProtoConvertTest, BackendKind) {
+  EXPECT_EQ(ToProto(BackendKind::kCpu), v1::BACKEND_CPU);
+  EXPECT_EQ(ToProto(BackendKind::kCuda), v1::BACKEND_CUDA);
 }
 
 TEST(ProtoConvertTest, HostLayout) {

@@ -27,7 +27,16 @@ class CpuTransferEngine final : public TransferEngine {
 
   absl::Status Submit(TransferTask task) override ABSL_LOCKS_EXCLUDED(mu_);
   void Drain() override ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<uint64_t> CopyNow(const TransferTask& task) override;
+  // No events on this backend: FAILED_PRECONDITION (and a task naming a
+  // fence is refused by Submit).
+  absl::StatusOr<uint64_t> RegisterFence(Rank rank,
+                                         const std::string& handle) override;
+  absl::Status ReleaseFence(uint64_t fence) override;
+  absl::StatusOr<Rank> FenceRank(uint64_t fence) const override;
+
+  // Copies `task` on the calling thread and returns the bytes moved; no
+  // listener call. Same validation as Submit. For benchmarks and tests.
+  absl::StatusOr<uint64_t> CopyNow(const TransferTask& task);
 
   // Copies one (rank, step) now, on the calling thread. Returns bytes copied.
   // Exposed for benchmarks. REQUIRES: the task was validated.

@@ -1,4 +1,4 @@
-#include "daemon/transfer/cpu_transfer_engine.h"
+#include "daemon/backend/cpu/cpu_transfer_engine.h"
 
 #include <cstring>
 #include <memory>
@@ -41,6 +41,11 @@ absl::Status CpuTransferEngine::Validate(const TransferTask& task) const {
       return absl::InvalidArgumentError(absl::StrCat(
           "rank ", copy.rank, " has no device and host pool here"));
     }
+    if (copy.wait_fence != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", copy.rank, ": fence ", copy.wait_fence,
+          " named, but the cpu backend has no fences"));
+    }
     if (copy.device_pages.size() != copy.host_pages.size()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "rank ", copy.rank, ": ", copy.device_pages.size(),
@@ -76,6 +81,21 @@ absl::StatusOr<uint64_t> CpuTransferEngine::CopyNow(const TransferTask& task) {
   uint64_t bytes = 0;
   for (const RankCopy& copy : task.ranks) bytes += CopyRank(task, copy);
   return bytes;
+}
+
+absl::StatusOr<uint64_t> CpuTransferEngine::RegisterFence(
+    Rank /*rank*/, const std::string& /*handle*/) {
+  return absl::FailedPreconditionError(
+      "the cpu backend has no events: copies need no fence (the worker's "
+      "layer_stored follows its writes to shared memory)");
+}
+
+absl::Status CpuTransferEngine::ReleaseFence(uint64_t fence) {
+  return absl::NotFoundError(absl::StrCat("no fence ", fence));
+}
+
+absl::StatusOr<Rank> CpuTransferEngine::FenceRank(uint64_t fence) const {
+  return absl::NotFoundError(absl::StrCat("no fence ", fence));
 }
 
 void CpuTransferEngine::Drain() {
@@ -135,8 +155,12 @@ void CpuTransferEngine::WorkerLoop() {
     }
     const RankCopy& copy = work.task->ranks[work.rank_index];
     const uint64_t bytes = CopyRank(*work.task, copy);
-    listener_->OnStepDone(work.task->op_id, work.task->direction, copy.rank,
-                          work.task->step, absl::OkStatus(), bytes);
+    listener_->OnStepDone(StepDone{.op_id = work.task->op_id,
+                                   .direction = work.task->direction,
+                                   .rank = copy.rank,
+                                   .step = work.task->step,
+                                   .status = absl::OkStatus(),
+                                   .bytes = bytes});
     MutexLock lock(&mu_);
     if (--in_flight_ == 0) idle_cv_.SignalAll();
   }
