@@ -25,8 +25,7 @@ constexpr int64_t kCopyPages = 32;
 
 class NullListener : public TransferListener {
  public:
-  void OnStepDone(uint64_t, TransferDirection, Rank, uint32_t, absl::Status,
-                  uint64_t) override {}
+  void OnStepDone(StepDone) override {}
 };
 
 struct Setup {

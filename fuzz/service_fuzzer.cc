@@ -59,6 +59,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "daemon/backend/cpu/cpu_transfer_engine.h"
 #include "daemon/core/clock.h"
 #include "daemon/engine/caller.h"
 #include "daemon/engine/event_hub.h"
@@ -123,7 +124,7 @@ class HeapPool final : public KvPool {
   const std::unique_ptr<uint8_t[]> data_;
 };
 
-class HeapBackend final : public PoolBackend {
+class HeapPools final : public PoolBackend {
  public:
   absl::StatusOr<std::unique_ptr<KvPool>> CreateDevicePool(
       Rank rank, uint64_t size_bytes) override {
@@ -137,6 +138,23 @@ class HeapBackend final : public PoolBackend {
     return std::make_unique<HeapPool>(absl::StrCat("/fuzz-host-r", rank),
                                       size_bytes);
   }
+};
+
+// Heap pools and the CPU backend's copy engine: no shared memory per input.
+class HeapBackend final : public Backend {
+ public:
+  std::string name() const override { return "heap"; }
+  PoolBackend& pools() override { return pools_; }
+  absl::Status CheckCapacity(const RankPools::Sizes&) override {
+    return absl::OkStatus();
+  }
+  std::unique_ptr<TransferEngine> CreateTransferEngine(
+      const RankPools* pools, TransferListener* listener) override {
+    return std::make_unique<CpuTransferEngine>(pools, listener, 1);
+  }
+
+ private:
+  HeapPools pools_;
 };
 
 // ---------------------------------------------------------------------------
@@ -646,8 +664,7 @@ class Run {
         auto faulty = std::make_unique<FaultyTransferEngine>(listener, backend);
         faulty->SetRandom({.seed = seed,
                            .device_to_host = fault,
-                           .host_to_device = fault,
-                           .copy_now = fault});
+                           .host_to_device = fault});
         return std::unique_ptr<TransferEngine>(std::move(faulty));
       };
     }

@@ -316,6 +316,7 @@ void HiCacheEngine::CommitLocked(Op& op, std::vector<PendingEvent>* events) {
   }
   op.done = true;
   ++stats_.backups_committed;
+  if (op.write_back) ++stats_.write_back_backups;
   events->push_back(
       {PendingEvent::Type::kBackupCommitted, op.id, 0, 0, op.node, true});
   FinishOpLocked(op.id, events);

@@ -45,7 +45,6 @@ uint64_t HiCacheEngine::StartBackupOfNodeLocked(NodeId node,
   op->submit_ns = absl::GetCurrentTimeNanos();
   AcquirePagesLocked(op->pages);
   ++stats_.backups_started;
-  if (write_back) ++stats_.write_back_backups;
   const uint64_t id = op->id;
   Op& ref = *op;
   ops_[id] = std::move(op);

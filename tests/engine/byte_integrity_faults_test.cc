@@ -49,8 +49,7 @@ FaultyEngine MakeEngine(uint32_t cp, EvictionPolicy policy, WritePolicy write,
     auto faults = std::make_unique<FaultyTransferEngine>(listener, backend);
     faults->SetRandom({.seed = seed,
                        .device_to_host = kFailureRate,
-                       .host_to_device = kFailureRate,
-                       .copy_now = kFailureRate});
+                       .host_to_device = kFailureRate});
     out.faults = faults.get();
     return faults;
   };

@@ -517,13 +517,15 @@ TEST_F(EngineFaultsTest, FailedStepIsNeverAnnouncedAsLoaded) {
   ExpectNoLeak();
 }
 
-// Write-back eviction copies synchronously (CopyNow); a failed copy drops
-// the victim instead of moving it to host, and the host pages come back.
+// Write-back eviction stages the victim's copy; a failed copy drops the
+// victim instead of moving it to host, and the host pages come back.
 TEST_F(EngineFaultsTest, WriteBackCopyFailureDropsTheVictim) {
   Make({.device_pages_per_rank = 4, .write_policy = WritePolicy::kWriteBack});
   const std::vector<int32_t> tokens = Seq(0, 8);
   ASSERT_TRUE(engine_->Insert("", tokens, Compute(tokens)).ok());
-  faults_->FailWhen([](const TransferSite& s) { return s.sync; });
+  faults_->FailWhen([](const TransferSite& s) {
+    return s.direction == TransferDirection::kDeviceToHost && s.step == 0;
+  });
   auto room = engine_->Allocate(3);  // Forces the write-back eviction.
   ASSERT_TRUE(room.ok()) << room.status();
   ASSERT_TRUE(engine_->Free(*room).ok());
@@ -539,6 +541,34 @@ TEST_F(EngineFaultsTest, WriteBackCopyFailureDropsTheVictim) {
   ASSERT_TRUE(room.ok());
   ASSERT_TRUE(engine_->Free(*room).ok());
   EXPECT_EQ(engine_->Stats().write_back_backups, 1);
+  EXPECT_EQ(LoadAndVerify(tokens).loaded_len, 8);
+  ExpectNoLeak();
+}
+
+// Write-back copies run outside the engine lock: while an allocation waits
+// for its staged victim, other calls proceed, and the victim's device pages
+// stay allocated until its copy has completed.
+TEST_F(EngineFaultsTest, WriteBackWaitsForTheCopyWithoutTheLock) {
+  Make({.device_pages_per_rank = 4, .write_policy = WritePolicy::kWriteBack});
+  const std::vector<int32_t> tokens = Seq(0, 8);
+  ASSERT_TRUE(engine_->Insert("", tokens, Compute(tokens)).ok());
+  faults_->HoldWhen([](const TransferSite& s) {
+    return s.direction == TransferDirection::kDeviceToHost;
+  });
+  absl::StatusOr<std::vector<LogicalPage>> room;
+  std::thread writer([&] { room = engine_->Allocate(3); });
+  while (faults_->held() == 0) absl::SleepFor(absl::Milliseconds(1));
+  // The engine answers while the writer waits, and the victim is still on
+  // the device: its pages are not free while its copy is held.
+  EXPECT_EQ(engine_->TreeDevicePages(), 2);
+  EXPECT_EQ(engine_->Stats().write_back_backups, 0);
+  faults_->HoldWhen(nullptr);
+  faults_->ReleaseHeld();
+  writer.join();
+  ASSERT_TRUE(room.ok()) << room.status();
+  EXPECT_EQ(engine_->Stats().write_back_backups, 1);
+  EXPECT_EQ(engine_->TreeDevicePages(), 0);
+  ASSERT_TRUE(engine_->Free(*room).ok());
   EXPECT_EQ(LoadAndVerify(tokens).loaded_len, 8);
   ExpectNoLeak();
 }

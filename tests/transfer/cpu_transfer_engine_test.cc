@@ -1,4 +1,4 @@
-#include "daemon/transfer/cpu_transfer_engine.h"
+#include "daemon/backend/cpu/cpu_transfer_engine.h"
 
 #include <unistd.h>
 
@@ -18,12 +18,12 @@ using ::testing::HasSubstr;
 
 class RecordingListener : public TransferListener {
  public:
-  void OnStepDone(uint64_t op, TransferDirection, Rank rank, uint32_t step,
-                  absl::Status status, uint64_t bytes) override {
+  void OnStepDone(StepDone done) override {
     MutexLock lock(&mu_);
-    ++acks_[{rank, step}];
-    bytes_ += bytes;
-    EXPECT_TRUE(status.ok());
+    ++acks_[{done.rank, done.step}];
+    bytes_ += done.bytes;
+    EXPECT_TRUE(done.status.ok());
+    EXPECT_TRUE(done.fence.empty());  // The CPU backend has no events.
   }
   std::map<std::pair<Rank, uint32_t>, int> acks() {
     MutexLock lock(&mu_);
@@ -152,8 +152,18 @@ TEST_P(CpuTransferTest, RejectsBadTasks) {
               HasSubstr("outside the pools"));
   EXPECT_THAT(submit({.ranks = {RankCopy{5, {}, {}}}}).message(),
               HasSubstr("rank 5"));
+  EXPECT_THAT(submit({.ranks = {RankCopy{0, {1}, {1}, /*wait_fence=*/3}}})
+                  .message(),
+              HasSubstr("no fences"));
   engine_->Drain();
   EXPECT_TRUE(listener_.acks().empty());
+}
+
+TEST_P(CpuTransferTest, HasNoFences) {
+  EXPECT_EQ(engine_->RegisterFence(0, std::string(64, 'x')).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(engine_->ReleaseFence(1).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(engine_->FenceRank(1).status().code(), absl::StatusCode::kNotFound);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, CpuTransferTest,

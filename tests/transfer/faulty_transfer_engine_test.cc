@@ -52,22 +52,23 @@ class FakeEngine final : public TransferEngine {
     MutexLock lock(&mu_);
     while (in_flight_ > 0) idle_cv_.Wait(&mu_);
   }
-  absl::StatusOr<uint64_t> CopyNow(const TransferTask& task) override {
-    if (task.step >= 99) return absl::InvalidArgumentError("bad step");
-    MutexLock lock(&mu_);
-    ++copy_now_calls_;
-    uint64_t bytes = 0;
-    for (const RankCopy& copy : task.ranks) bytes += 10 * copy.host_pages.size();
-    return bytes;
+  // Fences: rank 0 accepts handle "ok" as fence 7; the fence id maps back.
+  absl::StatusOr<uint64_t> RegisterFence(Rank rank,
+                                         const std::string& handle) override {
+    if (rank != 0 || handle != "ok") return absl::InvalidArgumentError("no");
+    return 7;
+  }
+  absl::Status ReleaseFence(uint64_t fence) override {
+    return fence == 7 ? absl::OkStatus() : absl::NotFoundError("no fence");
+  }
+  absl::StatusOr<Rank> FenceRank(uint64_t fence) const override {
+    if (fence != 7) return absl::NotFoundError("no fence");
+    return 0;
   }
 
   std::vector<TransferTask> tasks() {
     MutexLock lock(&mu_);
     return tasks_;
-  }
-  int copy_now_calls() {
-    MutexLock lock(&mu_);
-    return copy_now_calls_;
   }
 
  private:
@@ -82,8 +83,14 @@ class FakeEngine final : public TransferEngine {
         queue_.pop_front();
       }
       for (const RankCopy& copy : task.ranks) {
-        listener_->OnStepDone(task.op_id, task.direction, copy.rank, task.step,
-                              absl::OkStatus(), 10 * copy.host_pages.size());
+        listener_->OnStepDone(StepDone{
+            .op_id = task.op_id,
+            .direction = task.direction,
+            .rank = copy.rank,
+            .step = task.step,
+            .status = absl::OkStatus(),
+            .bytes = 10 * copy.host_pages.size(),
+            .fence = task.direction == kH2D ? "landed" : ""});
       }
       MutexLock lock(&mu_);
       if (--in_flight_ == 0) idle_cv_.SignalAll();
@@ -97,7 +104,6 @@ class FakeEngine final : public TransferEngine {
   std::deque<TransferTask> queue_ ABSL_GUARDED_BY(mu_);
   std::vector<TransferTask> tasks_ ABSL_GUARDED_BY(mu_);
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  int copy_now_calls_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread worker_;
 };
@@ -106,14 +112,17 @@ struct Seen {
   TransferSite site;
   absl::Status status;
   uint64_t bytes;
+  std::string fence;
 };
 
 class RecordingListener final : public TransferListener {
  public:
-  void OnStepDone(uint64_t op, TransferDirection direction, Rank rank,
-                  uint32_t step, absl::Status status, uint64_t bytes) override {
+  void OnStepDone(StepDone done) override {
     MutexLock lock(&mu_);
-    seen_.push_back({{op, direction, rank, step}, std::move(status), bytes});
+    seen_.push_back({{done.op_id, done.direction, done.rank, done.step},
+                     std::move(done.status),
+                     done.bytes,
+                     std::move(done.fence)});
   }
   std::vector<Seen> seen() {
     MutexLock lock(&mu_);
@@ -169,7 +178,6 @@ TEST_F(FaultyTransferEngineTest, PassesEveryCompletionThroughUnchanged) {
   }
   EXPECT_EQ(faulty_.injected(), 0);
   EXPECT_EQ(faulty_.completions(), 9);
-  EXPECT_EQ(*faulty_.CopyNow(Task(0, kD2H, 0)), 40u);
 }
 
 TEST_F(FaultyTransferEngineTest, FailAtFailsExactlyThatCompletion) {
@@ -238,25 +246,22 @@ TEST_F(FaultyTransferEngineTest, CopyAnywayMovesTheBytesButFails) {
   EXPECT_EQ(inner_->tasks()[0].ranks[0].device_pages.size(), 2u);
 }
 
-TEST_F(FaultyTransferEngineTest, CopyNowFailsWithoutCopying) {
-  faulty_.FailWhen([](const TransferSite& s) { return s.sync && s.rank == 1; });
-  absl::StatusOr<uint64_t> failed = faulty_.CopyNow(Task(0, kD2H, 0));
-  EXPECT_EQ(failed.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(inner_->copy_now_calls(), 0);
-  EXPECT_EQ(faulty_.injected(), 1);
-  EXPECT_TRUE(faulty_.injected_sites()[0].sync);
-  // Budget of one: the next call copies.
-  EXPECT_EQ(*faulty_.CopyNow(Task(0, kD2H, 1)), 40u);
-  EXPECT_EQ(inner_->copy_now_calls(), 1);
-  // Asynchronous sites are not CopyNow sites.
-  faulty_.FailWhen([](const TransferSite& s) { return s.sync; }, {.times = -1});
-  ASSERT_TRUE(faulty_.Submit(Task(1, kD2H, 0)).ok());
-  faulty_.Drain();
-  EXPECT_TRUE(listener_.failed().empty());
-  // Validation errors of the wrapped engine pass through.
-  faulty_.Clear();
-  EXPECT_EQ(faulty_.CopyNow(Task(0, kD2H, 99)).status().code(),
+TEST_F(FaultyTransferEngineTest, FencesPassThroughAndFailedStepsDropThem) {
+  EXPECT_EQ(*faulty_.RegisterFence(0, "ok"), 7u);
+  EXPECT_EQ(faulty_.RegisterFence(1, "ok").status().code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(*faulty_.FenceRank(7), 0u);
+  EXPECT_TRUE(faulty_.ReleaseFence(7).ok());
+  EXPECT_EQ(faulty_.ReleaseFence(8).code(), absl::StatusCode::kNotFound);
+  // A load step's fence reaches the listener; a failed step's does not
+  // (its bytes never landed, so there is nothing to wait for).
+  faulty_.FailAt({.op_id = 2, .direction = kH2D, .rank = 1, .step = 0});
+  ASSERT_TRUE(faulty_.Submit(Task(2, kH2D, 0)).ok());
+  faulty_.Drain();
+  for (const Seen& s : listener_.seen()) {
+    EXPECT_EQ(s.fence, s.status.ok() ? "landed" : "") << SiteString(s.site);
+  }
+  EXPECT_EQ(listener_.failed().size(), 1u);
 }
 
 TEST_F(FaultyTransferEngineTest, RejectedSubmitWithdrawsItsFaults) {
@@ -337,8 +342,7 @@ TEST(FaultyTransferEngineConcurrencyTest, ManyThreads) {
   FaultyTransferEngine faulty(&listener, [](TransferListener* l) {
     return std::make_unique<FakeEngine>(l);
   });
-  faulty.SetRandom({.seed = 3, .device_to_host = 0.03, .host_to_device = 0.03,
-                    .copy_now = 0.03});
+  faulty.SetRandom({.seed = 3, .device_to_host = 0.03, .host_to_device = 0.03});
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
@@ -347,7 +351,6 @@ TEST(FaultyTransferEngineConcurrencyTest, ManyThreads) {
         EXPECT_TRUE(faulty.Submit(Task(op, t % 2 ? kD2H : kH2D, 0)).ok());
         if (i % 10 == 0) {
           faulty.FailAt({.op_id = op + 1, .direction = kD2H, .rank = 0});
-          (void)faulty.CopyNow(Task(0, kD2H, 0));
         }
         if (i % 50 == 0) faulty.HoldWhen([](const TransferSite& s) {
           return s.rank == 1;
