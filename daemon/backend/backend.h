@@ -23,6 +23,9 @@ class Backend {
 
   // "cpu" or "cuda" (plus the runtime, e.g. "cuda (simulated)").
   virtual std::string name() const = 0;
+  // Whether copies can wait on worker events (fences) and loads report
+  // "layer landed" events: true for the CUDA backend.
+  virtual bool has_events() const { return false; }
   // Creates the pools of every served rank (RankPools::Create calls it).
   virtual PoolBackend& pools() = 0;
   // Checks, before any memory is taken, that pools of these sizes fit what

@@ -78,6 +78,7 @@ absl::StatusOr<std::unique_ptr<HiCacheEngine>> HiCacheEngine::Create(
     backend = engine->owned_backend_.get();
   }
   engine->backend_name_ = backend->name();
+  engine->backend_has_events_ = backend->has_events();
   const RankPoolsOptions pool_options{
       .device_pages_per_rank = options.device_pages_per_rank,
       .host_pages_per_rank = options.host_pages_per_rank,

@@ -130,6 +130,7 @@ class HiCacheEngine : public TransferListener {
   absl::Status ReleaseFence(uint64_t fence);
   // The backend's name ("cpu", "cuda", ...).
   const std::string& backend_name() const { return backend_name_; }
+  bool backend_has_events() const { return backend_has_events_; }
   // Fallback: every step not yet submitted, at once (logs a warning).
   absl::Status StoreAllLayers(uint64_t op) ABSL_LOCKS_EXCLUDED(mu_);
   // Ties a backup to the node that now holds its pages (after Insert). The
@@ -298,6 +299,7 @@ class HiCacheEngine : public TransferListener {
   const KvGeometry geometry_;
   std::unique_ptr<Backend> owned_backend_;
   std::string backend_name_;
+  bool backend_has_events_ = false;
   std::unique_ptr<RankPools> pools_;
   std::unique_ptr<TransferEngine> transfer_;
 

@@ -156,6 +156,14 @@ ReleaseSummary SessionManager::ReleaseLocked(Session& s) {
     if (engine_->FinishLoad(load).ok()) ++summary.loads;
   }
   summary.pages = engine_->FreeAllOf(s.holder);
+  for (uint64_t fence : s.fences) {
+    fence_ns_.erase(fence);
+    if (absl::Status released = engine_->ReleaseFence(fence); !released.ok()) {
+      spdlog::warn("releasing fence {} of session {}: {}", fence, s.info.id,
+                   released.message());
+    }
+  }
+  s.fences.clear();
   s.locks.clear();
   s.backups.clear();
   s.loads.clear();
@@ -424,9 +432,42 @@ absl::StatusOr<std::vector<uint64_t>> SessionManager::PrepareBackups(
   return ids;
 }
 
+absl::StatusOr<uint64_t> SessionManager::RegisterFence(
+    const std::string& id, Rank rank, const std::string& handle) {
+  MutexLock lock(&mu_);
+  absl::StatusOr<Session*> session = Find(id);
+  if (!session.ok()) return session.status();
+  if (static_cast<int64_t>((*session)->fences.size()) >=
+      kMaxFencesPerSession) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("session ", id, " already has ", kMaxFencesPerSession,
+                     " fences; release one first"));
+  }
+  absl::StatusOr<uint64_t> fence = engine_->RegisterFence(rank, handle);
+  if (!fence.ok()) return fence.status();
+  (*session)->fences.insert(*fence);
+  fence_ns_[*fence] = (*session)->info.ns;
+  return fence;
+}
+
+absl::Status SessionManager::ReleaseFence(const std::string& id,
+                                          uint64_t fence) {
+  MutexLock lock(&mu_);
+  absl::StatusOr<Session*> session = Find(id);
+  if (!session.ok()) return session.status();
+  if (!(*session)->fences.contains(fence)) {
+    return absl::NotFoundError(
+        absl::StrCat("fence ", fence, " is not a fence of this session"));
+  }
+  (*session)->fences.erase(fence);
+  fence_ns_.erase(fence);
+  return engine_->ReleaseFence(fence);
+}
+
 absl::Status SessionManager::LayerStored(const std::string& id,
                                          absl::Span<const uint64_t> backups,
-                                         uint32_t step) {
+                                         uint32_t step,
+                                         absl::Span<const RankFence> fences) {
   if (absl::Status s = CheckItems(backups.size(), "layer_stored.backup_ids");
       !s.ok()) {
     return s;
@@ -441,7 +482,20 @@ absl::Status SessionManager::LayerStored(const std::string& id,
                        " is not a backup of this session"));
     }
   }
-  return engine_->LayerStored(backups, step);
+  if (fences.size() > engine_->layout().cp_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(fences.size(), " fences for ",
+                     engine_->layout().cp_size(), " ranks"));
+  }
+  for (size_t i = 0; i < fences.size(); ++i) {
+    auto owner = fence_ns_.find(fences[i].fence);
+    if (owner == fence_ns_.end() || owner->second != (*session)->info.ns) {
+      return absl::NotFoundError(
+          absl::StrCat("fences[", i, "] = ", fences[i].fence,
+                       " is not registered in this session's namespace"));
+    }
+  }
+  return engine_->LayerStored(backups, step, fences);
 }
 
 absl::Status SessionManager::StoreAll(const std::string& id, uint64_t backup) {

@@ -130,8 +130,23 @@ class SessionManager {
   absl::StatusOr<std::vector<uint64_t>> PrepareBackups(
       const std::string& id, absl::Span<const BackupSpec> specs)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // `fences` must be registered by sessions of this session's namespace
+  // (NOT_FOUND otherwise, nothing submitted).
   absl::Status LayerStored(const std::string& id,
-                           absl::Span<const uint64_t> backups, uint32_t step)
+                           absl::Span<const uint64_t> backups, uint32_t step,
+                           absl::Span<const RankFence> fences = {})
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Worker fences (backends with events): any session (a worker's, usually)
+  // registers its "layer written" event for `rank`; the fence lives until
+  // ReleaseFence or the session ends. RESOURCE_EXHAUSTED past
+  // kMaxFencesPerSession; the engine's errors otherwise (FAILED_PRECONDITION
+  // on the CPU backend, INVALID_ARGUMENT for a bad rank or handle).
+  static constexpr int64_t kMaxFencesPerSession = 64;
+  absl::StatusOr<uint64_t> RegisterFence(const std::string& id, Rank rank,
+                                         const std::string& handle)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // NOT_FOUND for a fence this session did not register.
+  absl::Status ReleaseFence(const std::string& id, uint64_t fence)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status StoreAll(const std::string& id, uint64_t backup)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -181,6 +196,7 @@ class SessionManager {
     absl::flat_hash_map<NodeId, int64_t> locks;  // Node -> count.
     absl::flat_hash_set<uint64_t> backups;
     absl::flat_hash_set<uint64_t> loads;
+    absl::flat_hash_set<uint64_t> fences;
     int64_t streams = 0;
   };
 
@@ -208,6 +224,8 @@ class SessionManager {
   const SessionLimits limits_;
   mutable Mutex mu_;
   absl::flat_hash_map<std::string, Session> sessions_ ABSL_GUARDED_BY(mu_);
+  // Namespace of the session that registered each live fence.
+  absl::flat_hash_map<uint64_t, std::string> fence_ns_ ABSL_GUARDED_BY(mu_);
   // Open sessions per namespace.
   absl::flat_hash_map<std::string, int64_t> namespaces_ ABSL_GUARDED_BY(mu_);
   // Holder ids start at 1: 0 is the engine's in-process default holder.

@@ -14,6 +14,9 @@
 namespace hicache::service {
 namespace {
 
+// cudaIpcEventHandle_t is 64 bytes.
+constexpr size_t kEventHandleBytes = 64;
+
 // Operator-only RPCs act across tenants.
 grpc::Status RequireOperator(const Caller& caller, absl::string_view rpc) {
   if (caller.is_operator) return grpc::Status::OK;
@@ -190,6 +193,27 @@ grpc::Status CacheRpcs::KeepAlive(const v1::KeepAliveRequest& request,
   return grpc::Status::OK;
 }
 
+grpc::Status CacheRpcs::RegisterFence(const v1::RegisterFenceRequest& request,
+                                      v1::RegisterFenceResponse* response) {
+  if (request.event_handle().size() != kEventHandleBytes) {
+    return Invalid(absl::StrCat("event_handle has ",
+                                request.event_handle().size(),
+                                " bytes; a CUDA IPC event handle has ",
+                                kEventHandleBytes));
+  }
+  auto fence = sessions_->RegisterFence(request.session_id(), request.rank(),
+                                        request.event_handle());
+  if (!fence.ok()) return ToGrpcStatus(fence.status());
+  response->set_fence_id(*fence);
+  return grpc::Status::OK;
+}
+
+grpc::Status CacheRpcs::ReleaseFence(const v1::ReleaseFenceRequest& request,
+                                     v1::ReleaseFenceResponse* /*response*/) {
+  return ToGrpcStatus(
+      sessions_->ReleaseFence(request.session_id(), request.fence_id()));
+}
+
 grpc::Status CacheRpcs::CloseSession(const v1::CloseSessionRequest& request,
                                      v1::CloseSessionResponse* response) {
   auto summary = sessions_->Close(request.session_id());
@@ -232,11 +256,50 @@ grpc::Status CacheRpcs::GetLayout(v1::GetLayoutResponse* response) {
       const PoolExport exported = pool->Export();
       out->set_name(exported.handle);
       out->set_size_bytes(exported.size_bytes);
-      out->set_kind(exported.kind == PoolExport::Kind::kSharedMemory
-                        ? "shm"
-                        : "cuda_ipc");
+      const bool shm = exported.kind == PoolExport::Kind::kSharedMemory;
+      out->set_kind(shm ? "shm" : "cuda_ipc");
+      if (!shm) {
+        out->set_name(absl::StrCat("cuda:", exported.device, ":rank", r));
+        out->set_ipc_handle(exported.handle);
+        out->set_device(exported.device);
+        out->set_pci_bus_id(exported.pci_bus_id);
+      }
     }
   }
+  // Every block's byte address, so no client guesses the region order.
+  const int64_t device_pages = o.device_pages_per_rank;
+  const int64_t host_pages = o.host_pages_per_rank;
+  for (size_t f = 0; f < g.families().size(); ++f) {
+    const int family = static_cast<int>(f);
+    for (uint32_t layer = 0; layer < g.families()[f].num_layers; ++layer) {
+      v1::BlockAddress* device = response->add_device_blocks();
+      device->set_family(family);
+      device->set_layer(layer);
+      device->set_offset(g.DeviceOffset(device_pages, 0, family, layer));
+      device->set_page_stride(g.BlockBytes(family));
+      device->set_block_bytes(g.BlockBytes(family));
+      v1::BlockAddress* host = response->add_host_blocks();
+      host->set_family(family);
+      host->set_layer(layer);
+      host->set_offset(g.HostOffset(o.host_layout, host_pages, 0, family, layer));
+      host->set_page_stride(g.PageStride(o.host_layout, family));
+      host->set_block_bytes(g.BlockBytes(family));
+    }
+  }
+  // Block index of (family, layer): blocks are listed family-major.
+  std::vector<uint32_t> first_block(g.families().size(), 0);
+  for (size_t f = 1; f < g.families().size(); ++f) {
+    first_block[f] = first_block[f - 1] + g.families()[f - 1].num_layers;
+  }
+  for (uint32_t step = 0; step < g.NumSteps(); ++step) {
+    v1::StepBlocks* out = response->add_steps();
+    out->set_step(step);
+    for (const auto& [family, layer] : g.StepBlocks(step)) {
+      out->add_blocks(first_block[family] + layer);
+    }
+  }
+  response->set_backend(engine_->backend_name());
+  response->set_fences(engine_->backend_has_events());
   return grpc::Status::OK;
 }
 

@@ -38,6 +38,10 @@ class CacheRpcs {
                            v1::OpenSessionResponse* response);
   grpc::Status KeepAlive(const v1::KeepAliveRequest& request,
                          v1::KeepAliveResponse* response);
+  grpc::Status RegisterFence(const v1::RegisterFenceRequest& request,
+                             v1::RegisterFenceResponse* response);
+  grpc::Status ReleaseFence(const v1::ReleaseFenceRequest& request,
+                            v1::ReleaseFenceResponse* response);
   grpc::Status CloseSession(const v1::CloseSessionRequest& request,
                             v1::CloseSessionResponse* response);
   grpc::Status GetLayout(v1::GetLayoutResponse* response);

@@ -196,7 +196,12 @@ grpc::Status CacheRpcs::BackupSession(
     } else if (in.has_layer_stored()) {
       std::vector<uint64_t> ids(in.layer_stored().backup_ids().begin(),
                                 in.layer_stored().backup_ids().end());
-      status = sessions_->LayerStored(session, ids, in.layer_stored().step());
+      std::vector<RankFence> fences;
+      for (const v1::RankFence& fence : in.layer_stored().fences()) {
+        fences.push_back({fence.rank(), fence.fence_id()});
+      }
+      status = sessions_->LayerStored(session, ids, in.layer_stored().step(),
+                                      fences);
     } else if (in.has_store_all()) {
       status = sessions_->StoreAll(session, in.store_all().backup_id());
     } else if (in.has_rollback()) {

@@ -36,6 +36,12 @@ HICACHE_FORWARD(OpenSession, v1::OpenSessionRequest, v1::OpenSessionResponse,
                 cache_->OpenSession(CallerOf(context), *request, response))
 HICACHE_FORWARD(KeepAlive, v1::KeepAliveRequest, v1::KeepAliveResponse,
                 cache_->KeepAlive(*request, response))
+HICACHE_FORWARD(RegisterFence, v1::RegisterFenceRequest,
+                v1::RegisterFenceResponse,
+                cache_->RegisterFence(*request, response))
+HICACHE_FORWARD(ReleaseFence, v1::ReleaseFenceRequest,
+                v1::ReleaseFenceResponse,
+                cache_->ReleaseFence(*request, response))
 HICACHE_FORWARD(CloseSession, v1::CloseSessionRequest, v1::CloseSessionResponse,
                 cache_->CloseSession(*request, response))
 HICACHE_FORWARD(GetLayout, v1::GetLayoutRequest, v1::GetLayoutResponse,

@@ -30,6 +30,10 @@ class HiCacheServiceImpl final : public v1::HiCache::Service {
                     Response* response) override;
   HICACHE_UNARY(OpenSession, v1::OpenSessionRequest, v1::OpenSessionResponse)
   HICACHE_UNARY(KeepAlive, v1::KeepAliveRequest, v1::KeepAliveResponse)
+  HICACHE_UNARY(RegisterFence, v1::RegisterFenceRequest,
+                v1::RegisterFenceResponse)
+  HICACHE_UNARY(ReleaseFence, v1::ReleaseFenceRequest,
+                v1::ReleaseFenceResponse)
   HICACHE_UNARY(CloseSession, v1::CloseSessionRequest, v1::CloseSessionResponse)
   HICACHE_UNARY(GetLayout, v1::GetLayoutRequest, v1::GetLayoutResponse)
   HICACHE_UNARY(Allocate, v1::AllocateRequest, v1::AllocateResponse)

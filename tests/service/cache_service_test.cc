@@ -69,6 +69,114 @@ class CacheServiceTest : public ::testing::Test {
   std::unique_ptr<v1::HiCache::Stub> stub_;
 };
 
+// GetLayout states every block's byte address and the step -> block map,
+// which must agree with the geometry the copies use.
+TEST_F(CacheServiceTest, LayoutStatesEveryByteAddress) {
+  v1::GetLayoutResponse layout;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub_->GetLayout(&ctx, v1::GetLayoutRequest(), &layout).ok());
+  const KvGeometry geometry = *KvGeometry::Preset("tiny", 4);
+  EXPECT_EQ(layout.backend(), "cpu");
+  EXPECT_FALSE(layout.fences());
+  ASSERT_EQ(layout.device_blocks_size(), 2);  // "tiny": 1 family, 2 layers.
+  ASSERT_EQ(layout.host_blocks_size(), 2);
+  for (int i = 0; i < layout.device_blocks_size(); ++i) {
+    const v1::BlockAddress& d = layout.device_blocks(i);
+    const v1::BlockAddress& h = layout.host_blocks(i);
+    for (int64_t page : {0, 3, 7}) {
+      EXPECT_EQ(d.offset() + page * d.page_stride(),
+                geometry.DeviceOffset(8, page, d.family(), d.layer()));
+    }
+    for (int64_t page : {0, 5, 15}) {
+      EXPECT_EQ(h.offset() + page * h.page_stride(),
+                geometry.HostOffset(HostLayout::kLayerFirst, 16, page,
+                                    h.family(), h.layer()));
+    }
+    EXPECT_EQ(d.block_bytes(), geometry.BlockBytes(d.family()));
+  }
+  ASSERT_EQ(layout.steps_size(), 2);
+  for (uint32_t step = 0; step < 2; ++step) {
+    ASSERT_EQ(layout.steps(step).blocks_size(), 1);
+    const v1::BlockAddress& block =
+        layout.device_blocks(layout.steps(step).blocks(0));
+    EXPECT_EQ(block.layer(), step);
+  }
+}
+
+// Fences need a backend with events: the CPU backend refuses them clearly,
+// a malformed handle is refused before anything else, and a layer_stored
+// naming an unknown fence changes nothing.
+TEST_F(CacheServiceTest, FencesOnTheCpuBackend) {
+  const std::string session = Open();
+  auto register_fence = [&](std::string handle, uint32_t rank) {
+    grpc::ClientContext ctx;
+    v1::RegisterFenceRequest request;
+    request.set_session_id(session);
+    request.set_rank(rank);
+    request.set_event_handle(std::move(handle));
+    v1::RegisterFenceResponse response;
+    return stub_->RegisterFence(&ctx, request, &response);
+  };
+  grpc::Status status = register_fence(std::string(64, 'e'), 0);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), HasSubstr("no events"));
+  status = register_fence("short", 0);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("64"));
+  {
+    grpc::ClientContext ctx;
+    v1::ReleaseFenceRequest request;
+    request.set_session_id(session);
+    request.set_fence_id(1);
+    v1::ReleaseFenceResponse response;
+    EXPECT_EQ(stub_->ReleaseFence(&ctx, request, &response).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+  // A backup whose layer_stored names a fence nobody registered.
+  grpc::ClientContext ctx;
+  auto stream = stub_->BackupSession(&ctx);
+  v1::AllocateResponse allocation;
+  {
+    grpc::ClientContext actx;
+    v1::AllocateRequest request;
+    request.set_session_id(session);
+    request.add_items()->set_num_pages(1);
+    ASSERT_TRUE(stub_->Allocate(&actx, request, &allocation).ok());
+  }
+  v1::BackupClientMessage prepare;
+  prepare.set_session_id(session);
+  v1::BackupSpec* spec = prepare.mutable_prepare()->add_specs();
+  spec->add_pages(allocation.allocations(0).pages(0));
+  spec->set_logical_tokens(4);
+  ASSERT_TRUE(stream->Write(prepare));
+  v1::BackupServerMessage prepared;
+  ASSERT_TRUE(stream->Read(&prepared));
+  ASSERT_EQ(prepared.prepared().backup_ids_size(), 1);
+  v1::BackupClientMessage stored;
+  stored.mutable_layer_stored()->add_backup_ids(
+      prepared.prepared().backup_ids(0));
+  stored.mutable_layer_stored()->set_step(0);
+  v1::RankFence* fence = stored.mutable_layer_stored()->add_fences();
+  fence->set_rank(0);
+  fence->set_fence_id(42);
+  ASSERT_TRUE(stream->Write(stored));
+  stream->WritesDone();
+  v1::BackupServerMessage reply;
+  int errors = 0;
+  while (stream->Read(&reply)) {
+    EXPECT_FALSE(reply.has_step_done()) << reply.DebugString();
+    if (reply.has_error()) {
+      ++errors;
+      EXPECT_EQ(reply.error().code(), static_cast<int>(absl::StatusCode::kNotFound));
+      EXPECT_THAT(reply.error().message(), HasSubstr("fences[0] = 42"));
+    }
+  }
+  EXPECT_EQ(errors, 1);
+  EXPECT_TRUE(stream->Finish().ok());
+  // Nothing was copied: the half-closed stream rolled the backup back.
+  EXPECT_EQ(Stats().backups_committed(), 0);
+}
+
 TEST_F(CacheServiceTest, SchedulerAndWorkerFlowWithBackupAndLoadBack) {
   const std::string session = Open();
   // Layout: the worker maps rank 0's device segment by name.
