@@ -6,7 +6,14 @@ Usage: check_layering.py FILE...   (paths relative to the workspace root)
 Rules:
   * A file in daemon/<layer>/ includes "daemon/<other>/..." only for layers at or
     before its own in LAYERS.
-  * Cache logic (core .. engine) includes no gRPC, protobuf or CUDA header.
+  * Cache logic (every layer up to engine but backend) includes no gRPC,
+    protobuf or CUDA header.
+  * Backends: daemon/backend/backend.h is the interface; daemon/backend/cpu/
+    and daemon/backend/cuda/ are implementations. Cache logic may include the
+    interface and the CPU backend (the engine's default), never the CUDA
+    backend. Only daemon/backend/cuda/ may include the kernels' headers
+    (cuda_kernels/, hicache/cuda_kernels/), and no daemon file includes a CUDA
+    toolkit header (cuda*.h, nccl.h): those stay in cuda_kernels/*.cu.
   * client/ includes nothing from daemon/.
 Prints one line per violation; exits 1 if there is any.
 """
@@ -14,12 +21,14 @@ Prints one line per violation; exits 1 if there is any.
 import re
 import sys
 
-LAYERS = ["core", "layout", "alloc", "pool", "transfer", "radix", "engine",
-          "service", "main"]
-CACHE_LOGIC = set(LAYERS[:LAYERS.index("engine") + 1])
+LAYERS = ["core", "layout", "alloc", "pool", "transfer", "backend", "radix",
+          "engine", "service", "main"]
+CACHE_LOGIC = set(LAYERS[:LAYERS.index("engine") + 1]) - {"backend"}
 FORBIDDEN_IN_CACHE_LOGIC = re.compile(
     r'^(grpc|grpcpp|google/protobuf|cuda|cuda_runtime|nccl|hicache/v1|'
-    r'hicache/cuda_kernels|cuda_kernels/)')
+    r'hicache/cuda_kernels|cuda_kernels/|daemon/backend/cuda/)')
+KERNEL_HEADERS = re.compile(r'^(hicache/cuda_kernels/|cuda_kernels/)')
+CUDA_TOOLKIT = re.compile(r'^(cuda[a-zA-Z_]*\.h|nccl\.h|cuda/|cub/|thrust/)')
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]')
 
 
@@ -50,6 +59,13 @@ def check(path, lines):
         if own in CACHE_LOGIC and FORBIDDEN_IN_CACHE_LOGIC.match(header):
             problems.append(where + " (cache logic must not see gRPC, protobuf"
                             " or CUDA headers)")
+        elif (KERNEL_HEADERS.match(header) and
+              not path.startswith("daemon/backend/cuda/")):
+            problems.append(where + " (only daemon/backend/cuda may use the"
+                            " CUDA kernels)")
+        if CUDA_TOOLKIT.match(header):
+            problems.append(where + " (CUDA toolkit headers belong in"
+                            " cuda_kernels/*.cu only)")
     return problems
 
 

@@ -18,4 +18,15 @@ if (cd "$tmp" && /usr/bin/python3 "$OLDPWD/$checker" daemon/radix/bad.h) > "$tmp
 fi
 grep -q "must not see gRPC" "$tmp/out"
 grep -q "may not depend on later layer service" "$tmp/out"
+# The CUDA backend is the only home of the kernels; the engine never sees it.
+mkdir -p "$tmp/daemon/engine" "$tmp/daemon/main"
+printf '#include "daemon/backend/cuda/cuda_backend.h"\n' > "$tmp/daemon/engine/bad.cc"
+printf '#include "cuda_kernels/raw_api.h"\n#include <cuda_runtime.h>\n' > "$tmp/daemon/main/bad.cc"
+if (cd "$tmp" && /usr/bin/python3 "$OLDPWD/$checker" daemon/engine/bad.cc daemon/main/bad.cc) > "$tmp/out2"; then
+  echo "checker accepted CUDA outside its home" >&2
+  exit 1
+fi
+grep -q "daemon/engine/bad.cc:1: daemon/backend/cuda/cuda_backend.h (cache logic" "$tmp/out2"
+grep -q "only daemon/backend/cuda may use the CUDA kernels" "$tmp/out2"
+grep -q "CUDA toolkit headers belong in cuda_kernels" "$tmp/out2"
 echo "layering checker rejects violations: ok"
