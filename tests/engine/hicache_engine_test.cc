@@ -138,6 +138,48 @@ TEST_F(EngineTest, WriteFilteredToOwnedPhysicalPages) {
   EXPECT_EQ(load.loaded_len, 12);
 }
 
+// A daemon serving ranks {1, 3} of C = 4 has pools only for them, copies
+// only for them, and completes an op on their acks; the tree and the lanes
+// still cover all four ranks.
+TEST_F(EngineTest, ServedRanksOnlyHavePoolsAndCopies) {
+  Make({.cp_size = 4, .served_ranks = {1, 3}});
+  for (Rank r : {0u, 2u}) {
+    EXPECT_EQ(engine_->pools().device(r), nullptr);
+    EXPECT_EQ(engine_->pools().host(r), nullptr);
+  }
+  for (Rank r : {1u, 3u}) {
+    EXPECT_NE(engine_->pools().device(r), nullptr);
+    EXPECT_NE(engine_->pools().host(r), nullptr);
+  }
+  const std::vector<int32_t> tokens = Seq(0, 16);
+  Cache(tokens, {1, 3, 3, 1});
+  const uint32_t steps = engine_->geometry().NumSteps();
+  const std::map<Rank, int> expected{{1, static_cast<int>(steps)},
+                                     {3, static_cast<int>(steps)}};
+  EXPECT_EQ(listener_.backup_steps(), expected);
+  EXPECT_EQ(engine_->Stats().backups_committed, 1);
+  EXPECT_EQ(engine_->HostUsedPages(1), 2);
+  EXPECT_EQ(engine_->HostUsedPages(3), 2);
+  EvictAllDevice();
+  const LoadResult load = LoadAndVerify(tokens);
+  EXPECT_EQ(load.loaded_len, 16);
+  EXPECT_EQ(listener_.load_steps(), expected);
+}
+
+// Pools that do not fit /dev/shm are refused before any memory is taken
+// (a sparse segment would fault at first use instead).
+TEST(EngineCapacityTest, RefusesPoolsLargerThanSharedMemory) {
+  auto engine = HiCacheEngine::Create({.page_size = 64,
+                                       .cp_size = 8,
+                                       .kv_preset = "deepseek-v3.2-fp8",
+                                       .device_pages_per_rank = 1 << 20,
+                                       .host_pages_per_rank = 1 << 20});
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(engine.status().message()),
+              ::testing::HasSubstr("/dev/shm"));
+}
+
 TEST_F(EngineTest, ZeroOwnedRanksAckEveryStepWithNoOps) {
   Make({.cp_size = 4});
   Cache(Seq(0, 8), {2, 2});  // Ranks 0, 1, 3 own nothing.
