@@ -137,6 +137,29 @@ absl::Status DaemonConfig::Validate() const {
           absl::StrJoin(served_ranks, ","), "]"));
     }
   }
+  if (!gpus.empty() && gpus.size() != EffectiveRanks().size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gpus lists ", gpus.size(), " devices for ", EffectiveRanks().size(),
+        " served ranks; give one device per served rank, in rank order"));
+  }
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    if (gpus[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gpus[", i, "] = ", gpus[i], " is not a device ordinal"));
+    }
+  }
+  if (!gpus.empty() && backend != BackendKind::kCuda) {
+    return absl::InvalidArgumentError("gpus needs backend=cuda");
+  }
+  if (cuda_runtime != "real" && cuda_runtime != "simulated") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda_runtime must be 'real' or 'simulated', got '", cuda_runtime,
+        "'"));
+  }
+  if (copy_max_blocks < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("copy_max_blocks must be >= 0, got ", copy_max_blocks));
+  }
   if (device_pages_per_rank < 2 || device_pages_per_rank > kMaxPagesPerRank) {
     return absl::InvalidArgumentError(
         absl::StrCat("device_pages_per_rank must be in [2, ", kMaxPagesPerRank,

@@ -62,6 +62,20 @@ struct DaemonConfig {
   uint32_t cp_size = 1;     // Context-parallel size, C (number of lanes).
   // Ranks whose pools this daemon owns, ascending. Empty means all C ranks.
   std::vector<uint32_t> served_ranks;
+  // CUDA backend: the device ordinal of each served rank, in served-rank
+  // order. Empty: rank r on device r.
+  std::vector<int32_t> gpus;
+  // CUDA backend: "real" (the CUDA runtime) or "simulated" (the CPU
+  // simulation of it: tests and demos on machines without a GPU).
+  std::string cuda_runtime = "real";
+  // CUDA backend: thread blocks per copy launch, 0 for the kernel's default
+  // (a quota that keeps copies from occupying every SM).
+  int32_t copy_max_blocks = 0;
+  // Page-lock the host pools: mlock on the CPU backend (default off),
+  // cudaHostRegister on the CUDA backend (default on; the copy kernel needs
+  // pinned memory).
+  bool lock_host_memory = false;
+  bool pin_host_memory = true;
   uint64_t device_pages_per_rank = 4096;
   uint64_t host_pages_per_rank = 16384;
   HostLayout host_layout = HostLayout::kLayerFirst;
