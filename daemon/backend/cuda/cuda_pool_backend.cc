@@ -148,6 +148,7 @@ absl::StatusOr<std::unique_ptr<KvPool>> CudaPoolBackend::CreateDevicePool(
                                                  cuda::kIpcHandleBytes)),
                 "IpcGetMemHandle");
   }
+  spdlog::info("{}: allocated on {} ({})", what, info->name, info->pci_bus_id);
   return std::unique_ptr<KvPool>(new CudaDevicePool(
       runtime_, absl::StrCat(shm_prefix_, "-device-r", rank), *device, *data,
       size_bytes, *std::move(handle), info->pci_bus_id));
@@ -173,6 +174,11 @@ absl::StatusOr<std::unique_ptr<KvPool>> CudaPoolBackend::CreateHostPool(
     }
     register_time = absl::Now() - start;
   }
+  spdlog::info(
+      "{}: shared memory {}, {}", what, (*shm)->name(),
+      pin_host_memory_
+          ? absl::StrCat("pinned in ", absl::FormatDuration(register_time))
+          : std::string("not pinned"));
   return std::unique_ptr<KvPool>(new CudaHostPool(
       runtime_, *std::move(shm), pin_host_memory_, register_time));
 }

@@ -350,13 +350,16 @@ void CudaTransferEngine::Issue(Lane& lane, Pending& p,
   const std::vector<cuda::CopyRegion>& regions =
       regions_[DirectionIndex(task.direction)][task.step];
   const int64_t num_pages = static_cast<int64_t>(copy.device_pages.size());
-  const std::string where = absl::StrCat(
-      "op ", task.op_id, " step ", task.step, " on rank ", lane.rank, " ",
-      DirectionName(lane.direction), " stream (CUDA device ", lane.device, ")");
+  // The context of an error (built only on failure).
+  auto where = [&] {
+    return absl::StrCat("op ", task.op_id, " step ", task.step, " on rank ",
+                        lane.rank, " ", DirectionName(lane.direction),
+                        " stream (CUDA device ", lane.device, ")");
+  };
 
   absl::StatusOr<cuda::Event> done = AcquireEvent(lane);
   if (!done.ok()) {
-    p.status = Annotate(done.status(), where + ": CreateEvent");
+    p.status = Annotate(done.status(), where() + ": CreateEvent");
     return;
   }
   // A failure before anything reads the staging buffer returns it and the
@@ -364,7 +367,7 @@ void CudaTransferEngine::Issue(Lane& lane, Pending& p,
   auto fail_unlaunched =
       [&](const absl::Status& status, absl::string_view call)
           ABSL_EXCLUSIVE_LOCKS_REQUIRED(lane.mu) {
-            p.status = Annotate(status, absl::StrCat(where, ": ", call));
+            p.status = Annotate(status, absl::StrCat(where(), ": ", call));
             lane.free_events.push_back(*done);
             if (p.staging.data != nullptr)
               lane.free_staging.push_back(p.staging);
@@ -412,7 +415,7 @@ void CudaTransferEngine::Issue(Lane& lane, Pending& p,
   if (absl::Status s = runtime_->RecordEvent(*done, lane.stream); !s.ok()) {
     // Launched but unobservable through the event: the completion thread
     // synchronizes the stream before recycling the staging buffer.
-    p.status = Annotate(s, where + ": RecordEvent");
+    p.status = Annotate(s, where() + ": RecordEvent");
     lane.free_events.push_back(*done);
     return;
   }
@@ -422,7 +425,7 @@ void CudaTransferEngine::Issue(Lane& lane, Pending& p,
         lane.fence_ring[lane.next_fence++ % lane.fence_ring.size()];
     if (absl::Status s = runtime_->RecordEvent(fence.event, lane.stream);
         !s.ok()) {
-      p.status = Annotate(s, where + ": RecordEvent of the load fence");
+      p.status = Annotate(s, where() + ": RecordEvent of the load fence");
       return;
     }
     p.fence = fence.handle;
