@@ -38,7 +38,13 @@ void ForEachRow(const HiCacheEngine& engine,
   for (int64_t t = from; t < to; ++t) {
     const LogicalPage logical = pages[t / page];
     const Rank rank = layout.LaneOf(logical);
-    char* base = static_cast<char*>(engine.pools().device(rank)->host_data());
+    // The CPU backend maps device pools into this process; the simulated
+    // CUDA runtime keeps "device" memory in host RAM (backend_data). Tests on
+    // a real GPU copy through the runtime instead of using these helpers.
+    const KvPool* pool = engine.pools().device(rank);
+    char* base = static_cast<char*>(pool->host_data() != nullptr
+                                        ? pool->host_data()
+                                        : pool->backend_data());
     for (int f = 0; f < static_cast<int>(g.families().size()); ++f) {
       const uint32_t row = g.families()[f].bytes_per_token;
       for (uint32_t l = 0; l < g.families()[f].num_layers; ++l) {

@@ -1,0 +1,123 @@
+// The engine's byte-integrity stress run through the CUDA backend's own code
+// (CudaPoolBackend, CudaTransferEngine: one batched launch per step, events,
+// completion threads) on the simulated CUDA runtime, for C = 1, 2, 4, 8; then
+// again with CUDA faults injected into the runtime (refused launches, failing
+// event records and waits, asynchronous copy failures that poison a stream).
+// Misses are allowed; wrong bytes and leaked pages are not.
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/backend/cuda/cuda_backend.h"
+#include "daemon/backend/cuda/sim_cuda_runtime.h"
+#include "daemon/engine/hicache_engine.h"
+#include "gtest/gtest.h"
+#include "tests/engine/request_driver.h"
+
+namespace hicache {
+namespace {
+
+using Driver = testing::RequestDriver;
+using cuda::SimCudaRuntime;
+using cuda::SimFault;
+
+constexpr uint32_t kP = Driver::kPageSize;
+
+struct Rig {
+  std::shared_ptr<SimCudaRuntime> runtime;
+  std::unique_ptr<CudaBackend> backend;
+  std::unique_ptr<HiCacheEngine> engine;
+};
+
+Rig MakeRig(uint32_t cp, EvictionPolicy policy, WritePolicy write) {
+  Rig rig;
+  // Two ranks per simulated GPU, as on a node with more ranks than GPUs.
+  const int devices = static_cast<int>((cp + 1) / 2);
+  rig.runtime = std::make_shared<SimCudaRuntime>(
+      cuda::SimOptions{.devices = devices});
+  std::vector<int> device_of_rank(cp);
+  for (uint32_t r = 0; r < cp; ++r) device_of_rank[r] = static_cast<int>(r / 2);
+  static int counter = 0;
+  auto backend = CudaBackend::Create(
+      rig.runtime,
+      CudaBackendOptions{
+          .device_of_rank = device_of_rank,
+          .shm_prefix = absl::StrCat("/hicache-cbi-", getpid(), "-", counter++),
+          .max_blocks_per_copy = 8});
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  rig.backend = *std::move(backend);
+  auto engine = HiCacheEngine::Create(
+      {.page_size = kP,
+       .cp_size = cp,
+       .kv_preset = "tiny-draft",
+       .device_pages_per_rank = 1 + 48 / cp,
+       .host_pages_per_rank = 1 + 96 / cp,
+       .host_layout = cp % 2 ? HostLayout::kLayerFirst : HostLayout::kPageFirst,
+       .write_policy = write,
+       .write_through_threshold = 2,
+       .eviction_policy = policy,
+       .l1_free_room_pages = 1,
+       .l2_free_room_pages = 1,
+       .backend = rig.backend.get()});
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  rig.engine = *std::move(engine);
+  return rig;
+}
+
+void Drive(Rig& rig, uint32_t cp, int requests, bool faults) {
+  Driver driver(rig.engine.get(), 2000 + cp, "");
+  for (int step = 0; step < requests; ++step) {
+    if (faults && step % 37 == 0) {
+      // One synchronous refusal of each kind now and then: each fails
+      // exactly one step, which rolls its backup back or makes its load a
+      // miss.
+      static constexpr SimFault kKinds[] = {
+          SimFault::kLaunch, SimFault::kRecordEvent, SimFault::kStreamWait};
+      rig.runtime->InjectFault(kKinds[(step / 37) % 3]);
+    }
+    if (faults && step == requests / 2) {
+      // An asynchronous copy failure poisons one stream for good: every
+      // later step on it fails, the others keep working.
+      rig.runtime->InjectFault(SimFault::kAsyncCopy);
+    }
+    ASSERT_NO_FATAL_FAILURE(driver.Request()) << "step " << step;
+    if (step % 50 == 0) ASSERT_TRUE(rig.engine->EnforceFreeRoom().ok());
+    const absl::Status invariants = rig.engine->CheckInvariants();
+    ASSERT_TRUE(invariants.ok()) << "step " << step << ": " << invariants;
+  }
+  rig.engine->WaitForTransfers();
+  ASSERT_TRUE(rig.engine->CheckInvariants().ok());
+  EXPECT_EQ(rig.engine->DeviceAllocatedPages(), rig.engine->TreeDevicePages());
+  EXPECT_GT(driver.hits(), 0);
+  if (!faults) {
+    EXPECT_GT(driver.loads(), 0) << "pressure never forced a load-back";
+    EXPECT_EQ(rig.engine->Stats().copy_failures, 0);
+  } else {
+    EXPECT_GT(rig.engine->Stats().copy_failures, 0);
+  }
+  EXPECT_GT(rig.runtime->launches(), 0);
+}
+
+class CudaByteIntegrityTest : public ::testing::TestWithParam<uint32_t> {};
+
+TEST_P(CudaByteIntegrityTest, EveryHitHasTheBytesThatWereWritten) {
+  const uint32_t cp = GetParam();
+  Rig rig = MakeRig(cp, static_cast<EvictionPolicy>(cp % 5),
+                    static_cast<WritePolicy>(cp % 3));
+  ASSERT_NE(rig.engine, nullptr);
+  EXPECT_EQ(rig.engine->backend_name(), "cuda (simulated)");
+  ASSERT_NO_FATAL_FAILURE(Drive(rig, cp, 1500, /*faults=*/false));
+}
+
+TEST_P(CudaByteIntegrityTest, CudaFaultsNeverServeWrongBytes) {
+  const uint32_t cp = GetParam();
+  Rig rig = MakeRig(cp, EvictionPolicy::kLru, WritePolicy::kWriteThrough);
+  ASSERT_NE(rig.engine, nullptr);
+  ASSERT_NO_FATAL_FAILURE(Drive(rig, cp, 1000, /*faults=*/true));
+}
+
+INSTANTIATE_TEST_SUITE_P(CpSizes, CudaByteIntegrityTest,
+                         ::testing::Values(1u, 2u, 4u, 8u));
+
+}  // namespace
+}  // namespace hicache
