@@ -405,6 +405,8 @@ TEST_F(SimCudaRuntimeTest, IpcMemHandleWorksAcrossProcesses) {
   absl::StatusOr<int> exit_code = process->Wait(absl::Seconds(60));
   ASSERT_TRUE(exit_code.ok()) << exit_code.status();
   ASSERT_EQ(*exit_code, 0) << process->Stdout() << process->Stderr();
+  EXPECT_THAT(process->Stdout(),
+              HasSubstr("[       OK ] SimCudaRuntimeChildTest"));
   EXPECT_EQ(std::string(static_cast<char*>(*device), 5), "child");
   EXPECT_TRUE(runtime_.DeviceFree(0, *device).ok());
 }
@@ -423,8 +425,7 @@ TEST_F(SimCudaRuntimeTest, DestroyingAStreamDrainsIt) {
             absl::StatusCode::kInvalidArgument);
 }
 
-// --- Page copies
-// -------------------------------------------------------------------
+// --- Page copies -------------------------------------------------------------
 
 class SimPageCopyTest : public ::testing::TestWithParam<testing::PageCopyCase> {
 };

@@ -187,8 +187,7 @@ absl::StatusOr<SimCudaRuntime::Span> SimCudaRuntime::AccessibleSpan(
   return span;
 }
 
-// --- Device memory
-// -------------------------------------------------------------
+// --- Device memory -----------------------------------------------------------
 
 absl::StatusOr<void*> SimCudaRuntime::DeviceMalloc(int device, size_t bytes) {
   if (absl::Status s = TakeFault(SimFault::kDeviceMalloc); !s.ok()) return s;
@@ -366,8 +365,7 @@ absl::Status SimCudaRuntime::IpcCloseMemHandle(void* device_ptr) {
   return absl::OkStatus();
 }
 
-// --- Host memory
-// -----------------------------------------------------------------
+// --- Host memory -------------------------------------------------------------
 
 absl::Status SimCudaRuntime::HostRegister(void* ptr, size_t bytes) {
   if (absl::Status s = TakeFault(SimFault::kHostRegister); !s.ok()) return s;

@@ -129,7 +129,7 @@ class SimCudaRuntime final : public CudaRuntime {
   absl::Status LaunchPageCopy(const BatchedPageCopy& copy,
                               Stream stream) override ABSL_LOCKS_EXCLUDED(mu_);
 
-  // --- Simulation only ------------------------------------------------------
+  // --- Simulation only -------------------------------------------------------
   // The next `count` calls of that kind fail with `status` (counts add up;
   // the latest status is used). A count <= 0 clears the kind's faults.
   void InjectFault(SimFault fault, int count = 1,

@@ -15,8 +15,7 @@
 namespace hicache::cuda {
 namespace sim {
 
-// --- EventState
-// ------------------------------------------------------------------
+// --- EventState --------------------------------------------------------------
 
 uint64_t EventState::Record() {
   MutexLock lock(&mu_);
@@ -57,8 +56,7 @@ EventState::Snapshot EventState::Query() {
   return snapshot;
 }
 
-// --- The IPC event table
-// -----------------------------------------------------------
+// --- The IPC event table -----------------------------------------------------
 
 namespace {
 
@@ -116,8 +114,7 @@ static_assert(sizeof(EventHandle) <= kIpcHandleBytes);
 
 }  // namespace
 
-// --- SimStream
-// ---------------------------------------------------------------------
+// --- SimStream ---------------------------------------------------------------
 
 SimCudaRuntime::SimStream::SimStream(int device,
                                      const std::atomic<int64_t>* delay_ns)
@@ -175,8 +172,7 @@ void SimCudaRuntime::SimStream::Run() {
   }
 }
 
-// --- Streams
-// -------------------------------------------------------------------------
+// --- Streams -----------------------------------------------------------------
 
 absl::StatusOr<SimCudaRuntime::SimStream*> SimCudaRuntime::FindStream(
     Stream stream) {
@@ -238,8 +234,7 @@ absl::Status SimCudaRuntime::ResetStream(Stream stream) {
   return absl::OkStatus();
 }
 
-// --- Events
-// ------------------------------------------------------------------------------
+// --- Events ------------------------------------------------------------------
 
 absl::StatusOr<Event> SimCudaRuntime::CreateEvent(int device,
                                                   EventOptions options) {
@@ -412,8 +407,7 @@ absl::StatusOr<Event> SimCudaRuntime::IpcOpenEventHandle(
   return reinterpret_cast<Event>(key);
 }
 
-// --- Work
-// ----------------------------------------------------------------------------------
+// --- Work --------------------------------------------------------------------
 
 absl::Status SimCudaRuntime::MemcpyAsync(void* dst, const void* src,
                                          size_t bytes, Stream stream) {
