@@ -10,12 +10,14 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "daemon/core/build_info.h"
 #include "daemon/core/daemon_info.h"
 #include "daemon/core/log_format.h"
 #include "daemon/engine/event_hub.h"
 #include "daemon/engine/hicache_engine.h"
 #include "daemon/engine/session_manager.h"
+#include "daemon/main/backend_factory.h"
 #include "daemon/main/connection_registry.h"
 #include "daemon/main/unix_listener.h"
 #include "daemon/pool/shm_instance.h"
@@ -84,6 +86,27 @@ DaemonServer::TcpCredentials(const DaemonConfig& config) {
   return grpc::SslServerCredentials(options);
 }
 
+namespace {
+
+std::string Gib(uint64_t bytes) {
+  return absl::StrFormat("%.2f GiB", static_cast<double>(bytes) / (1ull << 30));
+}
+
+// The backend, once at start (each pool logged its size, device and pin
+// time as it was created).
+void LogPools(const HiCacheEngine& engine) {
+  uint64_t device = 0, host = 0;
+  for (Rank rank : engine.layout().served_ranks()) {
+    device += engine.pools().device(rank)->size_bytes();
+    if (const KvPool* pool = engine.pools().host(rank)) host += pool->size_bytes();
+  }
+  spdlog::info("backend {}: {} device and {} host pool bytes over {} ranks",
+               engine.backend_name(), Gib(device), Gib(host),
+               engine.layout().served_ranks().size());
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
     const DaemonConfig& config, const std::string& socket_path,
     const Clock* clock) {
@@ -131,6 +154,12 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   if (!eviction.ok()) return eviction.status();
   absl::StatusOr<WritePolicy> write = ParseWritePolicy(config.write_policy);
   if (!write.ok()) return write.status();
+  absl::StatusOr<std::unique_ptr<Backend>> backend =
+      MakeBackend(config, daemon->shm_->prefix());
+  if (!backend.ok()) return backend.status();
+  daemon->backend_ = *std::move(backend);
+  std::vector<Rank> served(config.served_ranks.begin(),
+                           config.served_ranks.end());
   absl::StatusOr<std::unique_ptr<HiCacheEngine>> engine = HiCacheEngine::Create(
       {.page_size = config.page_size,
        .cp_size = config.cp_size,
@@ -139,12 +168,16 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
            static_cast<int64_t>(config.device_pages_per_rank),
        .host_pages_per_rank = static_cast<int64_t>(config.host_pages_per_rank),
        .host_layout = config.host_layout,
+       .lock_host_memory = config.lock_host_memory,
        .write_policy = *write,
        .eviction_policy = *eviction,
+       .served_ranks = std::move(served),
        .clock = clock,
+       .backend = daemon->backend_.get(),
        .shm_prefix = daemon->shm_->prefix()});
   if (!engine.ok()) return engine.status();
   daemon->engine_ = *std::move(engine);
+  LogPools(*daemon->engine_);
   daemon->engine_->SetListener(daemon->hub_.get());
   daemon->sessions_ = std::make_unique<SessionManager>(
       daemon->engine_.get(), clock,

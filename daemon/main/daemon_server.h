@@ -7,6 +7,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "daemon/backend/backend.h"
 #include "daemon/core/clock.h"
 #include "daemon/core/daemon_config.h"
 #include "daemon/core/mutex.h"
@@ -78,6 +79,7 @@ class DaemonServer {
   int tcp_port_ = 0;
   std::unique_ptr<service::WatchBroadcaster> watch_;
   std::unique_ptr<EventHub> hub_;
+  std::unique_ptr<Backend> backend_;  // Outlives the engine (its pools).
   std::unique_ptr<HiCacheEngine> engine_;
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<service::CacheRpcs> cache_;

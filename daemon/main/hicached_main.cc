@@ -24,6 +24,7 @@
 #include "daemon/core/clock.h"
 #include "daemon/core/daemon_config.h"
 #include "daemon/core/log_format.h"
+#include "daemon/main/backend_factory.h"
 #include "daemon/main/daemon_server.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -47,6 +48,20 @@ ABSL_FLAG(uint32_t, cp_size, 1,
 ABSL_FLAG(std::vector<std::string>, ranks, {},
           "Comma-separated CP ranks whose pools this daemon owns (default: "
           "all ranks 0..cp_size-1).");
+ABSL_FLAG(std::vector<std::string>, gpus, {},
+          "--backend=cuda: CUDA device of each served rank, in rank order "
+          "(default: rank r on device r).");
+ABSL_FLAG(std::string, cuda_runtime, "real",
+          "--backend=cuda: 'real' (the CUDA runtime) or 'simulated' (a CPU "
+          "simulation of it, for tests and demos without a GPU).");
+ABSL_FLAG(int32_t, copy_max_blocks, 0,
+          "--backend=cuda: thread blocks per copy launch (0: the kernel's "
+          "default); bounds the SMs copies take from compute.");
+ABSL_FLAG(bool, lock_host_memory, false,
+          "CPU backend: mlock the host pools (needs RLIMIT_MEMLOCK).");
+ABSL_FLAG(bool, pin_host_memory, true,
+          "CUDA backend: pin the host pools with cudaHostRegister (the copy "
+          "kernel reads and writes them directly).");
 ABSL_FLAG(uint64_t, device_pages_per_rank, 4096,
           "Physical device (L1) pages in each rank's lane.");
 ABSL_FLAG(uint64_t, host_pages_per_rank, 16384,
@@ -126,6 +141,18 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
     }
     config.served_ranks.push_back(rank);
   }
+  for (const std::string& text : absl::GetFlag(FLAGS_gpus)) {
+    int32_t device = 0;
+    if (!absl::SimpleAtoi(text, &device)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--gpus: '", text, "' is not a device number"));
+    }
+    config.gpus.push_back(device);
+  }
+  config.cuda_runtime = absl::GetFlag(FLAGS_cuda_runtime);
+  config.copy_max_blocks = absl::GetFlag(FLAGS_copy_max_blocks);
+  config.lock_host_memory = absl::GetFlag(FLAGS_lock_host_memory);
+  config.pin_host_memory = absl::GetFlag(FLAGS_pin_host_memory);
   config.device_pages_per_rank = absl::GetFlag(FLAGS_device_pages_per_rank);
   config.host_pages_per_rank = absl::GetFlag(FLAGS_host_pages_per_rank);
   config.host_layout = absl::GetFlag(FLAGS_host_layout);
@@ -167,12 +194,10 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   config.max_stream_backlog = absl::GetFlag(FLAGS_max_stream_backlog);
   config.instance = absl::GetFlag(FLAGS_instance);
   if (absl::Status valid = config.Validate(); !valid.ok()) return valid;
-  if (config.backend == BackendKind::kCuda) {
-    return absl::UnimplementedError(
-        GetBuildInfo().cuda_support
-            ? "--backend=cuda is not available yet in this version; use "
-              "--backend=cpu"
-            : "this hicached was built without CUDA; use --backend=cpu");
+  // A CUDA backend that cannot run here is a configuration error (exit 2),
+  // found before anything is created.
+  if (absl::Status available = CheckBackendAvailable(config); !available.ok()) {
+    return available;
   }
   return config;
 }

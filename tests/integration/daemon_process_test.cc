@@ -160,6 +160,12 @@ TEST_F(DaemonProcessTest, BadFlagValuesExitNonZeroWithAClearMessage) {
       {{"--ranks=x"}, 2, "'x' is not a rank number"},
       {{"--log_level=loud"}, 2, "unknown level 'loud'"},
       {{"--backend=tpu"}, 1, "unknown backend 'tpu'"},
+      {{"--gpus=0"}, 2, "gpus needs backend=cuda"},
+      {{"--backend=cuda", "--cuda_runtime=fake"}, 2,
+       "cuda_runtime must be 'real' or 'simulated'"},
+      {{"--backend=cuda", "--cp_size=2", "--gpus=0"}, 2,
+       "gpus lists 1 devices for 2 served ranks"},
+      {{"--backend=cuda", "--gpus=x"}, 2, "'x' is not a device number"},
       {{"--page_size=abc"}, 1, "page_size"},
       {{"--no_such_flag"}, 1, "no_such_flag"},
   };
@@ -172,6 +178,27 @@ TEST_F(DaemonProcessTest, BadFlagValuesExitNonZeroWithAClearMessage) {
     EXPECT_THAT(r->err, HasSubstr(c.message)) << c.flags[0];
     EXPECT_FALSE(Exists(socket_)) << c.flags[0];
   }
+}
+
+// Without a GPU (every CI machine), --backend=cuda is a configuration error
+// that says why; a pool larger than /dev/shm is refused at start.
+TEST_F(DaemonProcessTest, CudaBackendWithoutAGpuExitsTwoAndSaysWhy) {
+  if (access("/dev/nvidia0", F_OK) == 0) {
+    GTEST_SKIP() << "a GPU is present: tools/gpu_check runs the CUDA backend";
+  }
+  absl::StatusOr<RunResult> r =
+      testing::Run({DaemonPath(), "--socket=" + socket_, "--backend=cuda"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 2) << r->err;
+  EXPECT_THAT(r->err, ::testing::AnyOf(HasSubstr("no CUDA device is visible"),
+                                       HasSubstr("built without CUDA")));
+  EXPECT_FALSE(Exists(socket_));
+  r = testing::Run({DaemonPath(), "--socket=" + socket_, "--cp_size=8",
+                    "--kv_preset=deepseek-v3.2-fp8",
+                    "--device_pages_per_rank=100000"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(r->exit_code, 0);
+  EXPECT_THAT(r->err, HasSubstr("/dev/shm has"));
 }
 
 TEST_F(DaemonProcessTest, CtlHelpDocumentsExitCodes) {
