@@ -320,7 +320,9 @@ int RawEventCreate(int device, bool timing, bool interprocess, void** event) {
     return Code(err);
   }
   unsigned flags = cudaEventDefault;
-  if (!timing) flags |= cudaEventDisableTiming;
+  // Untimed events are waited on by completion threads (one per stream):
+  // block in the driver instead of spinning a core per stream.
+  if (!timing) flags |= cudaEventDisableTiming | cudaEventBlockingSync;
   if (interprocess) flags |= cudaEventInterprocess;
   cudaEvent_t created = nullptr;
   const cudaError_t err = cudaEventCreateWithFlags(&created, flags);
