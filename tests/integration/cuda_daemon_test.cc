@@ -94,10 +94,11 @@ class CudaDaemonTest : public ::testing::TestWithParam<Case> {
     absl::StatusOr<Subprocess> daemon = Subprocess::Start(argv);
     ASSERT_TRUE(daemon.ok()) << daemon.status();
     daemon_ = std::make_unique<Subprocess>(*std::move(daemon));
-    stub_ = v1::HiCache::NewStub(grpc::CreateChannel(
-        client::UnixTarget(socket_), grpc::InsecureChannelCredentials()));
     const absl::Time deadline = absl::Now() + absl::Seconds(30);
     while (absl::Now() < deadline && daemon_->Running()) {
+      // A fresh channel per attempt: a failed connect would back off.
+      stub_ = v1::HiCache::NewStub(grpc::CreateChannel(
+          client::UnixTarget(socket_), grpc::InsecureChannelCredentials()));
       grpc::ClientContext ctx;
       ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
       v1::GetStatsResponse stats;
@@ -109,9 +110,11 @@ class CudaDaemonTest : public ::testing::TestWithParam<Case> {
 
   void TearDown() override {
     if (daemon_ != nullptr) {
+      stub_.reset();  // Our connection closes; shutdown need not wait for it.
       (void)daemon_->Signal(SIGTERM);
       absl::StatusOr<int> code = daemon_->Wait(absl::Seconds(20));
       EXPECT_TRUE(code.ok() && *code == 0) << daemon_->Stderr();
+      if (getenv("DEBUG_DAEMON")) std::cerr << daemon_->Stderr();
     }
   }
 
