@@ -18,3 +18,10 @@ from hicache.client import (  # noqa: F401
     Session,
     default_socket_path,
 )
+from hicache.cuda import (  # noqa: F401
+    CudaError,
+    CudaUnavailableError,
+    LayerWrittenFence,
+    LoadFenceWaiter,
+)
+from hicache.pools import DevicePool, RankPools, ShmPool, map_pool, map_rank  # noqa: F401

@@ -225,6 +225,17 @@ class Session:
     def backup_stream(self) -> "BackupStream":
         return BackupStream(self)
 
+    def register_fence(self, rank: int, event_handle: bytes) -> int:
+        """Registers a worker's "layer written" event (64 IPC handle bytes,
+        e.g. hicache.LayerWrittenFence.handle) for `rank`; the fence id to
+        name in layer_stored. CUDA backend only (FAILED_PRECONDITION else)."""
+        return self._rpc("RegisterFence", pb.RegisterFenceRequest(
+            session_id=self.id, rank=rank, event_handle=bytes(event_handle))).fence_id
+
+    def release_fence(self, fence_id: int):
+        self._rpc("ReleaseFence", pb.ReleaseFenceRequest(session_id=self.id,
+                                                         fence_id=fence_id))
+
 
 @dataclass
 class _Pending:
@@ -302,9 +313,13 @@ class BackupStream:
                 raise HiCacheError(grpc.StatusCode.DEADLINE_EXCEEDED, "no reply", "prepare")
             return self._prepared.pop(0)
 
-    def layer_stored(self, backup_ids: Sequence[int], step: int):
+    def layer_stored(self, backup_ids: Sequence[int], step: int,
+                     fences: Optional[dict] = None):
+        """fences: {rank: fence_id} (CUDA backend): that rank's copy of the
+        step waits on the fence's latest record."""
         self._send(layer_stored=pb.BackupClientMessage.LayerStored(
-            backup_ids=list(backup_ids), step=step))
+            backup_ids=list(backup_ids), step=step,
+            fences=[pb.RankFence(rank=r, fence_id=f) for r, f in (fences or {}).items()]))
 
     def rollback(self, backup_id: int):
         self._send(rollback=pb.BackupClientMessage.Rollback(backup_id=backup_id))

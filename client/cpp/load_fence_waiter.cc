@@ -1,0 +1,46 @@
+#include "client/cpp/load_fence_waiter.h"
+
+namespace hicache::client {
+
+absl::StatusOr<std::unique_ptr<LoadFenceWaiter>> LoadFenceWaiter::Create(
+    int device) {
+  return Create(device, CudaApi::Get());
+}
+
+absl::StatusOr<std::unique_ptr<LoadFenceWaiter>> LoadFenceWaiter::Create(
+    int device, const absl::StatusOr<const CudaApi*>& cuda) {
+  if (!cuda.ok()) return cuda.status();
+  if (*cuda == nullptr) {
+    return absl::InvalidArgumentError("LoadFenceWaiter: no CUDA runtime given");
+  }
+  if (device < 0) {
+    return absl::InvalidArgumentError(
+        "LoadFenceWaiter: device must be a CUDA device ordinal");
+  }
+  return std::unique_ptr<LoadFenceWaiter>(new LoadFenceWaiter(device, *cuda));
+}
+
+LoadFenceWaiter::~LoadFenceWaiter() {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [bytes, event] : events_) {
+    (void)cuda_->OnDevice(device_, [&] { return cuda_->EventDestroy(event); });
+  }
+}
+
+absl::Status LoadFenceWaiter::Wait(absl::string_view fence, CudaStream stream) {
+  if (fence.empty()) return absl::OkStatus();
+  absl::StatusOr<CudaIpcHandle> handle = ToIpcHandle(fence, "load fence");
+  if (!handle.ok()) return handle.status();
+  absl::MutexLock lock(&mu_);
+  return cuda_->OnDevice(device_, [&]() -> absl::Status {
+    auto it = events_.find(fence);
+    if (it == events_.end()) {
+      absl::StatusOr<CudaEvent> event = cuda_->IpcOpenEventHandle(*handle);
+      if (!event.ok()) return event.status();
+      it = events_.emplace(std::string(fence), *event).first;
+    }
+    return cuda_->StreamWaitEvent(stream, it->second);
+  });
+}
+
+}  // namespace hicache::client
