@@ -97,8 +97,25 @@ std::string Gib(uint64_t bytes) {
 void LogPools(const HiCacheEngine& engine) {
   uint64_t device = 0, host = 0;
   for (Rank rank : engine.layout().served_ranks()) {
-    device += engine.pools().device(rank)->size_bytes();
-    if (const KvPool* pool = engine.pools().host(rank)) host += pool->size_bytes();
+    const KvPool* device_pool = engine.pools().device(rank);
+    const KvPool* host_pool = engine.pools().host(rank);
+    device += device_pool->size_bytes();
+    if (host_pool != nullptr) host += host_pool->size_bytes();
+    // The CUDA backend logs its pools as it makes them; the CPU backend's
+    // shared-memory pools are reported here.
+    if (device_pool->Export().kind != PoolExport::Kind::kSharedMemory ||
+        host_pool == nullptr) {
+      continue;
+    }
+    spdlog::info(
+        "rank {}: device pool {} ({} bytes) and host pool {} ({} bytes, {}) "
+        "in shared memory",
+        rank, Gib(device_pool->size_bytes()), device_pool->size_bytes(),
+        Gib(host_pool->size_bytes()), host_pool->size_bytes(),
+        host_pool->pinned()
+            ? absl::StrCat("locked in ",
+                           absl::FormatDuration(host_pool->pin_time()))
+            : std::string("not locked"));
   }
   spdlog::info("backend {}: {} device and {} host pool bytes over {} ranks",
                engine.backend_name(), Gib(device), Gib(host),
