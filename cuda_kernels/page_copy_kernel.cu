@@ -140,6 +140,9 @@ int RawLaunchPageCopy(const void* src, void* dst, const int64_t* src_pages,
   const bool wide = Aligned(src, src_stride_bytes, 16) &&
                     Aligned(dst, dst_stride_bytes, 16) &&
                     bytes_per_page % 16 == 0;
+  // cudaGetLastError after the launch must report this launch only, not a
+  // (non-sticky) error an earlier runtime call left on this thread.
+  (void)cudaGetLastError();
   if (wide) {
     PageCopyKernel<uint4><<<grid, block, 0, s>>>(
         from, to, src_pages, dst_pages, num_pages, bytes_per_page / 16,
@@ -159,9 +162,12 @@ int RawMalloc(void** ptr, size_t bytes) {
 int RawFree(void* ptr) { return static_cast<int>(cudaFree(ptr)); }
 
 int RawCopy(void* dst, const void* src, size_t bytes, bool to_device) {
-  return static_cast<int>(
+  const cudaError_t err =
       cudaMemcpy(dst, src, bytes,
-                 to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost));
+                 to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
+  if (err != cudaSuccess) return static_cast<int>(err);
+  // cudaMemcpy from pageable memory may return before the DMA has landed.
+  return static_cast<int>(cudaStreamSynchronize(cudaStreamLegacy));
 }
 
 int RawSynchronize(void* stream) {
@@ -252,12 +258,23 @@ int RawMallocOnDevice(int device, void** ptr, size_t bytes) {
   return Code(cudaMalloc(ptr, bytes));
 }
 
+// cudaMemset on device memory, and cudaMemcpy from pageable host memory,
+// may return before the work is done; the work runs on the legacy stream,
+// which our non-blocking streams (and other processes) are not ordered
+// after. Both wait for it, so that they are synchronous as raw_api.h says.
 int RawMemset(void* ptr, int value, size_t bytes) {
-  return Code(cudaMemset(ptr, value, bytes));
+  if (cudaError_t err = cudaMemset(ptr, value, bytes); err != cudaSuccess) {
+    return Code(err);
+  }
+  return Code(cudaStreamSynchronize(cudaStreamLegacy));
 }
 
 int RawMemcpy(void* dst, const void* src, size_t bytes) {
-  return Code(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+  if (cudaError_t err = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+      err != cudaSuccess) {
+    return Code(err);
+  }
+  return Code(cudaStreamSynchronize(cudaStreamLegacy));
 }
 
 int RawIpcGetMemHandle(void* handle64, void* ptr) {
@@ -284,8 +301,23 @@ int RawIpcOpenMemHandle(int device, const void* handle64, void** ptr) {
 int RawIpcCloseMemHandle(void* ptr) { return Code(cudaIpcCloseMemHandle(ptr)); }
 
 int RawHostRegister(void* ptr, size_t bytes) {
-  return Code(cudaHostRegister(
-      ptr, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped));
+  if (cudaError_t err = cudaHostRegister(
+          ptr, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped);
+      err != cudaSuccess) {
+    return Code(err);
+  }
+  // The kernels address registered memory at its host address; that holds
+  // only where every device has cudaDevAttrCanUseHostPointerForRegisteredMem
+  // (cudaHostRegister's documentation). Refuse the registration otherwise.
+  void* device_ptr = nullptr;
+  cudaError_t err = cudaHostGetDevicePointer(&device_ptr, ptr, 0);
+  if (err == cudaSuccess && device_ptr != ptr) err = cudaErrorNotSupported;
+  if (err != cudaSuccess) {
+    cudaHostUnregister(ptr);
+    cudaGetLastError();
+    return Code(err);
+  }
+  return 0;
 }
 
 int RawHostUnregister(void* ptr) { return Code(cudaHostUnregister(ptr)); }
@@ -398,6 +430,10 @@ int RawLaunchBatchedPageCopy(const void* src_base, void* dst_base,
   const auto* src_pages =
       reinterpret_cast<const int64_t*>(regions + num_regions);
   const int64_t* dst_pages = src_pages + num_pages;
+  // As in RawLaunchPageCopy: the error checked below is this launch's own.
+  // (A caller that sees a launch fail recycles the descriptors at once, so a
+  // stale error reported for a launch that did happen would be a race.)
+  (void)cudaGetLastError();
   BatchedPageCopyKernel<<<dim3(static_cast<unsigned>(blocks)),
                           dim3(kThreadsPerBlock), 0, AsStream(stream)>>>(
       static_cast<const char*>(src_base), static_cast<char*>(dst_base), regions,

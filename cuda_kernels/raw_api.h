@@ -62,12 +62,15 @@ int RawPointerDevice(const void* ptr, int* device);
 
 int RawMallocOnDevice(int device, void** ptr, size_t bytes);
 int RawMemset(void* ptr, int value, size_t bytes);
-// cudaMemcpy with cudaMemcpyDefault (synchronous).
+// cudaMemcpy with cudaMemcpyDefault, then a sync of the legacy stream (so
+// synchronous also from pageable memory; RawMemset too).
 int RawMemcpy(void* dst, const void* src, size_t bytes);
 int RawIpcGetMemHandle(void* handle64, void* ptr);
 int RawIpcOpenMemHandle(int device, const void* handle64, void** ptr);
 int RawIpcCloseMemHandle(void* ptr);
-// cudaHostRegisterPortable | cudaHostRegisterMapped.
+// cudaHostRegisterPortable | cudaHostRegisterMapped; cudaErrorNotSupported
+// (nothing left registered) where the device would not address the memory
+// at `ptr` (cudaHostGetDevicePointer differs).
 int RawHostRegister(void* ptr, size_t bytes);
 int RawHostUnregister(void* ptr);
 // cudaHostAllocPortable | cudaHostAllocMapped.

@@ -385,6 +385,16 @@ TEST_P(CudaDaemonTest, WorkersBackUpAndLoadBackEveryByteOverIpc) {
   }
   for (auto& [handle, e] : opened) EXPECT_TRUE(runtime_->DestroyEvent(e).ok());
   for (Worker& w : workers) {
+    // The daemon's imported event must go before the exported one (CUDA:
+    // using an imported event after its exporter destroyed it is undefined).
+    if (w.fence_id != 0) {
+      grpc::ClientContext ctx;
+      v1::ReleaseFenceRequest request;
+      request.set_session_id(session);
+      request.set_fence_id(w.fence_id);
+      v1::ReleaseFenceResponse response;
+      EXPECT_TRUE(stub_->ReleaseFence(&ctx, request, &response).ok());
+    }
     if (w.written != nullptr) EXPECT_TRUE(runtime_->DestroyEvent(w.written).ok());
     EXPECT_TRUE(runtime_->DestroyStream(w.stream).ok());
     EXPECT_TRUE(runtime_->HostFreePinned(w.descriptors).ok());
