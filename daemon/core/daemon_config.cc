@@ -156,6 +156,14 @@ absl::Status DaemonConfig::Validate() const {
         "cuda_runtime must be 'real' or 'simulated', got '", cuda_runtime,
         "'"));
   }
+  if (backend == BackendKind::kCuda && cuda_runtime == "real" &&
+      !pin_host_memory) {
+    // The copy kernel reads and writes the host pool directly: on pageable
+    // memory that is an illegal address that breaks the CUDA context.
+    return absl::InvalidArgumentError(
+        "pin_host_memory=false needs cuda_runtime=simulated: the CUDA copy "
+        "kernel can only reach pinned host memory");
+  }
   if (copy_max_blocks < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("copy_max_blocks must be >= 0, got ", copy_max_blocks));

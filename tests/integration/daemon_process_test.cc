@@ -166,6 +166,8 @@ TEST_F(DaemonProcessTest, BadFlagValuesExitNonZeroWithAClearMessage) {
       {{"--backend=cuda", "--cp_size=2", "--gpus=0"}, 2,
        "gpus lists 1 devices for 2 served ranks"},
       {{"--backend=cuda", "--gpus=x"}, 2, "'x' is not a device number"},
+      {{"--backend=cuda", "--pin_host_memory=false"}, 2,
+       "can only reach pinned host memory"},
       {{"--page_size=abc"}, 1, "page_size"},
       {{"--no_such_flag"}, 1, "no_such_flag"},
   };
