@@ -81,7 +81,9 @@ void Drive(Rig& rig, uint32_t cp, int requests, bool faults) {
       rig.runtime->InjectFault(SimFault::kAsyncCopy);
     }
     ASSERT_NO_FATAL_FAILURE(driver.Request()) << "step " << step;
-    if (step % 50 == 0) ASSERT_TRUE(rig.engine->EnforceFreeRoom().ok());
+    if (step % 50 == 0) {
+      ASSERT_TRUE(rig.engine->EnforceFreeRoom().ok());
+    }
     const absl::Status invariants = rig.engine->CheckInvariants();
     ASSERT_TRUE(invariants.ok()) << "step " << step << ": " << invariants;
   }

@@ -395,7 +395,9 @@ TEST_P(CudaDaemonTest, WorkersBackUpAndLoadBackEveryByteOverIpc) {
       v1::ReleaseFenceResponse response;
       EXPECT_TRUE(stub_->ReleaseFence(&ctx, request, &response).ok());
     }
-    if (w.written != nullptr) EXPECT_TRUE(runtime_->DestroyEvent(w.written).ok());
+    if (w.written != nullptr) {
+      EXPECT_TRUE(runtime_->DestroyEvent(w.written).ok());
+    }
     EXPECT_TRUE(runtime_->DestroyStream(w.stream).ok());
     EXPECT_TRUE(runtime_->HostFreePinned(w.descriptors).ok());
     EXPECT_TRUE(runtime_->DeviceFree(w.device, w.staging).ok());
