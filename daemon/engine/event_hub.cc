@@ -21,16 +21,36 @@ void EventHub::Push(OpEvent event) {
   if (overflowed != nullptr) overflowed->RunOverflow();
 }
 
+namespace {
+
+bool Terminal(OpEvent::Type type) {
+  return type == OpEvent::Type::kCommitted ||
+         type == OpEvent::Type::kRolledBack ||
+         type == OpEvent::Type::kLoadDone;
+}
+
+}  // namespace
+
 void EventHub::QueueLocked(OpEvent event) {
-  auto [it, inserted] = queues_.try_emplace(event.op);
-  if (inserted) {
-    order_.push_back(event.op);
-    while (order_.size() > kMaxOps) {
-      queues_.erase(order_.front());
-      order_.pop_front();
-    }
+  const uint64_t op = event.op;
+  const bool terminal = Terminal(event.type);
+  queues_[op].push_back(std::move(event));
+  if (terminal) finished_.push_back(op);
+  // Drop the oldest finished queues (entries of ops since claimed or
+  // forgotten are skipped).
+  while (queues_.size() > kMaxOps && !finished_.empty()) {
+    queues_.erase(finished_.front());
+    finished_.pop_front();
   }
-  queues_[event.op].push_back(std::move(event));
+  // Entries of ops since claimed or forgotten must not accumulate either:
+  // compact now and then (amortised O(1) per event).
+  if (finished_.size() > 2 * kMaxOps) {
+    std::deque<uint64_t> live;
+    for (uint64_t id : finished_) {
+      if (queues_.contains(id)) live.push_back(id);
+    }
+    finished_.swap(live);
+  }
   cv_.SignalAll();
 }
 

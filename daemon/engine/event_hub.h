@@ -20,9 +20,12 @@ namespace hicache {
 // an operation for its EventMailbox; from then on that operation's events go
 // straight to the mailbox (no polling), including those queued before the
 // claim. Events of unclaimed operations are kept per operation until claimed
-// or forgotten; at most kMaxOps such operations are kept (oldest dropped
-// first), so ops that nobody streams (write-through backups) cannot grow it
-// without bound.
+// or forgotten. Operations nobody streams (write-through and write-back
+// backups) must not grow it without bound: past kMaxOps kept operations, the
+// oldest *finished* ones (whose terminal event -- committed, rolled back,
+// load done -- is queued) are dropped. An operation still running is never
+// dropped, so a stream that claims its op a moment after the engine started
+// it gets every event, however many other operations came and went.
 //
 // Thread-safe. Lock order: EventHub::mu_ -> EventMailbox::mu_.
 class EventHub final : public EngineListener {
@@ -63,7 +66,9 @@ class EventHub final : public EngineListener {
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::deque<OpEvent>> queues_
       ABSL_GUARDED_BY(mu_);
-  std::deque<uint64_t> order_ ABSL_GUARDED_BY(mu_);  // Ops, first seen first.
+  // Unclaimed ops whose terminal event is queued, oldest first: the ones
+  // that may be dropped.
+  std::deque<uint64_t> finished_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace hicache

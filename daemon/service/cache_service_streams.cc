@@ -42,6 +42,11 @@ grpc::Status CacheRpcs::LoadBack(
   s->set_miss_reason(std::string(LoadMissReasonName(load->miss)));
   writer->Write(started);
   if (load->op_id == 0) {
+    // Nothing to load: the stream still ends with its terminal event (the
+    // device hit, if any, is already locked for the session).
+    v1::LoadBackEvent done;
+    done.mutable_done()->set_ok(true);
+    writer->Write(done);
     sessions_->EndStream(session);
     return grpc::Status::OK;
   }

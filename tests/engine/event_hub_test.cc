@@ -1,0 +1,63 @@
+// EventHub: events reach the stream that claims their operation, and the
+// operations nobody streams cannot grow it without bound -- without ever
+// dropping the events of an operation still running (issue 12, item 9).
+#include "daemon/engine/event_hub.h"
+
+#include <memory>
+
+#include "daemon/engine/event_mailbox.h"
+#include "gtest/gtest.h"
+
+namespace hicache {
+namespace {
+
+TEST(EventHubTest, ARunningOpsEventsSurviveManyFinishedOps) {
+  EventHub hub;
+  // A load starts; its first layer completes before its stream claims it.
+  hub.OnLoadStep(/*op=*/1, /*rank=*/0, /*step=*/0, "fence");
+  // Meanwhile far more write-through backups than kMaxOps start and finish
+  // with nobody streaming them.
+  for (uint64_t op = 2; op < 2 + 3 * EventHub::kMaxOps; ++op) {
+    hub.OnBackupStep(op, 0, 0);
+    hub.OnBackupCommitted(op, /*node=*/7);
+  }
+  auto box = std::make_shared<EventMailbox>(16, [] {});
+  hub.Claim(1, box);
+  std::optional<OpEvent> first = box->Wait(absl::Now());
+  ASSERT_TRUE(first.has_value()) << "the running load's event was dropped";
+  EXPECT_EQ(first->type, OpEvent::Type::kLoadStep);
+  EXPECT_EQ(first->fence, "fence");
+  hub.OnLoadDone(1, true);
+  std::optional<OpEvent> done = box->Wait(absl::Now());
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->type, OpEvent::Type::kLoadDone);
+  hub.Forget(1);
+}
+
+TEST(EventHubTest, FinishedUnclaimedOpsAreBounded) {
+  EventHub hub;
+  for (uint64_t op = 1; op <= 3 * EventHub::kMaxOps; ++op) {
+    hub.OnBackupStep(op, 0, 0);
+    hub.OnBackupRolledBack(op);
+  }
+  // The oldest finished ones are gone, the newest still there.
+  EXPECT_FALSE(hub.Next(1, absl::ZeroDuration()).has_value());
+  std::optional<OpEvent> newest =
+      hub.Next(3 * EventHub::kMaxOps, absl::ZeroDuration());
+  ASSERT_TRUE(newest.has_value());
+  EXPECT_EQ(newest->type, OpEvent::Type::kBackupStep);
+}
+
+TEST(EventHubTest, ClaimedAndForgottenOpsLeaveNothingBehind) {
+  EventHub hub;
+  for (uint64_t op = 1; op <= 3 * EventHub::kMaxOps; ++op) {
+    hub.OnBackupCommitted(op, 1);
+    hub.Forget(op);  // A stream that saw it through.
+  }
+  hub.OnBackupStep(99999, 0, 0);
+  EXPECT_TRUE(hub.Next(99999, absl::ZeroDuration()).has_value());
+  EXPECT_EQ(hub.claimed(), 0u);
+}
+
+}  // namespace
+}  // namespace hicache
