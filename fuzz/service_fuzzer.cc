@@ -240,7 +240,8 @@ class Service {
     return Call(Client(), &service::CacheRpcs::Insert, request, response);
   }
   grpc::Status Lock(const v1::LockRequest& request, bool lock) {
-    return Call(Client(), &service::CacheRpcs::Lock, request, lock);
+    v1::LockResponse response;
+    return Call(Client(), &service::CacheRpcs::Lock, request, lock, &response);
   }
   grpc::Status Pin(const v1::PinRequest& request) {
     return Call(Client(), &service::CacheRpcs::Pin, request);

@@ -110,6 +110,9 @@ struct LoadResult {
   std::vector<LogicalPage> pages;
   uint32_t num_steps = 0;  // Per-layer events to wait for.
   NodeId node = kNoNode;   // Deepest node of the hit.
+  // Set by SessionManager when the device hit was locked for a session
+  // (nothing to load): the lock's handle.
+  uint64_t lock_handle = 0;
 };
 
 // Per-layer and completion events, for the service to stream. Called

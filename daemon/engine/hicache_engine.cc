@@ -162,10 +162,20 @@ void HiCacheEngine::SetListener(EngineListener* listener) {
 }
 
 absl::StatusOr<MatchResult> HiCacheEngine::Match(
-    absl::string_view ns, absl::Span<const int32_t> tokens, bool peek) {
+    absl::string_view ns, absl::Span<const int32_t> tokens, bool peek,
+    bool lock_hit) {
   MutexLock lock(&mu_);
-  if (peek) return tree_->MatchPrefix(ns, tokens, {.record_hit = false});
-  return CountedMatchLocked(ns, tokens);
+  absl::StatusOr<MatchResult> match =
+      peek ? tree_->MatchPrefix(ns, tokens, {.record_hit = false})
+           : CountedMatchLocked(ns, tokens);
+  if (!match.ok() || !lock_hit || match->device_len == 0) return match;
+  if (absl::Status locked = tree_->Lock(match->last_device_node);
+      !locked.ok()) {
+    return absl::InternalError(absl::StrCat("locking the hit (node ",
+                                            match->last_device_node,
+                                            "): ", locked.message()));
+  }
+  return match;
 }
 
 absl::StatusOr<MatchResult> HiCacheEngine::CountedMatchLocked(

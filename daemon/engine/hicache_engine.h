@@ -49,9 +49,13 @@ class HiCacheEngine : public TransferListener {
   // --- Requests -----------------------------------------------------------
   // Match; starts write-through backups of nodes that qualify. With
   // `peek`, a pure lookup: no hit recorded, no backup started, no stats.
+  // With `lock`, the device hit's deepest node is locked in the same
+  // critical section as the match, so nothing (an operator eviction) can
+  // free the hit in between; an error if it cannot be locked.
   absl::StatusOr<MatchResult> Match(absl::string_view ns,
                                     absl::Span<const int32_t> tokens,
-                                    bool peek = false) ABSL_LOCKS_EXCLUDED(mu_);
+                                    bool peek = false, bool lock = false)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Page ownership: every allocated device page is held by exactly one of a
   // request holder (a client session; `holder`, default 0 for in-process
   // users), the tree or a load in flight (PageLedger). Free, Insert and

@@ -165,6 +165,7 @@ ReleaseSummary SessionManager::ReleaseLocked(Session& s) {
   }
   s.fences.clear();
   s.locks.clear();
+  s.lock_handles.clear();
   s.backups.clear();
   s.loads.clear();
   return summary;
@@ -288,7 +289,20 @@ absl::Status SessionManager::Free(const std::string& id,
   return engine_->Free(pages, (*session)->holder);
 }
 
-absl::StatusOr<std::vector<MatchResult>> SessionManager::Match(
+uint64_t SessionManager::AddLockLocked(Session& session, NodeId node) {
+  ++session.locks[node];
+  const uint64_t handle = next_lock_handle_++;
+  session.lock_handles[handle] = node;
+  return handle;
+}
+
+void SessionManager::DropLockLocked(Session& session, NodeId node,
+                                    uint64_t handle) {
+  session.lock_handles.erase(handle);
+  if (--session.locks[node] == 0) session.locks.erase(node);
+}
+
+absl::StatusOr<std::vector<SessionManager::SessionMatch>> SessionManager::Match(
     const std::string& id, absl::Span<const std::vector<int32_t>> requests,
     bool lock_hits, bool peek) {
   if (absl::Status s = CheckItems(requests.size(), "MatchPrefix.items");
@@ -298,17 +312,27 @@ absl::StatusOr<std::vector<MatchResult>> SessionManager::Match(
   MutexLock lock(&mu_);
   absl::StatusOr<Session*> session = FindScheduler(id, "MatchPrefix");
   if (!session.ok()) return session.status();
-  std::vector<MatchResult> results;
+  std::vector<SessionMatch> results;
   results.reserve(requests.size());
   for (const std::vector<int32_t>& tokens : requests) {
     absl::StatusOr<MatchResult> match =
-        engine_->Match((*session)->info.ns, tokens, peek);
-    if (!match.ok()) return match.status();
-    if (lock_hits && match->device_len > 0 &&
-        engine_->Lock(match->last_device_node).ok()) {
-      ++(*session)->locks[match->last_device_node];
+        engine_->Match((*session)->info.ns, tokens, peek, lock_hits);
+    if (!match.ok()) {
+      // All or nothing: release what this call locked.
+      for (const SessionMatch& done : results) {
+        if (done.lock_handle == 0) continue;
+        (void)engine_->Unlock(done.match.last_device_node);
+        DropLockLocked(**session, done.match.last_device_node,
+                       done.lock_handle);
+      }
+      return match.status();
     }
-    results.push_back(*std::move(match));
+    SessionMatch result{*std::move(match)};
+    if (lock_hits && result.match.device_len > 0) {
+      result.lock_handle =
+          AddLockLocked(**session, result.match.last_device_node);
+    }
+    results.push_back(std::move(result));
   }
   return results;
 }
@@ -362,14 +386,16 @@ absl::StatusOr<std::vector<SessionInsertResult>> SessionManager::Insert(
   return results;
 }
 
-absl::Status SessionManager::Lock(const std::string& id,
-                                  absl::Span<const NodeId> nodes) {
+absl::StatusOr<std::vector<uint64_t>> SessionManager::Lock(
+    const std::string& id, absl::Span<const NodeId> nodes) {
   if (absl::Status s = CheckItems(nodes.size(), "Lock.nodes"); !s.ok()) {
     return s;
   }
   MutexLock lock(&mu_);
   absl::StatusOr<Session*> session = FindScheduler(id, "Lock");
   if (!session.ok()) return session.status();
+  std::vector<uint64_t> handles;
+  handles.reserve(nodes.size());
   for (size_t i = 0; i < nodes.size(); ++i) {
     absl::Status s = CheckNodeInNamespace(**session, nodes[i],
                                           absl::StrCat("nodes[", i, "]"));
@@ -378,16 +404,14 @@ absl::Status SessionManager::Lock(const std::string& id,
       // Undo the locks taken by this call.
       for (size_t j = 0; j < i; ++j) {
         (void)engine_->Unlock(nodes[j]);
-        if (--(*session)->locks[nodes[j]] == 0) {
-          (*session)->locks.erase(nodes[j]);
-        }
+        DropLockLocked(**session, nodes[j], handles[j]);
       }
       return absl::Status(s.code(), absl::StrCat("nodes[", i, "]: ",
                                                  s.message()));
     }
-    ++(*session)->locks[nodes[i]];
+    handles.push_back(AddLockLocked(**session, nodes[i]));
   }
-  return absl::OkStatus();
+  return handles;
 }
 
 absl::Status SessionManager::Unlock(const std::string& id,
@@ -409,7 +433,43 @@ absl::Status SessionManager::Unlock(const std::string& id,
   }
   for (NodeId node : nodes) {
     (void)engine_->Unlock(node);
-    if (--(*session)->locks[node] == 0) (*session)->locks.erase(node);
+    uint64_t handle = 0;
+    for (const auto& [h, locked] : (*session)->lock_handles) {
+      if (locked == node) {
+        handle = h;
+        break;
+      }
+    }
+    DropLockLocked(**session, node, handle);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SessionManager::UnlockHandles(const std::string& id,
+                                           absl::Span<const uint64_t> handles) {
+  if (absl::Status s = CheckItems(handles.size(), "Unlock.lock_handles");
+      !s.ok()) {
+    return s;
+  }
+  MutexLock lock(&mu_);
+  absl::StatusOr<Session*> session = FindScheduler(id, "Unlock");
+  if (!session.ok()) return session.status();
+  absl::flat_hash_set<uint64_t> seen;
+  for (size_t i = 0; i < handles.size(); ++i) {
+    if (!seen.insert(handles[i]).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "lock_handles[", i, "] = ", handles[i], " is repeated"));
+    }
+    if (!(*session)->lock_handles.contains(handles[i])) {
+      return absl::NotFoundError(absl::StrCat(
+          "lock_handles[", i, "] = ", handles[i],
+          " is not a lock of this session"));
+    }
+  }
+  for (uint64_t handle : handles) {
+    const NodeId node = (*session)->lock_handles.at(handle);
+    (void)engine_->Unlock(node);
+    DropLockLocked(**session, node, handle);
   }
   return absl::OkStatus();
 }
@@ -531,7 +591,7 @@ absl::StatusOr<LoadResult> SessionManager::LoadBack(
   if (load->op_id != 0) {
     (*session)->loads.insert(load->op_id);
   } else if (load->node != kNoNode) {
-    ++(*session)->locks[load->node];
+    load->lock_handle = AddLockLocked(**session, load->node);
   }
   return load;
 }

@@ -117,15 +117,34 @@ class SessionManager {
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Free(const std::string& id, absl::Span<const LogicalPage> pages)
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<std::vector<MatchResult>> Match(
+  // With `lock`, each device hit is matched and locked atomically (no
+  // eviction in between) and gets a lock handle (0 when nothing was hit).
+  struct SessionMatch {
+    MatchResult match;
+    uint64_t lock_handle = 0;
+  };
+  absl::StatusOr<std::vector<SessionMatch>> Match(
       const std::string& id, absl::Span<const std::vector<int32_t>> requests,
       bool lock, bool peek = false) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::vector<SessionInsertResult>> Insert(
       const std::string& id, absl::Span<const SessionInsertItem> items)
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status Lock(const std::string& id, absl::Span<const NodeId> nodes)
+  // Locks: every lock a session takes (MatchPrefix with lock, Lock, a
+  // load's hand-over) has its own handle, so two requests that hit one node
+  // hold two handles and release them independently.
+  //
+  // Returns one handle per node, in order (all or nothing).
+  absl::StatusOr<std::vector<uint64_t>> Lock(const std::string& id,
+                                             absl::Span<const NodeId> nodes)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Releases one lock per listed node (any of the session's handles on it);
+  // FAILED_PRECONDITION, nothing released, if the session holds fewer.
   absl::Status Unlock(const std::string& id, absl::Span<const NodeId> nodes)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Releases exactly these locks. INVALID_ARGUMENT for a repeated handle,
+  // NOT_FOUND for one the session does not hold; nothing released then.
+  absl::Status UnlockHandles(const std::string& id,
+                             absl::Span<const uint64_t> handles)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::vector<uint64_t>> PrepareBackups(
       const std::string& id, absl::Span<const BackupSpec> specs)
@@ -194,6 +213,8 @@ class SessionManager {
     uint64_t holder = 0;  // The session's page holder id in the engine.
     absl::Time deadline;
     absl::flat_hash_map<NodeId, int64_t> locks;  // Node -> count.
+    // Handle -> node; each node has locks[node] handles.
+    absl::flat_hash_map<uint64_t, NodeId> lock_handles;
     absl::flat_hash_set<uint64_t> backups;
     absl::flat_hash_set<uint64_t> loads;
     absl::flat_hash_set<uint64_t> fences;
@@ -212,6 +233,13 @@ class SessionManager {
                                     absl::string_view field) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckItems(size_t count, absl::string_view what) const;
+  // Records a lock the engine granted; returns its handle.
+  uint64_t AddLockLocked(Session& session, NodeId node)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets the lock `handle` of `node` (the engine lock is released by the
+  // caller).
+  void DropLockLocked(Session& session, NodeId node, uint64_t handle)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Erases the session and forgets its namespace if nothing else uses it.
   void EraseLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ReleaseSummary ReleaseLocked(Session& session)
@@ -230,6 +258,7 @@ class SessionManager {
   absl::flat_hash_map<std::string, int64_t> namespaces_ ABSL_GUARDED_BY(mu_);
   // Holder ids start at 1: 0 is the engine's in-process default holder.
   uint64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_lock_handle_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace hicache

@@ -406,12 +406,14 @@ grpc::Status CacheRpcs::MatchPrefix(const v1::MatchPrefixRequest& request,
   auto results = sessions_->Match(request.session_id(), requests,
                                   request.lock(), request.peek());
   if (!results.ok()) return ToGrpcStatus(results.status());
-  for (const MatchResult& r : *results) {
+  for (const SessionManager::SessionMatch& result : *results) {
+    const MatchResult& r = result.match;
     v1::MatchResult* out = response->add_results();
     ToProto(r.device_pages, r.device_len, out->mutable_device());
     out->set_last_device_node(r.last_device_node);
     out->set_last_host_node(r.last_host_node);
     out->set_host_hit_tokens(r.host_hit_len);
+    out->set_lock_handle(result.lock_handle);
   }
   return grpc::Status::OK;
 }
@@ -453,10 +455,28 @@ grpc::Status CacheRpcs::Insert(const v1::InsertRequest& request,
   return grpc::Status::OK;
 }
 
-grpc::Status CacheRpcs::Lock(const v1::LockRequest& request, bool lock) {
+grpc::Status CacheRpcs::Lock(const v1::LockRequest& request, bool lock,
+                             v1::LockResponse* response) {
   std::vector<NodeId> nodes(request.nodes().begin(), request.nodes().end());
-  return ToGrpcStatus(lock ? sessions_->Lock(request.session_id(), nodes)
-                           : sessions_->Unlock(request.session_id(), nodes));
+  if (lock) {
+    if (request.lock_handles_size() > 0) {
+      return Invalid("lock_handles are for Unlock; Lock takes nodes");
+    }
+    auto handles = sessions_->Lock(request.session_id(), nodes);
+    if (!handles.ok()) return ToGrpcStatus(handles.status());
+    response->mutable_lock_handles()->Add(handles->begin(), handles->end());
+    return grpc::Status::OK;
+  }
+  if (!nodes.empty() && request.lock_handles_size() > 0) {
+    return Invalid("Unlock takes nodes or lock_handles, not both");
+  }
+  if (request.lock_handles_size() > 0) {
+    std::vector<uint64_t> handles(request.lock_handles().begin(),
+                                  request.lock_handles().end());
+    return ToGrpcStatus(
+        sessions_->UnlockHandles(request.session_id(), handles));
+  }
+  return ToGrpcStatus(sessions_->Unlock(request.session_id(), nodes));
 }
 
 grpc::Status CacheRpcs::Pin(const v1::PinRequest& request) {

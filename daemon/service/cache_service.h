@@ -52,7 +52,9 @@ class CacheRpcs {
                            v1::MatchPrefixResponse* response);
   grpc::Status Insert(const v1::InsertRequest& request,
                       v1::InsertResponse* response);
-  grpc::Status Lock(const v1::LockRequest& request, bool lock);
+  // Lock (`lock`) or Unlock; Lock answers the new locks' handles.
+  grpc::Status Lock(const v1::LockRequest& request, bool lock,
+                    v1::LockResponse* response);
   grpc::Status LoadBack(grpc::ServerContext* context,
                         const v1::LoadBackRequest& request,
                         grpc::ServerWriter<v1::LoadBackEvent>* writer);

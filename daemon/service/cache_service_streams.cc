@@ -40,6 +40,7 @@ grpc::Status CacheRpcs::LoadBack(
   s->set_num_steps(load->num_steps);
   s->set_node(load->node);
   s->set_miss_reason(std::string(LoadMissReasonName(load->miss)));
+  s->set_lock_handle(load->lock_handle);
   writer->Write(started);
   if (load->op_id == 0) {
     // Nothing to load: the stream still ends with its terminal event (the
@@ -78,8 +79,19 @@ grpc::Status CacheRpcs::LoadBack(
   }
   hub_->Forget(load->op_id);
   box->Disarm();  // `context` dies with this call.
-  // Hand the load's lock over to an ordinary session lock on the node.
-  if (ok) (void)sessions_->Lock(session, {load->node});
+  // Hand the load's lock over to an ordinary session lock on the node
+  // (taken before the load's own lock is released, so the node is never
+  // unlocked in between).
+  uint64_t lock_handle = 0;
+  if (ok) {
+    absl::StatusOr<std::vector<uint64_t>> handles =
+        sessions_->Lock(session, {load->node});
+    if (handles.ok()) {
+      lock_handle = handles->front();
+    } else {
+      ok = false;  // Never report a hit the session does not hold.
+    }
+  }
   (void)sessions_->FinishLoad(session, load->op_id);
   sessions_->EndStream(session);
   if (box->overflowed()) {
@@ -88,6 +100,7 @@ grpc::Status CacheRpcs::LoadBack(
   }
   v1::LoadBackEvent done;
   done.mutable_done()->set_ok(ok);
+  done.mutable_done()->set_lock_handle(lock_handle);
   writer->Write(done);
   return grpc::Status::OK;
 }

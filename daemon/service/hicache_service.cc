@@ -54,9 +54,9 @@ HICACHE_FORWARD(MatchPrefix, v1::MatchPrefixRequest, v1::MatchPrefixResponse,
 HICACHE_FORWARD(Insert, v1::InsertRequest, v1::InsertResponse,
                 cache_->Insert(*request, response))
 HICACHE_FORWARD(Lock, v1::LockRequest, v1::LockResponse,
-                cache_->Lock(*request, true))
+                cache_->Lock(*request, true, response))
 HICACHE_FORWARD(Unlock, v1::LockRequest, v1::LockResponse,
-                cache_->Lock(*request, false))
+                cache_->Lock(*request, false, response))
 HICACHE_FORWARD(Pin, v1::PinRequest, v1::PinResponse, cache_->Pin(*request))
 HICACHE_FORWARD(Evict, v1::EvictRequest, v1::EvictResponse,
                 cache_->Evict(CallerOf(context), *request, response))

@@ -1,7 +1,10 @@
 // API v1.1 (issue 12): the answers a scheduler written from the proto and
 // the docs alone relies on, each reproduced through a real DaemonServer.
+#include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "client/cpp/endpoint.h"
 #include "daemon/main/daemon_server.h"
@@ -47,6 +50,55 @@ class ApiV11Test : public ::testing::Test {
     return response.session_id();
   }
 
+  // Caches tokens [0, n) on the device: allocate, insert. Returns false if
+  // the daemon had no room.
+  bool Cache(int n) {
+    v1::AllocateResponse allocation;
+    {
+      grpc::ClientContext ctx;
+      v1::AllocateRequest request;
+      request.set_session_id(session_);
+      request.add_items()->set_num_pages(n / 4);
+      if (!stub_->Allocate(&ctx, request, &allocation).ok()) return false;
+    }
+    grpc::ClientContext ctx;
+    v1::InsertRequest request;
+    request.set_session_id(session_);
+    v1::InsertItem* item = request.add_items();
+    item->set_tokens(Pack(Seq(0, n)));
+    item->mutable_pages()->Add(allocation.allocations(0).pages().begin(),
+                               allocation.allocations(0).pages().end());
+    v1::InsertResponse response;
+    return stub_->Insert(&ctx, request, &response).ok();
+  }
+
+  v1::MatchResult MatchAndLock(int n) {
+    grpc::ClientContext ctx;
+    v1::MatchPrefixRequest request;
+    request.set_session_id(session_);
+    request.add_items()->set_tokens(Pack(Seq(0, n)));
+    request.set_lock(true);
+    v1::MatchPrefixResponse response;
+    EXPECT_TRUE(stub_->MatchPrefix(&ctx, request, &response).ok());
+    return response.results(0);
+  }
+
+  grpc::Status UnlockHandles(std::vector<uint64_t> handles) {
+    grpc::ClientContext ctx;
+    v1::LockRequest request;
+    request.set_session_id(session_);
+    request.mutable_lock_handles()->Add(handles.begin(), handles.end());
+    v1::LockResponse response;
+    return stub_->Unlock(&ctx, request, &response);
+  }
+
+  int64_t SessionLocks() {
+    grpc::ClientContext ctx;
+    v1::CacheStats stats;
+    EXPECT_TRUE(stub_->Stats(&ctx, v1::GetStatsRequest(), &stats).ok());
+    return stats.session_locks();
+  }
+
   testing::TempDir dir_;
   const std::string socket_ = dir_.Child("d.sock");
   FakeClock clock_{absl::FromUnixSeconds(100)};
@@ -86,6 +138,86 @@ TEST_F(ApiV11Test, AllocateItemWithMismatchedOwnersIsRefused) {
   grpc::Status status = stub_->Allocate(&ctx, request, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("either owners"));
+}
+
+// Item 6: two requests that hit one node hold two handles; releasing one
+// leaves the other's lock in place, and handles cannot be reused.
+TEST_F(ApiV11Test, LocksHaveHandles) {
+  ASSERT_TRUE(Cache(8));
+  const v1::MatchResult first = MatchAndLock(8);
+  const v1::MatchResult second = MatchAndLock(8);
+  ASSERT_EQ(first.last_device_node(), second.last_device_node());
+  ASSERT_NE(first.lock_handle(), 0u);
+  ASSERT_NE(second.lock_handle(), 0u);
+  EXPECT_NE(first.lock_handle(), second.lock_handle());
+  EXPECT_EQ(SessionLocks(), 2);
+  EXPECT_EQ(UnlockHandles({second.lock_handle(), second.lock_handle()})
+                .error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(SessionLocks(), 2);  // Refused: nothing released.
+  ASSERT_TRUE(UnlockHandles({first.lock_handle()}).ok());
+  EXPECT_EQ(SessionLocks(), 1);
+  EXPECT_EQ(UnlockHandles({first.lock_handle()}).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  ASSERT_TRUE(UnlockHandles({second.lock_handle()}).ok());
+  EXPECT_EQ(SessionLocks(), 0);
+  // Lock by node answers a handle per node; a miss locks nothing.
+  grpc::ClientContext ctx;
+  v1::LockRequest request;
+  request.set_session_id(session_);
+  request.add_nodes(first.last_device_node());
+  request.add_nodes(first.last_device_node());
+  v1::LockResponse response;
+  ASSERT_TRUE(stub_->Lock(&ctx, request, &response).ok());
+  ASSERT_EQ(response.lock_handles_size(), 2);
+  EXPECT_NE(response.lock_handles(0), response.lock_handles(1));
+  EXPECT_EQ(MatchAndLock(0).lock_handle(), 0u);
+  // Another session cannot release them.
+  const std::string other = Open();
+  grpc::ClientContext octx;
+  v1::LockRequest foreign;
+  foreign.set_session_id(other);
+  foreign.add_lock_handles(response.lock_handles(0));
+  EXPECT_EQ(stub_->Unlock(&octx, foreign, &response).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+// Item 7: MatchPrefix(lock) matches and locks in one step, so an operator
+// eviction racing it can never free a hit the response reports.
+TEST_F(ApiV11Test, MatchAndLockIsAtomicAgainstEviction) {
+  std::atomic<bool> stop{false};
+  std::thread evictor([&] {
+    while (!stop.load()) {
+      grpc::ClientContext ctx;
+      v1::EvictRequest request;
+      request.add_device_pages_per_lane(7);
+      request.add_device_pages_per_lane(7);
+      v1::EvictResponse response;
+      (void)stub_->Evict(&ctx, request, &response);
+    }
+  });
+  int hits = 0;
+  for (int i = 0; i < 300; ++i) {
+    const v1::MatchResult match = MatchAndLock(8);
+    if (match.device().valid_tokens() == 0) {
+      (void)Cache(8);
+      continue;
+    }
+    ++hits;
+    // The reported node still holds exactly the reported pages.
+    grpc::ClientContext ctx;
+    v1::InspectNodeRequest inspect;
+    inspect.set_node(match.last_device_node());
+    v1::NodeInfo node;
+    ASSERT_TRUE(stub_->InspectNode(&ctx, inspect, &node).ok()) << i;
+    EXPECT_GT(node.lock_ref(), 0);
+    EXPECT_NE(node.tier(), "host") << i;
+    ASSERT_TRUE(UnlockHandles({match.lock_handle()}).ok());
+  }
+  stop = true;
+  evictor.join();
+  EXPECT_GT(hits, 0);
+  EXPECT_EQ(SessionLocks(), 0);
 }
 
 }  // namespace
