@@ -193,6 +193,11 @@ grpc::Status CacheRpcs::KeepAlive(const v1::KeepAliveRequest& request,
   return grpc::Status::OK;
 }
 
+grpc::Status CacheRpcs::FinishLoad(const v1::FinishLoadRequest& request) {
+  return ToGrpcStatus(
+      sessions_->FinishLoad(request.session_id(), request.load_id()));
+}
+
 grpc::Status CacheRpcs::RegisterFence(const v1::RegisterFenceRequest& request,
                                       v1::RegisterFenceResponse* response) {
   if (request.event_handle().size() != kEventHandleBytes) {

@@ -38,6 +38,7 @@ class CacheRpcs {
                            v1::OpenSessionResponse* response);
   grpc::Status KeepAlive(const v1::KeepAliveRequest& request,
                          v1::KeepAliveResponse* response);
+  grpc::Status FinishLoad(const v1::FinishLoadRequest& request);
   grpc::Status RegisterFence(const v1::RegisterFenceRequest& request,
                              v1::RegisterFenceResponse* response);
   grpc::Status ReleaseFence(const v1::ReleaseFenceRequest& request,

@@ -36,6 +36,8 @@ HICACHE_FORWARD(OpenSession, v1::OpenSessionRequest, v1::OpenSessionResponse,
                 cache_->OpenSession(CallerOf(context), *request, response))
 HICACHE_FORWARD(KeepAlive, v1::KeepAliveRequest, v1::KeepAliveResponse,
                 cache_->KeepAlive(*request, response))
+HICACHE_FORWARD(FinishLoad, v1::FinishLoadRequest, v1::FinishLoadResponse,
+                cache_->FinishLoad(*request))
 HICACHE_FORWARD(RegisterFence, v1::RegisterFenceRequest,
                 v1::RegisterFenceResponse,
                 cache_->RegisterFence(*request, response))

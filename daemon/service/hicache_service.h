@@ -30,6 +30,7 @@ class HiCacheServiceImpl final : public v1::HiCache::Service {
                     Response* response) override;
   HICACHE_UNARY(OpenSession, v1::OpenSessionRequest, v1::OpenSessionResponse)
   HICACHE_UNARY(KeepAlive, v1::KeepAliveRequest, v1::KeepAliveResponse)
+  HICACHE_UNARY(FinishLoad, v1::FinishLoadRequest, v1::FinishLoadResponse)
   HICACHE_UNARY(RegisterFence, v1::RegisterFenceRequest,
                 v1::RegisterFenceResponse)
   HICACHE_UNARY(ReleaseFence, v1::ReleaseFenceRequest,

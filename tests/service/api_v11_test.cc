@@ -220,5 +220,80 @@ TEST_F(ApiV11Test, MatchAndLockIsAtomicAgainstEviction) {
   EXPECT_EQ(SessionLocks(), 0);
 }
 
+// Item 4: FinishLoad is an RPC: a scheduler can abandon a load it started
+// (or release one its stream has not handed over), and only its own.
+TEST_F(ApiV11Test, FinishLoadAbandonsARunningLoad) {
+  ASSERT_TRUE(Cache(16));
+  // Hits make the node qualify for write-through; wait for its host copy.
+  for (int i = 0; i < 3; ++i) {
+    const v1::MatchResult hit = MatchAndLock(16);
+    ASSERT_TRUE(UnlockHandles({hit.lock_handle()}).ok());
+  }
+  bool on_host = false;
+  for (int i = 0; i < 200 && !on_host; ++i) {
+    grpc::ClientContext ctx;
+    v1::MatchPrefixRequest request;
+    request.set_session_id(session_);
+    request.add_items()->set_tokens(Pack(Seq(0, 16)));
+    request.set_peek(true);
+    v1::MatchPrefixResponse response;
+    ASSERT_TRUE(stub_->MatchPrefix(&ctx, request, &response).ok());
+    grpc::ClientContext ictx;
+    v1::InspectNodeRequest inspect;
+    inspect.set_node(response.results(0).last_device_node());
+    v1::NodeInfo node;
+    on_host = stub_->InspectNode(&ictx, inspect, &node).ok() &&
+              node.tier() == "both";
+    if (!on_host) absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_TRUE(on_host) << "the write-through backup never committed";
+  {
+    grpc::ClientContext ctx;
+    v1::EvictRequest request;
+    request.add_device_pages_per_lane(7);
+    request.add_device_pages_per_lane(7);
+    v1::EvictResponse response;
+    ASSERT_TRUE(stub_->Evict(&ctx, request, &response).ok());
+  }
+  grpc::ClientContext ctx;
+  v1::LoadBackRequest request;
+  request.set_session_id(session_);
+  request.set_tokens(Pack(Seq(0, 16)));
+  auto load = stub_->LoadBack(&ctx, request);
+  v1::LoadBackEvent event;
+  ASSERT_TRUE(load->Read(&event));
+  ASSERT_TRUE(event.has_started());
+  const uint64_t load_id = event.started().load_id();
+  ASSERT_NE(load_id, 0u) << event.DebugString();
+  auto finish = [&](const std::string& session, uint64_t id) {
+    grpc::ClientContext fctx;
+    v1::FinishLoadRequest finish_request;
+    finish_request.set_session_id(session);
+    finish_request.set_load_id(id);
+    v1::FinishLoadResponse response;
+    return stub_->FinishLoad(&fctx, finish_request, &response);
+  };
+  // Not another session's to finish.
+  EXPECT_FALSE(finish(Open(), load_id).ok());
+  // The copies of this tiny load may already be done and its stream may
+  // have handed it over: then it is no longer the session's to finish.
+  const grpc::Status finished = finish(session_, load_id);
+  EXPECT_TRUE(finished.ok() ||
+              finished.error_message().find("not a load") != std::string::npos)
+      << finished.error_message();
+  bool got_done = false;
+  while (load->Read(&event)) {
+    if (!event.has_done()) continue;
+    got_done = true;
+    // Whether the copies beat the abandonment or not, the answer is
+    // consistent: a hit comes with a lock, a miss with none.
+    EXPECT_EQ(event.done().ok(), event.done().lock_handle() != 0);
+    EXPECT_EQ(SessionLocks(), event.done().ok() ? 1 : 0);
+  }
+  EXPECT_TRUE(got_done);
+  EXPECT_TRUE(load->Finish().ok());
+  EXPECT_FALSE(finish(session_, load_id).ok());  // Already finished.
+}
+
 }  // namespace
 }  // namespace hicache
