@@ -19,7 +19,10 @@ struct HiCacheEngine::Op {
   std::vector<Rank> owners;        // Lane of every page.
   int64_t logical_len = 0;
   std::vector<std::vector<int64_t>> host;  // Per rank, its pages in order.
-  std::vector<bool> submitted;             // Per step.
+  std::vector<bool> submitted;             // Per step: every served rank.
+  // Backups stored rank by rank (workers' own layer_stored): per step, the
+  // served ranks already submitted; empty until the first per-rank store.
+  std::vector<std::vector<bool>> rank_submitted;
   int64_t acked = 0;                       // (rank, step) completions.
   int64_t outstanding = 0;                 // Submitted, not yet completed.
   int64_t submit_ns = 0;

@@ -100,19 +100,33 @@ int64_t HiCacheEngine::AcksPerStep() const {
 }
 
 absl::Status HiCacheEngine::SubmitStepLocked(Op& op, uint32_t step,
-                                             absl::Span<const RankFence> fences) {
+                                             absl::Span<const RankFence> fences,
+                                             int64_t only_rank) {
   TransferTask task = MakeTask(op, step);
+  // Ranks some worker already stored for this step are not copied again.
+  const std::vector<bool>* done =
+      op.rank_submitted.empty() ? nullptr : &op.rank_submitted[step];
+  std::vector<RankCopy> kept;
+  for (RankCopy& copy : task.ranks) {
+    const bool wanted = only_rank >= 0
+                            ? copy.rank == static_cast<Rank>(only_rank)
+                            : done == nullptr || !(*done)[copy.rank];
+    if (wanted) kept.push_back(std::move(copy));
+  }
+  task.ranks = std::move(kept);
   for (const RankFence& fence : fences) {
     for (RankCopy& copy : task.ranks) {
       if (copy.rank == fence.rank) copy.wait_fence = fence.fence;
     }
   }
-  op.outstanding += AcksPerStep();
-  outstanding_steps_ += AcksPerStep();
+  const int64_t acks = static_cast<int64_t>(task.ranks.size());
+  if (acks == 0) return absl::OkStatus();
+  op.outstanding += acks;
+  outstanding_steps_ += acks;
   absl::Status submitted = transfer_->Submit(std::move(task));
   if (!submitted.ok()) {
-    op.outstanding -= AcksPerStep();
-    outstanding_steps_ -= AcksPerStep();
+    op.outstanding -= acks;
+    outstanding_steps_ -= acks;
   }
   return submitted;
 }
@@ -173,91 +187,6 @@ absl::StatusOr<std::vector<uint64_t>> HiCacheEngine::PrepareBackups(
     ops_[op->id] = std::move(op);
   }
   return ids;
-}
-
-absl::Status HiCacheEngine::LayerStored(absl::Span<const uint64_t> ops,
-                                        uint32_t step,
-                                        absl::Span<const RankFence> fences) {
-  MutexLock lock(&mu_);
-  if (step >= geometry_.NumSteps()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "step ", step, " is outside [0, ", geometry_.NumSteps(), ")"));
-  }
-  std::vector<bool> fenced(layout_.cp_size(), false);
-  for (const RankFence& fence : fences) {
-    if (fence.rank >= layout_.cp_size() || !layout_.Serves(fence.rank)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("fence for rank ", fence.rank,
-                       ", which this daemon does not serve"));
-    }
-    if (fenced[fence.rank]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("two fences for rank ", fence.rank));
-    }
-    fenced[fence.rank] = true;
-    absl::StatusOr<Rank> owner = transfer_->FenceRank(fence.fence);
-    if (!owner.ok() || *owner != fence.rank) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "fence ", fence.fence, " is not registered for rank ", fence.rank));
-    }
-  }
-  for (uint64_t id : ops) {
-    auto it = ops_.find(id);
-    if (it == ops_.end() || it->second->kind != Op::Kind::kBackup) {
-      return absl::NotFoundError(absl::StrCat("no backup with op id ", id));
-    }
-    if (it->second->rolled_back && !it->second->failed) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("backup ", id, " was rolled back"));
-    }
-  }
-  for (uint64_t id : ops) {
-    auto it = ops_.find(id);
-    if (it == ops_.end()) continue;  // Failed, settled by an earlier entry.
-    Op& op = *it->second;
-    if (op.submitted[step]) continue;  // Idempotent per step.
-    op.submitted[step] = true;
-    if (op.failed) {  // Its failure was reported; nothing to copy.
-      EraseSettledFailedBackupLocked(id);
-      continue;
-    }
-    op.submit_ns = NowNs();
-    if (absl::Status s = SubmitStepLocked(op, step, fences); !s.ok()) {
-      return s;
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status HiCacheEngine::StoreAllLayers(uint64_t id) {
-  std::vector<uint32_t> missing;
-  {
-    MutexLock lock(&mu_);
-    auto it = ops_.find(id);
-    if (it == ops_.end() || it->second->kind != Op::Kind::kBackup) {
-      return absl::NotFoundError(absl::StrCat("no backup with op id ", id));
-    }
-    if (it->second->failed) {  // Its failure was reported; nothing to copy.
-      it->second->submitted.assign(geometry_.NumSteps(), true);
-      EraseSettledFailedBackupLocked(id);
-      return absl::OkStatus();
-    }
-    for (uint32_t s = 0; s < geometry_.NumSteps(); ++s) {
-      if (!it->second->submitted[s]) missing.push_back(s);
-    }
-    if (!missing.empty()) {
-      ++stats_.fallback_backups;
-      spdlog::warn(
-          "backup {}: all-layer fallback copies {} steps after the "
-          "forward pass",
-          id, missing.size());
-    }
-  }
-  for (uint32_t step : missing) {
-    const uint64_t ids[] = {id};
-    if (absl::Status s = LayerStored(ids, step); !s.ok()) return s;
-  }
-  return absl::OkStatus();
 }
 
 absl::Status HiCacheEngine::AttachBackup(uint64_t id, NodeId node) {

@@ -128,6 +128,14 @@ class HiCacheEngine : public TransferListener {
   absl::Status LayerStored(absl::Span<const uint64_t> ops, uint32_t step,
                            absl::Span<const RankFence> fences = {})
       ABSL_LOCKS_EXCLUDED(mu_);
+  // One rank's share of LayerStored: the worker of `rank` wrote layer
+  // `step` of each op; only that rank's copies are submitted (idempotent per
+  // (op, step, rank)). The step counts as stored once every served rank
+  // stored it, by either call. INVALID_ARGUMENT for a rank not served here
+  // or a fence of another rank.
+  absl::Status RankLayerStored(absl::Span<const uint64_t> ops, uint32_t step,
+                               Rank rank, uint64_t fence = 0)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Worker fences: see TransferEngine::RegisterFence / ReleaseFence.
   // FAILED_PRECONDITION on a backend without events.
   absl::StatusOr<uint64_t> RegisterFence(Rank rank, const std::string& handle);
@@ -269,8 +277,15 @@ class HiCacheEngine : public TransferListener {
   int64_t AcksPerStep() const;
   // Submits one step of `op` for every served rank and counts it
   // outstanding; a rank named in `fences` waits for its fence.
+  // `only_rank`: submit just that rank's copies (-1: every served rank not
+  // yet submitted for this step).
   absl::Status SubmitStepLocked(Op& op, uint32_t step,
-                                absl::Span<const RankFence> fences = {})
+                                absl::Span<const RankFence> fences = {},
+                                int64_t only_rank = -1)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Validation shared by LayerStored and RankLayerStored.
+  absl::Status CheckStoredOpsLocked(absl::Span<const uint64_t> ops,
+                                    uint32_t step) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts an attached backup of a device-only node (write-through at a hit,
   // write-back of a victim); returns its op id, or 0 if none started.
