@@ -196,9 +196,13 @@ class RadixTree {
                                  absl::Span<const LogicalPage> pages);
 
   // Evicts unlocked device leaves in policy order until each lane has freed
-  // pages_needed_per_lane[lane] pages (or nothing is left). Victims with no
-  // page in a short lane are skipped. Backed victims become host-only;
-  // unbacked ones are removed.
+  // pages_needed_per_lane[lane] pages (or no progress is possible). Leaves
+  // with no page in a short lane are set aside; when a lane is still short,
+  // an ancestor holding pages in it is reached by evicting its subtree,
+  // children first (their other-lane pages are freed too; see
+  // docs/radix-tree.md, "Ancestor unlocking"). Locked nodes and nodes at or
+  // above a backup in flight are never taken. Backed victims become
+  // host-only; unbacked ones are removed.
   DeviceEvictResult EvictDevice(
       absl::Span<const int64_t> pages_needed_per_lane);
   // The device leaves eviction would take now, in policy order (read-only).

@@ -1,8 +1,12 @@
 // RadixTree: eviction, backups and load-back.
 #include <algorithm>
+#include <functional>
 #include <queue>
+#include <tuple>
 #include <utility>
+#include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/radix/radix_tree.h"
 
@@ -86,7 +90,8 @@ std::vector<NodeId> RadixTree::DeviceEvictionOrder(int64_t max_nodes) const {
     stack.pop_back();
     if (DeviceEvictable(node)) {
       leaves.push_back(
-          {MakeEvictionKey(options_.policy, FactsOf(node), node->id), node->id});
+          {MakeEvictionKey(options_.policy, FactsOf(node), node->id),
+           node->id});
     }
     for (const auto& [token, child] : node->children) {
       if (child->on_device()) stack.push_back(child);
@@ -110,69 +115,166 @@ DeviceEvictResult RadixTree::EvictDeviceTokens(int64_t tokens) {
   return EvictDeviceImpl({}, tokens);
 }
 
+// Owner-lane eviction (per_lane targets) runs in two phases:
+//
+// 1. Leaves in policy order; a leaf with no page in a lane that is still short
+//    is set aside (deferred), and a parent that becomes a leaf joins the queue.
+// 2. Still short: ancestor unlocking (seed 001, "small lane deficits despite
+//    large aggregate evictable capacity"). The short lane's pages may sit only
+//    in ancestors whose children hold other lanes. The first deferred leaf in
+//    policy order that leads to such an ancestor names the nearest one; its
+//    device subtree is evicted, children first in policy order, then the
+//    ancestor itself (stopping early if the lanes are satisfied), and phase 1
+//    resumes with the ancestor's parent. Repeat until every lane is satisfied
+//    or no deferred leaf leads anywhere.
+//
+// The children's pages in other lanes are the price of reaching the
+// ancestor: they are freed too (and reported). Nothing locked, and nothing at
+// or above a backup in flight, is ever taken: such a subtree can never empty,
+// so its ancestors are never targets. Short lanes only shrink during a call,
+// so a deferred leaf that leads nowhere is dropped for good.
 DeviceEvictResult RadixTree::EvictDeviceImpl(absl::Span<const int64_t> per_lane,
                                              int64_t tokens) {
   const uint32_t lanes = options_.cp_size;
+  const bool by_lane = !per_lane.empty();
   DeviceEvictResult result;
   result.freed_pages.resize(lanes);
   result.freed_host_pages.resize(lanes);
   std::vector<int64_t> need(lanes, 0);
   for (size_t l = 0; l < per_lane.size() && l < lanes; ++l)
     need[l] = per_lane[l];
+  auto short_lane = [&](Rank lane) {
+    return static_cast<int64_t>(result.freed_pages[lane].size()) < need[lane];
+  };
+  auto short_lanes = [&] {
+    int64_t n = 0;
+    for (uint32_t l = 0; l < lanes; ++l) n += short_lane(l) ? 1 : 0;
+    return n;
+  };
   auto satisfied = [&] {
-    if (per_lane.empty()) return result.evicted_tokens >= tokens;
-    for (uint32_t l = 0; l < lanes; ++l) {
-      if (static_cast<int64_t>(result.freed_pages[l].size()) < need[l]) {
-        return false;
-      }
-    }
-    return true;
+    if (!by_lane) return result.evicted_tokens >= tokens;
+    return short_lanes() == 0;
   };
   auto helps = [&](const Node* node) {
-    if (per_lane.empty()) return true;
+    if (!by_lane) return true;
     for (LogicalPage page : node->device_pages) {
-      const Rank lane = page % lanes;
-      if (static_cast<int64_t>(result.freed_pages[lane].size()) < need[lane]) {
-        return true;
-      }
+      if (short_lane(page % lanes)) return true;
     }
     return false;
+  };
+  auto key_of = [&](const Node* node) {
+    return MakeEvictionKey(options_.policy, FactsOf(node), node->id);
   };
   if (satisfied()) return result;
 
   CandidateHeap heap;
+  // Nodes at or above a backup in flight: never evictable in this call (with
+  // locked nodes, whose ancestors are locked too).
+  absl::flat_hash_set<const Node*> above_pending;
   std::vector<Node*> stack;
   for (auto& [name, root] : roots_) stack.push_back(root.get());
   while (!stack.empty()) {
     Node* node = stack.back();
     stack.pop_back();
-    if (DeviceEvictable(node)) {
-      heap.push(
-          {MakeEvictionKey(options_.policy, FactsOf(node), node->id), node});
+    if (DeviceEvictable(node)) heap.push({key_of(node), node});
+    if (by_lane && node->pending != nullptr) {
+      for (const Node* n = node;
+           !n->is_root() && above_pending.insert(n).second; n = n->parent) {
+      }
     }
     for (auto& [token, child] : node->children) {
       if (child->on_device()) stack.push_back(child);
     }
   }
-  while (!heap.empty() && !satisfied()) {
-    Node* victim = heap.top().node;
-    heap.pop();
-    if (!helps(victim)) continue;
+  auto stuck = [&](const Node* node) {
+    return node->lock_ref > 0 || above_pending.contains(node);
+  };
+
+  // Evicts one device leaf; returns its parent.
+  auto evict = [&](Node* victim) {
     Node* parent = victim->parent;
     result.evicted_tokens += victim->len();
+    ClearDevicePages(victim, &result.freed_pages);
     if (victim->host != nullptr) {
-      ClearDevicePages(victim, &result.freed_pages);
       ++result.nodes_to_host;
     } else {
-      ClearDevicePages(victim, &result.freed_pages);
       // Host-only descendants need this node's KV to be loadable: they go
       // with it, and their host pages are returned.
       RemoveSubtree(victim, &result.freed_host_pages);
       ++result.nodes_removed;
     }
-    if (DeviceEvictable(parent)) {
-      heap.push({MakeEvictionKey(options_.policy, FactsOf(parent), parent->id),
-                 parent});
+    return parent;
+  };
+
+  // Phase 2 helper: the nearest unstuck ancestor of `leaf` with a page in a
+  // short lane, or nullptr. Walks that found nothing are remembered until
+  // the set of short lanes changes.
+  absl::flat_hash_set<const Node*> leads_nowhere;
+  int64_t memo_short_lanes = -1;
+  auto reachable_ancestor = [&](const Node* leaf) -> Node* {
+    if (const int64_t n = short_lanes(); n != memo_short_lanes) {
+      leads_nowhere.clear();
+      memo_short_lanes = n;
+    }
+    std::vector<const Node*> walked;
+    for (Node* n = leaf->parent;
+         !n->is_root() && !stuck(n) && !leads_nowhere.contains(n);
+         n = n->parent) {
+      if (helps(n)) return n;
+      walked.push_back(n);
+    }
+    leads_nowhere.insert(walked.begin(), walked.end());
+    return nullptr;
+  };
+
+  // Deferred leaves by eviction key; the key's tiebreak is the node id, so
+  // a leaf evicted meanwhile is recognised (gone, or no longer on device).
+  std::priority_queue<EvictionKey, std::vector<EvictionKey>, std::greater<>>
+      deferred;
+  while (true) {
+    // Phase 1.
+    while (!heap.empty() && !satisfied()) {
+      Node* victim = heap.top().node;
+      const EvictionKey key = heap.top().key;
+      heap.pop();
+      if (!helps(victim)) {
+        if (by_lane) deferred.push(key);
+        continue;
+      }
+      Node* parent = evict(victim);
+      if (DeviceEvictable(parent)) heap.push({key_of(parent), parent});
+    }
+    if (!by_lane || satisfied()) break;
+    // Phase 2: one ancestor.
+    Node* target = nullptr;
+    while (!deferred.empty() && target == nullptr) {
+      const Node* leaf = Find(std::get<2>(deferred.top()));
+      if (leaf != nullptr && DeviceEvictable(leaf)) {
+        target = reachable_ancestor(leaf);
+      }
+      if (target == nullptr) deferred.pop();
+    }
+    if (target == nullptr) break;  // No progress possible.
+    CandidateHeap subtree;
+    stack.assign(1, target);
+    while (!stack.empty()) {
+      Node* node = stack.back();
+      stack.pop_back();
+      if (DeviceEvictable(node)) subtree.push({key_of(node), node});
+      for (auto& [token, child] : node->children) {
+        if (child->on_device()) stack.push_back(child);
+      }
+    }
+    while (!subtree.empty() && !satisfied()) {
+      Node* victim = subtree.top().node;
+      subtree.pop();
+      const bool reached = victim == target;
+      Node* parent = evict(victim);  // May delete `victim`.
+      if (reached) {
+        if (DeviceEvictable(parent)) heap.push({key_of(parent), parent});
+        break;
+      }
+      if (DeviceEvictable(parent)) subtree.push({key_of(parent), parent});
     }
   }
   return result;

@@ -280,6 +280,75 @@ TEST_F(EngineTest, OwnerLaneTargetedEviction) {
   EXPECT_EQ(engine_->Match("", Seq(0, 12))->device_len, 0);
 }
 
+// Seed 001 (owner-lane capacity): "small lane deficits despite large
+// aggregate evictable capacity". The short lane's only tree page is an
+// ancestor's; every evictable leaf is in lane 0. The allocation evicts the
+// children to reach it (their lane-0 pages are the price) instead of failing.
+TEST_F(EngineTest, ShortLaneEvictsChildrenToReachAnAncestor) {
+  for (uint32_t cp : {2u, 4u}) {
+    SCOPED_TRACE(absl::StrCat("C = ", cp));
+    Make({.cp_size = cp, .device_pages_per_rank = 4});  // 3 usable per lane.
+    const Rank short_lane = cp - 1;
+    auto ancestor = engine_->AllocateWithOwners({short_lane});
+    ASSERT_TRUE(ancestor.ok());
+    ASSERT_TRUE(engine_->Insert("", Seq(0, 4), *ancestor).ok());
+    std::vector<LogicalPage> children;
+    for (int i = 1; i <= 3; ++i) {  // Lane 0 full of the ancestor's children.
+      auto child = engine_->AllocateWithOwners({0});
+      ASSERT_TRUE(child.ok());
+      std::vector<int32_t> tokens = Seq(0, 4);
+      const std::vector<int32_t> tail = Seq(100 * i, 4);
+      tokens.insert(tokens.end(), tail.begin(), tail.end());
+      ASSERT_TRUE(
+          engine_->Insert("", tokens, {(*ancestor)[0], (*child)[0]}).ok());
+      children.push_back((*child)[0]);
+    }
+    // A running request holds the rest of the short lane.
+    auto held = engine_->AllocateWithOwners({short_lane, short_lane});
+    ASSERT_TRUE(held.ok());
+    ASSERT_EQ(engine_->DeviceAvailable(short_lane), 0);
+    ASSERT_EQ(engine_->DeviceAvailable(0), 0);
+    // Plenty is evictable in aggregate (4 pages), but only through lane 0.
+    EXPECT_EQ(engine_->TreeStatistics().evictable_tokens, 16);
+
+    auto pages = engine_->AllocateWithOwners({short_lane});
+    ASSERT_TRUE(pages.ok()) << pages.status();
+    EXPECT_THAT(*pages, ElementsAreArray(*ancestor));  // The ancestor's page.
+    EXPECT_EQ(engine_->DeviceAvailable(0), 3);         // The children's.
+    EXPECT_EQ(engine_->Match("", Seq(0, 4), /*peek=*/true)->device_len, 0);
+    EXPECT_EQ(engine_->TreeStatistics().device_tokens, 0);
+    EXPECT_TRUE(engine_->CheckInvariants().ok()) << engine_->CheckInvariants();
+    ASSERT_TRUE(engine_->Free(*pages).ok());
+    ASSERT_TRUE(engine_->Free(*held).ok());
+  }
+}
+
+// The same lane shortage with the ancestor's subtree locked: nothing can
+// reach its page, so the allocation fails and evicts nothing.
+TEST_F(EngineTest, ShortLaneNeverEvictsALockedSubtree) {
+  for (uint32_t cp : {2u, 4u}) {
+    SCOPED_TRACE(absl::StrCat("C = ", cp));
+    Make({.cp_size = cp, .device_pages_per_rank = 4});
+    const Rank short_lane = cp - 1;
+    auto ancestor = engine_->AllocateWithOwners({short_lane});
+    ASSERT_TRUE(engine_->Insert("", Seq(0, 4), *ancestor).ok());
+    auto child = engine_->AllocateWithOwners({0});
+    std::vector<int32_t> tokens = Seq(0, 4);
+    tokens.push_back(77);
+    auto inserted = engine_->Insert("", tokens, {(*ancestor)[0], (*child)[0]});
+    ASSERT_TRUE(inserted.ok());
+    ASSERT_TRUE(engine_->Lock(inserted->node).ok());
+    auto held = engine_->AllocateWithOwners({short_lane, short_lane});
+    ASSERT_TRUE(held.ok());
+    auto pages = engine_->AllocateWithOwners({short_lane});
+    EXPECT_EQ(pages.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(pages.status().message(), HasSubstr("eviction freed 0 pages"));
+    EXPECT_EQ(engine_->Match("", tokens, /*peek=*/true)->device_len, 5);
+    ASSERT_TRUE(engine_->Unlock(inserted->node).ok());
+    EXPECT_TRUE(engine_->CheckInvariants().ok()) << engine_->CheckInvariants();
+  }
+}
+
 TEST_F(EngineTest, PendingBackupIsInvisibleToMatch) {
   Make();
   Cache(Seq(0, 8), {}, /*store_all=*/false);  // Attached, nothing copied.

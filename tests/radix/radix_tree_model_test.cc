@@ -1,10 +1,14 @@
 // Randomized model-based test of RadixTree against a naive reference: a map
 // from every cached prefix (one entry per page; a partial last page is an
 // exact valid tail) to its device page and host copy. 100k mixed operations
-// per seed, with the invariant checker after every step.
+// per seed, with the invariant checker after every step. Seeds run at C = 2
+// and C = 4; owner-lane eviction is checked against its contract (every
+// lane left short has no page that evicting more could reach).
 #include <map>
 #include <random>
 #include <set>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "daemon/radix/radix_tree.h"
@@ -14,7 +18,6 @@ namespace hicache {
 namespace {
 
 constexpr uint32_t kP = 4;
-constexpr uint32_t kCp = 2;
 
 struct Entry {
   LogicalPage device = -1;               // -1: not on device.
@@ -91,14 +94,17 @@ class Model {
   }
 };
 
-class RadixModelTest : public ::testing::TestWithParam<uint64_t> {
+// (seed, C).
+class RadixModelTest
+    : public ::testing::TestWithParam<std::pair<uint64_t, uint32_t>> {
  protected:
   void SetUp() override {
-    rng_.seed(GetParam());
+    rng_.seed(GetParam().first);
+    cp_ = GetParam().second;
     tree_ = *RadixTree::Create(
         {.page_size = kP,
-         .cp_size = kCp,
-         .policy = static_cast<EvictionPolicy>(GetParam() % 5),
+         .cp_size = cp_,
+         .policy = static_cast<EvictionPolicy>(GetParam().first % 5),
          .clock = &clock_});
     for (int i = 0; i < 12; ++i) {
       std::vector<int32_t> base(8 + rng_() % 40);
@@ -190,9 +196,9 @@ class RadixModelTest : public ::testing::TestWithParam<uint64_t> {
     if (!info.ok() || info->tier != NodeTier::kDevice || info->pending_backup) {
       return;
     }
-    std::vector<std::vector<int64_t>> host(kCp);
+    std::vector<std::vector<int64_t>> host(cp_);
     for (Rank owner : info->page_owners) host[owner].push_back(next_host_++);
-    auto meta = CpHostMeta::Create(info->len, kP, kCp, info->page_owners, host);
+    auto meta = CpHostMeta::Create(info->len, kP, cp_, info->page_owners, host);
     ASSERT_TRUE(meta.ok());
     ASSERT_TRUE(tree_->BeginBackup(id, *meta).ok());
     pending_.push_back({id, *meta});
@@ -210,7 +216,7 @@ class RadixModelTest : public ::testing::TestWithParam<uint64_t> {
     }
     ASSERT_TRUE(tree_->CommitBackup(id).ok());
     auto info = *tree_->Inspect(id);
-    std::vector<size_t> next(kCp, 0);
+    std::vector<size_t> next(cp_, 0);
     for (size_t i = 0; i < info.device_pages.size(); ++i) {
       Entry* e = model_.FindByDevicePage(info.device_pages[i]);
       ASSERT_NE(e, nullptr);
@@ -220,16 +226,95 @@ class RadixModelTest : public ::testing::TestWithParam<uint64_t> {
   }
 
   void DoEvictDevice() {
-    DeviceEvictResult e = tree_->EvictDeviceTokens(1 + rng_() % 24);
-    for (Rank lane = 0; lane < kCp; ++lane) {
+    ASSERT_NO_FATAL_FAILURE(
+        ApplyDeviceEviction(tree_->EvictDeviceTokens(1 + rng_() % 24)));
+  }
+
+  // Owner-lane eviction. Its contract, checked from the outside: it never
+  // takes a locked node or one with a backup in flight, and a lane it leaves
+  // short has no device page that evicting more could free -- each one lies
+  // in a locked subtree or above a backup in flight (ancestors included:
+  // evicting children to reach an ancestor's pages is part of the job).
+  void DoEvictDeviceLanes() {
+    std::vector<int64_t> need(cp_);
+    for (auto& n : need) n = rng_() % 3 == 0 ? 0 : rng_() % 4;
+    std::set<LogicalPage> protected_pages;
+    const std::map<NodeId, NodeInfo> before = DeviceNodes();
+    for (const auto& [id, info] : before) {
+      if (info.lock_ref > 0 || info.pending_backup) {
+        protected_pages.insert(info.device_pages.begin(),
+                               info.device_pages.end());
+      }
+    }
+    DeviceEvictResult e = tree_->EvictDevice(need);
+    last_op_ = "evict lanes";
+    for (int64_t n : need) last_op_ += " " + std::to_string(n);
+    last_op_ += "\ndevice nodes before:\n";
+    for (const auto& [id, info] : before) {
+      last_op_ += "  id " + std::to_string(id) + " parent " +
+                  std::to_string(info.parent) + " lock " +
+                  std::to_string(info.lock_ref) + " pending " +
+                  std::to_string(info.pending_backup) + " pages";
+      for (auto p : info.device_pages) last_op_ += " " + std::to_string(p);
+      last_op_ += "\n";
+    }
+    for (Rank lane = 0; lane < cp_; ++lane) {
       for (LogicalPage p : e.freed_pages[lane]) {
-        ASSERT_EQ(p % kCp, lane);
+        ASSERT_EQ(protected_pages.count(p), 0u)
+            << "evicted protected page " << p << "\n"
+            << last_op_;
+      }
+    }
+    ASSERT_NO_FATAL_FAILURE(ApplyDeviceEviction(e));
+    // What is left: nodes that cannot go (locked, or at or above a backup in
+    // flight).
+    const std::map<NodeId, NodeInfo> nodes = DeviceNodes();
+    std::set<NodeId> stuck;
+    for (const auto& [id, info] : nodes) {
+      if (info.lock_ref == 0 && !info.pending_backup) continue;
+      for (NodeId n = id; nodes.count(n) > 0; n = nodes.at(n).parent) {
+        stuck.insert(n);
+      }
+    }
+    for (Rank lane = 0; lane < cp_; ++lane) {
+      if (static_cast<int64_t>(e.freed_pages[lane].size()) >= need[lane]) {
+        continue;
+      }
+      for (const auto& [id, info] : nodes) {
+        if (stuck.count(id) > 0) continue;
+        for (LogicalPage p : info.device_pages) {
+          ASSERT_NE(p % cp_, lane)
+              << "lane " << lane << " left short (freed "
+              << e.freed_pages[lane].size() << " of " << need[lane]
+              << ") while node " << id << " could still free page " << p << "\n"
+              << last_op_ << "\nafter:\n"
+              << DebugTree();
+        }
+      }
+    }
+    ++lane_evictions_;
+  }
+
+  // Every node on device, by id, with its pages.
+  std::map<NodeId, NodeInfo> DeviceNodes() {
+    std::map<NodeId, NodeInfo> nodes;
+    for (const NodeInfo& n : tree_->Dump({})) {
+      NodeInfo detail = *tree_->Inspect(n.id);
+      if (!detail.device_pages.empty()) nodes[n.id] = std::move(detail);
+    }
+    return nodes;
+  }
+
+  void ApplyDeviceEviction(const DeviceEvictResult& e) {
+    for (Rank lane = 0; lane < cp_; ++lane) {
+      for (LogicalPage p : e.freed_pages[lane]) {
+        ASSERT_EQ(p % cp_, lane);
         Entry* entry = model_.FindByDevicePage(p);
         ASSERT_NE(entry, nullptr);
         entry->device = -1;
       }
     }
-    for (Rank r = 0; r < kCp; ++r) {
+    for (Rank r = 0; r < cp_; ++r) {
       for (int64_t hp : e.freed_host_pages[r]) {
         ASSERT_NO_FATAL_FAILURE(model_.EraseHost(r, hp));
       }
@@ -245,10 +330,10 @@ class RadixModelTest : public ::testing::TestWithParam<uint64_t> {
   }
 
   void DoEvictHost() {
-    std::vector<int64_t> need(kCp);
+    std::vector<int64_t> need(cp_);
     for (auto& n : need) n = rng_() % 6;
     HostEvictResult h = tree_->EvictHost(need);
-    for (Rank r = 0; r < kCp; ++r) {
+    for (Rank r = 0; r < cp_; ++r) {
       for (int64_t hp : h.freed_host_pages[r]) {
         ASSERT_NO_FATAL_FAILURE(model_.EraseHost(r, hp));
       }
@@ -316,6 +401,7 @@ class RadixModelTest : public ::testing::TestWithParam<uint64_t> {
     return out;
   }
 
+  uint32_t cp_ = 2;  // C, per test: GetParam().second.
   std::mt19937_64 rng_;
   FakeClock clock_{absl::FromUnixSeconds(1)};
   std::unique_ptr<RadixTree> tree_;
@@ -327,6 +413,7 @@ class RadixModelTest : public ::testing::TestWithParam<uint64_t> {
   LogicalPage next_page_ = 1000;
   int64_t next_host_ = 0;
   int64_t deferred_ = 0;
+  int64_t lane_evictions_ = 0;
 };
 
 TEST_P(RadixModelTest, MatchesNaiveReference) {
@@ -335,14 +422,16 @@ TEST_P(RadixModelTest, MatchesNaiveReference) {
     const int op = rng_() % 100;
     if (op < 30) {
       ASSERT_NO_FATAL_FAILURE(DoInsert());
-    } else if (op < 55) {
+    } else if (op < 50) {
       ASSERT_NO_FATAL_FAILURE(CheckMatch(RandomKey()));
-    } else if (op < 65) {
+    } else if (op < 60) {
       ASSERT_NO_FATAL_FAILURE(DoBackup());
-    } else if (op < 75) {
+    } else if (op < 70) {
       ASSERT_NO_FATAL_FAILURE(FinishBackup());
-    } else if (op < 85) {
+    } else if (op < 80) {
       ASSERT_NO_FATAL_FAILURE(DoEvictDevice());
+    } else if (op < 85) {
+      ASSERT_NO_FATAL_FAILURE(DoEvictDeviceLanes());
     } else if (op < 92) {
       ASSERT_NO_FATAL_FAILURE(DoEvictHost());
     } else {
@@ -367,10 +456,21 @@ TEST_P(RadixModelTest, MatchesNaiveReference) {
                                                       << DebugString();
   }
   RecordProperty("deferred_inserts", static_cast<int>(deferred_));
+  EXPECT_GT(lane_evictions_, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, RadixModelTest,
-                         ::testing::Values(1u, 2u, 3u, 4u, 5u));
+                         ::testing::Values(std::pair<uint64_t, uint32_t>{1, 2},
+                                           std::pair<uint64_t, uint32_t>{2, 2},
+                                           std::pair<uint64_t, uint32_t>{3, 2},
+                                           std::pair<uint64_t, uint32_t>{4, 2},
+                                           std::pair<uint64_t, uint32_t>{5, 2},
+                                           std::pair<uint64_t, uint32_t>{6, 4},
+                                           std::pair<uint64_t, uint32_t>{7, 4},
+                                           std::pair<uint64_t, uint32_t>{8, 4},
+                                           std::pair<uint64_t, uint32_t>{9, 4},
+                                           std::pair<uint64_t, uint32_t>{10,
+                                                                         4}));
 
 }  // namespace
 }  // namespace hicache

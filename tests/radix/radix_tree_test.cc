@@ -2,6 +2,7 @@
 #include "daemon/radix/radix_tree.h"
 
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -326,6 +327,163 @@ TEST_F(RadixTreeTest, EvictionTargetsShortLanes) {
   EXPECT_THAT(e.freed_pages[0], IsEmpty());
   EXPECT_TRUE(tree_->Inspect(lane0.node).ok());
   (void)lane1;
+}
+
+// Seed 001 (owner-lane capacity): "small lane deficits despite large
+// aggregate evictable capacity". The short lane's pages sit only in an
+// ancestor, every evictable leaf holds other lanes: eviction takes the
+// ancestor's subtree, children first, to reach it. Locked subtrees and
+// subtrees with a backup in flight stay; a leaf that leads to no short-lane
+// page stays.
+TEST_F(RadixTreeTest, EvictionUnlocksAncestorsInShortLanes) {
+  for (uint32_t cp : {2u, 4u}) {
+    SCOPED_TRACE("C = " + std::to_string(cp));
+    Reset(cp);
+    const Rank short_lane = cp - 1;
+    LogicalPage next = 1000 * cp;
+    auto in = [&](Rank lane) {
+      const LogicalPage page = next + lane;
+      next += cp;
+      return page;
+    };
+    auto need_short = [&](int64_t pages) {
+      std::vector<int64_t> need(cp, 0);
+      need[short_lane] = pages;
+      return need;
+    };
+    auto on_device = [&](const InsertResult& r) {
+      auto info = tree_->Inspect(r.node);
+      return info.ok() && info->tier != NodeTier::kHost;
+    };
+    // Oldest first, so that taking leaves blindly in LRU order would take
+    // them: D, a leaf in lane 0 with no short-lane ancestor.
+    InsertResult d = Insert(Seq(500, 4), {in(0)});
+    clock_.Advance(absl::Seconds(1));
+    // Q, in the short lane, with a locked child.
+    const LogicalPage q_page = in(short_lane);
+    const LogicalPage qc_page = in(0);
+    InsertResult q = Insert(Seq(700, 4), {q_page});
+    InsertResult qc = Insert(Cat(Seq(700, 4), Seq(710, 4)), {q_page, qc_page});
+    ASSERT_TRUE(tree_->Lock(qc.node).ok());
+    clock_.Advance(absl::Seconds(1));
+    // R, in the short lane, with a child whose backup is in flight.
+    const LogicalPage r_page = in(short_lane);
+    InsertResult r = Insert(Seq(900, 4), {r_page});
+    InsertResult rc = Insert(Cat(Seq(900, 4), Seq(910, 4)), {r_page, in(0)});
+    {
+      std::vector<std::vector<int64_t>> host(cp);
+      host[0].push_back(next_host_++);
+      ASSERT_TRUE(
+          tree_->BeginBackup(rc.node, *CpHostMeta::Create(4, kP, cp, {0}, host))
+              .ok());
+    }
+    clock_.Advance(absl::Seconds(1));
+    // A (short lane) <- B (lane 0) <- {C1 (lane 0), C2 (lane 1 when C > 2)}.
+    const LogicalPage a_page = in(short_lane);
+    const LogicalPage b_page = in(0);
+    const LogicalPage c1_page = in(0);
+    const LogicalPage c2_page = in(cp > 2 ? 1 : 0);
+    InsertResult a = Insert(Seq(0, 4), {a_page});
+    InsertResult b = Insert(Seq(0, 8), {a_page, b_page});
+    InsertResult c1 =
+        Insert(Cat(Seq(0, 8), Seq(100, 4)), {a_page, b_page, c1_page});
+    InsertResult c2 =
+        Insert(Cat(Seq(0, 8), Seq(200, 4)), {a_page, b_page, c2_page});
+    clock_.Advance(absl::Seconds(1));
+    // E, the newest, directly in the short lane.
+    const LogicalPage e_page = in(short_lane);
+    InsertResult e = Insert(Seq(300, 4), {e_page});
+    ASSERT_EQ(tree_->Inspect(b.node)->parent, a.node);
+
+    // 1. A leaf in the short lane is taken before any ancestor is unlocked.
+    DeviceEvictResult ev = tree_->EvictDevice(need_short(1));
+    EXPECT_THAT(ev.freed_pages[short_lane], ElementsAre(e_page));
+    EXPECT_EQ(ev.nodes_removed, 1);
+    EXPECT_TRUE(on_device(c1));
+    ASSERT_TRUE(tree_->CheckInvariants().ok()) << tree_->CheckInvariants();
+
+    // 2. Now only ancestors hold short-lane pages: A is reached through its
+    //    children; their pages (other lanes) are the price.
+    ev = tree_->EvictDevice(need_short(1));
+    EXPECT_THAT(ev.freed_pages[short_lane], ElementsAre(a_page));
+    std::vector<LogicalPage> others;
+    for (Rank l = 0; l < cp; ++l) {
+      if (l == short_lane) continue;
+      others.insert(others.end(), ev.freed_pages[l].begin(),
+                    ev.freed_pages[l].end());
+    }
+    EXPECT_THAT(others,
+                ::testing::UnorderedElementsAre(b_page, c1_page, c2_page));
+    EXPECT_EQ(ev.nodes_removed, 4);
+    for (const InsertResult* gone : {&a, &b, &c1, &c2}) {
+      EXPECT_FALSE(tree_->Inspect(gone->node).ok());
+    }
+    for (const InsertResult* kept : {&d, &q, &qc, &r, &rc}) {
+      EXPECT_TRUE(on_device(*kept)) << kept->node;
+    }
+    ASSERT_TRUE(tree_->CheckInvariants().ok()) << tree_->CheckInvariants();
+
+    // 3. No progress possible: Q's subtree is locked, R's has a backup in
+    //    flight, D reaches no short-lane page. Nothing is evicted.
+    ev = tree_->EvictDevice(need_short(1));
+    EXPECT_EQ(ev.evicted_tokens, 0);
+    for (Rank l = 0; l < cp; ++l) EXPECT_THAT(ev.freed_pages[l], IsEmpty());
+    EXPECT_TRUE(on_device(d));
+
+    // 4. Unlocked, Q is reached through its child.
+    ASSERT_TRUE(tree_->Unlock(qc.node).ok());
+    ev = tree_->EvictDevice(need_short(1));
+    EXPECT_THAT(ev.freed_pages[short_lane], ElementsAre(q_page));
+    EXPECT_THAT(ev.freed_pages[0], ElementsAre(qc_page));
+    EXPECT_TRUE(on_device(r));
+    EXPECT_TRUE(on_device(rc));
+    EXPECT_TRUE(on_device(d));
+    ASSERT_TRUE(tree_->CheckInvariants().ok()) << tree_->CheckInvariants();
+  }
+}
+
+// Unlocking takes one ancestor at a time, the one whose leaves come first in
+// policy order, and stops once the lane has its pages. A backed child goes
+// to host; the unbacked ancestor then takes its host copy along (its KV
+// could no longer be loaded without the ancestor's).
+TEST_F(RadixTreeTest, UnlockingStopsAtTheFirstAncestorThatSuffices) {
+  for (uint32_t cp : {2u, 4u}) {
+    SCOPED_TRACE("C = " + std::to_string(cp));
+    Reset(cp);
+    const Rank short_lane = cp - 1;
+    auto page = [&](int64_t i, Rank lane) {
+      return static_cast<LogicalPage>(i * cp + lane);
+    };
+    // Two ancestors in the short lane, each with two lane-0 children; the
+    // older branch comes first in LRU order.
+    const LogicalPage old_a = page(10, short_lane);
+    const LogicalPage old_c1 = page(11, 0), old_c2 = page(12, 0);
+    Insert(Seq(0, 4), {old_a});
+    InsertResult backed = Insert(Cat(Seq(0, 4), Seq(10, 4)), {old_a, old_c1});
+    Backup(backed.node);
+    Insert(Cat(Seq(0, 4), Seq(20, 4)), {old_a, old_c2});
+    clock_.Advance(absl::Seconds(1));
+    const LogicalPage new_a = page(20, short_lane);
+    Insert(Seq(50, 4), {new_a});
+    Insert(Cat(Seq(50, 4), Seq(60, 4)), {new_a, page(21, 0)});
+    Insert(Cat(Seq(50, 4), Seq(70, 4)), {new_a, page(22, 0)});
+
+    std::vector<int64_t> need(cp, 0);
+    need[short_lane] = 1;
+    DeviceEvictResult ev = tree_->EvictDevice(need);
+    EXPECT_THAT(ev.freed_pages[short_lane], ElementsAre(old_a));
+    EXPECT_THAT(ev.freed_pages[0],
+                ::testing::UnorderedElementsAre(old_c1, old_c2));
+    EXPECT_EQ(ev.nodes_to_host, 1);
+    EXPECT_EQ(ev.nodes_removed, 2);
+    // The backed child's host copy went with its unbacked ancestor.
+    EXPECT_THAT(ev.freed_host_pages[0], ::testing::SizeIs(1));
+    EXPECT_EQ(Match(Cat(Seq(0, 4), Seq(10, 4))).host_hit_len, 0);
+    // The newer branch is whole.
+    EXPECT_EQ(Match(Cat(Seq(50, 4), Seq(60, 4))).device_len, 8);
+    EXPECT_EQ(Match(Cat(Seq(50, 4), Seq(70, 4))).device_len, 8);
+    ASSERT_TRUE(tree_->CheckInvariants().ok()) << tree_->CheckInvariants();
+  }
 }
 
 TEST_F(RadixTreeTest, HostEvictionRespectsRefsPinsAndFreesParentsLast) {
