@@ -533,13 +533,27 @@ absl::Status SessionManager::LayerStored(const std::string& id,
     return s;
   }
   MutexLock lock(&mu_);
-  absl::StatusOr<Session*> session = FindScheduler(id, "layer_stored");
+  absl::StatusOr<Session*> session = Find(id);
   if (!session.ok()) return session.status();
+  const Session& caller = **session;
+  const bool worker = caller.info.role == SessionRole::kWorker;
+  // A scheduler stores its own backups for every rank; a worker stores its
+  // rank's share of backups that schedulers of its namespace prepared.
   for (size_t i = 0; i < backups.size(); ++i) {
-    if (!(*session)->backups.contains(backups[i])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("backup_ids[", i, "] = ", backups[i],
-                       " is not a backup of this session"));
+    bool known = caller.backups.contains(backups[i]);
+    if (worker) {
+      for (const auto& [other_id, other] : sessions_) {
+        if (other.info.ns == caller.info.ns &&
+            other.backups.contains(backups[i])) {
+          known = true;
+          break;
+        }
+      }
+    }
+    if (!known) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "backup_ids[", i, "] = ", backups[i], " is not a backup of ",
+          worker ? "this worker's namespace" : "this session"));
     }
   }
   if (fences.size() > engine_->layout().cp_size()) {
@@ -549,11 +563,20 @@ absl::Status SessionManager::LayerStored(const std::string& id,
   }
   for (size_t i = 0; i < fences.size(); ++i) {
     auto owner = fence_ns_.find(fences[i].fence);
-    if (owner == fence_ns_.end() || owner->second != (*session)->info.ns) {
+    if (owner == fence_ns_.end() || owner->second != caller.info.ns) {
       return absl::NotFoundError(
           absl::StrCat("fences[", i, "] = ", fences[i].fence,
                        " is not registered in this session's namespace"));
     }
+    if (worker && fences[i].rank != caller.info.rank) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "fences[", i, "] is for rank ", fences[i].rank, "; this worker is rank ",
+          caller.info.rank));
+    }
+  }
+  if (worker) {
+    return engine_->RankLayerStored(backups, step, caller.info.rank,
+                                    fences.empty() ? 0 : fences[0].fence);
   }
   return engine_->LayerStored(backups, step, fences);
 }

@@ -149,8 +149,13 @@ class SessionManager {
   absl::StatusOr<std::vector<uint64_t>> PrepareBackups(
       const std::string& id, absl::Span<const BackupSpec> specs)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // `fences` must be registered by sessions of this session's namespace
-  // (NOT_FOUND otherwise, nothing submitted).
+  // A scheduler session stores its own backups for every served rank. A
+  // worker session stores its own rank's share (HiCacheEngine::
+  // RankLayerStored) of backups prepared by schedulers of its namespace, so
+  // workers ack their layers without a relay through the scheduler; a
+  // worker names at most its own rank's fence. `fences` must be registered
+  // by sessions of this session's namespace (NOT_FOUND otherwise, nothing
+  // submitted).
   absl::Status LayerStored(const std::string& id,
                            absl::Span<const uint64_t> backups, uint32_t step,
                            absl::Span<const RankFence> fences = {})

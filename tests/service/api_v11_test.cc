@@ -40,11 +40,14 @@ class ApiV11Test : public ::testing::Test {
     session_ = Open();
   }
 
-  std::string Open() {
+  std::string Open(v1::Role role = v1::ROLE_SCHEDULER, uint32_t rank = 0,
+                   const std::string& ns = "") {
     grpc::ClientContext ctx;
     v1::OpenSessionRequest request;
     request.set_client_name("v11");
-    request.set_role(v1::ROLE_SCHEDULER);
+    request.set_role(role);
+    request.set_rank(rank);
+    request.set_namespace_(ns);
     v1::OpenSessionResponse response;
     EXPECT_TRUE(stub_->OpenSession(&ctx, request, &response).ok());
     return response.session_id();
@@ -293,6 +296,98 @@ TEST_F(ApiV11Test, FinishLoadAbandonsARunningLoad) {
   EXPECT_TRUE(got_done);
   EXPECT_TRUE(load->Finish().ok());
   EXPECT_FALSE(finish(session_, load_id).ok());  // Already finished.
+}
+
+// One layer_stored message on a fresh BackupSession stream of `session`;
+// returns the stream's replies (errors, for a worker).
+std::vector<v1::BackupServerMessage> StoreOnce(v1::HiCache::Stub* stub,
+                                               const std::string& session,
+                                               uint64_t backup, uint32_t step) {
+  grpc::ClientContext ctx;
+  auto stream = stub->BackupSession(&ctx);
+  v1::BackupClientMessage stored;
+  stored.set_session_id(session);
+  stored.mutable_layer_stored()->add_backup_ids(backup);
+  stored.mutable_layer_stored()->set_step(step);
+  EXPECT_TRUE(stream->Write(stored));
+  stream->WritesDone();
+  std::vector<v1::BackupServerMessage> replies;
+  v1::BackupServerMessage reply;
+  while (stream->Read(&reply)) replies.push_back(reply);
+  EXPECT_TRUE(stream->Finish().ok());
+  return replies;
+}
+
+// Item 1: workers ack their own layers. Each worker session sends
+// layer_stored for its rank; the scheduler's backup commits once every
+// rank stored every step, with no relay through the scheduler.
+TEST_F(ApiV11Test, WorkersStoreTheirOwnRanksLayers) {
+  const std::string worker0 = Open(v1::ROLE_WORKER, 0);
+  const std::string worker1 = Open(v1::ROLE_WORKER, 1);
+  const std::string stranger = Open(v1::ROLE_WORKER, 0, "other-tenant");
+  v1::AllocateResponse allocation;
+  {
+    grpc::ClientContext ctx;
+    v1::AllocateRequest request;
+    request.set_session_id(session_);
+    v1::AllocateItem* item = request.add_items();
+    for (uint32_t owner : {0, 1}) item->add_owners(owner);
+    ASSERT_TRUE(stub_->Allocate(&ctx, request, &allocation).ok());
+  }
+  const auto& pages = allocation.allocations(0).pages();
+  grpc::ClientContext ctx;
+  auto stream = stub_->BackupSession(&ctx);
+  v1::BackupClientMessage prepare;
+  prepare.set_session_id(session_);
+  v1::BackupSpec* spec = prepare.mutable_prepare()->add_specs();
+  spec->mutable_pages()->Add(pages.begin(), pages.end());
+  spec->set_logical_tokens(8);
+  ASSERT_TRUE(stream->Write(prepare));
+  v1::BackupServerMessage reply;
+  ASSERT_TRUE(stream->Read(&reply));
+  const uint64_t backup = reply.prepared().backup_ids(0);
+  ASSERT_NE(backup, 0u);
+  // A worker of another namespace may not store it.
+  std::vector<v1::BackupServerMessage> refused =
+      StoreOnce(stub_.get(), stranger, backup, 0);
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_EQ(refused[0].error().code(),
+            static_cast<int>(absl::StatusCode::kInvalidArgument));
+  // Rank 0's worker stores both layers: only rank 0's copies run.
+  for (uint32_t step = 0; step < 2; ++step) {
+    EXPECT_TRUE(StoreOnce(stub_.get(), worker0, backup, step).empty());
+  }
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(stream->Read(&reply));
+    ASSERT_TRUE(reply.has_step_done()) << reply.DebugString();
+    EXPECT_EQ(reply.step_done().rank(), 0u);
+  }
+  {
+    grpc::ClientContext ictx;
+    v1::InsertRequest request;
+    request.set_session_id(session_);
+    v1::InsertItem* item = request.add_items();
+    item->set_tokens(Pack(Seq(0, 8)));
+    item->mutable_pages()->Add(pages.begin(), pages.end());
+    item->set_backup_id(backup);
+    v1::InsertResponse inserted;
+    ASSERT_TRUE(stub_->Insert(&ictx, request, &inserted).ok());
+    ASSERT_TRUE(inserted.results(0).backup_attached());
+  }
+  // Rank 1's worker stores its share; then the backup commits.
+  for (uint32_t step = 0; step < 2; ++step) {
+    EXPECT_TRUE(StoreOnce(stub_.get(), worker1, backup, step).empty());
+  }
+  int rank1_steps = 0;
+  bool committed = false;
+  while (!committed && stream->Read(&reply)) {
+    rank1_steps += reply.has_step_done() && reply.step_done().rank() == 1;
+    committed = reply.has_committed();
+  }
+  EXPECT_TRUE(committed);
+  EXPECT_EQ(rank1_steps, 2);
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
 }
 
 }  // namespace
