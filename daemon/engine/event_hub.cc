@@ -6,21 +6,6 @@
 
 namespace hicache {
 
-void EventHub::Push(OpEvent event) {
-  if (observer_) observer_(event);
-  std::shared_ptr<EventMailbox> overflowed;
-  {
-    MutexLock lock(&mu_);
-    auto claim = claims_.find(event.op);
-    if (claim != claims_.end()) {
-      if (claim->second->Deliver(event)) overflowed = claim->second;
-    } else {
-      QueueLocked(std::move(event));
-    }
-  }
-  if (overflowed != nullptr) overflowed->RunOverflow();
-}
-
 namespace {
 
 bool Terminal(OpEvent::Type type) {
@@ -30,6 +15,66 @@ bool Terminal(OpEvent::Type type) {
 }
 
 }  // namespace
+
+void EventHub::Push(OpEvent event) {
+  if (observer_) observer_(event);
+  std::vector<std::shared_ptr<EventMailbox>> overflowed;
+  {
+    MutexLock lock(&mu_);
+    if (auto tag = tags_.find(event.op); tag != tags_.end()) {
+      FanOutLocked(event, tag->second, &overflowed);
+      if (Terminal(event.type)) tags_.erase(tag);
+    }
+    auto claim = claims_.find(event.op);
+    if (claim != claims_.end()) {
+      if (claim->second->Deliver(event)) overflowed.push_back(claim->second);
+    } else {
+      QueueLocked(std::move(event));
+    }
+  }
+  for (const auto& box : overflowed) box->RunOverflow();
+}
+
+void EventHub::FanOutLocked(
+    const OpEvent& event, const std::string& ns,
+    std::vector<std::shared_ptr<EventMailbox>>* overflowed) {
+  const bool per_rank = event.type == OpEvent::Type::kBackupStep ||
+                        event.type == OpEvent::Type::kLoadStep;
+  for (const auto& [id, subscriber] : subscribers_) {
+    if (subscriber.ns != ns) continue;
+    if (per_rank && subscriber.rank != event.rank) continue;
+    if (subscriber.box->Deliver(event)) overflowed->push_back(subscriber.box);
+  }
+}
+
+void EventHub::Tag(uint64_t op, const std::string& ns) {
+  std::vector<std::shared_ptr<EventMailbox>> overflowed;
+  {
+    MutexLock lock(&mu_);
+    bool ended = false;
+    if (auto queued = queues_.find(op); queued != queues_.end()) {
+      for (const OpEvent& event : queued->second) {
+        FanOutLocked(event, ns, &overflowed);
+        ended |= Terminal(event.type);
+      }
+    }
+    if (!ended) tags_[op] = ns;
+  }
+  for (const auto& box : overflowed) box->RunOverflow();
+}
+
+uint64_t EventHub::Subscribe(Rank rank, std::string ns,
+                             std::shared_ptr<EventMailbox> box) {
+  MutexLock lock(&mu_);
+  const uint64_t id = next_subscription_++;
+  subscribers_[id] = Subscriber{rank, std::move(ns), std::move(box)};
+  return id;
+}
+
+void EventHub::Unsubscribe(uint64_t subscription) {
+  MutexLock lock(&mu_);
+  subscribers_.erase(subscription);
+}
 
 void EventHub::QueueLocked(OpEvent event) {
   const uint64_t op = event.op;
@@ -107,6 +152,7 @@ void EventHub::Forget(uint64_t op) {
   MutexLock lock(&mu_);
   queues_.erase(op);
   claims_.erase(op);
+  tags_.erase(op);
 }
 
 size_t EventHub::claimed() const {

@@ -5,6 +5,8 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -48,6 +50,18 @@ class EventHub final : public EngineListener {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Drops the claim on `op` and everything still queued for it.
   void Forget(uint64_t op) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Worker subscriptions. A subscriber of (rank, namespace) receives the
+  // per-layer events of that rank (backup steps, loaded layers with their
+  // fences) and the outcome of every operation tagged with that namespace,
+  // in addition to whoever claimed the operation. Tag an operation before
+  // claiming it: the events queued so far are replayed to the subscribers.
+  // Untagged operations (write-through) reach no subscriber.
+  void Tag(uint64_t op, const std::string& ns) ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t Subscribe(Rank rank, std::string ns,
+                     std::shared_ptr<EventMailbox> box)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void Unsubscribe(uint64_t subscription) ABSL_LOCKS_EXCLUDED(mu_);
   // Operations currently claimed by a mailbox (for tests and stats).
   size_t claimed() const ABSL_LOCKS_EXCLUDED(mu_);
   // Also hands every event to `observer` (operators' Watch). Set before use.
@@ -56,8 +70,19 @@ class EventHub final : public EngineListener {
   }
 
  private:
+  struct Subscriber {
+    Rank rank = 0;
+    std::string ns;
+    std::shared_ptr<EventMailbox> box;
+  };
+
   void Push(OpEvent event) ABSL_LOCKS_EXCLUDED(mu_);
   void QueueLocked(OpEvent event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Delivers `event` (of an op tagged `ns`) to the matching subscribers;
+  // appends the mailboxes that overflowed.
+  void FanOutLocked(const OpEvent& event, const std::string& ns,
+                    std::vector<std::shared_ptr<EventMailbox>>* overflowed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::function<void(const OpEvent&)> observer_;
   mutable Mutex mu_;
@@ -66,6 +91,9 @@ class EventHub final : public EngineListener {
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::deque<OpEvent>> queues_
       ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::string> tags_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Subscriber> subscribers_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_subscription_ ABSL_GUARDED_BY(mu_) = 1;
   // Unclaimed ops whose terminal event is queued, oldest first: the ones
   // that may be dropped.
   std::deque<uint64_t> finished_ ABSL_GUARDED_BY(mu_);

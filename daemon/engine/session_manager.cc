@@ -690,4 +690,13 @@ std::vector<SessionInfo> SessionManager::List() const {
   return out;
 }
 
+absl::StatusOr<SessionInfo> SessionManager::Info(const std::string& id) const {
+  MutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) {
+    return absl::NotFoundError("session is unknown or its lease expired");
+  }
+  return it->second.info;
+}
+
 }  // namespace hicache

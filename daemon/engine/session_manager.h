@@ -211,6 +211,9 @@ class SessionManager {
   };
   Totals totals() const ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<SessionInfo> List() const ABSL_LOCKS_EXCLUDED(mu_);
+  // One session's info; NOT_FOUND for an unknown session.
+  absl::StatusOr<SessionInfo> Info(const std::string& id) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Session {

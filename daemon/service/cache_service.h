@@ -59,6 +59,11 @@ class CacheRpcs {
   grpc::Status LoadBack(grpc::ServerContext* context,
                         const v1::LoadBackRequest& request,
                         grpc::ServerWriter<v1::LoadBackEvent>* writer);
+  // A worker's own events (worker sessions only): its rank's layers and
+  // every outcome of its namespace, until the client cancels.
+  grpc::Status Subscribe(grpc::ServerContext* context,
+                         const v1::SubscribeRequest& request,
+                         grpc::ServerWriter<v1::WorkerEvent>* writer);
   grpc::Status BackupSession(
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<v1::BackupServerMessage,

@@ -55,6 +55,9 @@ grpc::Status CacheRpcs::LoadBack(
   // for the backlog is cut off (the load is finished as failed below).
   auto box = std::make_shared<EventMailbox>(
       limits_.max_backlog, [context] { context->TryCancel(); });
+  if (absl::StatusOr<SessionInfo> info = sessions_->Info(session); info.ok()) {
+    hub_->Tag(load->op_id, info->ns);  // Its workers hear of it too.
+  }
   hub_->Claim(load->op_id, box);
   bool ok = false;
   while (!context->IsCancelled()) {
@@ -102,6 +105,78 @@ grpc::Status CacheRpcs::LoadBack(
   done.mutable_done()->set_ok(ok);
   done.mutable_done()->set_lock_handle(lock_handle);
   writer->Write(done);
+  return grpc::Status::OK;
+}
+
+namespace {
+
+// A worker's view of an engine event.
+v1::WorkerEvent ToWorkerEvent(const OpEvent& event) {
+  v1::WorkerEvent out;
+  out.set_rank(event.rank);
+  switch (event.type) {
+    case OpEvent::Type::kBackupStep:
+      out.mutable_backup_step()->set_backup_id(event.op);
+      out.mutable_backup_step()->set_step(event.step);
+      break;
+    case OpEvent::Type::kCommitted:
+    case OpEvent::Type::kRolledBack:
+      out.mutable_backup_ended()->set_backup_id(event.op);
+      out.mutable_backup_ended()->set_committed(event.type ==
+                                                OpEvent::Type::kCommitted);
+      break;
+    case OpEvent::Type::kLoadStep:
+      out.mutable_layer_loaded()->set_load_id(event.op);
+      out.mutable_layer_loaded()->set_step(event.step);
+      out.mutable_layer_loaded()->set_fence(event.fence);
+      break;
+    case OpEvent::Type::kLoadDone:
+      out.mutable_load_ended()->set_load_id(event.op);
+      out.mutable_load_ended()->set_ok(event.ok);
+      break;
+  }
+  return out;
+}
+
+}  // namespace
+
+grpc::Status CacheRpcs::Subscribe(grpc::ServerContext* context,
+                                  const v1::SubscribeRequest& request,
+                                  grpc::ServerWriter<v1::WorkerEvent>* writer) {
+  const std::string& session = request.session_id();
+  absl::StatusOr<SessionInfo> info = sessions_->Info(session);
+  if (!info.ok()) return ToGrpcStatus(info.status());
+  if (info->role != SessionRole::kWorker) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        "Subscribe needs a worker session (its rank's events)");
+  }
+  if (absl::Status s = sessions_->BeginStream(session); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  auto box = std::make_shared<EventMailbox>(
+      limits_.max_backlog, [context] { context->TryCancel(); });
+  const uint64_t subscription = hub_->Subscribe(info->rank, info->ns, box);
+  while (!context->IsCancelled()) {
+    // The bound only notices a client that went away or a session that
+    // ended; events wake the mailbox at once.
+    std::optional<OpEvent> event = box->Wait(absl::Now() + absl::Seconds(1));
+    if (!event.has_value()) {
+      if (box->overflowed() || !sessions_->Info(session).ok()) break;
+      continue;
+    }
+    if (event->type != OpEvent::Type::kBackupStep &&
+        event->type != OpEvent::Type::kLoadStep) {
+      event->rank = info->rank;  // Outcomes are the op's, stamped for us.
+    }
+    if (!writer->Write(ToWorkerEvent(*event))) break;
+  }
+  hub_->Unsubscribe(subscription);
+  box->Disarm();
+  sessions_->EndStream(session);
+  if (box->overflowed()) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        "subscription cut off: the client read too slowly");
+  }
   return grpc::Status::OK;
 }
 
@@ -205,9 +280,13 @@ grpc::Status CacheRpcs::BackupSession(
             claimed.insert(id);
           }
         }
-        // Claimed before the client can store a layer: no event is missed.
+        // Tagged for the namespace's workers and claimed before the client
+        // can store a layer: no event is missed.
+        absl::StatusOr<SessionInfo> info = sessions_->Info(session);
         for (uint64_t id : *ids) {
-          if (id != 0) hub_->Claim(id, box);
+          if (id == 0) continue;
+          if (info.ok()) hub_->Tag(id, info->ns);
+          hub_->Claim(id, box);
         }
         write(out);
       }

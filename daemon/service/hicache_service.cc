@@ -88,6 +88,13 @@ grpc::Status HiCacheServiceImpl::Watch(
   return cache_->Watch(CallerOf(context), context, *request, writer);
 }
 
+grpc::Status HiCacheServiceImpl::Subscribe(
+    grpc::ServerContext* context, const v1::SubscribeRequest* request,
+    grpc::ServerWriter<v1::WorkerEvent>* writer) {
+  if (cache_ == nullptr) return NoCache();
+  return cache_->Subscribe(context, *request, writer);
+}
+
 grpc::Status HiCacheServiceImpl::BackupSession(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::BackupServerMessage, v1::BackupClientMessage>*

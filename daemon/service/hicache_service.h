@@ -62,6 +62,9 @@ class HiCacheServiceImpl final : public v1::HiCache::Service {
   grpc::Status Watch(grpc::ServerContext* context,
                      const v1::WatchRequest* request,
                      grpc::ServerWriter<v1::CacheEvent>* writer) override;
+  grpc::Status Subscribe(grpc::ServerContext* context,
+                         const v1::SubscribeRequest* request,
+                         grpc::ServerWriter<v1::WorkerEvent>* writer) override;
 
  private:
   const DaemonInfo info_;

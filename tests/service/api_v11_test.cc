@@ -390,5 +390,128 @@ TEST_F(ApiV11Test, WorkersStoreTheirOwnRanksLayers) {
   EXPECT_TRUE(stream->Finish().ok());
 }
 
+// Item 1 (second half): a worker subscribes to its own rank's events --
+// backup steps, loaded layers with their fences, and every outcome of its
+// namespace -- with no relay through the scheduler.
+TEST_F(ApiV11Test, WorkersHearTheirRanksEvents) {
+  const std::string worker1 = Open(v1::ROLE_WORKER, 1);
+  const std::string stranger = Open(v1::ROLE_WORKER, 1, "other-tenant");
+  grpc::ClientContext sub_ctx;
+  v1::SubscribeRequest sub;
+  sub.set_session_id(worker1);
+  auto events = stub_->Subscribe(&sub_ctx, sub);
+  grpc::ClientContext stranger_ctx;
+  stranger_ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  v1::SubscribeRequest stranger_sub;
+  stranger_sub.set_session_id(stranger);
+  auto stranger_events = stub_->Subscribe(&stranger_ctx, stranger_sub);
+  {  // Schedulers have no rank to subscribe to.
+    grpc::ClientContext ctx;
+    v1::SubscribeRequest request;
+    request.set_session_id(session_);
+    auto refused = stub_->Subscribe(&ctx, request);
+    v1::WorkerEvent event;
+    EXPECT_FALSE(refused->Read(&event));
+    EXPECT_EQ(refused->Finish().error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+  }
+  // The scheduler backs a request up (both ranks) and caches it.
+  v1::AllocateResponse allocation;
+  {
+    grpc::ClientContext ctx;
+    v1::AllocateRequest request;
+    request.set_session_id(session_);
+    v1::AllocateItem* item = request.add_items();
+    for (uint32_t owner : {0, 1}) item->add_owners(owner);
+    ASSERT_TRUE(stub_->Allocate(&ctx, request, &allocation).ok());
+  }
+  const auto& pages = allocation.allocations(0).pages();
+  uint64_t backup = 0;
+  {
+    grpc::ClientContext ctx;
+    auto stream = stub_->BackupSession(&ctx);
+    v1::BackupClientMessage prepare;
+    prepare.set_session_id(session_);
+    v1::BackupSpec* spec = prepare.mutable_prepare()->add_specs();
+    spec->mutable_pages()->Add(pages.begin(), pages.end());
+    spec->set_logical_tokens(8);
+    ASSERT_TRUE(stream->Write(prepare));
+    v1::BackupServerMessage reply;
+    ASSERT_TRUE(stream->Read(&reply));
+    backup = reply.prepared().backup_ids(0);
+    for (uint32_t step = 0; step < 2; ++step) {
+      v1::BackupClientMessage stored;
+      stored.mutable_layer_stored()->add_backup_ids(backup);
+      stored.mutable_layer_stored()->set_step(step);
+      ASSERT_TRUE(stream->Write(stored));
+    }
+    grpc::ClientContext ictx;
+    v1::InsertRequest request;
+    request.set_session_id(session_);
+    v1::InsertItem* item = request.add_items();
+    item->set_tokens(Pack(Seq(0, 8)));
+    item->mutable_pages()->Add(pages.begin(), pages.end());
+    item->set_backup_id(backup);
+    v1::InsertResponse inserted;
+    ASSERT_TRUE(stub_->Insert(&ictx, request, &inserted).ok());
+    while (stream->Read(&reply) && !reply.has_committed()) {
+    }
+    stream->WritesDone();
+    EXPECT_TRUE(stream->Finish().ok());
+  }
+  std::vector<uint32_t> steps;
+  v1::WorkerEvent event;
+  while (events->Read(&event)) {
+    EXPECT_EQ(event.rank(), 1u);
+    if (event.has_backup_step()) {
+      EXPECT_EQ(event.backup_step().backup_id(), backup);
+      steps.push_back(event.backup_step().step());
+    }
+    if (event.has_backup_ended()) {
+      EXPECT_TRUE(event.backup_ended().committed());
+      break;
+    }
+  }
+  EXPECT_EQ(steps, (std::vector<uint32_t>{0, 1}));
+  // Evicted and loaded back: the worker hears its rank's layers land.
+  {
+    grpc::ClientContext ctx;
+    v1::EvictRequest request;
+    request.add_device_pages_per_lane(7);
+    request.add_device_pages_per_lane(7);
+    v1::EvictResponse response;
+    ASSERT_TRUE(stub_->Evict(&ctx, request, &response).ok());
+  }
+  grpc::ClientContext load_ctx;
+  v1::LoadBackRequest load_request;
+  load_request.set_session_id(session_);
+  load_request.set_tokens(Pack(Seq(0, 8)));
+  auto load = stub_->LoadBack(&load_ctx, load_request);
+  v1::LoadBackEvent load_event;
+  ASSERT_TRUE(load->Read(&load_event));
+  const uint64_t load_id = load_event.started().load_id();
+  ASSERT_NE(load_id, 0u);
+  while (load->Read(&load_event)) {
+  }
+  EXPECT_TRUE(load->Finish().ok());
+  int layers = 0;
+  bool ended = false;
+  while (!ended && events->Read(&event)) {
+    if (event.has_layer_loaded()) {
+      EXPECT_EQ(event.layer_loaded().load_id(), load_id);
+      ++layers;
+    }
+    if (event.has_load_ended()) {
+      EXPECT_TRUE(event.load_ended().ok());
+      ended = true;
+    }
+  }
+  EXPECT_TRUE(ended);
+  EXPECT_EQ(layers, 2);
+  sub_ctx.TryCancel();
+  // The other tenant's worker heard nothing.
+  EXPECT_FALSE(stranger_events->Read(&event)) << event.DebugString();
+}
+
 }  // namespace
 }  // namespace hicache
