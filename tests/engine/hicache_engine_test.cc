@@ -194,16 +194,34 @@ TEST_F(EngineTest, ZeroOwnedRanksAckEveryStepWithNoOps) {
   }
 }
 
+// Host admission counts physical pages of the rank that is short: victims
+// with no page on that rank are skipped, and a victim counts only its pages
+// on that rank, not its logical length.
 TEST_F(EngineTest, WriteRetriesAfterHostEvictionByPhysicalPages) {
-  Make({.cp_size = 2, .host_pages_per_rank = 4});
-  Cache(Seq(0, 16), {0, 0, 0, 0});  // Fills rank 0's host pool.
-  EvictAllDevice();                 // Now a host-only leaf.
+  Make({.cp_size = 4, .host_pages_per_rank = 4});
+  const std::vector<int32_t> a = Seq(0, 16), b = Seq(100, 16),
+                             c = Seq(200, 16), d = Seq(300, 8);
+  Cache(a, {1, 1, 2, 2});  // Oldest (first victim); nothing on rank 0.
+  Cache(b, {0, 3, 3, 3});  // 4 logical pages, 1 physical page on rank 0.
+  Cache(c, {0, 0, 0, 1});  // Rank 0 is full now.
+  Cache(d, {2, 3});        // Newest.
+  EvictAllDevice();        // All host-only.
   ASSERT_EQ(engine_->HostUsedPages(0), 4);
-  Cache(Seq(100, 8), {0, 0});  // Needs 2 physical pages on rank 0.
+  Cache(Seq(900, 8), {0, 0});  // Needs 2 physical pages on rank 0.
   EXPECT_EQ(engine_->Stats().backups_skipped_no_host, 0);
-  EXPECT_EQ(engine_->Stats().backups_committed, 2);
-  EXPECT_EQ(engine_->Stats().host_evicted_pages, 4);
-  EXPECT_TRUE(engine_->CheckInvariants().ok());
+  EXPECT_EQ(engine_->Stats().backups_committed, 5);
+  // a was skipped; b freed one rank-0 page, not enough, so c went too; d
+  // was not needed.
+  EXPECT_EQ(engine_->Stats().host_evicted_pages, 8);
+  EXPECT_EQ(engine_->Match("", a, /*peek=*/true)->host_hit_len, 16);
+  EXPECT_EQ(engine_->Match("", b, /*peek=*/true)->host_hit_len, 0);
+  EXPECT_EQ(engine_->Match("", c, /*peek=*/true)->host_hit_len, 0);
+  EXPECT_EQ(engine_->Match("", d, /*peek=*/true)->host_hit_len, 8);
+  EXPECT_EQ(engine_->HostUsedPages(0), 2);  // The new backup.
+  EXPECT_EQ(engine_->HostUsedPages(1), 2);  // a.
+  EXPECT_EQ(engine_->HostUsedPages(2), 3);  // a, d.
+  EXPECT_EQ(engine_->HostUsedPages(3), 1);  // d.
+  EXPECT_TRUE(engine_->CheckInvariants().ok()) << engine_->CheckInvariants();
 }
 
 TEST_F(EngineTest, SplitAndEvictionKeepHostMetadata) {
@@ -234,13 +252,24 @@ TEST_F(EngineTest, LoadBackUsesTheRecordedOwnerPattern) {
   (void)node;
 }
 
+// The load-back threshold compares the logical (valid-token) length of the
+// host hit: not one rank's physical share, not the padded page span.
 TEST_F(EngineTest, ThresholdOnLogicalLength) {
-  Make({.load_back_threshold_tokens = 100});
-  Cache(Seq(0, 8));
+  Make({.cp_size = 4, .load_back_threshold_tokens = 31});
+  const std::vector<Rank> round_robin = {0, 1, 2, 3, 0, 1, 2, 3};
+  // 32 tokens: 8 per rank, 32 logical: loaded.
+  Cache(Seq(0, 32), round_robin);
+  // 30 valid tokens in 8 pages (32 padded): below the threshold.
+  Cache(Seq(100, 30), round_robin);
   EvictAllDevice();
-  LoadResult load = LoadAndVerify(Seq(0, 8));
-  EXPECT_EQ(load.miss, LoadMissReason::kBelowThreshold);
-  EXPECT_EQ(load.op_id, 0u);
+  const LoadResult below = LoadAndVerify(Seq(100, 30));
+  EXPECT_EQ(below.miss, LoadMissReason::kBelowThreshold);
+  EXPECT_EQ(below.op_id, 0u);
+  EXPECT_EQ(below.loaded_len, 0);
+  const LoadResult above = LoadAndVerify(Seq(0, 32));
+  EXPECT_EQ(above.miss, LoadMissReason::kNone);
+  EXPECT_NE(above.op_id, 0u);
+  EXPECT_EQ(above.loaded_len, 32);
 }
 
 TEST_F(EngineTest, MemQuotaCountsEvictablePages) {
@@ -267,17 +296,41 @@ TEST_F(EngineTest, QuotaMissWhenNothingIsEvictable) {
   EXPECT_EQ(load.miss, LoadMissReason::kOverQuota);
 }
 
+// A lane-0 shortage evicts lane-0 nodes only -- exactly the oldest one, which
+// suffices -- although nodes of every other lane come first in LRU order and
+// those lanes have free pages.
 TEST_F(EngineTest, OwnerLaneTargetedEviction) {
-  Make({.cp_size = 2, .device_pages_per_rank = 4});  // 3 usable per lane.
-  auto lane0 = engine_->AllocateWithOwners({0, 0, 0});
-  auto lane1 = engine_->AllocateWithOwners({1});
-  ASSERT_TRUE(engine_->Insert("", Seq(0, 12), *lane0).ok());
-  ASSERT_TRUE(engine_->Insert("", Seq(50, 4), *lane1).ok());
-  // Two lane-0 pages: only lane-0 nodes may be evicted.
-  auto pages = engine_->AllocateWithOwners({0, 0});
-  ASSERT_TRUE(pages.ok()) << pages.status();
-  EXPECT_EQ(engine_->Match("", Seq(50, 4))->device_len, 4);
-  EXPECT_EQ(engine_->Match("", Seq(0, 12))->device_len, 0);
+  for (uint32_t cp : {2u, 4u}) {
+    SCOPED_TRACE(absl::StrCat("C = ", cp));
+    Make({.cp_size = cp, .device_pages_per_rank = 4});  // 3 usable per lane.
+    std::vector<std::vector<int32_t>> others;  // Oldest: one per other lane.
+    for (Rank lane = 1; lane < cp; ++lane) {
+      auto pages = engine_->AllocateWithOwners({lane});
+      ASSERT_TRUE(pages.ok());
+      others.push_back(Seq(1000 * lane, 4));
+      ASSERT_TRUE(engine_->Insert("", others.back(), *pages).ok());
+    }
+    auto old0 = engine_->AllocateWithOwners({0, 0});
+    ASSERT_TRUE(engine_->Insert("", Seq(0, 8), *old0).ok());
+    auto new0 = engine_->AllocateWithOwners({0});
+    ASSERT_TRUE(engine_->Insert("", Seq(50, 4), *new0).ok());
+    ASSERT_EQ(engine_->DeviceAvailable(0), 0);  // Lane 0 full, others not.
+    const int64_t evicted_before = engine_->Stats().device_evicted_pages;
+
+    auto pages = engine_->AllocateWithOwners({0, 0});
+    ASSERT_TRUE(pages.ok()) << pages.status();
+    EXPECT_THAT(*pages, ::testing::UnorderedElementsAreArray(*old0));
+    EXPECT_EQ(engine_->Stats().device_evicted_pages - evicted_before, 2);
+    EXPECT_EQ(engine_->Match("", Seq(0, 8), /*peek=*/true)->device_len, 0);
+    EXPECT_EQ(engine_->Match("", Seq(50, 4), /*peek=*/true)->device_len, 4);
+    for (const std::vector<int32_t>& tokens : others) {
+      EXPECT_EQ(engine_->Match("", tokens, /*peek=*/true)->device_len, 4);
+    }
+    for (Rank lane = 1; lane < cp; ++lane) {
+      EXPECT_EQ(engine_->DeviceAvailable(lane), 2) << "lane " << lane;
+    }
+    EXPECT_TRUE(engine_->CheckInvariants().ok()) << engine_->CheckInvariants();
+  }
 }
 
 // Seed 001 (owner-lane capacity): "small lane deficits despite large
@@ -449,24 +502,51 @@ TEST_F(EngineTest, DraftIsCommittedInLockstepWithTarget) {
   LoadAndVerify(Seq(0, 8));  // Verifies target and draft bytes.
 }
 
+// Batch admission sums the host pages of every spec per rank and runs one
+// eviction step that frees exactly that much on each rank (no free room):
+// every spec is admitted, and a rank no spec needs loses nothing.
 TEST_F(EngineTest, BatchAdmissionEvictsOnce) {
-  Make({.host_pages_per_rank = 6});
-  Cache(Seq(0, 8));
-  Cache(Seq(100, 8));
-  Cache(Seq(200, 8));
-  EvictAllDevice();
-  ASSERT_EQ(engine_->HostUsedPages(0), 6);
-  const int64_t steps_before = engine_->Stats().host_eviction_steps;
-  std::vector<BackupSpec> specs;
-  for (int i = 0; i < 3; ++i) {
-    auto pages = engine_->Allocate(1);
-    specs.push_back(BackupSpec{*pages, 4});
+  for (uint32_t cp : {2u, 4u}) {
+    SCOPED_TRACE(absl::StrCat("C = ", cp));
+    Make({.cp_size = cp, .host_pages_per_rank = 4});
+    for (Rank r = 0; r < cp; ++r) {
+      for (int i = 0; i < 4; ++i) Cache(Seq(1000 * r + 10 * i, 4), {r});
+    }
+    EvictAllDevice();  // Every host pool full of one-page host-only nodes.
+    for (Rank r = 0; r < cp; ++r) ASSERT_EQ(engine_->HostUsedPages(r), 4);
+    const EngineStats before = engine_->Stats();
+    // Rank 0 needs 2 pages, rank 1 one, and at C = 4 rank 3 one; rank 2
+    // none.
+    std::vector<Rank> lanes = {0, 1, 0};
+    if (cp == 4) lanes.push_back(3);
+    std::vector<BackupSpec> specs;
+    for (Rank lane : lanes) {
+      auto pages = engine_->AllocateWithOwners({lane});
+      ASSERT_TRUE(pages.ok());
+      specs.push_back(BackupSpec{*pages, 4});
+    }
+    auto ops = engine_->PrepareBackups(specs);
+    ASSERT_TRUE(ops.ok());
+    for (uint64_t op : *ops) EXPECT_NE(op, 0u);
+    const EngineStats after = engine_->Stats();
+    EXPECT_EQ(after.host_eviction_steps - before.host_eviction_steps, 1);
+    EXPECT_EQ(after.host_evicted_pages - before.host_evicted_pages,
+              static_cast<int64_t>(lanes.size()));
+    EXPECT_EQ(after.backups_skipped_no_host, 0);
+    // Each rank freed what it reserved: all still full.
+    for (Rank r = 0; r < cp; ++r) {
+      EXPECT_EQ(engine_->HostUsedPages(r), 4) << "rank " << r;
+    }
+    if (cp == 4) {  // Rank 2's nodes are all still there.
+      for (int i = 0; i < 4; ++i) {
+        EXPECT_EQ(
+            engine_->Match("", Seq(2000 + 10 * i, 4), /*peek=*/true)->host_hit_len,
+            4);
+      }
+    }
+    for (uint64_t op : *ops) ASSERT_TRUE(engine_->RollbackBackup(op).ok());
+    EXPECT_TRUE(engine_->CheckInvariants().ok()) << engine_->CheckInvariants();
   }
-  auto ops = engine_->PrepareBackups(specs);
-  ASSERT_TRUE(ops.ok());
-  for (uint64_t op : *ops) EXPECT_NE(op, 0u);
-  EXPECT_EQ(engine_->Stats().host_eviction_steps - steps_before, 1);
-  for (uint64_t op : *ops) ASSERT_TRUE(engine_->RollbackBackup(op).ok());
 }
 
 TEST_F(EngineTest, FreeRoomTargetIsReached) {
