@@ -164,6 +164,27 @@ absl::Status DaemonConfig::Validate() const {
         "pin_host_memory=false needs cuda_runtime=simulated: the CUDA copy "
         "kernel can only reach pinned host memory");
   }
+  if (write_through_threshold < 1) {
+    return absl::InvalidArgumentError("write_through_threshold must be >= 1");
+  }
+  if (load_back_threshold_tokens < 0 || l1_free_room_pages < 0 ||
+      l2_free_room_pages < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "load_back_threshold_tokens (", load_back_threshold_tokens,
+        "), l1_free_room_pages (", l1_free_room_pages,
+        ") and l2_free_room_pages (", l2_free_room_pages,
+        ") must be >= 0"));
+  }
+  if (l1_free_room_pages >= static_cast<int64_t>(device_pages_per_rank) ||
+      l2_free_room_pages > static_cast<int64_t>(host_pages_per_rank)) {
+    return absl::InvalidArgumentError(
+        "free room must be below the pool size (l1_free_room_pages < "
+        "device_pages_per_rank, l2_free_room_pages <= host_pages_per_rank)");
+  }
+  if (transfer_workers < 1 || transfer_workers > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "transfer_workers must be in [1, 64], got ", transfer_workers));
+  }
   if (copy_max_blocks < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("copy_max_blocks must be >= 0, got ", copy_max_blocks));

@@ -85,6 +85,16 @@ struct DaemonConfig {
   // Engine policies (names as in EvictionPolicyName / WritePolicyName).
   std::string eviction_policy = "lru";
   std::string write_policy = "write_through_selective";
+  // Hits before a node is written through (write_through_selective).
+  uint32_t write_through_threshold = 2;
+  // Loads of fewer tokens are reported as misses (not worth a transfer).
+  int64_t load_back_threshold_tokens = 0;
+  // After pressure, evict until this many pages are free per lane (L1) and
+  // per rank (L2); SetFreeRoom changes them at run time.
+  int64_t l1_free_room_pages = 0;
+  int64_t l2_free_room_pages = 0;
+  // CPU backend: memcpy threads.
+  int32_t transfer_workers = 2;
   // Session lease when a client asks for none.
   uint32_t default_lease_ms = 10000;
   // Optional TCP listener ("host:port"), in addition to the unix socket.

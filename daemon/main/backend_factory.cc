@@ -68,7 +68,8 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
     const DaemonConfig& config, const std::string& shm_prefix) {
   if (config.backend == BackendKind::kCpu) {
     return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(
-        CpuBackend::Options{.shm_prefix = shm_prefix}));
+        CpuBackend::Options{.shm_prefix = shm_prefix,
+                            .transfer_workers = config.transfer_workers}));
   }
   absl::StatusOr<std::unique_ptr<CudaBackend>> backend = CudaBackend::Create(
       MakeRuntime(config),

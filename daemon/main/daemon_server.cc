@@ -187,8 +187,13 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
        .host_layout = config.host_layout,
        .lock_host_memory = config.lock_host_memory,
        .write_policy = *write,
+       .write_through_threshold = config.write_through_threshold,
        .eviction_policy = *eviction,
+       .load_back_threshold_tokens = config.load_back_threshold_tokens,
+       .l1_free_room_pages = config.l1_free_room_pages,
+       .l2_free_room_pages = config.l2_free_room_pages,
        .served_ranks = std::move(served),
+       .transfer_workers = config.transfer_workers,
        .clock = clock,
        .backend = daemon->backend_.get(),
        .shm_prefix = daemon->shm_->prefix()});

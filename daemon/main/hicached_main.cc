@@ -62,6 +62,18 @@ ABSL_FLAG(bool, lock_host_memory, false,
 ABSL_FLAG(bool, pin_host_memory, true,
           "CUDA backend: pin the host pools with cudaHostRegister (the copy "
           "kernel reads and writes them directly).");
+ABSL_FLAG(uint32_t, write_through_threshold, 2,
+          "Hits before a node is written through "
+          "(--write_policy=write_through_selective).");
+ABSL_FLAG(int64_t, load_back_threshold_tokens, 0,
+          "Host hits shorter than this are misses (not worth a load).");
+ABSL_FLAG(int64_t, l1_free_room_pages, 0,
+          "After device pressure, evict until this many pages are free per "
+          "lane.");
+ABSL_FLAG(int64_t, l2_free_room_pages, 0,
+          "After host pressure, evict until this many pages are free per "
+          "rank.");
+ABSL_FLAG(int32_t, transfer_workers, 2, "CPU backend: memcpy threads.");
 ABSL_FLAG(uint64_t, device_pages_per_rank, 4096,
           "Physical device (L1) pages in each rank's lane.");
 ABSL_FLAG(uint64_t, host_pages_per_rank, 16384,
@@ -150,6 +162,12 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
     config.gpus.push_back(device);
   }
   config.cuda_runtime = absl::GetFlag(FLAGS_cuda_runtime);
+  config.write_through_threshold = absl::GetFlag(FLAGS_write_through_threshold);
+  config.load_back_threshold_tokens =
+      absl::GetFlag(FLAGS_load_back_threshold_tokens);
+  config.l1_free_room_pages = absl::GetFlag(FLAGS_l1_free_room_pages);
+  config.l2_free_room_pages = absl::GetFlag(FLAGS_l2_free_room_pages);
+  config.transfer_workers = absl::GetFlag(FLAGS_transfer_workers);
   config.copy_max_blocks = absl::GetFlag(FLAGS_copy_max_blocks);
   config.lock_host_memory = absl::GetFlag(FLAGS_lock_host_memory);
   config.pin_host_memory = absl::GetFlag(FLAGS_pin_host_memory);

@@ -114,6 +114,20 @@ grpc::Status HiCacheServiceImpl::GetStats(
   response->set_start_time_unix(absl::ToUnixSeconds(info_.start_time));
   response->set_listen_address(info_.listen_address);
   response->set_pid(info_.pid);
+  const DaemonConfig& c = info_.config;
+  v1::EngineSettings* settings = response->mutable_settings();
+  settings->set_write_policy(c.write_policy);
+  settings->set_eviction_policy(c.eviction_policy);
+  settings->set_write_through_threshold(c.write_through_threshold);
+  settings->set_load_back_threshold_tokens(c.load_back_threshold_tokens);
+  settings->set_l1_free_room_pages(c.l1_free_room_pages);
+  settings->set_l2_free_room_pages(c.l2_free_room_pages);
+  settings->set_transfer_workers(c.transfer_workers);
+  settings->set_lock_host_memory(c.lock_host_memory);
+  settings->set_pin_host_memory(c.pin_host_memory);
+  settings->set_copy_max_blocks(c.copy_max_blocks);
+  settings->mutable_gpus()->Add(c.gpus.begin(), c.gpus.end());
+  settings->set_cuda_runtime(c.cuda_runtime);
   return grpc::Status::OK;
 }
 

@@ -168,6 +168,11 @@ TEST_F(DaemonProcessTest, BadFlagValuesExitNonZeroWithAClearMessage) {
       {{"--backend=cuda", "--gpus=x"}, 2, "'x' is not a device number"},
       {{"--backend=cuda", "--pin_host_memory=false"}, 2,
        "can only reach pinned host memory"},
+      {{"--write_through_threshold=0"}, 2, "write_through_threshold must be"},
+      {{"--transfer_workers=0"}, 2, "transfer_workers must be in [1, 64]"},
+      {{"--l1_free_room_pages=-1"}, 2, "must be >= 0"},
+      {{"--device_pages_per_rank=8", "--l1_free_room_pages=8"}, 2,
+       "free room must be below the pool size"},
       {{"--page_size=abc"}, 1, "page_size"},
       {{"--no_such_flag"}, 1, "no_such_flag"},
   };

@@ -1,5 +1,6 @@
 // API v1.1 (issue 12): the answers a scheduler written from the proto and
 // the docs alone relies on, each reproduced through a real DaemonServer.
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "client/cpp/endpoint.h"
+#include "daemon/engine/hicache_engine.h"
 #include "daemon/main/daemon_server.h"
 #include "gmock/gmock.h"
 #include "grpcpp/client_context.h"
@@ -472,6 +474,7 @@ TEST_F(ApiV11Test, WorkersHearTheirRanksEvents) {
       break;
     }
   }
+  std::sort(steps.begin(), steps.end());  // Copies complete in any order.
   EXPECT_EQ(steps, (std::vector<uint32_t>{0, 1}));
   // Evicted and loaded back: the worker hears its rank's layers land.
   {
@@ -511,6 +514,41 @@ TEST_F(ApiV11Test, WorkersHearTheirRanksEvents) {
   sub_ctx.TryCancel();
   // The other tenant's worker heard nothing.
   EXPECT_FALSE(stranger_events->Read(&event)) << event.DebugString();
+}
+
+// Seed item "flags": the engine's tunables are flags, and GetStats reports
+// what the daemon runs with.
+TEST(ApiV11SettingsTest, GetStatsReportsTheTunables) {
+  testing::TempDir dir;
+  const std::string socket = dir.Child("s.sock");
+  FakeClock clock{absl::FromUnixSeconds(100)};
+  DaemonConfig config;
+  config.page_size = 4;
+  config.device_pages_per_rank = 16;
+  config.host_pages_per_rank = 32;
+  config.write_through_threshold = 3;
+  config.load_back_threshold_tokens = 8;
+  config.l1_free_room_pages = 2;
+  config.l2_free_room_pages = 4;
+  config.transfer_workers = 3;
+  auto server = DaemonServer::Start(config, socket, &clock);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::HiCache::NewStub(grpc::CreateChannel(
+      client::UnixTarget(socket), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  v1::GetStatsResponse stats;
+  ASSERT_TRUE(stub->GetStats(&ctx, v1::GetStatsRequest(), &stats).ok());
+  const v1::EngineSettings& s = stats.settings();
+  EXPECT_EQ(s.write_policy(), "write_through_selective");
+  EXPECT_EQ(s.write_through_threshold(), 3u);
+  EXPECT_EQ(s.load_back_threshold_tokens(), 8);
+  EXPECT_EQ(s.l1_free_room_pages(), 2);
+  EXPECT_EQ(s.l2_free_room_pages(), 4);
+  EXPECT_EQ(s.transfer_workers(), 3);
+  // And the engine runs with them.
+  EXPECT_EQ((*server)->engine().options().load_back_threshold_tokens, 8);
+  EXPECT_EQ((*server)->engine().options().write_through_threshold, 3u);
+  EXPECT_EQ((*server)->engine().options().l1_free_room_pages, 2);
 }
 
 }  // namespace
