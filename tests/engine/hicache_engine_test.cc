@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/core/mutex.h"
+#include "daemon/transfer/transfer_engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/engine/kv_pattern.h"
@@ -15,6 +16,7 @@
 namespace hicache {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using testing::VerifyKv;
@@ -52,6 +54,69 @@ class CountingListener : public EngineListener {
   Mutex mu_;
   std::map<Rank, int> backup_steps_ ABSL_GUARDED_BY(mu_);
   std::map<Rank, int> load_steps_ ABSL_GUARDED_BY(mu_);
+};
+
+// Holds host-to-device copies (loads) while `hold` is set, so that a load
+// stays in flight for as long as a test needs; everything else passes
+// through to the backend's engine.
+class HoldingTransferEngine : public TransferEngine {
+ public:
+  HoldingTransferEngine(TransferListener* listener,
+                        const TransferEngineFactory& backend)
+      : inner_(backend(listener)) {}
+  ~HoldingTransferEngine() override { Release(); }
+
+  void HoldLoads() {
+    MutexLock lock(&mu_);
+    hold_ = true;
+  }
+  // Submits the held copies and stops holding.
+  void Release() {
+    std::vector<TransferTask> held;
+    {
+      MutexLock lock(&mu_);
+      hold_ = false;
+      held.swap(held_);
+    }
+    for (TransferTask& task : held) {
+      EXPECT_TRUE(inner_->Submit(std::move(task)).ok());
+    }
+  }
+  int64_t held() {
+    MutexLock lock(&mu_);
+    return held_.size();
+  }
+
+  absl::Status Submit(TransferTask task) override {
+    {
+      MutexLock lock(&mu_);
+      if (hold_ && task.direction == TransferDirection::kHostToDevice) {
+        held_.push_back(std::move(task));
+        return absl::OkStatus();
+      }
+    }
+    return inner_->Submit(std::move(task));
+  }
+  void Drain() override {
+    Release();
+    inner_->Drain();
+  }
+  absl::StatusOr<uint64_t> RegisterFence(Rank rank,
+                                         const std::string& handle) override {
+    return inner_->RegisterFence(rank, handle);
+  }
+  absl::Status ReleaseFence(uint64_t fence) override {
+    return inner_->ReleaseFence(fence);
+  }
+  absl::StatusOr<Rank> FenceRank(uint64_t fence) const override {
+    return inner_->FenceRank(fence);
+  }
+
+ private:
+  std::unique_ptr<TransferEngine> inner_;
+  Mutex mu_;
+  bool hold_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<TransferTask> held_ ABSL_GUARDED_BY(mu_);
 };
 
 class EngineTest : public ::testing::Test {
@@ -199,8 +264,8 @@ TEST_F(EngineTest, ZeroOwnedRanksAckEveryStepWithNoOps) {
 // on that rank, not its logical length.
 TEST_F(EngineTest, WriteRetriesAfterHostEvictionByPhysicalPages) {
   Make({.cp_size = 4, .host_pages_per_rank = 4});
-  const std::vector<int32_t> a = Seq(0, 16), b = Seq(100, 16),
-                             c = Seq(200, 16), d = Seq(300, 8);
+  const std::vector<int32_t> a = Seq(0, 16), b = Seq(100, 16), c = Seq(200, 16),
+                             d = Seq(300, 8);
   Cache(a, {1, 1, 2, 2});  // Oldest (first victim); nothing on rank 0.
   Cache(b, {0, 3, 3, 3});  // 4 logical pages, 1 physical page on rank 0.
   Cache(c, {0, 0, 0, 1});  // Rank 0 is full now.
@@ -402,6 +467,148 @@ TEST_F(EngineTest, ShortLaneNeverEvictsALockedSubtree) {
   }
 }
 
+// Load-path miss kNoDeviceMemory: the quota passes (other lanes are free)
+// but the recorded owner lane stays short after targeted eviction. The load
+// is a miss -- never a plain allocation in other lanes -- and leaves the
+// host copy intact and unreferenced: it loads once the lane has room.
+TEST_F(EngineTest, LoadMissWhenTheOwnerLaneStaysShort) {
+  for (uint32_t cp : {2u, 4u}) {
+    SCOPED_TRACE(absl::StrCat("C = ", cp));
+    Make({.cp_size = cp, .device_pages_per_rank = 4});  // 3 usable per lane.
+    const Rank lane = cp - 1;
+    const std::vector<int32_t> tokens = Seq(0, 8);
+    Cache(tokens, {lane, lane});
+    EvictAllDevice();
+    // Running requests hold the whole owner lane; nothing is evictable.
+    auto held = engine_->AllocateWithOwners({lane, lane, lane});
+    ASSERT_TRUE(held.ok());
+    const EngineStats before = engine_->Stats();
+
+    const LoadResult miss = LoadAndVerify(tokens);
+    EXPECT_EQ(miss.miss, LoadMissReason::kNoDeviceMemory);
+    EXPECT_EQ(miss.op_id, 0u);
+    EXPECT_EQ(miss.loaded_len, 0);
+    EXPECT_TRUE(miss.pages.empty());
+    const EngineStats after = engine_->Stats();
+    EXPECT_EQ(after.load_misses - before.load_misses, 1);
+    EXPECT_EQ(after.loads_started, before.loads_started);
+    for (Rank l = 0; l < cp; ++l) {
+      if (l != lane) EXPECT_EQ(engine_->DeviceAvailable(l), 3) << "lane " << l;
+    }
+    const NodeInfo node = *engine_->Inspect(
+        engine_->Match("", tokens, /*peek=*/true)->last_host_node);
+    EXPECT_EQ(node.tier, NodeTier::kHost);
+    EXPECT_EQ(node.host_ref, 0);
+    EXPECT_EQ(engine_->Match("", tokens, /*peek=*/true)->host_hit_len, 8);
+
+    ASSERT_TRUE(engine_->Free(*held).ok());
+    const LoadResult loaded = LoadAndVerify(tokens);
+    EXPECT_EQ(loaded.miss, LoadMissReason::kNone);
+    EXPECT_EQ(loaded.loaded_len, 8);
+    EXPECT_THAT(engine_->layout().OwnersOf(loaded.pages),
+                ElementsAre(lane, lane));
+  }
+}
+
+// Load-path miss kLoadInFlight: a second load of nodes that a first load is
+// still copying is a miss (it neither waits nor loads twice); the first
+// completes normally and the hit is then on device.
+TEST_F(EngineTest, ConcurrentLoadOfTheSameNodesIsAMiss) {
+  HoldingTransferEngine* holding = nullptr;
+  Make({.cp_size = 2,
+        .wrap_transfer = [&holding](TransferListener* listener,
+                                    const TransferEngineFactory& backend) {
+          auto engine =
+              std::make_unique<HoldingTransferEngine>(listener, backend);
+          holding = engine.get();
+          return engine;
+        }});
+  ASSERT_NE(holding, nullptr);
+  const std::vector<int32_t> tokens = Seq(0, 16);
+  const std::vector<int32_t> prefix = Seq(0, 8);
+  Cache(tokens, {0, 1, 1, 0});
+  // A request diverging at token 8 splits the backed node: once evicted,
+  // the hit is a chain of two host-only nodes.
+  std::vector<int32_t> other = prefix;
+  other.insert(other.end(), {500, 501, 502, 503});
+  auto hit = engine_->Match("", other, /*peek=*/true);
+  ASSERT_EQ(hit->device_len, 8);
+  auto page = engine_->AllocateWithOwners({0});
+  std::vector<LogicalPage> pages = hit->device_pages;
+  pages.push_back((*page)[0]);
+  ASSERT_TRUE(engine_->Insert("", other, pages).ok());
+  EvictAllDevice();
+  ASSERT_EQ(engine_->TreeStatistics().host_tokens, 16);
+
+  holding->HoldLoads();
+  auto first = engine_->LoadBack("", tokens);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_NE(first->op_id, 0u);
+  EXPECT_EQ(first->loaded_len, 16);
+  EXPECT_GT(holding->held(), 0);
+  EXPECT_FALSE(*engine_->LoadDone(first->op_id));
+
+  const int64_t misses = engine_->Stats().load_misses;
+  // The same nodes, and a request needing only the first of them.
+  for (const std::vector<int32_t>* query : {&tokens, &prefix}) {
+    auto second = engine_->LoadBack("", *query);
+    ASSERT_TRUE(second.ok()) << second.status();
+    EXPECT_EQ(second->miss, LoadMissReason::kLoadInFlight);
+    EXPECT_EQ(second->op_id, 0u);
+    EXPECT_EQ(second->loaded_len, 0);
+    EXPECT_TRUE(second->pages.empty());
+    ASSERT_TRUE(engine_->Unlock(second->node).ok());
+  }
+  EXPECT_EQ(engine_->Stats().load_misses - misses, 2);
+  EXPECT_EQ(engine_->Stats().loads_started, 1);
+
+  holding->Release();
+  engine_->WaitForTransfers();
+  ASSERT_TRUE(*engine_->LoadDone(first->op_id));
+  EXPECT_TRUE(VerifyKv(*engine_, tokens, first->pages, 16).ok());
+  ASSERT_TRUE(engine_->FinishLoad(first->op_id).ok());
+  // Loaded once: now a device hit, nothing more to load.
+  const LoadResult again = LoadAndVerify(tokens);
+  EXPECT_EQ(again.device_len, 16);
+  EXPECT_EQ(again.op_id, 0u);
+  EXPECT_EQ(engine_->Stats().loads_started, 1);
+  EXPECT_TRUE(engine_->CheckInvariants().ok()) << engine_->CheckInvariants();
+}
+
+// L2 free-room target: host pressure on a rank evicts down to
+// l2_free_room_pages free pages there (not just the deficit), oldest first,
+// and touches no other rank; EnforceFreeRoom applies a new target to every
+// rank.
+TEST_F(EngineTest, L2FreeRoomTargetIsReached) {
+  Make({.cp_size = 2, .host_pages_per_rank = 8, .l2_free_room_pages = 3});
+  auto tokens_of = [](Rank r, int i) { return Seq(1000 * r + 10 * i, 4); };
+  for (Rank r = 0; r < 2; ++r) {
+    for (int i = 0; i < 8; ++i) Cache(tokens_of(r, i), {r});
+  }
+  EvictAllDevice();  // Both host pools full of one-page host-only nodes.
+  ASSERT_EQ(engine_->HostUsedPages(0), 8);
+  ASSERT_EQ(engine_->HostUsedPages(1), 8);
+  ASSERT_EQ(engine_->Stats().host_evicted_pages, 0);
+
+  Cache(Seq(5000, 4), {0});  // Short by 1 on rank 0: evict 1 + 3.
+  EXPECT_EQ(engine_->Stats().backups_committed, 17);
+  EXPECT_EQ(engine_->Stats().host_evicted_pages, 4);
+  EXPECT_EQ(engine_->HostUsedPages(0), 8 - 4 + 1);  // 3 free: the target.
+  EXPECT_EQ(engine_->HostUsedPages(1), 8);          // Not short: untouched.
+  auto host_hit = [&](Rank r, int i) {
+    return engine_->Match("", tokens_of(r, i), /*peek=*/true)->host_hit_len;
+  };
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(host_hit(0, i), i < 4 ? 0 : 4) << i;
+
+  ASSERT_TRUE(engine_->SetFreeRoom(0, 5).ok());
+  ASSERT_TRUE(engine_->EnforceFreeRoom().ok());
+  EXPECT_EQ(engine_->HostUsedPages(0), 3);
+  EXPECT_EQ(engine_->HostUsedPages(1), 3);
+  for (int i = 4; i < 8; ++i) EXPECT_EQ(host_hit(0, i), i < 6 ? 0 : 4) << i;
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(host_hit(1, i), i < 5 ? 0 : 4) << i;
+  EXPECT_TRUE(engine_->CheckInvariants().ok()) << engine_->CheckInvariants();
+}
+
 TEST_F(EngineTest, PendingBackupIsInvisibleToMatch) {
   Make();
   Cache(Seq(0, 8), {}, /*store_all=*/false);  // Attached, nothing copied.
@@ -539,9 +746,9 @@ TEST_F(EngineTest, BatchAdmissionEvictsOnce) {
     }
     if (cp == 4) {  // Rank 2's nodes are all still there.
       for (int i = 0; i < 4; ++i) {
-        EXPECT_EQ(
-            engine_->Match("", Seq(2000 + 10 * i, 4), /*peek=*/true)->host_hit_len,
-            4);
+        EXPECT_EQ(engine_->Match("", Seq(2000 + 10 * i, 4), /*peek=*/true)
+                      ->host_hit_len,
+                  4);
       }
     }
     for (uint64_t op : *ops) ASSERT_TRUE(engine_->RollbackBackup(op).ok());
