@@ -1,8 +1,11 @@
 // The streaming cache RPCs: LoadBack and BackupSession. Each stream's events
 // arrive in an EventMailbox (no polling); see cache_service.h for the
 // contract and docs/api.md for the semantics.
+#include <map>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 #include <set>
 #include <thread>
 
@@ -19,92 +22,136 @@ namespace hicache::service {
 grpc::Status CacheRpcs::LoadBack(
     grpc::ServerContext* context, const v1::LoadBackRequest& request,
     grpc::ServerWriter<v1::LoadBackEvent>* writer) {
-  auto tokens = DecodeTokens(request.tokens(), "tokens");
-  if (!tokens.ok()) return ToGrpcStatus(tokens.status());
+  if (!request.tokens().empty() && request.items_size() > 0) {
+    return Invalid("give tokens (one request) or items (a batch), not both");
+  }
+  const SessionLimits& limits = sessions_->limits();
+  if (request.items_size() > limits.max_items_per_request) {
+    return Invalid(absl::StrCat("items has ", request.items_size(),
+                                " entries; the limit is ",
+                                limits.max_items_per_request));
+  }
+  std::vector<std::vector<int32_t>> items;
+  int64_t total_tokens = 0;
+  for (int i = 0; i < std::max(1, request.items_size()); ++i) {
+    const std::string& bytes =
+        request.items_size() > 0 ? request.items(i).tokens() : request.tokens();
+    auto tokens = DecodeTokens(bytes, request.items_size() > 0
+                                          ? absl::StrCat("items[", i, "].tokens")
+                                          : std::string("tokens"));
+    if (!tokens.ok()) return ToGrpcStatus(tokens.status());
+    total_tokens += static_cast<int64_t>(tokens->size());
+    items.push_back(*std::move(tokens));
+  }
+  if (total_tokens > limits.max_tokens_per_request) {
+    return Invalid(absl::StrCat("the call carries ", total_tokens,
+                                " tokens; the limit is ",
+                                limits.max_tokens_per_request,
+                                " (--max_tokens_per_request)"));
+  }
   const std::string& session = request.session_id();
   if (absl::Status s = sessions_->BeginStream(session); !s.ok()) {
     return ToGrpcStatus(s);
   }
-  auto load = sessions_->LoadBack(session, *tokens);
-  if (!load.ok()) {
-    sessions_->EndStream(session);
-    return ToGrpcStatus(load.status());
-  }
-  v1::LoadBackEvent started;
-  v1::LoadBackEvent::Started* s = started.mutable_started();
-  s->set_load_id(load->op_id);
-  ToProto(load->pages, load->device_len + load->loaded_len,
-          s->mutable_locations());
-  s->set_device_tokens(load->device_len);
-  s->set_loaded_tokens(load->loaded_len);
-  s->set_num_steps(load->num_steps);
-  s->set_node(load->node);
-  s->set_miss_reason(std::string(LoadMissReasonName(load->miss)));
-  s->set_lock_handle(load->lock_handle);
-  writer->Write(started);
-  if (load->op_id == 0) {
-    // Nothing to load: the stream still ends with its terminal event (the
-    // device hit, if any, is already locked for the session).
-    v1::LoadBackEvent done;
-    done.mutable_done()->set_ok(true);
-    writer->Write(done);
-    sessions_->EndStream(session);
-    return grpc::Status::OK;
-  }
+  absl::StatusOr<SessionInfo> info = sessions_->Info(session);
   // Events arrive in the mailbox as the copies complete; a reader too slow
-  // for the backlog is cut off (the load is finished as failed below).
+  // for the backlog is cut off (its loads are finished as failed below).
   auto box = std::make_shared<EventMailbox>(
       limits_.max_backlog, [context] { context->TryCancel(); });
-  if (absl::StatusOr<SessionInfo> info = sessions_->Info(session); info.ok()) {
-    hub_->Tag(load->op_id, info->ns);  // Its workers hear of it too.
+  struct Pending {
+    uint32_t item;
+    NodeId node;
+  };
+  std::map<uint64_t, Pending> pending;  // Loads in flight, by op id.
+  absl::Status failed;
+  for (size_t i = 0; i < items.size(); ++i) {
+    auto load = sessions_->LoadBack(session, items[i]);
+    if (!load.ok()) {
+      failed = load.status();  // Items already started still finish below.
+      break;
+    }
+    v1::LoadBackEvent started;
+    v1::LoadBackEvent::Started* s = started.mutable_started();
+    s->set_load_id(load->op_id);
+    ToProto(load->pages, load->device_len + load->loaded_len,
+            s->mutable_locations());
+    s->set_device_tokens(load->device_len);
+    s->set_loaded_tokens(load->loaded_len);
+    s->set_num_steps(load->num_steps);
+    s->set_node(load->node);
+    s->set_miss_reason(std::string(LoadMissReasonName(load->miss)));
+    s->set_lock_handle(load->lock_handle);
+    s->set_item(static_cast<uint32_t>(i));
+    writer->Write(started);
+    if (load->op_id == 0) {
+      // Nothing to load: the item still ends with its terminal event (the
+      // device hit, if any, is already locked for the session).
+      v1::LoadBackEvent done;
+      done.mutable_done()->set_ok(true);
+      done.mutable_done()->set_item(static_cast<uint32_t>(i));
+      writer->Write(done);
+      continue;
+    }
+    if (info.ok()) hub_->Tag(load->op_id, info->ns);  // Its workers hear too.
+    hub_->Claim(load->op_id, box);
+    pending[load->op_id] = Pending{static_cast<uint32_t>(i), load->node};
   }
-  hub_->Claim(load->op_id, box);
-  bool ok = false;
-  while (!context->IsCancelled()) {
+  while (!pending.empty() && !context->IsCancelled()) {
     // The wake-up bound only notices a client that went away mid-load; the
     // copies themselves signal the mailbox.
-    std::optional<OpEvent> event =
-        box->Wait(absl::Now() + absl::Seconds(1));
+    std::optional<OpEvent> event = box->Wait(absl::Now() + absl::Seconds(1));
     if (!event.has_value()) {
       if (box->overflowed()) break;
       continue;
     }
+    auto it = pending.find(event->op);
+    if (it == pending.end()) continue;
     if (event->type == OpEvent::Type::kLoadStep) {
       v1::LoadBackEvent layer;
       layer.mutable_layer_loaded()->set_rank(event->rank);
       layer.mutable_layer_loaded()->set_step(event->step);
       layer.mutable_layer_loaded()->set_fence(event->fence);
+      layer.mutable_layer_loaded()->set_load_id(event->op);
       writer->Write(layer);
-    } else if (event->type == OpEvent::Type::kLoadDone) {
-      ok = event->ok;
-      break;
+      continue;
     }
+    if (event->type != OpEvent::Type::kLoadDone) continue;
+    bool ok = event->ok;
+    hub_->Forget(event->op);
+    // Hand the load's lock over to an ordinary session lock on the node
+    // (taken before the load's own lock is released, so the node is never
+    // unlocked in between).
+    uint64_t lock_handle = 0;
+    if (ok) {
+      absl::StatusOr<std::vector<uint64_t>> handles =
+          sessions_->Lock(session, {it->second.node});
+      if (handles.ok()) {
+        lock_handle = handles->front();
+      } else {
+        ok = false;  // Never report a hit the session does not hold.
+      }
+    }
+    (void)sessions_->FinishLoad(session, event->op);
+    v1::LoadBackEvent done;
+    done.mutable_done()->set_ok(ok);
+    done.mutable_done()->set_lock_handle(lock_handle);
+    done.mutable_done()->set_load_id(event->op);
+    done.mutable_done()->set_item(it->second.item);
+    writer->Write(done);
+    pending.erase(it);
   }
-  hub_->Forget(load->op_id);
+  // A client that went away, or read too slowly: its loads are abandoned.
+  for (const auto& [op, unused] : pending) {
+    hub_->Forget(op);
+    (void)sessions_->FinishLoad(session, op);
+  }
   box->Disarm();  // `context` dies with this call.
-  // Hand the load's lock over to an ordinary session lock on the node
-  // (taken before the load's own lock is released, so the node is never
-  // unlocked in between).
-  uint64_t lock_handle = 0;
-  if (ok) {
-    absl::StatusOr<std::vector<uint64_t>> handles =
-        sessions_->Lock(session, {load->node});
-    if (handles.ok()) {
-      lock_handle = handles->front();
-    } else {
-      ok = false;  // Never report a hit the session does not hold.
-    }
-  }
-  (void)sessions_->FinishLoad(session, load->op_id);
   sessions_->EndStream(session);
   if (box->overflowed()) {
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                         "load-back stream cut off: the client read too slowly");
   }
-  v1::LoadBackEvent done;
-  done.mutable_done()->set_ok(ok);
-  done.mutable_done()->set_lock_handle(lock_handle);
-  writer->Write(done);
+  if (!failed.ok()) return ToGrpcStatus(failed);
   return grpc::Status::OK;
 }
 

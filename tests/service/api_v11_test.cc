@@ -2,6 +2,7 @@
 // the docs alone relies on, each reproduced through a real DaemonServer.
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -514,6 +515,107 @@ TEST_F(ApiV11Test, WorkersHearTheirRanksEvents) {
   sub_ctx.TryCancel();
   // The other tenant's worker heard nothing.
   EXPECT_FALSE(stranger_events->Read(&event)) << event.DebugString();
+}
+
+// Item 2: LoadBack takes a batch. Each item gets its started and done (a
+// miss and a device-only hit at once), the loads' layers name their load,
+// and the stream ends when every item is done.
+TEST_F(ApiV11Test, BatchedLoadBack) {
+  // Tokens [100, 108) end up on host only: backed up, then evicted.
+  v1::AllocateResponse allocation;
+  {
+    grpc::ClientContext ctx;
+    v1::AllocateRequest request;
+    request.set_session_id(session_);
+    request.add_items()->set_num_pages(2);
+    ASSERT_TRUE(stub_->Allocate(&ctx, request, &allocation).ok());
+  }
+  const auto& pages = allocation.allocations(0).pages();
+  {
+    grpc::ClientContext ctx;
+    auto stream = stub_->BackupSession(&ctx);
+    v1::BackupClientMessage prepare;
+    prepare.set_session_id(session_);
+    v1::BackupSpec* spec = prepare.mutable_prepare()->add_specs();
+    spec->mutable_pages()->Add(pages.begin(), pages.end());
+    spec->set_logical_tokens(8);
+    ASSERT_TRUE(stream->Write(prepare));
+    v1::BackupServerMessage reply;
+    ASSERT_TRUE(stream->Read(&reply));
+    const uint64_t backup = reply.prepared().backup_ids(0);
+    v1::BackupClientMessage store_all;
+    store_all.mutable_store_all()->set_backup_id(backup);
+    ASSERT_TRUE(stream->Write(store_all));
+    grpc::ClientContext ictx;
+    v1::InsertRequest request;
+    request.set_session_id(session_);
+    v1::InsertItem* item = request.add_items();
+    item->set_tokens(Pack(Seq(100, 8)));
+    item->mutable_pages()->Add(pages.begin(), pages.end());
+    item->set_backup_id(backup);
+    v1::InsertResponse inserted;
+    ASSERT_TRUE(stub_->Insert(&ictx, request, &inserted).ok());
+    while (stream->Read(&reply) && !reply.has_committed()) {
+    }
+    stream->WritesDone();
+    EXPECT_TRUE(stream->Finish().ok());
+    grpc::ClientContext ectx;
+    v1::EvictRequest evict;
+    evict.add_device_pages_per_lane(7);
+    evict.add_device_pages_per_lane(7);
+    v1::EvictResponse evicted;
+    ASSERT_TRUE(stub_->Evict(&ectx, evict, &evicted).ok());
+  }
+  ASSERT_TRUE(Cache(8));  // Tokens [0, 8) on device.
+  grpc::ClientContext ctx;
+  v1::LoadBackRequest request;
+  request.set_session_id(session_);
+  request.add_items()->set_tokens(Pack(Seq(500, 8)));  // Miss.
+  request.add_items()->set_tokens(Pack(Seq(0, 8)));    // Device hit.
+  request.add_items()->set_tokens(Pack(Seq(100, 8)));  // Host hit: a load.
+  auto load = stub_->LoadBack(&ctx, request);
+  std::map<uint32_t, v1::LoadBackEvent::Started> started;
+  std::map<uint32_t, v1::LoadBackEvent::Done> done;
+  int layers = 0;
+  v1::LoadBackEvent event;
+  while (load->Read(&event)) {
+    if (event.has_started()) started[event.started().item()] = event.started();
+    if (event.has_done()) done[event.done().item()] = event.done();
+    if (event.has_layer_loaded()) {
+      ++layers;
+      EXPECT_EQ(event.layer_loaded().load_id(), started[2].load_id());
+    }
+  }
+  ASSERT_TRUE(load->Finish().ok());
+  ASSERT_EQ(started.size(), 3u);
+  ASSERT_EQ(done.size(), 3u);
+  EXPECT_EQ(started[0].load_id(), 0u);
+  EXPECT_EQ(started[0].device_tokens() + started[0].loaded_tokens(), 0);
+  EXPECT_EQ(started[1].load_id(), 0u);
+  EXPECT_EQ(started[1].device_tokens(), 8);
+  EXPECT_NE(started[1].lock_handle(), 0u);
+  ASSERT_NE(started[2].load_id(), 0u);
+  EXPECT_EQ(started[2].loaded_tokens(), 8);
+  EXPECT_EQ(layers, 2 * 2);  // 2 steps x 2 ranks.
+  for (const auto& [item, d] : done) EXPECT_TRUE(d.ok()) << item;
+  EXPECT_EQ(done[2].load_id(), started[2].load_id());
+  ASSERT_NE(done[2].lock_handle(), 0u);
+  // Every lock the batch took has a handle in its events: the device hit's,
+  // the load's and (a total miss locks the root, its `node`) the miss's.
+  std::vector<uint64_t> handles = {started[1].lock_handle(),
+                                   done[2].lock_handle()};
+  if (started[0].lock_handle() != 0) {
+    handles.push_back(started[0].lock_handle());
+  }
+  EXPECT_EQ(SessionLocks(), static_cast<int64_t>(handles.size()));
+  ASSERT_TRUE(UnlockHandles(handles).ok());
+  EXPECT_EQ(SessionLocks(), 0);
+  // One request or a batch, not both.
+  grpc::ClientContext bad_ctx;
+  request.set_tokens(Pack(Seq(0, 4)));
+  auto bad = stub_->LoadBack(&bad_ctx, request);
+  EXPECT_FALSE(bad->Read(&event));
+  EXPECT_EQ(bad->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 // Seed item "flags": the engine's tunables are flags, and GetStats reports
