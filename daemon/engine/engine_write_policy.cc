@@ -108,7 +108,10 @@ void HiCacheEngine::AwaitOpsLocked(absl::Span<const uint64_t> ops) {
       auto it = ops_.find(id);
       if (it == ops_.end()) continue;
       const Op& op = *it->second;
+      // Ended, and no copy still reads its pages (a failed backup's other
+      // steps may still run; its pages are freed only after them).
       if (!op.done && !op.failed && !op.rolled_back) return false;
+      if (op.outstanding > 0) return false;
     }
     return true;
   };

@@ -607,8 +607,14 @@ absl::StatusOr<NodeInfo> HiCacheEngine::Inspect(NodeId node) const {
 }
 
 void HiCacheEngine::WaitForTransfers() {
-  MutexLock lock(&mu_);
-  while (outstanding_steps_ > 0) idle_cv_.Wait(&mu_);
+  {
+    MutexLock lock(&mu_);
+    while (outstanding_steps_ > 0) idle_cv_.Wait(&mu_);
+  }
+  // The completions' events may still be on their way to the listener
+  // (dispatched after mu_ is released): deliver them, waiting for a
+  // dispatcher in progress, so that the caller sees every event.
+  DispatchPending();
 }
 
 }  // namespace hicache

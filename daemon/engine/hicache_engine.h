@@ -186,8 +186,9 @@ class HiCacheEngine : public TransferListener {
       absl::Span<const int64_t> device_per_lane,
       absl::Span<const int64_t> host_per_rank) ABSL_LOCKS_EXCLUDED(mu_);
   LaneCounts LaneCountsOf(Rank lane) const ABSL_LOCKS_EXCLUDED(mu_);
-  // Blocks until every submitted copy has completed and been processed.
-  void WaitForTransfers() ABSL_LOCKS_EXCLUDED(mu_);
+  // Blocks until every submitted copy has completed and been processed, and
+  // its events have reached the listener.
+  void WaitForTransfers() ABSL_LOCKS_EXCLUDED(mu_, dispatch_mu_);
 
   EngineStats Stats() const ABSL_LOCKS_EXCLUDED(mu_);
   TreeStats TreeStatistics() const ABSL_LOCKS_EXCLUDED(mu_);
