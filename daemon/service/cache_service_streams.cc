@@ -203,6 +203,10 @@ grpc::Status CacheRpcs::Subscribe(grpc::ServerContext* context,
   auto box = std::make_shared<EventMailbox>(
       limits_.max_backlog, [context] { context->TryCancel(); });
   const uint64_t subscription = hub_->Subscribe(info->rank, info->ns, box);
+  v1::WorkerEvent live;
+  live.set_rank(info->rank);
+  live.mutable_subscribed();
+  writer->Write(live);
   while (!context->IsCancelled()) {
     // The bound only notices a client that went away or a session that
     // ended; events wake the mailbox at once.

@@ -62,6 +62,49 @@ class ClientTest(unittest.TestCase):
             self.assertEqual(loaded.layers_loaded, 3 * 2)
             s.unlock([loaded.node])
 
+    def test_v11_lock_handles_batched_loads_and_worker_events(self):
+        tokens = list(range(700, 708))
+        with self.client.session("py-v11") as s, \
+                self.client.session("py-worker1", role="worker", rank=1) as w1, \
+                self.client.session("py-worker0", role="worker", rank=0) as w0, \
+                s.backup_stream() as stream, w0.backup_stream() as w0_stream, \
+                w1.backup_stream() as w1_stream:
+            events = w1.subscribe()
+            pages = s.allocate(owners=[0, 1])
+            (backup,) = stream.prepare([(pages, len(tokens))])
+            # Each worker stores its own rank's layers: no relay.
+            for step in range(3):
+                w0_stream.layer_stored([backup], step)
+                w1_stream.layer_stored([backup], step)
+            result = s.insert(tokens, pages, backup_id=backup)
+            self.assertEqual(stream.wait_committed(backup), result.node)
+            seen = []
+            for event in events:
+                kind = event.WhichOneof("event")
+                seen.append(kind)
+                self.assertEqual(event.rank, 1)
+                if kind == "backup_ended":
+                    self.assertTrue(event.backup_ended.committed)
+                    break
+            self.assertEqual(seen.count("backup_step"), 3)
+            events.cancel()
+            # Two hits on one node: two handles, released independently.
+            first, second = s.match([tokens, tokens], lock=True)
+            self.assertNotEqual(first.lock_handle, second.lock_handle)
+            s.unlock(handles=[first.lock_handle])
+            self.assertEqual(self.client.stats().session_locks, 1)
+            s.unlock(handles=[second.lock_handle])
+            # A batch: one load, one miss.
+            self.client.evict(device_pages_per_lane=[15, 15])
+            loaded, missed = s.load_back_batch([tokens, list(range(900, 904))])
+            self.assertTrue(loaded.ok)
+            self.assertEqual(loaded.loaded_tokens, 8)
+            self.assertEqual(loaded.layers_loaded, 3 * 2)
+            self.assertNotEqual(loaded.lock_handle, 0)
+            self.assertEqual(missed.loaded_tokens, 0)
+            s.unlock(handles=[h for h in (loaded.lock_handle, missed.lock_handle) if h])
+            self.assertEqual(self.client.stats().session_locks, 0)
+
     def test_lock_context_manager(self):
         with self.client.session("py-lock") as s:
             pages = s.allocate(num_pages=1)

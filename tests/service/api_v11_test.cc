@@ -403,11 +403,16 @@ TEST_F(ApiV11Test, WorkersHearTheirRanksEvents) {
   v1::SubscribeRequest sub;
   sub.set_session_id(worker1);
   auto events = stub_->Subscribe(&sub_ctx, sub);
+  v1::WorkerEvent live;
+  ASSERT_TRUE(events->Read(&live));
+  ASSERT_TRUE(live.has_subscribed());  // From here on nothing is missed.
   grpc::ClientContext stranger_ctx;
   stranger_ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   v1::SubscribeRequest stranger_sub;
   stranger_sub.set_session_id(stranger);
   auto stranger_events = stub_->Subscribe(&stranger_ctx, stranger_sub);
+  ASSERT_TRUE(stranger_events->Read(&live));
+  ASSERT_TRUE(live.has_subscribed());
   {  // Schedulers have no rank to subscribe to.
     grpc::ClientContext ctx;
     v1::SubscribeRequest request;

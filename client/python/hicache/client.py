@@ -49,6 +49,7 @@ class MatchResult:
     last_device_node: int
     last_host_node: int
     host_hit_tokens: int
+    lock_handle: int = 0  # With lock=True: this hit's lock (0: no hit).
 
 
 @dataclass
@@ -61,6 +62,7 @@ class LoadBackResult:
     miss_reason: str
     layers_loaded: int = 0
     ok: bool = True
+    lock_handle: int = 0  # The session's lock on `node` (release with unlock).
 
 
 class Client:
@@ -174,7 +176,8 @@ class Session:
             session_id=self.id, lock=lock,
             items=[pb.MatchItem(tokens=pack_tokens(t)) for t in requests]))
         return [MatchResult(list(r.device.pages), r.device.valid_tokens, r.last_device_node,
-                            r.last_host_node, r.host_hit_tokens) for r in response.results]
+                            r.last_host_node, r.host_hit_tokens, r.lock_handle)
+                for r in response.results]
 
     def insert(self, tokens: Sequence[int], pages: Sequence[int], unfinished: bool = False,
                backup_id: int = 0) -> pb.InsertResult:
@@ -183,11 +186,16 @@ class Session:
                           unfinished=unfinished, backup_id=backup_id)]))
         return response.results[0]
 
-    def lock(self, nodes: Sequence[int]):
-        self._rpc("Lock", pb.LockRequest(session_id=self.id, nodes=list(nodes)))
+    def lock(self, nodes: Sequence[int]) -> List[int]:
+        """Locks each node once; returns one lock handle per node."""
+        response = self._rpc("Lock", pb.LockRequest(session_id=self.id, nodes=list(nodes)))
+        return list(response.lock_handles)
 
-    def unlock(self, nodes: Sequence[int]):
-        self._rpc("Unlock", pb.LockRequest(session_id=self.id, nodes=list(nodes)))
+    def unlock(self, nodes: Sequence[int] = (), handles: Sequence[int] = ()):
+        """Releases one lock per listed node, or exactly the locks `handles`
+        (preferred: two requests that hit one node release independently)."""
+        self._rpc("Unlock", pb.LockRequest(session_id=self.id, nodes=list(nodes),
+                                           lock_handles=list(handles)))
 
     @contextlib.contextmanager
     def locked(self, nodes: Sequence[int]):
@@ -200,18 +208,55 @@ class Session:
 
     def load_back(self, tokens: Sequence[int]) -> LoadBackResult:
         """Runs a load-back to completion (all per-layer events)."""
-        result = None
-        for event in self.load_back_events(tokens):
+        return self.load_back_batch([tokens])[0]
+
+    def load_back_batch(self, requests: Sequence[Sequence[int]]) -> List[LoadBackResult]:
+        """Loads several requests back over one stream, to completion; one
+        result per request, in order."""
+        results = {}
+        by_load = {}
+        items = [pb.LoadItem(tokens=pack_tokens(t)) for t in requests]
+        for event in self._load_stream(pb.LoadBackRequest(session_id=self.id, items=items)):
             kind = event.WhichOneof("event")
             if kind == "started":
                 s = event.started
-                result = LoadBackResult(s.load_id, list(s.locations.pages), s.device_tokens,
-                                        s.loaded_tokens, s.node, s.miss_reason)
+                results[s.item] = LoadBackResult(s.load_id, list(s.locations.pages),
+                                                 s.device_tokens, s.loaded_tokens, s.node,
+                                                 s.miss_reason, lock_handle=s.lock_handle)
+                if s.load_id:
+                    by_load[s.load_id] = results[s.item]
             elif kind == "layer_loaded":
-                result.layers_loaded += 1
+                by_load[event.layer_loaded.load_id].layers_loaded += 1
             elif kind == "done":
+                result = results[event.done.item]
                 result.ok = event.done.ok
-        return result
+                if event.done.lock_handle:
+                    result.lock_handle = event.done.lock_handle
+        return [results[i] for i in range(len(requests))]
+
+    def finish_load(self, load_id: int):
+        """Abandons a load still running (its stream ends with done(ok=False))."""
+        self._rpc("FinishLoad", pb.FinishLoadRequest(session_id=self.id, load_id=load_id))
+
+    def subscribe(self):
+        """A worker session's own events (pb.WorkerEvent): its rank's backup
+        steps and loaded layers (with fences) and every outcome of its
+        namespace. Returns once the subscription is live; iterate the
+        returned stream, and cancel() it when done."""
+        stream = self.client.stub.Subscribe(pb.SubscribeRequest(session_id=self.id))
+        try:
+            first = next(stream)
+        except grpc.RpcError as e:  # pylint: disable=no-member
+            raise HiCacheError(e.code(), e.details(), "Subscribe") from None
+        if first.WhichOneof("event") != "subscribed":
+            raise HiCacheError(grpc.StatusCode.INTERNAL, "no subscribed marker", "Subscribe")
+        return stream
+
+    def _load_stream(self, request) -> Iterator[pb.LoadBackEvent]:
+        try:
+            yield from self.client.stub.LoadBack(request, timeout=self.client.timeout)
+        except grpc.RpcError as e:  # pylint: disable=no-member
+            raise HiCacheError(e.code(), e.details(), "LoadBack") from None
 
     def load_back_events(self, tokens: Sequence[int]) -> Iterator[pb.LoadBackEvent]:
         """The raw event stream: started, layer_loaded..., done."""
