@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/core/log_format.h"
+#include "daemon/transfer/transfer_task_check.h"
 #include "spdlog/spdlog.h"
 
 namespace hicache {
@@ -230,32 +231,13 @@ absl::Status CudaTransferEngine::StreamStatus(
 }
 
 absl::Status CudaTransferEngine::Validate(const TransferTask& task) const {
-  const KvGeometry& geometry = pools_->geometry();
-  if (task.step >= geometry.NumSteps()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("step ", task.step, " is outside the geometry's ",
-                     geometry.NumSteps()));
+  if (absl::Status valid = CheckTransferTask(*pools_, task); !valid.ok()) {
+    return valid;
   }
-  const int64_t device_pages = pools_->options().device_pages_per_rank;
-  const int64_t host_pages = pools_->options().host_pages_per_rank;
   for (const RankCopy& copy : task.ranks) {
     if (LaneOf(copy.rank, task.direction) == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "rank ", copy.rank, " has no device and host pool here"));
-    }
-    if (copy.device_pages.size() != copy.host_pages.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "rank ", copy.rank, ": ", copy.device_pages.size(),
-          " device pages but ", copy.host_pages.size(), " host pages"));
-    }
-    for (size_t i = 0; i < copy.device_pages.size(); ++i) {
-      if (copy.device_pages[i] < 0 || copy.device_pages[i] >= device_pages ||
-          copy.host_pages[i] < 0 || copy.host_pages[i] >= host_pages) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("rank ", copy.rank, ": page pair ", i, " (device ",
-                         copy.device_pages[i], ", host ", copy.host_pages[i],
-                         ") is outside the pools"));
-      }
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", copy.rank, " has no copy streams here"));
     }
   }
   return absl::OkStatus();
