@@ -258,7 +258,7 @@ absl::StatusOr<MatchResult> RadixTree::MatchPrefix(
     const bool query_ends_here =
         pos + common == static_cast<int64_t>(tokens.size());
     if (common == child->len() &&
-        (child->len() % page == 0 || query_ends_here)) {
+        (child->len() % page == 0 || (query_ends_here && options.exact_tail))) {
       hit = common;  // Whole node, or its exact valid tail.
     } else {
       hit = (common / page) * page;  // Floor inside the node / tail page.
@@ -266,6 +266,13 @@ absl::StatusOr<MatchResult> RadixTree::MatchPrefix(
     if (hit == 0) break;
     const bool device = on_device && child->on_device();
     if (!device && child->host == nullptr) break;  // Not cached anywhere.
+    if (device && hit < child->len()) {
+      if (child->pending != nullptr) {
+        result.tail_blocked = true;
+      } else if (options.split_at_hit) {
+        child = Split(child, hit);  // `hit` is a page boundary inside it.
+      }
+    }
     if (device) {
       result.device_len += hit;
       const int64_t pages = (hit + page - 1) / page;
@@ -376,30 +383,35 @@ absl::StatusOr<InsertResult> RadixTree::InsertImpl(
         pos + common < total) {
       const int64_t aligned = (child->len() / page) * page;
       const bool safe = child->lock_ref == 0 && child->host == nullptr &&
-                        child->pending == nullptr && child->children.empty();
+                        child->host_ref == 0 && child->pending == nullptr &&
+                        child->children.empty();
       if (!safe) {
-        if (child->pending != nullptr) {
+        if (aligned == 0) {
+          // The tail starts at this page boundary: the key continues in a
+          // sibling leaf beside it (never touching the tail).
+          if (!dry_run) {
+            Node* leaf =
+                NewNode(node, std::vector<int32_t>(rest.begin(), rest.end()));
+            leaf->priority = options.priority;
+            SetDevicePages(leaf, caller_pages(pos, total));
+            result.node = leaf->id;
+          }
+          finish(total);
+          return result;
+        }
+        if (child->pending != nullptr) {  // Cannot split it now.
           result.deferred = true;
           return result;
         }
-        // The tail stays; the key is cached up to its last full page here.
-        if (aligned > 0 && !dry_run) {
-          if (child->on_device()) {
-            if (present) result.present_len = pos + aligned;
-            add_duplicates(pos, pos + aligned, child, 0);
-            child->last_access_ns = now;
-            result.node = child->id;
-          } else {
-            Node* head = Split(child, aligned);  // Backed: page boundary.
-            SetDevicePages(head, caller_pages(pos, pos + aligned));
-            head->last_access_ns = now;
-            result.node = head->id;
-          }
+        if (dry_run) {  // Split, then a sibling: nothing else can defer.
+          finish(total);
+          return result;
         }
-        finish(pos + aligned);
-        return result;
-      }
-      if (dry_run) {
+        // Split at the tail's page boundary: the head is covered below and
+        // the next pass puts the rest beside the tail.
+        child = Split(child, aligned);
+        common = aligned;
+      } else if (dry_run) {
         if (aligned == 0) {
           pruned.push_back(child);
           continue;  // As the real run: re-examine the children of `node`.

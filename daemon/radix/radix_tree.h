@@ -43,6 +43,16 @@ struct MatchOptions {
   // Update access times, hit counts and pin expiry of the matched nodes.
   // false makes MatchPrefix a pure lookup (CLI, dry runs).
   bool record_hit = true;
+  // A query that ends exactly at a leaf's sub-page tail hits it exactly
+  // (true) or floors the hit to the page boundary (false: the caller then
+  // recomputes that page, so whatever it writes starts on a page boundary).
+  bool exact_tail = true;
+  // When the device hit ends inside a node, split the node there (a page
+  // boundary; not a node with a backup in flight), so that the hit's
+  // deepest node ends exactly at the hit and a lock on it protects nothing
+  // past the hit (in particular not a sub-page tail that the caller's
+  // longer insert will replace).
+  bool split_at_hit = false;
 };
 
 struct MatchResult {
@@ -53,6 +63,10 @@ struct MatchResult {
                                           // host hit, or kNoNode.
   int64_t host_hit_len = 0;  // Tokens after device_len hit on host only.
   std::vector<NodeId> write_through_candidates;
+  // The device hit ends inside a node with a backup in flight: inserting
+  // past the hit would split it, so such an insert is deferred until the
+  // backup commits or rolls back.
+  bool tail_blocked = false;
 };
 
 struct InsertOptions {
@@ -140,9 +154,16 @@ struct TreeStats {
 //
 // Page rules (docs/radix-tree.md): every node starts at a page boundary;
 // only a leaf may end inside a page (its valid tail), and a match ends there
-// only when the query ends exactly there; otherwise matches floor to a page
-// boundary. Nodes split only at page boundaries. Backups in flight are
-// invisible to matches and are never split.
+// only when the query ends exactly there (and exact_tail); otherwise matches
+// floor to a page boundary. Nodes split only at page boundaries. Backups in
+// flight are invisible to matches and are never split.
+//
+// A key that runs past a sub-page tail replaces the tail when nothing
+// protects it (no lock, no host copy or load, no backup in flight); else
+// the tail stays and the key continues in a sibling leaf from the tail's
+// page boundary with its own pages, so an extension is cached whoever holds
+// the old tail (siblings may share first tokens; the longest match wins and
+// an exact tail wins a tie).
 //
 // Thread-compatible: the engine serializes every call.
 class RadixTree {

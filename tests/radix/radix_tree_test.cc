@@ -136,12 +136,18 @@ TEST_F(RadixTreeTest, BackedTailFloorsAndIsNeverSplitInsideItsPage) {
   EXPECT_EQ(m.host_hit_len, 10);     // Exact valid tail on host.
   m = Match(Cat(Seq(0, 9), {555}));  // Diverges inside the padded tail page.
   EXPECT_EQ(m.host_hit_len, 8);
-  // Inserting a longer key does not split the backed node inside its tail
-  // page: it is cached up to the last full page only.
+  // Inserting a longer key never splits the backed node inside its tail
+  // page: it splits at the page boundary and the rest goes beside the
+  // backed tail, which keeps serving exact queries from host.
   auto pages = Pages(14);
   InsertResult longer = Insert(Seq(0, 14), pages);
-  EXPECT_EQ(longer.cached_len, 8);
-  EXPECT_THAT(longer.uncached_pages, ElementsAre(pages[2], pages[3]));
+  EXPECT_EQ(longer.cached_len, 14);
+  EXPECT_THAT(longer.uncached_pages, IsEmpty());
+  EXPECT_THAT(Match(Seq(0, 14)).device_pages,
+              ElementsAre(pages[0], pages[1], pages[2], pages[3]));
+  m = Match(Seq(0, 10));
+  EXPECT_EQ(m.device_len, 8);
+  EXPECT_EQ(m.host_hit_len, 2);  // The backed tail, beside the new leaf.
   EXPECT_TRUE(tree_->CheckInvariants().ok());
 }
 
@@ -197,15 +203,74 @@ TEST_F(RadixTreeTest, StaleSubPageTailIsPrunedWhenSafe) {
               ElementsAre(short_pages[0], long_pages[1], long_pages[2]));
 }
 
-TEST_F(RadixTreeTest, LockedTailIsNotPruned) {
-  InsertResult first = Insert(Seq(0, 6));
+// Issue 12 item 8 (multi-turn chat): a locked sub-page tail is not pruned,
+// but the longer key is still cached in full, beside it.
+TEST_F(RadixTreeTest, LockedTailStaysAndTheExtensionGoesBesideIt) {
+  auto first_pages = Pages(6);
+  InsertResult first = Insert(Seq(0, 6), first_pages);
   ASSERT_TRUE(tree_->Lock(first.node).ok());
   auto pages = Pages(12);
   InsertResult r = Insert(Seq(0, 12), pages);
   EXPECT_THAT(r.released_pages, IsEmpty());
-  EXPECT_EQ(r.cached_len, 4);
-  EXPECT_THAT(r.uncached_pages, ElementsAre(pages[1], pages[2]));
+  EXPECT_EQ(r.cached_len, 12);
+  EXPECT_THAT(r.uncached_pages, IsEmpty());
+  EXPECT_THAT(r.duplicate_pages, ElementsAre(pages[0]));
+  EXPECT_THAT(Match(Seq(0, 12)).device_pages,
+              ElementsAre(first_pages[0], pages[1], pages[2]));
   EXPECT_EQ(Match(Seq(0, 6)).device_len, 6);  // The tail still serves.
+  // The new leaf holds exactly the new pages (a backup can attach to it).
+  EXPECT_THAT(tree_->Inspect(r.node)->device_pages,
+              ElementsAre(pages[1], pages[2]));
+  // Unlocked, the old tail is an ordinary evictable leaf.
+  ASSERT_TRUE(tree_->Unlock(first.node).ok());
+  EXPECT_TRUE(tree_->CheckInvariants().ok());
+}
+
+TEST_F(RadixTreeTest, MatchCanFloorAnExactTail) {
+  Insert(Seq(0, 10));
+  EXPECT_EQ(Match(Seq(0, 10)).device_len, 10);
+  auto floored = tree_->MatchPrefix("", Seq(0, 10), {.exact_tail = false});
+  ASSERT_TRUE(floored.ok());
+  EXPECT_EQ(floored->device_len, 8);
+  EXPECT_EQ(floored->device_pages.size(), 2u);
+}
+
+// With split_at_hit the lock of a floored hit covers only the hit, so the
+// request's own longer insert can still replace the stale tail.
+TEST_F(RadixTreeTest, SplitAtHitLocksOnlyTheHit) {
+  auto first_pages = Pages(10);
+  Insert(Seq(0, 10), first_pages);
+  auto m = tree_->MatchPrefix("", Seq(0, 14), {.split_at_hit = true});
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->device_len, 8);
+  EXPECT_EQ(tree_->Inspect(m->last_device_node)->len, 8);
+  ASSERT_TRUE(tree_->Lock(m->last_device_node).ok());
+  EXPECT_TRUE(tree_->CheckInvariants().ok());
+  auto pages = Pages(14);
+  InsertResult r = Insert(Seq(0, 14), {first_pages[0], first_pages[1],
+                                       pages[2], pages[3]});
+  EXPECT_THAT(r.released_pages, ElementsAre(first_pages[2]));  // Pruned.
+  EXPECT_EQ(r.cached_len, 14);
+  EXPECT_EQ(tree_->Stats().nodes, 2);
+  ASSERT_TRUE(tree_->Unlock(m->last_device_node).ok());
+  EXPECT_TRUE(tree_->CheckInvariants().ok());
+}
+
+TEST_F(RadixTreeTest, HitInsideAPendingNodeIsTailBlocked) {
+  InsertResult r = Insert(Seq(0, 12));
+  auto info = *tree_->Inspect(r.node);
+  ASSERT_TRUE(
+      tree_
+          ->BeginBackup(r.node, *CpHostMeta::Create(12, kP, 1, info.page_owners,
+                                                    {{1, 2, 3}}))
+          .ok());
+  auto m = tree_->MatchPrefix("", Cat(Seq(0, 8), Seq(900, 4)),
+                              {.split_at_hit = true});
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->device_len, 8);
+  EXPECT_TRUE(m->tail_blocked);  // Not split: the insert would defer.
+  EXPECT_EQ(tree_->Stats().nodes, 1);
+  EXPECT_FALSE(Match(Seq(0, 12)).tail_blocked);
 }
 
 TEST_F(RadixTreeTest, DeferredInsertChangesNothing) {
@@ -237,11 +302,12 @@ TEST_F(RadixTreeTest, DeferredInsertChangesNothing) {
   EXPECT_TRUE(tree_->CheckInvariants().ok());
 }
 
-TEST_F(RadixTreeTest, DeferredInsertDoesNotPruneFirst) {
+TEST_F(RadixTreeTest, PendingSubPageTailDoesNotDeferAnExtension) {
   // A prunable stale tail [7 7 7] and a pending tail [7 7] share a page: an
-  // insert running past both is deferred by the pending one and must not
-  // have pruned the other on the way.
-  Insert({7, 7, 7});
+  // insert running past both prunes the first and goes beside the second
+  // (the dry run that checks for deferral agrees).
+  auto stale = Pages(3);
+  Insert({7, 7, 7}, stale);
   InsertResult pending = Insert({7, 7});
   ASSERT_TRUE(
       tree_
@@ -249,10 +315,29 @@ TEST_F(RadixTreeTest, DeferredInsertDoesNotPruneFirst) {
           .ok());
   auto r = tree_->Insert("", {7, 7, 7, 1, 2, 3}, Pages(6));
   ASSERT_TRUE(r.ok());
-  EXPECT_TRUE(r->deferred);
-  EXPECT_THAT(r->released_pages, IsEmpty());
-  EXPECT_EQ(Match({7, 7, 7}).device_len, 3);
+  EXPECT_FALSE(r->deferred);
+  EXPECT_EQ(r->cached_len, 6);
+  EXPECT_THAT(r->released_pages, ElementsAre(stale[0]));
+  EXPECT_EQ(Match({7, 7, 7, 1, 2, 3}).device_len, 6);
   EXPECT_EQ(tree_->Stats().nodes, 2);
+  EXPECT_TRUE(tree_->CheckInvariants().ok());
+}
+
+TEST_F(RadixTreeTest, PendingTailThatNeedsASplitDefers) {
+  // The pending node spans a full page before its tail: running past it
+  // needs a split at that page, which waits for the backup.
+  InsertResult pending = Insert(Seq(0, 6));
+  auto info = *tree_->Inspect(pending.node);
+  ASSERT_TRUE(
+      tree_
+          ->BeginBackup(pending.node, *CpHostMeta::Create(6, kP, 1,
+                                                          info.page_owners,
+                                                          {{5, 6}}))
+          .ok());
+  auto r = tree_->Insert("", Seq(0, 12), Pages(12));
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->deferred);
+  EXPECT_EQ(tree_->Stats().nodes, 1);
   EXPECT_TRUE(tree_->CheckInvariants().ok());
 }
 
