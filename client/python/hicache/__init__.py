@@ -10,13 +10,17 @@ from proto/ at build time; put their directory on ``sys.path`` (Bazel's
 """
 
 from hicache.client import (  # noqa: F401
+    AdmitItem,
+    AdmitResult,
     BackupStream,
     Client,
+    CompleteItem,
     HiCacheError,
     LoadBackResult,
     MatchResult,
     Session,
     default_socket_path,
+    pack_tokens,
 )
 from hicache.cuda import (  # noqa: F401
     CudaError,

@@ -1,11 +1,13 @@
 """Typed wrapper over the hicache.v1 gRPC API (see docs/api.md)."""
 
+import array
 import contextlib
 import os
-import struct
+import queue
+import sys
 import threading
-from dataclasses import dataclass, field
-from typing import Iterator, List, Optional, Sequence
+from dataclasses import dataclass
+from typing import Iterator, List, Optional, Sequence, Union
 
 import grpc
 
@@ -30,9 +32,49 @@ def default_socket_path() -> str:
     return f"{runtime}/hicached.sock" if runtime else "/tmp/hicached.sock"
 
 
-def pack_tokens(tokens: Sequence[int]) -> bytes:
-    """Token ids as the API carries them: packed little-endian int32."""
-    return struct.pack(f"<{len(tokens)}i", *tokens)
+Tokens = Union[bytes, bytearray, memoryview, "array.array", Sequence[int]]
+
+_LITTLE = sys.byteorder == "little"
+assert array.array("i").itemsize == 4, "hicache needs a 4-byte C int"
+
+
+def pack_tokens(tokens: Tokens) -> bytes:
+    """Token ids as the API carries them: packed little-endian int32.
+
+    Already packed bytes (bytes, bytearray, memoryview) pass through
+    unchanged; an array('i') is copied out in one step; any other sequence of
+    ints is packed without a Python-level loop per token."""
+    if isinstance(tokens, bytes):
+        return tokens
+    if isinstance(tokens, (bytearray, memoryview)):
+        return bytes(tokens)
+    if not isinstance(tokens, array.array) or tokens.typecode != "i":
+        tokens = array.array("i", tokens)
+    if not _LITTLE:
+        tokens = array.array("i", tokens)
+        tokens.byteswap()
+    return tokens.tobytes()
+
+
+def _token_count(packed: bytes) -> int:
+    return len(packed) // 4
+
+
+_MODES = {"any": pb.COMPUTE_OWNER_MODE_UNSPECIFIED,
+          "zigzag": pb.COMPUTE_OWNER_MODE_ZIGZAG,
+          "round_robin": pb.COMPUTE_OWNER_MODE_ROUND_ROBIN}
+_BACKUPS = {"auto": pb.BACKUP_CHOICE_AUTO,
+            "never": pb.BACKUP_CHOICE_NEVER,
+            "always": pb.BACKUP_CHOICE_ALWAYS}
+
+
+def _enum(table, value, what):
+    if isinstance(value, int):
+        return value
+    try:
+        return table[value]
+    except KeyError:
+        raise ValueError(f"{what} must be one of {sorted(table)}, got {value!r}") from None
 
 
 def _call(name, fn, request, timeout):
@@ -50,6 +92,58 @@ class MatchResult:
     last_host_node: int
     host_hit_tokens: int
     lock_handle: int = 0  # With lock=True: this hit's lock (0: no hit).
+    # The query runs past a cached sub-page tail locked by another request
+    # or still being backed up: do not prepare a backup past the hit.
+    tail_blocked: bool = False
+
+
+@dataclass
+class AdmitItem:
+    """One request for Session.admit: its input `tokens` (ints or packed
+    bytes), `reserve_tokens` of output to allocate pages for now, the lanes
+    of the new pages (`mode`: 'any', 'zigzag', 'round_robin') and whether to
+    prepare a per-layer backup of the new input pages (`backup`: 'auto' --
+    per the daemon's write policy --, 'never', 'always')."""
+    tokens: Tokens
+    reserve_tokens: int = 0
+    mode: Union[str, int] = "any"
+    backup: Union[str, int] = "auto"
+
+
+@dataclass
+class AdmitResult:
+    """What Admit did for one item. The request's pages are
+    ``device_pages + pages`` (see ``request_pages``)."""
+    admitted: bool  # False: nothing held (no room); retry later.
+    device_pages: List[int]  # The page-aligned device hit, locked.
+    device_tokens: int
+    lock_handle: int  # The hit's lock (0: nothing hit).
+    last_device_node: int
+    host_hit_tokens: int
+    last_host_node: int
+    load: bool  # Load the host hit (LoadBack, then Allocate): nothing allocated.
+    pages: List[int]  # The new pages, after device_pages.
+    backup_id: int  # 0: no backup prepared (choice, host full, tail_blocked).
+    tail_blocked: bool
+
+    @property
+    def request_pages(self) -> List[int]:
+        return self.device_pages + self.pages
+
+
+@dataclass
+class CompleteItem:
+    """One finished request for Session.complete: insert `tokens` (whose KV
+    is in `pages`, ceil(len(tokens) / P) of them) attaching `backup_id`, then
+    release `lock_handles`, and with `free_uncached` free the pages the tree
+    did not take plus `free_pages` (e.g. an unused output reserve)."""
+    tokens: Tokens
+    pages: Sequence[int]
+    backup_id: int = 0
+    lock_handles: Sequence[int] = ()
+    free_uncached: bool = True
+    free_pages: Sequence[int] = ()
+    unfinished: bool = False
 
 
 @dataclass
@@ -161,25 +255,66 @@ class Session:
                  mode: str = "any") -> List[int]:
         """Logical pages: an exact owner pattern, or num_pages in a mode
         ('any', 'zigzag', 'round_robin')."""
-        modes = {"any": pb.COMPUTE_OWNER_MODE_UNSPECIFIED,
-                 "zigzag": pb.COMPUTE_OWNER_MODE_ZIGZAG,
-                 "round_robin": pb.COMPUTE_OWNER_MODE_ROUND_ROBIN}
-        item = pb.AllocateItem(num_pages=num_pages, owners=list(owners), mode=modes[mode])
+        item = pb.AllocateItem(num_pages=num_pages, owners=list(owners),
+                               mode=_enum(_MODES, mode, "mode"))
         response = self._rpc("Allocate", pb.AllocateRequest(session_id=self.id, items=[item]))
         return list(response.allocations[0].pages)
 
     def free(self, pages: Sequence[int]):
         self._rpc("Free", pb.FreeRequest(session_id=self.id, pages=list(pages)))
 
-    def match(self, requests: Sequence[Sequence[int]], lock: bool = False) -> List[MatchResult]:
+    def match(self, requests: Sequence[Tokens], lock: bool = False, peek: bool = False,
+              exact_tail: bool = False) -> List[MatchResult]:
+        """Device and host hits per request. A query that ends exactly at a
+        cached sub-page tail is floored to the page boundary unless
+        `exact_tail` (then the tail is valid for reading only)."""
         response = self._rpc("MatchPrefix", pb.MatchPrefixRequest(
-            session_id=self.id, lock=lock,
+            session_id=self.id, lock=lock, peek=peek, exact_tail=exact_tail,
             items=[pb.MatchItem(tokens=pack_tokens(t)) for t in requests]))
         return [MatchResult(list(r.device.pages), r.device.valid_tokens, r.last_device_node,
-                            r.last_host_node, r.host_hit_tokens, r.lock_handle)
+                            r.last_host_node, r.host_hit_tokens, r.lock_handle, r.tail_blocked)
                 for r in response.results]
 
-    def insert(self, tokens: Sequence[int], pages: Sequence[int], unfinished: bool = False,
+    def admit(self, items: Sequence[Union[AdmitItem, Tokens]]) -> List[AdmitResult]:
+        """One round trip before a forward pass, per item in order: match
+        (page-floored), lock the device hit, allocate the rest of the request
+        (and its output reserve) and, per the item's backup choice, prepare a
+        per-layer backup of the new input pages. An item whose host hit is
+        worth loading answers ``load`` (call load_back with extend_tokens,
+        then allocate); one that does not fit holds nothing and answers
+        ``admitted=False``, as does every item after it. Items may be
+        AdmitItem or plain token sequences (no reserve, any lanes, auto)."""
+        request = pb.AdmitRequest(session_id=self.id)
+        add = request.items.add
+        for item in items:
+            if isinstance(item, AdmitItem):
+                add(tokens=pack_tokens(item.tokens), reserve_tokens=item.reserve_tokens,
+                    mode=_enum(_MODES, item.mode, "mode"),
+                    backup=_enum(_BACKUPS, item.backup, "backup"))
+            else:
+                add(tokens=pack_tokens(item))
+        response = self._rpc("Admit", request)
+        return [AdmitResult(r.admitted, list(r.device.pages), r.device.valid_tokens,
+                            r.lock_handle, r.last_device_node, r.host_hit_tokens,
+                            r.last_host_node, r.load, list(r.pages), r.backup_id,
+                            r.tail_blocked)
+                for r in response.results]
+
+    def complete(self, items: Sequence[CompleteItem]) -> List[pb.InsertResult]:
+        """One round trip after a forward pass, per item: insert (attaching
+        the backup), then -- unless the insert was ``deferred`` (a backup in
+        flight conflicts; nothing changed: retry the item) -- release the
+        lock handles and free the uncached and `free_pages`. Every handle and
+        page is checked before anything changes."""
+        request = pb.CompleteRequest(session_id=self.id)
+        add = request.items.add
+        for item in items:
+            add(tokens=pack_tokens(item.tokens), pages=item.pages, unfinished=item.unfinished,
+                backup_id=item.backup_id, lock_handles=item.lock_handles,
+                free_uncached=item.free_uncached, free_pages=item.free_pages)
+        return list(self._rpc("Complete", request).results)
+
+    def insert(self, tokens: Tokens, pages: Sequence[int], unfinished: bool = False,
                backup_id: int = 0) -> pb.InsertResult:
         response = self._rpc("Insert", pb.InsertRequest(session_id=self.id, items=[
             pb.InsertItem(tokens=pack_tokens(tokens), pages=list(pages),
@@ -206,16 +341,27 @@ class Session:
         finally:
             self.unlock(nodes)
 
-    def load_back(self, tokens: Sequence[int]) -> LoadBackResult:
-        """Runs a load-back to completion (all per-layer events)."""
-        return self.load_back_batch([tokens])[0]
+    def load_back(self, tokens: Tokens, extend_tokens: int = 0) -> LoadBackResult:
+        """Runs a load-back to completion (all per-layer events).
+        `extend_tokens`: the request's own extend (new input past the hit plus
+        its output reserve); the load is a miss ('over_quota') unless the
+        device keeps room for ceil(extend_tokens / P) + 1 pages besides it."""
+        return self.load_back_batch([tokens], extend_tokens)[0]
 
-    def load_back_batch(self, requests: Sequence[Sequence[int]]) -> List[LoadBackResult]:
+    def load_back_batch(self, requests: Sequence[Tokens],
+                        extend_tokens: Union[int, Sequence[int]] = 0) -> List[LoadBackResult]:
         """Loads several requests back over one stream, to completion; one
-        result per request, in order."""
+        result per request, in order. `extend_tokens`: one for all, or one
+        per request (see load_back)."""
         results = {}
         by_load = {}
-        items = [pb.LoadItem(tokens=pack_tokens(t)) for t in requests]
+        if isinstance(extend_tokens, int):
+            extend_tokens = [extend_tokens] * len(requests)
+        elif len(extend_tokens) != len(requests):
+            raise ValueError(f"extend_tokens has {len(extend_tokens)} entries "
+                             f"for {len(requests)} requests")
+        items = [pb.LoadItem(tokens=pack_tokens(t), extend_tokens=e)
+                 for t, e in zip(requests, extend_tokens)]
         for event in self._load_stream(pb.LoadBackRequest(session_id=self.id, items=items)):
             kind = event.WhichOneof("event")
             if kind == "started":
@@ -258,11 +404,13 @@ class Session:
         except grpc.RpcError as e:  # pylint: disable=no-member
             raise HiCacheError(e.code(), e.details(), "LoadBack") from None
 
-    def load_back_events(self, tokens: Sequence[int]) -> Iterator[pb.LoadBackEvent]:
+    def load_back_events(self, tokens: Tokens,
+                         extend_tokens: int = 0) -> Iterator[pb.LoadBackEvent]:
         """The raw event stream: started, layer_loaded..., done."""
         try:
             yield from self.client.stub.LoadBack(
-                pb.LoadBackRequest(session_id=self.id, tokens=pack_tokens(tokens)),
+                pb.LoadBackRequest(session_id=self.id, tokens=pack_tokens(tokens),
+                                   extend_tokens=extend_tokens),
                 timeout=self.client.timeout)
         except grpc.RpcError as e:  # pylint: disable=no-member
             raise HiCacheError(e.code(), e.details(), "LoadBack") from None
@@ -289,85 +437,126 @@ class _Pending:
     rolled_back: bool = False
 
 
+_CLOSE = object()
+
+
 class BackupStream:
     """The BackupSession stream of one session, as a context manager.
 
     prepare() returns backup ids; layer_stored(ids, step) streams each layer;
-    wait_committed(id) blocks until the daemon commits (or rolls back) it.
+    wait_committed(id) blocks until the daemon commits (or rolls back) it;
+    wait_event(seen) blocks until the stream delivers anything after the
+    `seen`-th event (events counts them). Sends never wait: messages go
+    through a queue that gRPC's sender thread drains.
     """
 
     def __init__(self, session: Session):
         self.session = session
-        self._requests = []
+        self._outbox = queue.SimpleQueue()
         self._cv = threading.Condition()
-        self._closed = False
         self._pending = {}
         self._prepared = []
         self._errors = []
+        self.events = 0  # Messages received so far.
+        self.ended = 0   # Backups committed or rolled back so far.
         self._responses = session.client.stub.BackupSession(self._generator())
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
     def _generator(self):
+        get = self._outbox.get
         while True:
-            with self._cv:
-                while not self._requests and not self._closed:
-                    self._cv.wait()
-                if not self._requests and self._closed:
-                    return
-                message = self._requests.pop(0)
+            message = get()
+            if message is _CLOSE:
+                return
             yield message
 
-    def _send(self, **kwargs):
-        with self._cv:
-            self._requests.append(pb.BackupClientMessage(session_id=self.session.id, **kwargs))
-            self._cv.notify_all()
-
     def _read(self):
+        pending = self._pending
         try:
             for message in self._responses:
                 kind = message.WhichOneof("message")
                 with self._cv:
-                    if kind == "prepared":
-                        self._prepared.append(list(message.prepared.backup_ids))
-                    elif kind == "step_done":
-                        self._pending.setdefault(message.step_done.backup_id, _Pending()).steps += 1
+                    if kind == "step_done":
+                        backup = message.step_done.backup_id
+                        entry = pending.get(backup)
+                        if entry is None:
+                            entry = pending[backup] = _Pending()
+                        entry.steps += 1
                     elif kind == "committed":
-                        self._pending.setdefault(message.committed.backup_id,
-                                                 _Pending()).committed_node = message.committed.node
+                        pending.setdefault(message.committed.backup_id,
+                                           _Pending()).committed_node = message.committed.node
+                        self.ended += 1
                     elif kind == "rolled_back":
-                        self._pending.setdefault(message.rolled_back.backup_id,
-                                                 _Pending()).rolled_back = True
+                        pending.setdefault(message.rolled_back.backup_id,
+                                           _Pending()).rolled_back = True
+                        self.ended += 1
+                    elif kind == "prepared":
+                        self._prepared.append(list(message.prepared.backup_ids))
                     elif kind == "error":
                         self._errors.append(message.error.message)
+                    self.events += 1
                     self._cv.notify_all()
         except grpc.RpcError:  # pylint: disable=no-member
             pass
+        finally:
+            with self._cv:
+                self._errors.append("the backup stream ended")
+                self._cv.notify_all()
 
     def prepare(self, specs: Sequence[tuple]) -> List[int]:
         """specs: (pages, logical_tokens) per request. 0 = skipped (host full)."""
-        self._send(prepare=pb.BackupClientMessage.Prepare(specs=[
-            pb.BackupSpec(pages=list(pages), logical_tokens=tokens) for pages, tokens in specs]))
+        self._outbox.put(pb.BackupClientMessage(
+            session_id=self.session.id, prepare=pb.BackupClientMessage.Prepare(specs=[
+            pb.BackupSpec(pages=pages, logical_tokens=tokens) for pages, tokens in specs])))
         with self._cv:
             self._cv.wait_for(lambda: self._prepared or self._errors,
                               timeout=self.session.client.timeout)
+            if self._prepared:
+                return self._prepared.pop(0)
             if self._errors:
                 raise HiCacheError(grpc.StatusCode.INVALID_ARGUMENT, self._errors.pop(0),
                                    "BackupSession.prepare")
-            if not self._prepared:
-                raise HiCacheError(grpc.StatusCode.DEADLINE_EXCEEDED, "no reply", "prepare")
-            return self._prepared.pop(0)
+            raise HiCacheError(grpc.StatusCode.DEADLINE_EXCEEDED, "no reply", "prepare")
 
     def layer_stored(self, backup_ids: Sequence[int], step: int,
                      fences: Optional[dict] = None):
         """fences: {rank: fence_id} (CUDA backend): that rank's copy of the
-        step waits on the fence's latest record."""
-        self._send(layer_stored=pb.BackupClientMessage.LayerStored(
-            backup_ids=list(backup_ids), step=step,
-            fences=[pb.RankFence(rank=r, fence_id=f) for r, f in (fences or {}).items()]))
+        step waits on the fence's latest record. Does not wait."""
+        if fences:
+            stored = pb.BackupClientMessage.LayerStored(
+                backup_ids=backup_ids, step=step,
+                fences=[pb.RankFence(rank=r, fence_id=f) for r, f in fences.items()])
+        else:
+            stored = pb.BackupClientMessage.LayerStored(backup_ids=backup_ids, step=step)
+        self._outbox.put(pb.BackupClientMessage(session_id=self.session.id,
+                                                layer_stored=stored))
+
+    def layers_stored(self, backup_ids: Sequence[int], num_steps: int):
+        """layer_stored(backup_ids, step) for every step 0 .. num_steps - 1."""
+        put, session = self._outbox.put, self.session.id
+        Message, Stored = pb.BackupClientMessage, pb.BackupClientMessage.LayerStored
+        for step in range(num_steps):
+            put(Message(session_id=session,
+                        layer_stored=Stored(backup_ids=backup_ids, step=step)))
 
     def rollback(self, backup_id: int):
-        self._send(rollback=pb.BackupClientMessage.Rollback(backup_id=backup_id))
+        self._outbox.put(pb.BackupClientMessage(
+            session_id=self.session.id,
+            rollback=pb.BackupClientMessage.Rollback(backup_id=backup_id)))
+
+    def errors(self) -> List[str]:
+        """The error messages the daemon sent so far (and clears them)."""
+        with self._cv:
+            errors, self._errors = self._errors, []
+            return errors
+
+    def wait_event(self, seen: int, timeout: float) -> int:
+        """Waits until more than `seen` messages arrived, or `timeout`
+        seconds; returns the count of messages received."""
+        with self._cv:
+            self._cv.wait_for(lambda: self.events > seen, timeout=timeout)
+            return self.events
 
     def wait_committed(self, backup_id: int, timeout: Optional[float] = None) -> Optional[int]:
         """The committed node id, or None if rolled back / timed out."""
@@ -383,10 +572,14 @@ class BackupStream:
         with self._cv:
             return self._pending.get(backup_id, _Pending()).steps
 
-    def close(self):
+    def forget(self, backup_ids: Sequence[int]):
+        """Drops what the stream remembers of finished backups (long runs)."""
         with self._cv:
-            self._closed = True
-            self._cv.notify_all()
+            for backup in backup_ids:
+                self._pending.pop(backup, None)
+
+    def close(self):
+        self._outbox.put(_CLOSE)
         self._reader.join(timeout=self.session.client.timeout)
 
     def __enter__(self):
