@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -41,6 +42,19 @@ grpc::Status WithRetries(Rpc rpc) {
     backoff *= 2;
   }
   return status;
+}
+
+// One unary call with a fresh context and the 30 s deadline; `call(context,
+// &response)` makes it.
+template <typename Response, typename Call>
+absl::StatusOr<Response> Unary(absl::string_view what, Call call) {
+  grpc::ClientContext context;
+  Deadline(&context);
+  Response response;
+  if (absl::Status s = FromGrpc(call(&context, &response), what); !s.ok()) {
+    return s;
+  }
+  return response;
 }
 
 }  // namespace
@@ -92,11 +106,52 @@ std::string PackTokens(const std::vector<int32_t>& tokens) {
                      tokens.size() * sizeof(int32_t));
 }
 
+v1::AdmitItem MakeAdmitItem(const std::vector<int32_t>& tokens,
+                            int64_t reserve_tokens, v1::ComputeOwnerMode mode,
+                            v1::BackupChoice backup) {
+  v1::AdmitItem item;
+  item.set_tokens(PackTokens(tokens));
+  item.set_reserve_tokens(reserve_tokens);
+  item.set_mode(mode);
+  item.set_backup(backup);
+  return item;
+}
+
+v1::CompleteItem MakeCompleteItem(const v1::AdmitResult& admitted,
+                                  const std::vector<int32_t>& tokens,
+                                  uint32_t page_size, bool unfinished) {
+  v1::CompleteItem item;
+  item.set_tokens(PackTokens(tokens));
+  item.set_unfinished(unfinished);
+  item.set_backup_id(admitted.backup_id());
+  if (admitted.lock_handle() != 0) item.add_lock_handles(admitted.lock_handle());
+  item.set_free_uncached(true);
+  const size_t cached =
+      page_size == 0 ? 0 : (tokens.size() + page_size - 1) / page_size;
+  size_t index = 0;
+  auto place = [&](int64_t page) {
+    if (index++ < cached) {
+      item.add_pages(page);
+    } else {
+      item.add_free_pages(page);
+    }
+  };
+  for (int64_t page : admitted.device().pages()) place(page);
+  for (int64_t page : admitted.pages()) place(page);
+  return item;
+}
+
 absl::StatusOr<std::unique_ptr<Session>> Session::Open(
     std::shared_ptr<v1::HiCache::Stub> stub, const std::string& client_name,
-    v1::Role role, uint32_t rank, const std::string& ns, absl::Duration lease) {
+    v1::Role role, uint32_t rank, const std::string& ns, absl::Duration lease,
+    absl::Duration wait_for_daemon) {
   grpc::ClientContext context;
-  Deadline(&context);
+  if (wait_for_daemon > absl::ZeroDuration()) {
+    context.set_wait_for_ready(true);
+    context.set_deadline(absl::ToChronoTime(absl::Now() + wait_for_daemon));
+  } else {
+    Deadline(&context);
+  }
   v1::OpenSessionRequest request;
   request.set_client_name(client_name);
   request.set_role(role);
@@ -139,26 +194,21 @@ Session::~Session() { (void)Close(); }
 absl::StatusOr<v1::CloseSessionResponse> Session::Close() {
   if (closed_.exchange(true)) return v1::CloseSessionResponse();
   if (keep_alive_.joinable()) keep_alive_.join();
-  grpc::ClientContext context;
-  Deadline(&context);
   v1::CloseSessionRequest request;
   request.set_session_id(id_);
-  v1::CloseSessionResponse response;
-  if (absl::Status s = FromGrpc(
-          stub_->CloseSession(&context, request, &response), "CloseSession");
-      !s.ok()) {
-    return s;
-  }
-  return response;
+  return Unary<v1::CloseSessionResponse>(
+      "CloseSession", [&](grpc::ClientContext* c, auto* r) {
+        return stub_->CloseSession(c, request, r);
+      });
 }
 
 absl::StatusOr<v1::GetLayoutResponse> Session::GetLayout() {
-  grpc::ClientContext context;
-  Deadline(&context);
   v1::GetLayoutResponse response;
-  if (absl::Status s = FromGrpc(
-          stub_->GetLayout(&context, v1::GetLayoutRequest(), &response),
-          "GetLayout");
+  if (absl::Status s = FromGrpc(WithRetries([&](grpc::ClientContext* c) {
+                                  return stub_->GetLayout(
+                                      c, v1::GetLayoutRequest(), &response);
+                                }),
+                                "GetLayout");
       !s.ok()) {
     return s;
   }
@@ -167,61 +217,498 @@ absl::StatusOr<v1::GetLayoutResponse> Session::GetLayout() {
 
 absl::StatusOr<v1::AllocateResponse> Session::Allocate(
     const std::vector<v1::AllocateItem>& items) {
-  grpc::ClientContext context;
-  Deadline(&context);
   v1::AllocateRequest request;
   request.set_session_id(id_);
   for (const auto& item : items) *request.add_items() = item;
-  v1::AllocateResponse response;
-  if (absl::Status s =
-          FromGrpc(stub_->Allocate(&context, request, &response), "Allocate");
-      !s.ok()) {
-    return s;
+  return Unary<v1::AllocateResponse>(
+      "Allocate", [&](grpc::ClientContext* c, auto* r) {
+        return stub_->Allocate(c, request, r);
+      });
+}
+
+absl::Status Session::Free(const std::vector<int64_t>& pages) {
+  v1::FreeRequest request;
+  request.set_session_id(id_);
+  request.mutable_pages()->Add(pages.begin(), pages.end());
+  return Unary<v1::FreeResponse>("Free",
+                                 [&](grpc::ClientContext* c, auto* r) {
+                                   return stub_->Free(c, request, r);
+                                 })
+      .status();
+}
+
+absl::StatusOr<v1::MatchPrefixResponse> Session::MatchPrefix(
+    const std::vector<std::vector<int32_t>>& requests,
+    const MatchOptions& options) {
+  v1::MatchPrefixRequest request;
+  request.set_session_id(id_);
+  request.set_lock(options.lock);
+  request.set_peek(options.peek);
+  request.set_exact_tail(options.exact_tail);
+  for (const auto& tokens : requests) {
+    request.add_items()->set_tokens(PackTokens(tokens));
   }
+  v1::MatchPrefixResponse response;
+  auto call = [&](grpc::ClientContext* c) {
+    response.Clear();
+    return stub_->MatchPrefix(c, request, &response);
+  };
+  grpc::Status status;
+  if (options.lock) {  // Not idempotent: one attempt.
+    grpc::ClientContext context;
+    Deadline(&context);
+    status = call(&context);
+  } else {
+    status = WithRetries(call);
+  }
+  if (absl::Status s = FromGrpc(status, "MatchPrefix"); !s.ok()) return s;
   return response;
 }
 
 absl::StatusOr<v1::MatchPrefixResponse> Session::Match(
     const std::vector<std::vector<int32_t>>& requests, bool lock) {
-  grpc::ClientContext context;
-  Deadline(&context);
-  v1::MatchPrefixRequest request;
-  request.set_session_id(id_);
-  request.set_lock(lock);
-  for (const auto& tokens : requests)
-    request.add_items()->set_tokens(PackTokens(tokens));
-  v1::MatchPrefixResponse response;
-  if (absl::Status s = FromGrpc(
-          stub_->MatchPrefix(&context, request, &response), "MatchPrefix");
-      !s.ok()) {
-    return s;
+  return MatchPrefix(requests, {.lock = lock});
+}
+
+std::vector<uint64_t> Session::LockHandles(
+    const v1::MatchPrefixResponse& response) {
+  std::vector<uint64_t> handles;
+  for (const v1::MatchResult& result : response.results()) {
+    if (result.lock_handle() != 0) handles.push_back(result.lock_handle());
   }
-  return response;
+  return handles;
 }
 
 absl::StatusOr<v1::InsertResponse> Session::Insert(
     const v1::InsertRequest& in) {
-  grpc::ClientContext context;
-  Deadline(&context);
   v1::InsertRequest request = in;
   request.set_session_id(id_);
-  v1::InsertResponse response;
-  if (absl::Status s =
-          FromGrpc(stub_->Insert(&context, request, &response), "Insert");
-      !s.ok()) {
-    return s;
-  }
-  return response;
+  return Unary<v1::InsertResponse>(
+      "Insert", [&](grpc::ClientContext* c, auto* r) {
+        return stub_->Insert(c, request, r);
+      });
 }
 
-absl::Status Session::Unlock(const std::vector<uint64_t>& nodes) {
-  grpc::ClientContext context;
-  Deadline(&context);
+absl::StatusOr<std::vector<uint64_t>> Session::Lock(
+    const std::vector<uint64_t>& nodes) {
   v1::LockRequest request;
   request.set_session_id(id_);
   request.mutable_nodes()->Add(nodes.begin(), nodes.end());
-  v1::LockResponse response;
-  return FromGrpc(stub_->Unlock(&context, request, &response), "Unlock");
+  absl::StatusOr<v1::LockResponse> response = Unary<v1::LockResponse>(
+      "Lock", [&](grpc::ClientContext* c, auto* r) {
+        return stub_->Lock(c, request, r);
+      });
+  if (!response.ok()) return response.status();
+  return std::vector<uint64_t>(response->lock_handles().begin(),
+                               response->lock_handles().end());
+}
+
+absl::Status Session::UnlockHandles(const std::vector<uint64_t>& handles) {
+  v1::LockRequest request;
+  request.set_session_id(id_);
+  request.mutable_lock_handles()->Add(handles.begin(), handles.end());
+  return Unary<v1::LockResponse>("Unlock",
+                                 [&](grpc::ClientContext* c, auto* r) {
+                                   return stub_->Unlock(c, request, r);
+                                 })
+      .status();
+}
+
+absl::Status Session::Unlock(const std::vector<uint64_t>& nodes) {
+  v1::LockRequest request;
+  request.set_session_id(id_);
+  request.mutable_nodes()->Add(nodes.begin(), nodes.end());
+  return Unary<v1::LockResponse>("Unlock",
+                                 [&](grpc::ClientContext* c, auto* r) {
+                                   return stub_->Unlock(c, request, r);
+                                 })
+      .status();
+}
+
+absl::StatusOr<v1::AdmitResponse> Session::Admit(
+    const std::vector<v1::AdmitItem>& items) {
+  v1::AdmitRequest request;
+  request.set_session_id(id_);
+  request.mutable_items()->Add(items.begin(), items.end());
+  return Unary<v1::AdmitResponse>(
+      "Admit", [&](grpc::ClientContext* c, auto* r) {
+        return stub_->Admit(c, request, r);
+      });
+}
+
+absl::StatusOr<v1::CompleteResponse> Session::Complete(
+    const std::vector<v1::CompleteItem>& items) {
+  v1::CompleteRequest request;
+  request.set_session_id(id_);
+  request.mutable_items()->Add(items.begin(), items.end());
+  return Unary<v1::CompleteResponse>(
+      "Complete", [&](grpc::ClientContext* c, auto* r) {
+        return stub_->Complete(c, request, r);
+      });
+}
+
+absl::StatusOr<std::unique_ptr<LoadStream>> Session::StartLoadBack(
+    const v1::LoadBackRequest& in) {
+  v1::LoadBackRequest request = in;
+  request.set_session_id(id_);
+  auto stream = std::make_unique<LoadStream>();
+  stream->name_ = "LoadBack";
+  stream->reader_ = stub_->LoadBack(&stream->context_, request);
+  return stream;
+}
+
+namespace {
+
+// Reads a LoadBack stream of `num_items` items to its end.
+absl::StatusOr<std::vector<LoadResult>> ReadLoads(LoadStream& stream,
+                                                  int num_items) {
+  std::vector<LoadResult> results(num_items);
+  std::vector<bool> started(num_items, false);
+  std::vector<bool> done(num_items, false);
+  std::map<uint64_t, int> item_of_load;
+  v1::LoadBackEvent event;
+  absl::Status bad;
+  while (stream.Next(&event)) {
+    if (event.has_started()) {
+      const uint32_t item = event.started().item();
+      if (item >= results.size()) {
+        bad = absl::InternalError(absl::StrCat("LoadBack: started of item ",
+                                               item, " of ", num_items));
+        continue;
+      }
+      results[item].started = event.started();
+      started[item] = true;
+      if (event.started().load_id() != 0) {
+        item_of_load[event.started().load_id()] = static_cast<int>(item);
+      }
+    } else if (event.has_layer_loaded()) {
+      auto it = item_of_load.find(event.layer_loaded().load_id());
+      if (it != item_of_load.end()) ++results[it->second].layers_loaded;
+    } else if (event.has_done()) {
+      const uint32_t item = event.done().item();
+      if (item >= results.size()) {
+        bad = absl::InternalError(absl::StrCat("LoadBack: done of item ",
+                                               item, " of ", num_items));
+        continue;
+      }
+      results[item].done = event.done();
+      done[item] = true;
+    }
+  }
+  if (absl::Status s = stream.Finish(); !s.ok()) return s;
+  if (!bad.ok()) return bad;
+  for (int i = 0; i < num_items; ++i) {
+    if (!started[i] || !done[i]) {
+      return absl::InternalError(
+          absl::StrCat("LoadBack: the stream ended without ",
+                       started[i] ? "done" : "started", " of item ", i));
+    }
+  }
+  return results;
+}
+
+}  // namespace
+
+absl::StatusOr<LoadResult> Session::LoadBack(
+    const std::vector<int32_t>& tokens, int64_t extend_tokens) {
+  v1::LoadBackRequest request;
+  request.set_session_id(id_);
+  request.set_tokens(PackTokens(tokens));
+  request.set_extend_tokens(extend_tokens);
+  LoadStream stream;
+  stream.name_ = "LoadBack";
+  Deadline(&stream.context_);
+  stream.reader_ = stub_->LoadBack(&stream.context_, request);
+  absl::StatusOr<std::vector<LoadResult>> results = ReadLoads(stream, 1);
+  if (!results.ok()) return results.status();
+  return std::move(results->front());
+}
+
+absl::StatusOr<std::vector<LoadResult>> Session::LoadBack(
+    const std::vector<LoadItem>& items) {
+  if (items.empty()) return std::vector<LoadResult>();
+  v1::LoadBackRequest request;
+  request.set_session_id(id_);
+  for (const LoadItem& item : items) {
+    v1::LoadItem* out = request.add_items();
+    out->set_tokens(PackTokens(item.tokens));
+    out->set_extend_tokens(item.extend_tokens);
+  }
+  LoadStream stream;
+  stream.name_ = "LoadBack";
+  Deadline(&stream.context_);
+  stream.reader_ = stub_->LoadBack(&stream.context_, request);
+  return ReadLoads(stream, static_cast<int>(items.size()));
+}
+
+absl::Status Session::FinishLoad(uint64_t load_id) {
+  v1::FinishLoadRequest request;
+  request.set_session_id(id_);
+  request.set_load_id(load_id);
+  return Unary<v1::FinishLoadResponse>(
+             "FinishLoad",
+             [&](grpc::ClientContext* c, auto* r) {
+               return stub_->FinishLoad(c, request, r);
+             })
+      .status();
+}
+
+absl::StatusOr<std::unique_ptr<WorkerEvents>> Session::Subscribe() {
+  v1::SubscribeRequest request;
+  request.set_session_id(id_);
+  auto stream = std::make_unique<WorkerEvents>();
+  stream->name_ = "Subscribe";
+  stream->reader_ = stub_->Subscribe(&stream->context_, request);
+  v1::WorkerEvent first;
+  if (!stream->Next(&first)) {
+    absl::Status s = stream->Finish();
+    if (!s.ok()) return s;
+    return absl::InternalError("Subscribe: the stream ended at once");
+  }
+  if (!first.has_subscribed()) {
+    return absl::InternalError(absl::StrCat(
+        "Subscribe: the first event is not 'subscribed': ",
+        first.ShortDebugString()));
+  }
+  return stream;
+}
+
+absl::StatusOr<uint64_t> Session::RegisterFence(
+    uint32_t rank, const std::string& event_handle) {
+  v1::RegisterFenceRequest request;
+  request.set_session_id(id_);
+  request.set_rank(rank);
+  request.set_event_handle(event_handle);
+  absl::StatusOr<v1::RegisterFenceResponse> response =
+      Unary<v1::RegisterFenceResponse>(
+          "RegisterFence", [&](grpc::ClientContext* c, auto* r) {
+            return stub_->RegisterFence(c, request, r);
+          });
+  if (!response.ok()) return response.status();
+  return response->fence_id();
+}
+
+absl::Status Session::ReleaseFence(uint64_t fence_id) {
+  v1::ReleaseFenceRequest request;
+  request.set_session_id(id_);
+  request.set_fence_id(fence_id);
+  return Unary<v1::ReleaseFenceResponse>(
+             "ReleaseFence",
+             [&](grpc::ClientContext* c, auto* r) {
+               return stub_->ReleaseFence(c, request, r);
+             })
+      .status();
+}
+
+absl::StatusOr<std::unique_ptr<BackupStream>> Session::OpenBackupStream() {
+  std::unique_ptr<BackupStream> stream(new BackupStream(id_));
+  stream->stream_ = stub_->BackupSession(&stream->context_);
+  return stream;
+}
+
+// ---------------------------------------------------------------------------
+// BackupStream
+
+BackupStream::~BackupStream() {
+  if (stream_ == nullptr || finished_) return;
+  context_.TryCancel();
+  v1::BackupServerMessage ignored;
+  while (stream_->Read(&ignored)) {
+  }
+  (void)stream_->Finish();
+}
+
+absl::Status BackupStream::Write(v1::BackupClientMessage& message) {
+  message.set_session_id(session_id_);
+  absl::MutexLock lock(&write_mu_);
+  if (writes_done_) {
+    return absl::FailedPreconditionError("BackupSession: already closed");
+  }
+  if (!stream_->Write(message)) {
+    return absl::UnavailableError(
+        "BackupSession: the stream is broken (read it for the daemon's "
+        "status)");
+  }
+  return absl::OkStatus();
+}
+
+void BackupStream::Apply(const v1::BackupServerMessage& message) {
+  absl::MutexLock lock(&state_mu_);
+  switch (message.message_case()) {
+    case v1::BackupServerMessage::kStepDone:
+      ++progress_[message.step_done().backup_id()].steps_done;
+      break;
+    case v1::BackupServerMessage::kCommitted: {
+      BackupProgress& p = progress_[message.committed().backup_id()];
+      p.committed = true;
+      p.node = message.committed().node();
+      break;
+    }
+    case v1::BackupServerMessage::kRolledBack:
+      progress_[message.rolled_back().backup_id()].rolled_back = true;
+      break;
+    default:
+      break;
+  }
+}
+
+absl::Status BackupStream::EndOfStream() {
+  if (!finished_) {
+    finished_ = true;
+    final_status_ = FromGrpc(stream_->Finish(), "BackupSession");
+  }
+  if (!final_status_.ok()) return final_status_;
+  return absl::OutOfRangeError("BackupSession: the stream ended");
+}
+
+absl::Status BackupStream::ReadWire(v1::BackupServerMessage* message) {
+  if (ended_ || !stream_->Read(message)) {
+    ended_ = true;
+    return EndOfStream();
+  }
+  Apply(*message);
+  return absl::OkStatus();
+}
+
+absl::Status BackupStream::SendPrepare(
+    const std::vector<v1::BackupSpec>& specs) {
+  v1::BackupClientMessage message;
+  message.mutable_prepare()->mutable_specs()->Add(specs.begin(), specs.end());
+  return Write(message);
+}
+
+absl::StatusOr<std::vector<uint64_t>> BackupStream::Prepare(
+    const std::vector<v1::BackupSpec>& specs) {
+  if (absl::Status s = SendPrepare(specs); !s.ok()) return s;
+  v1::BackupServerMessage message;
+  while (true) {
+    if (absl::Status s = ReadWire(&message); !s.ok()) return s;
+    if (message.has_prepared()) {
+      return std::vector<uint64_t>(message.prepared().backup_ids().begin(),
+                                   message.prepared().backup_ids().end());
+    }
+    if (message.has_error()) {
+      return absl::Status(
+          static_cast<absl::StatusCode>(message.error().code()),
+          absl::StrCat("BackupSession prepare: ", message.error().message()));
+    }
+    buffered_.push_back(std::move(message));
+  }
+}
+
+absl::Status BackupStream::LayerStored(const std::vector<uint64_t>& backup_ids,
+                                       uint32_t step,
+                                       const std::vector<v1::RankFence>& fences) {
+  v1::BackupClientMessage message;
+  v1::BackupClientMessage::LayerStored* stored =
+      message.mutable_layer_stored();
+  stored->mutable_backup_ids()->Add(backup_ids.begin(), backup_ids.end());
+  stored->set_step(step);
+  stored->mutable_fences()->Add(fences.begin(), fences.end());
+  return Write(message);
+}
+
+absl::Status BackupStream::StoreAll(uint64_t backup_id) {
+  v1::BackupClientMessage message;
+  message.mutable_store_all()->set_backup_id(backup_id);
+  return Write(message);
+}
+
+absl::Status BackupStream::Rollback(uint64_t backup_id) {
+  v1::BackupClientMessage message;
+  message.mutable_rollback()->set_backup_id(backup_id);
+  return Write(message);
+}
+
+absl::StatusOr<v1::BackupServerMessage> BackupStream::Next() {
+  if (!buffered_.empty()) {
+    v1::BackupServerMessage message = std::move(buffered_.front());
+    buffered_.pop_front();
+    return message;
+  }
+  v1::BackupServerMessage message;
+  if (absl::Status s = ReadWire(&message); !s.ok()) return s;
+  return message;
+}
+
+// Reads (keeping what it reads) until `done` holds for the progress.
+absl::Status BackupStream::WaitFor(
+    uint64_t backup_id, absl::FunctionRef<bool(const BackupProgress&)> done) {
+  while (!done(Progress(backup_id))) {
+    v1::BackupServerMessage message;
+    if (absl::Status s = ReadWire(&message); !s.ok()) return s;
+    if (message.has_error()) {
+      absl::MutexLock lock(&state_mu_);
+      errors_.push_back(message.error());
+    } else {
+      buffered_.push_back(std::move(message));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> BackupStream::WaitCommitted(uint64_t backup_id) {
+  if (absl::Status s = WaitFor(
+          backup_id, [](const BackupProgress& p) { return p.ended(); });
+      !s.ok()) {
+    return s;
+  }
+  const BackupProgress progress = Progress(backup_id);
+  if (progress.rolled_back) {
+    return absl::AbortedError(
+        absl::StrCat("backup ", backup_id, " was rolled back"));
+  }
+  return progress.node;
+}
+
+absl::Status BackupStream::WaitSteps(uint64_t backup_id, int steps_done) {
+  return WaitFor(backup_id, [steps_done](const BackupProgress& p) {
+    return p.ended() || p.steps_done >= steps_done;
+  });
+}
+
+BackupProgress BackupStream::Progress(uint64_t backup_id) const {
+  absl::MutexLock lock(&state_mu_);
+  auto it = progress_.find(backup_id);
+  return it == progress_.end() ? BackupProgress() : it->second;
+}
+
+void BackupStream::ForgetEnded() {
+  absl::MutexLock lock(&state_mu_);
+  std::erase_if(progress_, [](const auto& entry) {
+    return entry.second.ended();
+  });
+}
+
+std::vector<v1::BackupServerMessage::Error> BackupStream::TakeErrors() {
+  absl::MutexLock lock(&state_mu_);
+  return std::exchange(errors_, {});
+}
+
+void BackupStream::ClearBuffered() { buffered_.clear(); }
+
+absl::Status BackupStream::Close() {
+  if (finished_) return final_status_;
+  {
+    absl::MutexLock lock(&write_mu_);
+    if (!writes_done_) {
+      writes_done_ = true;
+      stream_->WritesDone();
+    }
+  }
+  v1::BackupServerMessage message;
+  while (!ended_ && stream_->Read(&message)) {
+    Apply(message);
+    if (message.has_error()) {
+      absl::MutexLock lock(&state_mu_);
+      errors_.push_back(message.error());
+    } else {
+      buffered_.push_back(std::move(message));
+    }
+  }
+  ended_ = true;
+  (void)EndOfStream();
+  return final_status_;
 }
 
 }  // namespace hicache::client
