@@ -381,9 +381,17 @@ void HiCacheEngine::OnStepDone(StepDone done) {
 }
 
 absl::StatusOr<LoadResult> HiCacheEngine::LoadBack(
-    absl::string_view ns, absl::Span<const int32_t> tokens) {
+    absl::string_view ns, absl::Span<const int32_t> tokens,
+    const LoadBackOptions& load_options) {
+  if (load_options.extend_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "extend_tokens must be >= 0, got ", load_options.extend_tokens));
+  }
   MutexLock lock(&mu_);
-  absl::StatusOr<MatchResult> match = CountedMatchLocked(ns, tokens);
+  // The hit is locked whatever happens: a lock covers only the hit.
+  absl::StatusOr<MatchResult> match = CountedMatchLocked(
+      ns, tokens,
+      {.exact_tail = load_options.exact_tail, .split_at_hit = true});
   if (!match.ok()) return match.status();
   LoadResult result;
   result.device_len = match->device_len;
@@ -422,10 +430,16 @@ absl::StatusOr<LoadResult> HiCacheEngine::LoadBack(
   if (logical_len < options_.load_back_threshold_tokens) {
     return miss(LoadMissReason::kBelowThreshold);
   }
-  // Quota: free device pages plus what eviction could free.
-  const int64_t evictable_pages =
-      tree_->Stats().evictable_tokens / layout_.page_size();
-  if (static_cast<int64_t>(owners.size()) >
+  // Quota: free device pages plus what eviction could free must cover the
+  // load and, when the caller says how long its extend is, the extend plus
+  // one page (seed 000: the load must not starve its own request).
+  const int64_t page = layout_.page_size();
+  const int64_t evictable_pages = tree_->Stats().evictable_tokens / page;
+  const int64_t extend_pages =
+      load_options.extend_tokens > 0
+          ? (load_options.extend_tokens + page - 1) / page + 1
+          : 0;
+  if (static_cast<int64_t>(owners.size()) + extend_pages >
       device_->available() + evictable_pages) {
     return miss(LoadMissReason::kOverQuota);
   }

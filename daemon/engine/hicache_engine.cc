@@ -163,11 +163,14 @@ void HiCacheEngine::SetListener(EngineListener* listener) {
 
 absl::StatusOr<MatchResult> HiCacheEngine::Match(
     absl::string_view ns, absl::Span<const int32_t> tokens, bool peek,
-    bool lock_hit) {
+    bool lock_hit, bool exact_tail) {
   MutexLock lock(&mu_);
+  const MatchOptions options{.record_hit = !peek,
+                             .exact_tail = exact_tail,
+                             .split_at_hit = lock_hit};
   absl::StatusOr<MatchResult> match =
-      peek ? tree_->MatchPrefix(ns, tokens, {.record_hit = false})
-           : CountedMatchLocked(ns, tokens);
+      peek ? tree_->MatchPrefix(ns, tokens, options)
+           : CountedMatchLocked(ns, tokens, options);
   if (!match.ok() || !lock_hit || match->device_len == 0) return match;
   if (absl::Status locked = tree_->Lock(match->last_device_node);
       !locked.ok()) {
@@ -179,8 +182,9 @@ absl::StatusOr<MatchResult> HiCacheEngine::Match(
 }
 
 absl::StatusOr<MatchResult> HiCacheEngine::CountedMatchLocked(
-    absl::string_view ns, absl::Span<const int32_t> tokens) {
-  absl::StatusOr<MatchResult> match = tree_->MatchPrefix(ns, tokens);
+    absl::string_view ns, absl::Span<const int32_t> tokens,
+    MatchOptions options) {
+  absl::StatusOr<MatchResult> match = tree_->MatchPrefix(ns, tokens, options);
   if (!match.ok()) return match;
   ++stats_.match_calls;
   stats_.query_tokens += tokens.size();
@@ -412,6 +416,21 @@ absl::Status HiCacheEngine::Free(absl::Span<const LogicalPage> pages,
   }
   ledger_.Remove(pages);
   FreeDeviceLocked(pages);
+  return absl::OkStatus();
+}
+
+absl::Status HiCacheEngine::CheckHeldBy(absl::Span<const LogicalPage> pages,
+                                        uint64_t holder) const {
+  if (absl::Status s = PageLedger::CheckDistinct(pages, "pages"); !s.ok()) {
+    return s;
+  }
+  MutexLock lock(&mu_);
+  for (size_t i = 0; i < pages.size(); ++i) {
+    if (!ledger_.IsHeldBy(pages[i], PageHolder::Request(holder))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pages[", i, "] = ", pages[i], " is not held by this session"));
+    }
+  }
   return absl::OkStatus();
 }
 

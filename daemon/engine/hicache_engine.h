@@ -51,10 +51,14 @@ class HiCacheEngine : public TransferListener {
   // `peek`, a pure lookup: no hit recorded, no backup started, no stats.
   // With `lock`, the device hit's deepest node is locked in the same
   // critical section as the match, so nothing (an operator eviction) can
-  // free the hit in between; an error if it cannot be locked.
+  // free the hit in between; an error if it cannot be locked. A locked hit
+  // that ends inside a node splits it there, so the lock protects nothing
+  // past the hit. `exact_tail`: see MatchOptions (false floors an exact
+  // sub-page tail hit, as schedulers need).
   absl::StatusOr<MatchResult> Match(absl::string_view ns,
                                     absl::Span<const int32_t> tokens,
-                                    bool peek = false, bool lock = false)
+                                    bool peek = false, bool lock = false,
+                                    bool exact_tail = true)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Page ownership: every allocated device page is held by exactly one of a
   // request holder (a client session; `holder`, default 0 for in-process
@@ -79,6 +83,10 @@ class HiCacheEngine : public TransferListener {
   // `holder` does not hold (unallocated, or another holder's).
   absl::Status Free(absl::Span<const LogicalPage> pages, uint64_t holder = 0)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // OK if `pages` are distinct and all held by `holder` (what Free
+  // accepts, bar a copy still using one); INVALID_ARGUMENT otherwise.
+  absl::Status CheckHeldBy(absl::Span<const LogicalPage> pages,
+                           uint64_t holder) const ABSL_LOCKS_EXCLUDED(mu_);
   // Frees every page `holder` holds (those a copy still touches once it
   // completes); returns how many. For closing a session.
   int64_t FreeAllOf(uint64_t holder) ABSL_LOCKS_EXCLUDED(mu_);
@@ -162,10 +170,23 @@ class HiCacheEngine : public TransferListener {
   // Matches and, for a host hit, loads the host-only nodes back with their
   // recorded owner pattern. Per-layer events follow through the listener;
   // on completion the nodes are attached and locked for the caller until
-  // FinishLoad.
+  // FinishLoad. The quota keeps room for the request's own extend: with
+  // extend_tokens > 0 the load is a miss (kOverQuota) unless free plus
+  // evictable device pages cover the load and ceil(extend_tokens / P) + 1
+  // more pages.
+  struct LoadBackOptions {
+    int64_t extend_tokens = 0;
+    bool exact_tail = true;  // See MatchOptions.
+  };
+  absl::StatusOr<LoadResult> LoadBack(absl::string_view ns,
+                                      absl::Span<const int32_t> tokens,
+                                      const LoadBackOptions& options)
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<LoadResult> LoadBack(absl::string_view ns,
                                       absl::Span<const int32_t> tokens)
-      ABSL_LOCKS_EXCLUDED(mu_);
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    return LoadBack(ns, tokens, LoadBackOptions{});
+  }
   // True once the load's copies are done and its nodes attached; ABORTED if
   // the load failed (treat it as a miss and FinishLoad it).
   absl::StatusOr<bool> LoadDone(uint64_t op) ABSL_LOCKS_EXCLUDED(mu_);
@@ -222,8 +243,8 @@ class HiCacheEngine : public TransferListener {
   // Match that counts the hit in the stats and starts the write-through
   // backups it qualifies (shared by Match and LoadBack).
   absl::StatusOr<MatchResult> CountedMatchLocked(
-      absl::string_view ns, absl::Span<const int32_t> tokens)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      absl::string_view ns, absl::Span<const int32_t> tokens,
+      MatchOptions options) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Allocation for `holder` (kRequest or kLoad), recorded in the ledger.
   // `may_wait`: under write-back, wait (mu_ released) for the victims it
   // stages; only where no state read before the call is used after it.

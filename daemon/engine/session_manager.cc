@@ -304,7 +304,7 @@ void SessionManager::DropLockLocked(Session& session, NodeId node,
 
 absl::StatusOr<std::vector<SessionManager::SessionMatch>> SessionManager::Match(
     const std::string& id, absl::Span<const std::vector<int32_t>> requests,
-    bool lock_hits, bool peek) {
+    bool lock_hits, bool peek, bool exact_tail) {
   if (absl::Status s = CheckItems(requests.size(), "MatchPrefix.items");
       !s.ok()) {
     return s;
@@ -316,7 +316,8 @@ absl::StatusOr<std::vector<SessionManager::SessionMatch>> SessionManager::Match(
   results.reserve(requests.size());
   for (const std::vector<int32_t>& tokens : requests) {
     absl::StatusOr<MatchResult> match =
-        engine_->Match((*session)->info.ns, tokens, peek, lock_hits);
+        engine_->Match((*session)->info.ns, tokens, peek, lock_hits,
+                       exact_tail);
     if (!match.ok()) {
       // All or nothing: release what this call locked.
       for (const SessionMatch& done : results) {
@@ -454,17 +455,8 @@ absl::Status SessionManager::UnlockHandles(const std::string& id,
   MutexLock lock(&mu_);
   absl::StatusOr<Session*> session = FindScheduler(id, "Unlock");
   if (!session.ok()) return session.status();
-  absl::flat_hash_set<uint64_t> seen;
-  for (size_t i = 0; i < handles.size(); ++i) {
-    if (!seen.insert(handles[i]).second) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "lock_handles[", i, "] = ", handles[i], " is repeated"));
-    }
-    if (!(*session)->lock_handles.contains(handles[i])) {
-      return absl::NotFoundError(absl::StrCat(
-          "lock_handles[", i, "] = ", handles[i],
-          " is not a lock of this session"));
-    }
+  if (absl::Status s = CheckHandlesLocked(**session, handles); !s.ok()) {
+    return s;
   }
   for (uint64_t handle : handles) {
     const NodeId node = (*session)->lock_handles.at(handle);
@@ -472,6 +464,51 @@ absl::Status SessionManager::UnlockHandles(const std::string& id,
     DropLockLocked(**session, node, handle);
   }
   return absl::OkStatus();
+}
+
+absl::Status SessionManager::CheckHandlesLocked(
+    const Session& session, absl::Span<const uint64_t> handles) const {
+  absl::flat_hash_set<uint64_t> seen;
+  for (size_t i = 0; i < handles.size(); ++i) {
+    if (!seen.insert(handles[i]).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "lock_handles[", i, "] = ", handles[i], " is repeated"));
+    }
+    if (!session.lock_handles.contains(handles[i])) {
+      return absl::NotFoundError(absl::StrCat(
+          "lock_handles[", i, "] = ", handles[i],
+          " is not a lock of this session"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SessionManager::CheckHandles(
+    const std::string& id, absl::Span<const uint64_t> handles) const {
+  if (absl::Status s = CheckItems(handles.size(), "lock_handles"); !s.ok()) {
+    return s;
+  }
+  MutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) {
+    return absl::NotFoundError(absl::StrCat("no session '", id, "'"));
+  }
+  return CheckHandlesLocked(it->second, handles);
+}
+
+absl::Status SessionManager::CheckPages(
+    const std::string& id, absl::Span<const LogicalPage> pages) const {
+  if (static_cast<int64_t>(pages.size()) > limits_.max_pages_per_request) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the call names ", pages.size(), " pages; the limit is ",
+                     limits_.max_pages_per_request));
+  }
+  MutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) {
+    return absl::NotFoundError(absl::StrCat("no session '", id, "'"));
+  }
+  return engine_->CheckHeldBy(pages, it->second.holder);
 }
 
 absl::StatusOr<std::vector<uint64_t>> SessionManager::PrepareBackups(
@@ -604,12 +641,13 @@ absl::Status SessionManager::Rollback(const std::string& id, uint64_t backup) {
 }
 
 absl::StatusOr<LoadResult> SessionManager::LoadBack(
-    const std::string& id, absl::Span<const int32_t> tokens) {
+    const std::string& id, absl::Span<const int32_t> tokens,
+    const HiCacheEngine::LoadBackOptions& options) {
   MutexLock lock(&mu_);
   absl::StatusOr<Session*> session = FindScheduler(id, "LoadBack");
   if (!session.ok()) return session.status();
   absl::StatusOr<LoadResult> load =
-      engine_->LoadBack((*session)->info.ns, tokens);
+      engine_->LoadBack((*session)->info.ns, tokens, options);
   if (!load.ok()) return load;
   if (load->op_id != 0) {
     (*session)->loads.insert(load->op_id);

@@ -123,9 +123,11 @@ class SessionManager {
     MatchResult match;
     uint64_t lock_handle = 0;
   };
+  // `exact_tail` false floors an exact sub-page tail hit (MatchOptions).
   absl::StatusOr<std::vector<SessionMatch>> Match(
       const std::string& id, absl::Span<const std::vector<int32_t>> requests,
-      bool lock, bool peek = false) ABSL_LOCKS_EXCLUDED(mu_);
+      bool lock, bool peek = false, bool exact_tail = true)
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::vector<SessionInsertResult>> Insert(
       const std::string& id, absl::Span<const SessionInsertItem> items)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -145,6 +147,15 @@ class SessionManager {
   // NOT_FOUND for one the session does not hold; nothing released then.
   absl::Status UnlockHandles(const std::string& id,
                              absl::Span<const uint64_t> handles)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // What UnlockHandles would answer, without releasing anything.
+  absl::Status CheckHandles(const std::string& id,
+                            absl::Span<const uint64_t> handles) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // OK if the pages are distinct and all held by the session (as Free
+  // needs); INVALID_ARGUMENT naming the first that is not.
+  absl::Status CheckPages(const std::string& id,
+                          absl::Span<const LogicalPage> pages) const
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::vector<uint64_t>> PrepareBackups(
       const std::string& id, absl::Span<const BackupSpec> specs)
@@ -178,8 +189,9 @@ class SessionManager {
       ABSL_LOCKS_EXCLUDED(mu_);
   // A load-back owned by the session; its lock is the session's until
   // FinishLoad (or the session ends).
-  absl::StatusOr<LoadResult> LoadBack(const std::string& id,
-                                      absl::Span<const int32_t> tokens)
+  absl::StatusOr<LoadResult> LoadBack(
+      const std::string& id, absl::Span<const int32_t> tokens,
+      const HiCacheEngine::LoadBackOptions& options = {})
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status FinishLoad(const std::string& id, uint64_t load)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -241,6 +253,9 @@ class SessionManager {
                                     absl::string_view field) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckItems(size_t count, absl::string_view what) const;
+  absl::Status CheckHandlesLocked(const Session& session,
+                                  absl::Span<const uint64_t> handles) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records a lock the engine granted; returns its handle.
   uint64_t AddLockLocked(Session& session, NodeId node)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

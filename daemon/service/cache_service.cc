@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -42,6 +43,34 @@ const char* TierName(NodeTier tier) {
   return "unknown";
 }
 
+void ToProto(const SessionInsertResult& r, v1::InsertResult* out) {
+  out->set_deferred(r.insert.deferred);
+  out->set_present_tokens(r.insert.present_len);
+  out->set_cached_tokens(r.insert.cached_len);
+  out->set_node(r.insert.node);
+  out->mutable_duplicate_pages()->Add(r.insert.duplicate_pages.begin(),
+                                      r.insert.duplicate_pages.end());
+  out->mutable_uncached_pages()->Add(r.insert.uncached_pages.begin(),
+                                     r.insert.uncached_pages.end());
+  out->set_backup_attached(r.backup_attached);
+}
+
+// Unspecified: any lanes (no mode).
+absl::StatusOr<std::optional<ComputeOwnerMode>> FromProto(
+    v1::ComputeOwnerMode mode, const std::string& field) {
+  switch (mode) {
+    case v1::COMPUTE_OWNER_MODE_UNSPECIFIED:
+      return std::nullopt;
+    case v1::COMPUTE_OWNER_MODE_ZIGZAG:
+      return ComputeOwnerMode::kZigzag;
+    case v1::COMPUTE_OWNER_MODE_ROUND_ROBIN:
+      return ComputeOwnerMode::kRoundRobin;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " ", mode, " is not a ComputeOwnerMode"));
+  }
+}
+
 void ToProto(const NodeInfo& n, v1::NodeInfo* out) {
   out->set_id(n.id);
   out->set_parent(n.parent);
@@ -76,7 +105,8 @@ CacheRpcs::CacheRpcs(HiCacheEngine* engine, SessionManager* sessions,
       sessions_(sessions),
       hub_(hub),
       watch_(watch),
-      limits_(limits) {}
+      limits_(limits),
+      flow_(sessions, engine) {}
 
 v1::CacheEvent CacheRpcs::ToCacheEvent(const OpEvent& event) {
   v1::CacheEvent out;
@@ -344,19 +374,9 @@ grpc::Status CacheRpcs::Allocate(const v1::AllocateRequest& request,
       return Invalid(absl::StrCat(
           "items[", i, "]: give either owners, or num_pages with a mode"));
     }
-    switch (in.mode()) {
-      case v1::COMPUTE_OWNER_MODE_UNSPECIFIED:
-        break;
-      case v1::COMPUTE_OWNER_MODE_ZIGZAG:
-        item.mode = ComputeOwnerMode::kZigzag;
-        break;
-      case v1::COMPUTE_OWNER_MODE_ROUND_ROBIN:
-        item.mode = ComputeOwnerMode::kRoundRobin;
-        break;
-      default:
-        return Invalid(absl::StrCat("items[", i, "].mode ", in.mode(),
-                                    " is not a ComputeOwnerMode"));
-    }
+    auto mode = FromProto(in.mode(), absl::StrCat("items[", i, "].mode"));
+    if (!mode.ok()) return ToGrpcStatus(mode.status());
+    item.mode = *mode;
     items.push_back(std::move(item));
   }
   auto pages = sessions_->Allocate(request.session_id(), items);
@@ -409,7 +429,8 @@ grpc::Status CacheRpcs::MatchPrefix(const v1::MatchPrefixRequest& request,
     requests.push_back(*std::move(tokens));
   }
   auto results = sessions_->Match(request.session_id(), requests,
-                                  request.lock(), request.peek());
+                                  request.lock(), request.peek(),
+                                  request.exact_tail());
   if (!results.ok()) return ToGrpcStatus(results.status());
   for (const SessionManager::SessionMatch& result : *results) {
     const MatchResult& r = result.match;
@@ -419,6 +440,7 @@ grpc::Status CacheRpcs::MatchPrefix(const v1::MatchPrefixRequest& request,
     out->set_last_host_node(r.last_host_node);
     out->set_host_hit_tokens(r.host_hit_len);
     out->set_lock_handle(result.lock_handle);
+    out->set_tail_blocked(r.tail_blocked);
   }
   return grpc::Status::OK;
 }
@@ -446,16 +468,95 @@ grpc::Status CacheRpcs::Insert(const v1::InsertRequest& request,
   auto results = sessions_->Insert(request.session_id(), items);
   if (!results.ok()) return ToGrpcStatus(results.status());
   for (const SessionInsertResult& r : *results) {
-    v1::InsertResult* out = response->add_results();
-    out->set_deferred(r.insert.deferred);
-    out->set_present_tokens(r.insert.present_len);
-    out->set_cached_tokens(r.insert.cached_len);
-    out->set_node(r.insert.node);
-    out->mutable_duplicate_pages()->Add(r.insert.duplicate_pages.begin(),
-                                        r.insert.duplicate_pages.end());
-    out->mutable_uncached_pages()->Add(r.insert.uncached_pages.begin(),
-                                       r.insert.uncached_pages.end());
-    out->set_backup_attached(r.backup_attached);
+    ToProto(r, response->add_results());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CacheRpcs::Admit(const v1::AdmitRequest& request,
+                              v1::AdmitResponse* response) {
+  if (grpc::Status s = CheckTokenBudget(
+          request.items(), sessions_->limits().max_tokens_per_request);
+      !s.ok()) {
+    return s;
+  }
+  std::vector<AdmitItem> items;
+  items.reserve(request.items_size());
+  for (int i = 0; i < request.items_size(); ++i) {
+    const v1::AdmitItem& in = request.items(i);
+    auto tokens =
+        DecodeTokens(in.tokens(), absl::StrCat("items[", i, "].tokens"));
+    if (!tokens.ok()) return ToGrpcStatus(tokens.status());
+    auto mode = FromProto(in.mode(), absl::StrCat("items[", i, "].mode"));
+    if (!mode.ok()) return ToGrpcStatus(mode.status());
+    AdmitItem item{.tokens = *std::move(tokens),
+                   .reserve_tokens = in.reserve_tokens(),
+                   .mode = *mode};
+    switch (in.backup()) {
+      case v1::BACKUP_CHOICE_AUTO:
+        item.backup = BackupChoice::kAuto;
+        break;
+      case v1::BACKUP_CHOICE_NEVER:
+        item.backup = BackupChoice::kNever;
+        break;
+      case v1::BACKUP_CHOICE_ALWAYS:
+        item.backup = BackupChoice::kAlways;
+        break;
+      default:
+        return Invalid(absl::StrCat("items[", i, "].backup ", in.backup(),
+                                    " is not a BackupChoice"));
+    }
+    items.push_back(std::move(item));
+  }
+  auto results = flow_.Admit(request.session_id(), items);
+  if (!results.ok()) return ToGrpcStatus(results.status());
+  for (const AdmitResult& r : *results) {
+    v1::AdmitResult* out = response->add_results();
+    out->set_admitted(r.admitted);
+    if (!r.admitted) continue;
+    const MatchResult& hit = r.hit.match;
+    ToProto(hit.device_pages, hit.device_len, out->mutable_device());
+    out->set_lock_handle(r.hit.lock_handle);
+    out->set_last_device_node(hit.last_device_node);
+    out->set_host_hit_tokens(hit.host_hit_len);
+    out->set_last_host_node(hit.last_host_node);
+    out->set_load(r.load);
+    out->mutable_pages()->Add(r.pages.begin(), r.pages.end());
+    out->set_backup_id(r.backup_id);
+    out->set_tail_blocked(hit.tail_blocked);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CacheRpcs::Complete(const v1::CompleteRequest& request,
+                                 v1::CompleteResponse* response) {
+  if (grpc::Status s = CheckTokenBudget(
+          request.items(), sessions_->limits().max_tokens_per_request);
+      !s.ok()) {
+    return s;
+  }
+  std::vector<CompleteItem> items;
+  items.reserve(request.items_size());
+  for (int i = 0; i < request.items_size(); ++i) {
+    const v1::CompleteItem& in = request.items(i);
+    auto tokens =
+        DecodeTokens(in.tokens(), absl::StrCat("items[", i, "].tokens"));
+    if (!tokens.ok()) return ToGrpcStatus(tokens.status());
+    CompleteItem item;
+    item.insert.tokens = *std::move(tokens);
+    item.insert.pages.assign(in.pages().begin(), in.pages().end());
+    item.insert.unfinished = in.unfinished();
+    item.insert.backup_id = in.backup_id();
+    item.lock_handles.assign(in.lock_handles().begin(),
+                             in.lock_handles().end());
+    item.free_uncached = in.free_uncached();
+    item.free_pages.assign(in.free_pages().begin(), in.free_pages().end());
+    items.push_back(std::move(item));
+  }
+  auto results = flow_.Complete(request.session_id(), items);
+  if (!results.ok()) return ToGrpcStatus(results.status());
+  for (const SessionInsertResult& r : *results) {
+    ToProto(r, response->add_results());
   }
   return grpc::Status::OK;
 }

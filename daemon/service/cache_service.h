@@ -3,6 +3,7 @@
 #include "daemon/engine/caller.h"
 #include "daemon/engine/event_hub.h"
 #include "daemon/engine/hicache_engine.h"
+#include "daemon/engine/request_flow.h"
 #include "daemon/engine/session_manager.h"
 #include "daemon/service/watch_broadcaster.h"
 #include "hicache/v1/hicache.grpc.pb.h"
@@ -53,6 +54,11 @@ class CacheRpcs {
                            v1::MatchPrefixResponse* response);
   grpc::Status Insert(const v1::InsertRequest& request,
                       v1::InsertResponse* response);
+  // One round trip before a request's forward and one after (RequestFlow).
+  grpc::Status Admit(const v1::AdmitRequest& request,
+                     v1::AdmitResponse* response);
+  grpc::Status Complete(const v1::CompleteRequest& request,
+                        v1::CompleteResponse* response);
   // Lock (`lock`) or Unlock; Lock answers the new locks' handles.
   grpc::Status Lock(const v1::LockRequest& request, bool lock,
                     v1::LockResponse* response);
@@ -92,6 +98,7 @@ class CacheRpcs {
   EventHub* const hub_;
   WatchBroadcaster* const watch_;
   const StreamLimits limits_;
+  RequestFlow flow_;
 };
 
 }  // namespace hicache::service

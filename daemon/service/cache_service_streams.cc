@@ -32,10 +32,20 @@ grpc::Status CacheRpcs::LoadBack(
                                 limits.max_items_per_request));
   }
   std::vector<std::vector<int32_t>> items;
+  std::vector<int64_t> extends;
   int64_t total_tokens = 0;
   for (int i = 0; i < std::max(1, request.items_size()); ++i) {
     const std::string& bytes =
         request.items_size() > 0 ? request.items(i).tokens() : request.tokens();
+    const int64_t extend = request.items_size() > 0
+                               ? request.items(i).extend_tokens()
+                               : request.extend_tokens();
+    if (extend < 0 || extend > limits.max_tokens_per_request) {
+      return Invalid(absl::StrCat("extend_tokens must be in [0, ",
+                                  limits.max_tokens_per_request, "], got ",
+                                  extend));
+    }
+    extends.push_back(extend);
     auto tokens = DecodeTokens(bytes, request.items_size() > 0
                                           ? absl::StrCat("items[", i, "].tokens")
                                           : std::string("tokens"));
@@ -65,7 +75,10 @@ grpc::Status CacheRpcs::LoadBack(
   std::map<uint64_t, Pending> pending;  // Loads in flight, by op id.
   absl::Status failed;
   for (size_t i = 0; i < items.size(); ++i) {
-    auto load = sessions_->LoadBack(session, items[i]);
+    // Page-floored, as Admit: the request writes whole pages only.
+    auto load = sessions_->LoadBack(
+        session, items[i],
+        {.extend_tokens = extends[i], .exact_tail = false});
     if (!load.ok()) {
       failed = load.status();  // Items already started still finish below.
       break;

@@ -59,6 +59,10 @@ HICACHE_FORWARD(Lock, v1::LockRequest, v1::LockResponse,
                 cache_->Lock(*request, true, response))
 HICACHE_FORWARD(Unlock, v1::LockRequest, v1::LockResponse,
                 cache_->Lock(*request, false, response))
+HICACHE_FORWARD(Admit, v1::AdmitRequest, v1::AdmitResponse,
+                cache_->Admit(*request, response))
+HICACHE_FORWARD(Complete, v1::CompleteRequest, v1::CompleteResponse,
+                cache_->Complete(*request, response))
 HICACHE_FORWARD(Pin, v1::PinRequest, v1::PinResponse, cache_->Pin(*request))
 HICACHE_FORWARD(Evict, v1::EvictRequest, v1::EvictResponse,
                 cache_->Evict(CallerOf(context), *request, response))

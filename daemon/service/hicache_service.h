@@ -43,6 +43,8 @@ class HiCacheServiceImpl final : public v1::HiCache::Service {
   HICACHE_UNARY(Insert, v1::InsertRequest, v1::InsertResponse)
   HICACHE_UNARY(Lock, v1::LockRequest, v1::LockResponse)
   HICACHE_UNARY(Unlock, v1::LockRequest, v1::LockResponse)
+  HICACHE_UNARY(Admit, v1::AdmitRequest, v1::AdmitResponse)
+  HICACHE_UNARY(Complete, v1::CompleteRequest, v1::CompleteResponse)
   HICACHE_UNARY(Pin, v1::PinRequest, v1::PinResponse)
   HICACHE_UNARY(Evict, v1::EvictRequest, v1::EvictResponse)
   HICACHE_UNARY(SetFreeRoom, v1::SetFreeRoomRequest, v1::SetFreeRoomResponse)

@@ -1,0 +1,91 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "daemon/engine/hicache_engine.h"
+#include "daemon/engine/session_manager.h"
+
+namespace hicache {
+
+// Whether Admit prepares the per-layer backup of a request's new pages.
+enum class BackupChoice {
+  kAuto,    // When the engine's write policy is write-through.
+  kNever,
+  kAlways,  // Unless the host tier has no room (backup id 0).
+};
+
+struct AdmitItem {
+  std::vector<int32_t> tokens;  // The request's input.
+  int64_t reserve_tokens = 0;   // Output tokens to allocate pages for now.
+  std::optional<ComputeOwnerMode> mode;  // Lanes of the new pages.
+  BackupChoice backup = BackupChoice::kAuto;
+};
+
+struct AdmitResult {
+  // false: the item (and every item after it) holds nothing; retry later.
+  bool admitted = false;
+  // The page-floored device hit, locked for the session (handle 0: no hit).
+  SessionManager::SessionMatch hit;
+  // The host hit is worth loading (at least the load-back threshold):
+  // nothing was allocated; the caller loads it back, then allocates.
+  bool load = false;
+  // The new pages after hit.match.device_pages: ceil((|tokens| + reserve) /
+  // P) - |device_pages| of them.
+  std::vector<LogicalPage> pages;
+  uint64_t backup_id = 0;  // The prepared backup of the new input pages.
+};
+
+struct CompleteItem {
+  SessionInsertItem insert;
+  std::vector<uint64_t> lock_handles;  // Released after the insert.
+  bool free_uncached = false;          // Free what the tree did not take.
+  std::vector<LogicalPage> free_pages;  // More pages to free (unused reserve).
+};
+
+// One scheduler request in one round trip before its forward (Admit) and
+// one after (Complete), built on the session's own calls, so every rule of
+// SessionManager (confinement, ownership, limits) holds unchanged.
+//
+// Admit, item by item in order: match (page-floored: every page the request
+// writes starts on a page boundary) and lock the device hit; unless the
+// host hit is worth loading, allocate the rest of the request and, per the
+// backup choice, prepare the backup of its new input pages (not when the
+// match reports tail_blocked: the insert would be deferred). The first item
+// that does not fit (RESOURCE_EXHAUSTED) and every item after it are not
+// admitted and hold nothing. Any other error undoes the whole call.
+//
+// Complete, item by item: checks every item's lock handles and free pages
+// first (nothing changes on a bad one), then inserts (attaching the backup,
+// as SessionManager::Insert); a deferred insert stops there for that item
+// (no unlock, no free: retry it). Otherwise the handles are released and,
+// with free_uncached, the uncached pages and free_pages freed. An insert
+// error stops the call at that item (earlier items are done) and names it.
+//
+// Thread-safe (as SessionManager).
+class RequestFlow {
+ public:
+  // `sessions` and `engine` must outlive the flow.
+  RequestFlow(SessionManager* sessions, const HiCacheEngine* engine);
+
+  absl::StatusOr<std::vector<AdmitResult>> Admit(
+      const std::string& session_id, absl::Span<const AdmitItem> items);
+  absl::StatusOr<std::vector<SessionInsertResult>> Complete(
+      const std::string& session_id, absl::Span<const CompleteItem> items);
+
+ private:
+  // Whether an admitted item gets a backup.
+  bool WantsBackup(BackupChoice choice) const;
+  // Releases what Admit took for `results` (an error undoes the call).
+  void Undo(const std::string& session_id,
+            const std::vector<AdmitResult>& results);
+
+  SessionManager* const sessions_;
+  const HiCacheEngine* const engine_;
+};
+
+}  // namespace hicache
