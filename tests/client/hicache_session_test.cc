@@ -351,7 +351,9 @@ TEST_F(SessionTest, FinishLoadAbandonsOrRefuses) {
     if (!event.has_done()) continue;
     got_done = true;
     EXPECT_EQ(event.done().ok(), event.done().lock_handle() != 0);
-    if (finished.ok()) EXPECT_EQ(Stats().session_locks(), 0);
+    if (finished.ok()) {
+      EXPECT_EQ(Stats().session_locks(), 0);
+    }
     if (event.done().lock_handle() != 0) {
       EXPECT_TRUE(session_->UnlockHandles({event.done().lock_handle()}).ok());
     }
@@ -560,6 +562,144 @@ TEST_F(SessionTest, WorkersStoreTheirRanksAndSubscribe) {
     }
     (void)events[rank]->Finish();
   }
+}
+
+// Acks every layer of `backup` on each rank's own worker stream, as the
+// workers of a forward pass would.
+void StoreOnWorkers(
+    const std::vector<std::unique_ptr<client::Session>>& workers,
+    uint64_t backup, uint32_t num_steps) {
+  for (const auto& worker : workers) {
+    auto stream = worker->OpenBackupStream();
+    ASSERT_TRUE(stream.ok());
+    for (uint32_t step = 0; step < num_steps; ++step) {
+      ASSERT_TRUE((*stream)->LayerStored({backup}, step).ok());
+    }
+    EXPECT_TRUE((*stream)->Close().ok());
+    EXPECT_TRUE((*stream)->TakeErrors().empty());
+  }
+}
+
+TEST_F(SessionTest, AdmitThenCompleteInTwoRoundTrips) {
+  const uint64_t cached = Cache(Seq(0, 8));  // 2 pages on device.
+  std::vector<std::unique_ptr<client::Session>> workers;
+  for (uint32_t rank = 0; rank < 2; ++rank) {
+    workers.push_back(Open(v1::ROLE_WORKER, rank));
+  }
+  // 14 input tokens (8 hit) and 4 of output: 5 pages, 3 of them new.
+  const std::vector<int32_t> input = Seq(0, 14);
+  auto admitted = session_->Admit({client::MakeAdmitItem(
+      input, 4, v1::COMPUTE_OWNER_MODE_UNSPECIFIED, v1::BACKUP_CHOICE_ALWAYS)});
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  ASSERT_EQ(admitted->results_size(), 1);
+  const v1::AdmitResult& a = admitted->results(0);
+  ASSERT_TRUE(a.admitted());
+  EXPECT_FALSE(a.load());
+  EXPECT_EQ(a.device().valid_tokens(), 8);
+  EXPECT_EQ(a.device().pages_size(), 2);
+  EXPECT_EQ(a.last_device_node(), cached);
+  EXPECT_NE(a.lock_handle(), 0u);
+  EXPECT_EQ(a.pages_size(), 3);
+  ASSERT_NE(a.backup_id(), 0u);
+  EXPECT_EQ(Stats().session_locks(), 1);
+  EXPECT_EQ(Stats().session_pages(), 3);
+  ASSERT_NO_FATAL_FAILURE(StoreOnWorkers(workers, a.backup_id(), num_steps_));
+  const v1::CompleteItem item = client::MakeCompleteItem(a, input, kPageSize);
+  ASSERT_EQ(item.free_pages_size(), 1);  // The unused output page.
+  auto completed = session_->Complete({item});
+  ASSERT_TRUE(completed.ok()) << completed.status();
+  const v1::InsertResult& r = completed->results(0);
+  EXPECT_FALSE(r.deferred());
+  EXPECT_TRUE(r.backup_attached());
+  // Everything the request held went to the tree or back to the pool.
+  EXPECT_EQ(Stats().session_locks(), 0);
+  EXPECT_EQ(Stats().session_pages(), 0);
+  // The backup commits once both ranks stored both layers: a host copy.
+  int64_t committed = 0;
+  for (int i = 0; i < 400 && committed == 0; ++i) {
+    committed = Stats().backups_committed();
+    if (committed == 0) absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(committed, 1);
+  // The next turn hits the cached input, page-floored.
+  auto next = session_->Admit({client::MakeAdmitItem(Seq(0, 20), 0)});
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->results(0).device().valid_tokens(), 12);
+  auto done = session_->Complete(
+      {client::MakeCompleteItem(next->results(0), Seq(0, 20), kPageSize)});
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(Stats().session_locks(), 0);
+}
+
+TEST_F(SessionTest, CompleteChecksHandlesAndPagesFirst) {
+  Cache(Seq(0, 8));
+  auto admitted = session_->Admit({client::MakeAdmitItem(
+      Seq(0, 12), 4, v1::COMPUTE_OWNER_MODE_UNSPECIFIED,
+      v1::BACKUP_CHOICE_NEVER)});
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  const v1::AdmitResult& a = admitted->results(0);
+  ASSERT_TRUE(a.admitted());
+  EXPECT_EQ(a.backup_id(), 0u);  // NEVER: no backup.
+  const v1::CompleteItem good = client::MakeCompleteItem(a, Seq(0, 12), 4);
+  // A handle this session does not hold: an error, nothing changed.
+  v1::CompleteItem bad_handle = good;
+  bad_handle.set_lock_handles(0, 987654);
+  absl::Status refused = session_->Complete({bad_handle}).status();
+  EXPECT_FALSE(refused.ok());
+  EXPECT_THAT(refused.message(), HasSubstr("Complete: "));
+  // A page to free that is not the session's: an error, nothing changed.
+  v1::CompleteItem bad_page = good;
+  bad_page.add_free_pages(a.device().pages(0));  // The tree's page.
+  EXPECT_FALSE(session_->Complete({bad_page}).ok());
+  EXPECT_EQ(Stats().session_locks(), 1);
+  EXPECT_EQ(Stats().session_pages(), 2);
+  auto completed = session_->Complete({good});
+  ASSERT_TRUE(completed.ok()) << completed.status();
+  EXPECT_EQ(Stats().session_locks(), 0);
+  EXPECT_EQ(Stats().session_pages(), 0);
+  // The same handle again: released already.
+  EXPECT_FALSE(session_->Complete({good}).ok());
+}
+
+TEST_F(SessionTest, AdmitIsFirstComeFirstServed) {
+  // Hold most of the pool: 2 x 8 pages, page 0 of each lane reserved.
+  const std::vector<int64_t> held = AllocatePages(10);
+  ASSERT_EQ(held.size(), 10u);
+  auto admitted = session_->Admit({client::MakeAdmitItem(Seq(0, 8)),
+                                   client::MakeAdmitItem(Seq(100, 16)),
+                                   client::MakeAdmitItem(Seq(200, 4))});
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  ASSERT_EQ(admitted->results_size(), 3);
+  EXPECT_TRUE(admitted->results(0).admitted());
+  EXPECT_FALSE(admitted->results(1).admitted());
+  EXPECT_FALSE(admitted->results(2).admitted());  // Behind the one waiting.
+  EXPECT_EQ(Stats().session_pages(), 12);  // Only the first one's 2 pages.
+  // A request larger than the whole pool is an error of the call.
+  auto too_big = session_->Admit({client::MakeAdmitItem(Seq(0, 200))});
+  EXPECT_EQ(too_big.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(too_big.status().message(), HasSubstr("Admit: "));
+  EXPECT_FALSE(session_->Admit({client::MakeAdmitItem({})}).ok());  // Empty.
+}
+
+TEST_F(SessionTest, AdmitAnswersLoadForAHostHit) {
+  ASSERT_NO_FATAL_FAILURE(CacheOnHostOnly(Seq(0, 8)));
+  auto admitted = session_->Admit({client::MakeAdmitItem(Seq(0, 12), 4)});
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  const v1::AdmitResult& a = admitted->results(0);
+  ASSERT_TRUE(a.admitted());
+  ASSERT_TRUE(a.load());
+  EXPECT_EQ(a.host_hit_tokens(), 8);
+  EXPECT_EQ(a.pages_size(), 0);  // Nothing allocated.
+  // Load it back with room for the extend, then the hit is on device.
+  auto loaded = session_->LoadBack(Seq(0, 12), /*extend_tokens=*/8);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(loaded->ok());
+  EXPECT_EQ(loaded->started.loaded_tokens(), 8);
+  EXPECT_EQ(loaded->layers_loaded, static_cast<int>(2 * num_steps_));
+  std::vector<uint64_t> handles = {loaded->lock_handle()};
+  if (a.lock_handle() != 0) handles.push_back(a.lock_handle());
+  ASSERT_TRUE(session_->UnlockHandles(handles).ok());
+  EXPECT_EQ(Stats().session_locks(), 0);
 }
 
 TEST(MakeCompleteItemTest, CachesTheTokensPagesAndFreesTheRest) {
