@@ -6,6 +6,7 @@ import os
 import queue
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Sequence, Union
 
@@ -75,6 +76,9 @@ def _enum(table, value, what):
         return table[value]
     except KeyError:
         raise ValueError(f"{what} must be one of {sorted(table)}, got {value!r}") from None
+
+
+_STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
 def _call(name, fn, request, timeout):
@@ -456,7 +460,9 @@ class BackupStream:
         self._cv = threading.Condition()
         self._pending = {}
         self._prepared = []
-        self._errors = []
+        self._errors = []  # (code, message) the daemon sent.
+        self.error_count = 0
+        self._end = None  # HiCacheError once the stream ended.
         self.events = 0  # Messages received so far.
         self.ended = 0   # Backups committed or rolled back so far.
         self._responses = session.client.stub.BackupSession(self._generator())
@@ -494,30 +500,51 @@ class BackupStream:
                     elif kind == "prepared":
                         self._prepared.append(list(message.prepared.backup_ids))
                     elif kind == "error":
-                        self._errors.append(message.error.message)
+                        self._errors.append((message.error.code, message.error.message))
+                        self.error_count += 1
                     self.events += 1
                     self._cv.notify_all()
-        except grpc.RpcError:  # pylint: disable=no-member
-            pass
+        except grpc.RpcError as e:  # pylint: disable=no-member
+            self._end = HiCacheError(e.code(), e.details(), "BackupSession")
         finally:
             with self._cv:
-                self._errors.append("the backup stream ended")
+                if self._end is None:
+                    self._end = HiCacheError(grpc.StatusCode.CANCELLED, "the stream ended",
+                                             "BackupSession")
                 self._cv.notify_all()
+
+    # A prepare's reply is `prepared` or `error`; errors of earlier messages
+    # (layer_stored, rollback) arrive before it, in order. An error is the
+    # prepare's own when no `prepared` follows it within this grace.
+    _PREPARE_ERROR_GRACE_S = 0.2
 
     def prepare(self, specs: Sequence[tuple]) -> List[int]:
         """specs: (pages, logical_tokens) per request. 0 = skipped (host full)."""
         self._outbox.put(pb.BackupClientMessage(
             session_id=self.session.id, prepare=pb.BackupClientMessage.Prepare(specs=[
-            pb.BackupSpec(pages=pages, logical_tokens=tokens) for pages, tokens in specs])))
+                pb.BackupSpec(pages=pages, logical_tokens=tokens) for pages, tokens in specs])))
+        clock = time.monotonic
+        deadline = clock() + self.session.client.timeout
         with self._cv:
-            self._cv.wait_for(lambda: self._prepared or self._errors,
-                              timeout=self.session.client.timeout)
-            if self._prepared:
-                return self._prepared.pop(0)
-            if self._errors:
-                raise HiCacheError(grpc.StatusCode.INVALID_ARGUMENT, self._errors.pop(0),
-                                   "BackupSession.prepare")
-            raise HiCacheError(grpc.StatusCode.DEADLINE_EXCEEDED, "no reply", "prepare")
+            errors_before = self.error_count
+            error_at = None
+            while not self._prepared:
+                if self._end is not None:
+                    raise self._end
+                now = clock()
+                if self.error_count > errors_before and error_at is None:
+                    error_at = now
+                if error_at is not None and now - error_at >= self._PREPARE_ERROR_GRACE_S:
+                    code, message = self._errors.pop()
+                    raise HiCacheError(_STATUS_CODES.get(code, grpc.StatusCode.UNKNOWN),
+                                       message, "BackupSession.prepare")
+                if now >= deadline:
+                    raise HiCacheError(grpc.StatusCode.DEADLINE_EXCEEDED, "no reply",
+                                       "BackupSession.prepare")
+                limit = deadline if error_at is None else min(
+                    deadline, error_at + self._PREPARE_ERROR_GRACE_S)
+                self._cv.wait(limit - now)
+            return self._prepared.pop(0)
 
     def layer_stored(self, backup_ids: Sequence[int], step: int,
                      fences: Optional[dict] = None):
@@ -545,8 +572,10 @@ class BackupStream:
             session_id=self.session.id,
             rollback=pb.BackupClientMessage.Rollback(backup_id=backup_id)))
 
-    def errors(self) -> List[str]:
-        """The error messages the daemon sent so far (and clears them)."""
+    def errors(self) -> List[tuple]:
+        """(code, message) of the errors the daemon sent on the stream
+        (e.g. a layer_stored naming an unknown backup) and no prepare
+        raised; clears them. `error_count` counts every error."""
         with self._cv:
             errors, self._errors = self._errors, []
             return errors

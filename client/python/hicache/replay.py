@@ -1,23 +1,62 @@
-"""hicache-replay: replays a Mooncake-format trace through a running hicached.
+"""hicache-replay: replays a workload through a running hicached (API v1.1).
 
-Each request behaves as a scheduler and its workers would: load-back (match +
-host hits), allocate the rest, back it up per layer, insert with the backup,
-release the hit. Reports L1 and L1+L2 hit rates per block (a request's walk
-stops at its first block missing from both tiers), backups, loads,
-evictions, client-observed latency percentiles per RPC and a hit-rate table
-over trace time.
+Workloads: a Mooncake trace (--trace: each hash id is a block of
+--block-tokens tokens, no output reserve) or generated multi-turn
+conversations (--conversations N: a long shared system prompt, then turns
+that each extend their conversation's previous turn -- input and output --
+by a new user message; each request picks its conversation by a Zipf law;
+a conversation that reaches --turns starts over).
+
+Each request behaves as a scheduler and its workers would, in one round trip
+before the forward and one after it in the common case:
+
+ 1. Admit: match (page-floored), lock the device hit, allocate the rest of
+    the input plus the output reserve and -- per the daemon's write policy
+    (BACKUP_CHOICE_AUTO: write_through backs up, write_through_selective and
+    write_back do not) -- prepare a per-layer backup of the new input pages.
+ 2. A host hit worth loading (Admit answers `load`): LoadBack with
+    extend_tokens, then Allocate the rest; under write_through the replay
+    prepares that backup itself on its backup stream.
+ 3. The forward: only when a backup id came back, the replay (playing the
+    workers) sends layer_stored for every step on its backup stream
+    (--backup-lag N sends them N requests later, as copies still in flight
+    while later requests run).
+ 4. Complete: insert (attaching the backup), release the locks, free the
+    pages the tree did not take and the unused reserve.
+
+A deferred insert (a backup in flight conflicts; Complete changed nothing)
+is retried: first every lagging layer_stored is sent, then Complete is
+called again after the backup stream's next event or a backoff (0.2 ms,
+doubling), at most --defer-retries times. If it is still deferred the
+request gives up: its backup is rolled back, its pages freed and its locks
+released -- no page is ever left held. The summary counts deferred inserts,
+retries and give-ups, and the pages and locks the session still holds at the
+end (held_pages_at_end, held_locks_at_end: both 0 unless something leaked).
+
+Reports L1 and L1+L2 hit rates (per block for a trace, a request's walk
+stopping at its first block missing from both tiers; per token for
+conversations), backups, loads, evictions, the whole-request latency (p50,
+p99: Admit to Complete, retries included) and client-observed latency per
+RPC, and a hit-rate table over trace time.
 
     python3 -m hicache.replay --socket /tmp/hicached.sock --trace trace.jsonl
+    python3 -m hicache.replay --socket /tmp/hicached.sock --conversations 64 \\
+        --requests 2000 --json
 """
 
 import argparse
+import array
 import csv
 import json
+import random
 import sys
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
+
+import grpc
 
 import hicache
+from hicache.client import AdmitItem, CompleteItem
 
 
 def read_trace(path, limit=None):
@@ -43,62 +82,277 @@ def percentile(values, q):
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+class Request:
+    """One request: packed input tokens and its output reserve. `units` is
+    the input length in hit-rate units (blocks or tokens), `unit` the tokens
+    per unit."""
+    __slots__ = ("timestamp_ms", "tokens", "reserve", "units", "unit")
+
+    def __init__(self, timestamp_ms, tokens, reserve, units, unit):
+        self.timestamp_ms = timestamp_ms
+        self.tokens = tokens
+        self.reserve = reserve
+        self.units = units
+        self.unit = unit
+
+
+def mooncake_requests(trace, block_tokens):
+    """Requests of a Mooncake trace: hash id h is tokens h * B .. h * B + B - 1."""
+    blocks = {}
+
+    def block(h):
+        packed = blocks.get(h)
+        if packed is None:
+            packed = blocks[h] = hicache.pack_tokens(range(h * block_tokens,
+                                                           (h + 1) * block_tokens))
+        return packed
+
+    for timestamp, hash_ids in trace:
+        packed = b"".join(block(h) for h in hash_ids)
+        yield Request(timestamp, packed, 0, len(hash_ids), block_tokens)
+
+
+def conversation_requests(count, conversations, turns, system_tokens, user_tokens,
+                          output_tokens, zipf, rate, seed):
+    """Multi-turn conversations: every turn's input is its conversation's
+    previous input and output plus a new user message of about `user_tokens`
+    (half to 1.5 times); it generates about `output_tokens`. All start with
+    one shared system prompt. Conversation i is picked with weight
+    1 / (i + 1) ** zipf. Token ids are unique per message, so only what the
+    workload shares is shared."""
+    rng = random.Random(seed)
+    next_id = [system_tokens + 1]
+
+    def fresh(n):
+        start = next_id[0]
+        next_id[0] += n
+        return hicache.pack_tokens(range(start, start + n))
+
+    def about(mean):
+        return max(1, rng.randint(mean // 2, mean + mean // 2)) if mean > 0 else 0
+
+    system = hicache.pack_tokens(range(1, system_tokens + 1))
+    history = [system] * conversations  # Packed input + output so far.
+    turn = [0] * conversations
+    weights = [1.0 / (i + 1) ** zipf for i in range(conversations)]
+    cumulative, total = [], 0.0
+    for w in weights:
+        total += w
+        cumulative.append(total)
+    pick = range(conversations)
+    for i in range(count):
+        c = rng.choices(pick, cum_weights=cumulative)[0]
+        if turn[c] >= turns:
+            history[c], turn[c] = system, 0
+        tokens = history[c] + fresh(about(user_tokens))
+        output = about(output_tokens)
+        history[c] = tokens + fresh(output)
+        turn[c] += 1
+        yield Request(int(i * 1000.0 / rate), tokens, output, len(tokens) // 4, 1)
+
+
 class Replayer:
-    def __init__(self, client, session, stream, block_tokens, page_size, num_steps):
+    def __init__(self, client, session, stream, page_size, num_steps, write_policy,
+                 backup_lag=0, defer_retries=8):
         self.client = client
         self.session = session
         self.stream = stream
-        self.block = block_tokens
         self.page = page_size
         self.steps = num_steps
+        self.write_through = write_policy == "write_through"
+        self.backup_lag = backup_lag
+        self.defer_retries = defer_retries
+        self.lagging = deque()  # Backup ids whose layers are not stored yet.
         self.latency = defaultdict(list)  # RPC -> seconds
-        self.blocks = self.l1_blocks = self.l12_blocks = 0
+        self.request_latency = []  # Seconds, whole request.
+        self.units = self.l1_units = self.l12_units = 0
+        self.counts = defaultdict(int)
 
-    def _timed(self, name, fn, *args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            self.latency[name].append(time.perf_counter() - start)
+    def _store_layers(self, backup):
+        if self.backup_lag <= 0:
+            self.stream.layers_stored([backup], self.steps)
+            return
+        self.lagging.append(backup)
+        while len(self.lagging) > self.backup_lag:
+            self.stream.layers_stored([self.lagging.popleft()], self.steps)
 
-    def run_request(self, hash_ids):
-        tokens = [h * self.block + i for h in hash_ids for i in range(self.block)]
-        load = self._timed("LoadBack", self.session.load_back, tokens)
-        loaded = load.loaded_tokens if load.ok else 0
-        self.blocks += len(hash_ids)
-        self.l1_blocks += load.device_tokens // self.block
-        self.l12_blocks += (load.device_tokens + loaded) // self.block
-        reuse = (load.device_tokens + loaded) // self.page
-        need = -(-len(tokens) // self.page) - reuse
-        try:
-            if need <= 0:
+    def flush(self):
+        """Stores the layers of every lagging backup."""
+        while self.lagging:
+            self.stream.layers_stored([self.lagging.popleft()], self.steps)
+
+    def run_request(self, request):
+        clock = time.perf_counter
+        latency = self.latency
+        start = clock()
+        (admitted,) = self.session.admit([AdmitItem(request.tokens, request.reserve)])
+        now = clock()
+        latency["Admit"].append(now - start)
+        self.units += request.units
+        if not admitted.admitted:
+            self.counts["not_admitted"] += 1  # No room even after eviction: a miss.
+            self.request_latency.append(clock() - start)
+            return
+        page = self.page
+        handles = [admitted.lock_handle] if admitted.lock_handle else []
+        backup = admitted.backup_id
+        if admitted.load:
+            pages, own, backup, cached = self._load(request, admitted, handles)
+            if pages is None:
+                self.request_latency.append(clock() - start)
                 return
+            self.l1_units += admitted.device_tokens // request.unit
+            self.l12_units += cached // request.unit
+        else:
+            own = admitted.pages
+            pages = admitted.device_pages + own
+            self.l1_units += admitted.device_tokens // request.unit
+            self.l12_units += admitted.device_tokens // request.unit
+        if backup:
+            self.counts["backups_prepared"] += 1
+            self._store_layers(backup)
+        # The input is cached (a backup covers exactly its new pages); the
+        # output reserve's own pages are freed.
+        keep = -(-(len(request.tokens) // 4) // page)
+        item = CompleteItem(request.tokens, pages[:keep], backup_id=backup,
+                            lock_handles=handles, free_uncached=True, free_pages=pages[keep:])
+        self._complete(item, own)
+        self.request_latency.append(clock() - start)
+
+    def _load(self, request, admitted, handles):
+        """Host hit: LoadBack (with the request's extend), then Allocate the
+        rest; under write_through, prepare the backup of the new input.
+        Returns (request pages, the session's own of them, backup id, cached
+        tokens), or Nones when no room is left (everything released)."""
+        clock = time.perf_counter
+        page = self.page
+        input_tokens = len(request.tokens) // 4
+        extend = max(0, input_tokens - admitted.device_tokens - admitted.host_hit_tokens)
+        start = clock()
+        load = self.session.load_back(request.tokens, extend_tokens=extend + request.reserve)
+        self.latency["LoadBack"].append(clock() - start)
+        if load.lock_handle:
+            handles.append(load.lock_handle)
+        cached = load.device_tokens + (load.loaded_tokens if load.ok else 0)
+        self.counts["loads" if load.ok and load.loaded_tokens else "load_misses"] += 1
+        reuse = cached // page
+        need = -(-(input_tokens + request.reserve) // page) - reuse
+        fresh = []
+        if need > 0:
+            start = clock()
             try:
-                fresh = self._timed("Allocate", self.session.allocate, num_pages=need)
-            except hicache.HiCacheError:
-                return  # No room even after eviction: a miss, not an error.
-            pages = load.pages[:reuse] + fresh
-            (backup,) = self._timed("BackupPrepare", self.stream.prepare,
-                                    [(fresh, len(tokens) - reuse * self.page)])
-            if backup:
-                for step in range(self.steps):
-                    self.stream.layer_stored([backup], step)
-            result = self._timed("Insert", self.session.insert, tokens, pages,
-                                 backup_id=backup)
-            if result.uncached_pages:
-                self.session.free(list(result.uncached_pages))
-        finally:
-            if load.node:
-                self._timed("Unlock", self.session.unlock, [load.node])
+                fresh = self.session.allocate(num_pages=need)
+            except hicache.HiCacheError as e:
+                if e.code != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    raise
+                self.counts["not_admitted"] += 1
+                if handles:
+                    self.session.unlock(handles=handles)
+                return None, None, 0, 0
+            finally:
+                self.latency["Allocate"].append(clock() - start)
+        backup = 0
+        new_input = input_tokens - reuse * page
+        if self.write_through and new_input > 0:
+            start = clock()
+            (backup,) = self.stream.prepare([(fresh[:-(-new_input // page)], new_input)])
+            self.latency["BackupPrepare"].append(clock() - start)
+        return load.pages[:reuse] + fresh, fresh, backup, cached
+
+    def _complete(self, item, own):
+        clock = time.perf_counter
+        latency = self.latency["Complete"]
+        start = clock()
+        (result,) = self.session.complete([item])
+        latency.append(clock() - start)
+        if not result.deferred:
+            if result.backup_attached:
+                self.counts["backups_attached"] += 1
+            return
+        self.counts["deferred_inserts"] += 1
+        self.flush()  # The forward is over: every layer of it is stored.
+        wait = 0.0002
+        for _ in range(self.defer_retries):
+            self.stream.wait_event(self.stream.events, wait)
+            wait = min(wait * 2, 0.05)
+            self.counts["defer_retries"] += 1
+            start = clock()
+            try:
+                (result,) = self.session.complete([item])
+            except hicache.HiCacheError as e:
+                if not (item.backup_id and e.code == grpc.StatusCode.INVALID_ARGUMENT
+                        and "backup" in e.details):
+                    raise
+                # The daemon dropped (rolled back) the backup of the deferred
+                # insert: complete without it (its pages are simply not
+                # backed up).
+                self.counts["deferred_backup_dropped"] += 1
+                item.backup_id = 0
+                (result,) = self.session.complete([item])
+            finally:
+                latency.append(clock() - start)
+            if not result.deferred:
+                self.counts["deferred_then_completed"] += 1
+                if result.backup_attached:
+                    self.counts["backups_attached"] += 1
+                return
+        self._give_up(item, own)
+
+    def _give_up(self, item, own):
+        """Releases everything of a request whose insert stays deferred: its
+        backup (rolled back), its own pages, its locks."""
+        self.counts["deferred_gave_up"] += 1
+        deadline = time.monotonic() + 5.0
+        rolled_back = False
+        while own:
+            try:
+                self.session.free(own)
+                break
+            except hicache.HiCacheError as e:
+                # A backup still uses the pages: roll it back (the rollback
+                # travels on the stream; until the daemon read it, Free is
+                # refused).
+                if e.code != grpc.StatusCode.FAILED_PRECONDITION or time.monotonic() > deadline:
+                    raise
+                if item.backup_id and not rolled_back:
+                    self.stream.rollback(item.backup_id)
+                    rolled_back = True
+                time.sleep(0.0005)
+        if item.backup_id and not rolled_back:
+            # Its copies were done, but it may still hold host pages.
+            self.stream.rollback(item.backup_id)
+        if item.lock_handles:
+            self.session.unlock(handles=item.lock_handles)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="hicache-replay", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--socket", default=hicache.default_socket_path())
-    parser.add_argument("--trace", required=True)
-    parser.add_argument("--requests", type=int, default=None, help="replay at most N")
-    parser.add_argument("--block-tokens", type=int, default=512)
+    workload = parser.add_mutually_exclusive_group(required=True)
+    workload.add_argument("--trace", help="a Mooncake trace (JSON lines)")
+    workload.add_argument("--conversations", type=int,
+                          help="generate multi-turn conversations: how many at once")
+    parser.add_argument("--requests", type=int, default=None,
+                        help="replay at most N (conversations: default 1000)")
+    parser.add_argument("--block-tokens", type=int, default=512, help="trace: tokens per hash id")
+    parser.add_argument("--turns", type=int, default=8,
+                        help="conversations: turns before a conversation starts over")
+    parser.add_argument("--system-tokens", type=int, default=2048,
+                        help="conversations: the shared system prompt")
+    parser.add_argument("--user-tokens", type=int, default=192,
+                        help="conversations: mean new user tokens per turn")
+    parser.add_argument("--output-tokens", type=int, default=128,
+                        help="conversations: mean output tokens per turn (reserved at Admit)")
+    parser.add_argument("--zipf", type=float, default=1.0,
+                        help="conversations: Zipf exponent of the conversation choice")
+    parser.add_argument("--rate", type=float, default=20.0,
+                        help="conversations: requests per second of trace time")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--backup-lag", type=int, default=0,
+                        help="store each backup's layers N requests later (copies in flight)")
+    parser.add_argument("--defer-retries", type=int, default=8,
+                        help="retries of a deferred insert before the request gives up")
     parser.add_argument("--speed", type=float, default=0.0,
                         help="time scale (1 = real time, 2 = twice as fast); 0 = as fast as possible")
     parser.add_argument("--window-s", type=float, default=60.0, help="hit-rate table window")
@@ -107,18 +361,31 @@ def main(argv=None):
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     args = parser.parse_args(argv)
 
-    trace = read_trace(args.trace, args.requests)
+    if args.trace:
+        trace = read_trace(args.trace, args.requests)
+        requests = mooncake_requests(trace, args.block_tokens)
+        count, unit = len(trace), "block"
+    else:
+        if args.conversations < 1:
+            parser.error("--conversations must be at least 1")
+        count, unit = args.requests or 1000, "token"
+        requests = conversation_requests(count, args.conversations, args.turns,
+                                         args.system_tokens, args.user_tokens,
+                                         args.output_tokens, args.zipf, args.rate, args.seed)
     with hicache.Client(args.socket, timeout=60) as client:
         layout = client.layout()
+        write_policy = client.daemon_info().settings.write_policy
         before = client.stats()
         with client.session("hicache-replay", lease_ms=60000) as session, \
                 session.backup_stream() as stream:
-            replay = Replayer(client, session, stream, args.block_tokens,
-                              layout.geometry.page_size_tokens, layout.num_steps)
+            replay = Replayer(client, session, stream, layout.geometry.page_size_tokens,
+                              layout.num_steps, write_policy, args.backup_lag,
+                              args.defer_retries)
             windows = []
             start_wall = time.time()
             window_start, mark = None, (0, 0, 0)
-            for timestamp, hash_ids in trace:
+            for request in requests:
+                timestamp = request.timestamp_ms
                 if args.speed > 0:
                     delay = timestamp / 1000.0 / args.speed - (time.time() - start_wall)
                     if delay > 0:
@@ -127,25 +394,43 @@ def main(argv=None):
                     window_start = timestamp
                 if timestamp - window_start >= args.window_s * 1000:
                     windows.append(_window(replay, client, window_start, mark, layout))
-                    window_start, mark = timestamp, (replay.blocks, replay.l1_blocks,
-                                                     replay.l12_blocks)
-                replay.run_request(hash_ids)
+                    window_start, mark = timestamp, (replay.units, replay.l1_units,
+                                                     replay.l12_units)
+                replay.run_request(request)
+            replay.flush()
             if window_start is not None:
                 windows.append(_window(replay, client, window_start, mark, layout))
+            held = client.stats()  # Before the session closes: what it still holds.
         after = client.stats()
 
     summary = {
-        "requests": len(trace),
-        "blocks": replay.blocks,
-        "l1_hit_rate": replay.l1_blocks / max(1, replay.blocks),
-        "l1_l2_hit_rate": replay.l12_blocks / max(1, replay.blocks),
+        "workload": "mooncake" if args.trace else "conversations",
+        "write_policy": write_policy,
+        "requests": count,
+        "unit": unit,
+        "blocks" if unit == "block" else "tokens": replay.units,
+        "l1_hit_rate": replay.l1_units / max(1, replay.units),
+        "l1_l2_hit_rate": replay.l12_units / max(1, replay.units),
+        "backups_prepared": replay.counts["backups_prepared"],
+        "backups_attached": replay.counts["backups_attached"],
         "backups": after.backups_committed - before.backups_committed,
+        "backups_rolled_back": after.backups_rolled_back - before.backups_rolled_back,
         "loads": after.loads_done - before.loads_done,
+        "load_misses": replay.counts["load_misses"],
+        "not_admitted": replay.counts["not_admitted"],
+        "deferred_inserts": replay.counts["deferred_inserts"],
+        "defer_retries": replay.counts["defer_retries"],
+        "deferred_then_completed": replay.counts["deferred_then_completed"],
+        "deferred_gave_up": replay.counts["deferred_gave_up"],
+        "deferred_backup_dropped": replay.counts["deferred_backup_dropped"],
+        "stream_errors": stream.error_count,
+        "held_pages_at_end": held.session_pages,
+        "held_locks_at_end": held.session_locks,
+        "pages_after_close": after.session_pages,
         "device_evicted_pages": after.device_evicted_pages - before.device_evicted_pages,
         "host_evicted_pages": after.host_evicted_pages - before.host_evicted_pages,
-        "latency_us": {name: {"p50": percentile(v, 0.5) * 1e6, "p99": percentile(v, 0.99) * 1e6,
-                              "count": len(v)}
-                       for name, v in sorted(replay.latency.items())},
+        "request_latency_us": _latency(replay.request_latency),
+        "latency_us": {name: _latency(v) for name, v in sorted(replay.latency.items())},
     }
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -161,35 +446,50 @@ def main(argv=None):
     return 0
 
 
+def _latency(seconds):
+    return {"p50": percentile(seconds, 0.5) * 1e6, "p99": percentile(seconds, 0.99) * 1e6,
+            "mean": sum(seconds) / max(1, len(seconds)) * 1e6, "count": len(seconds)}
+
+
 def _window(replay, client, window_start, mark, layout):
-    blocks = replay.blocks - mark[0]
+    units = replay.units - mark[0]
     stats = client.stats()
     lanes = layout.geometry.cp_size
     device_pages = layout.geometry.device_pages_per_rank * lanes
     host_pages = layout.geometry.host_pages_per_rank * lanes
     return {
         "t_s": window_start / 1000.0,
-        "blocks": blocks,
-        "l1_hit_rate": (replay.l1_blocks - mark[1]) / max(1, blocks),
-        "l1_l2_hit_rate": (replay.l12_blocks - mark[2]) / max(1, blocks),
+        "units": units,
+        "l1_hit_rate": (replay.l1_units - mark[1]) / max(1, units),
+        "l1_l2_hit_rate": (replay.l12_units - mark[2]) / max(1, units),
         "l1_occupancy": sum(l.allocated for l in stats.lanes) / max(1, device_pages),
         "l2_occupancy": sum(l.host_used for l in stats.lanes) / max(1, host_pages),
     }
 
 
 def _print_summary(s, windows):
-    print(f"requests {s['requests']}, blocks {s['blocks']}")
+    units = s.get("blocks", s.get("tokens"))
+    print(f"{s['workload']} ({s['write_policy']}): requests {s['requests']}, "
+          f"{s['unit']}s {units}")
     print(f"L1 hit rate     {100 * s['l1_hit_rate']:.2f}%")
     print(f"L1+L2 hit rate  {100 * s['l1_l2_hit_rate']:.2f}%")
-    print(f"backups {s['backups']}, loads {s['loads']}, evicted pages: "
-          f"device {s['device_evicted_pages']}, host {s['host_evicted_pages']}")
+    print(f"backups {s['backups']} (prepared {s['backups_prepared']}, rolled back "
+          f"{s['backups_rolled_back']}), loads {s['loads']}, not admitted "
+          f"{s['not_admitted']}, evicted pages: device {s['device_evicted_pages']}, "
+          f"host {s['host_evicted_pages']}")
+    print(f"deferred inserts {s['deferred_inserts']} (completed on retry "
+          f"{s['deferred_then_completed']}, gave up {s['deferred_gave_up']}); held at the "
+          f"end: {s['held_pages_at_end']} pages, {s['held_locks_at_end']} locks")
+    r = s["request_latency_us"]
+    print(f"request latency (us): p50 {r['p50']:.1f}, p99 {r['p99']:.1f}, "
+          f"mean {r['mean']:.1f} over {r['count']} requests")
     print("latency (us)    p50       p99      calls")
     for name, v in s["latency_us"].items():
         print(f"  {name:<13} {v['p50']:8.1f}  {v['p99']:8.1f}  {v['count']:7d}")
     if windows:
-        print("   t(s)  blocks   L1 hit  L1+L2 hit  L1 occ  L2 occ")
+        print(f"   t(s) {s['unit'] + 's':>7}   L1 hit  L1+L2 hit  L1 occ  L2 occ")
         for w in windows:
-            print(f"{w['t_s']:7.0f} {w['blocks']:7d}  {100 * w['l1_hit_rate']:6.1f}%"
+            print(f"{w['t_s']:7.0f} {w['units']:7d}  {100 * w['l1_hit_rate']:6.1f}%"
                   f"     {100 * w['l1_l2_hit_rate']:6.1f}%  {100 * w['l1_occupancy']:5.1f}%"
                   f"  {100 * w['l2_occupancy']:5.1f}%")
 
