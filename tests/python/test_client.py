@@ -1,5 +1,6 @@
 """The Python client against a real hicached (CP = 2, P = 4)."""
 
+import time
 import unittest
 
 import grpc
@@ -104,6 +105,197 @@ class ClientTest(unittest.TestCase):
             self.assertEqual(missed.loaded_tokens, 0)
             s.unlock(handles=[h for h in (loaded.lock_handle, missed.lock_handle) if h])
             self.assertEqual(self.client.stats().session_locks, 0)
+
+    def wait_for(self, predicate, timeout=10.0):
+        deadline = time.time() + timeout
+        while not predicate():
+            self.assertLess(time.time(), deadline, "timed out")
+            time.sleep(0.01)
+
+    def assert_nothing_held(self):
+        stats = self.client.stats()
+        self.assertEqual(stats.session_pages, 0)
+        self.assertEqual(stats.session_locks, 0)
+
+    def test_admit_and_complete_one_round_trip_each(self):
+        self.assertEqual(self.client.daemon_info().settings.write_policy,
+                         "write_through_selective")
+        tokens = list(range(2000, 2010))  # 10 tokens: 2 pages and a tail.
+        with self.client.session("py-admit") as s:
+            (a,) = s.admit([hicache.AdmitItem(tokens, reserve_tokens=7, mode="round_robin")])
+            self.assertTrue(a.admitted)
+            self.assertFalse(a.load)
+            self.assertEqual((a.device_tokens, a.device_pages, a.lock_handle), (0, [], 0))
+            self.assertEqual(len(a.pages), 5)  # ceil((10 + 7) / 4)
+            self.assertEqual([p % 2 for p in a.pages], [0, 1, 0, 1, 0])
+            self.assertEqual(a.backup_id, 0)  # AUTO: only write_through backs up.
+            self.assertEqual(self.client.stats().session_pages, 5)
+            # The output reserve was not used: its pages are freed with the insert.
+            (done,) = s.complete([hicache.CompleteItem(tokens, a.pages[:3],
+                                                       free_pages=a.pages[3:])])
+            self.assertFalse(done.deferred)
+            self.assertEqual(done.cached_tokens, 10)
+            self.assert_nothing_held()
+            # The same input again: the hit is page-floored and locked, the
+            # tail page is recomputed.
+            (b,) = s.admit([tokens])
+            self.assertEqual(b.device_tokens, 8)
+            self.assertEqual(b.device_pages, a.pages[:2])
+            self.assertNotEqual(b.lock_handle, 0)
+            self.assertEqual(len(b.pages), 1)
+            self.assertEqual(b.request_pages, b.device_pages + b.pages)
+            self.assertEqual(self.client.stats().session_locks, 1)
+            (done,) = s.complete([hicache.CompleteItem(tokens, b.request_pages,
+                                                       lock_handles=[b.lock_handle])])
+            self.assertFalse(done.deferred)
+            self.assert_nothing_held()
+            # exact_tail reports the cached sub-page tail; the default floors it.
+            self.assertEqual(s.match([tokens])[0].device_tokens, 8)
+            self.assertEqual(s.match([tokens], exact_tail=True)[0].device_tokens, 10)
+            # Packed tokens are taken as they are.
+            self.assertEqual(s.match([hicache.pack_tokens(tokens)], exact_tail=True)[0]
+                             .device_tokens, 10)
+
+    def test_admit_backup_choices_and_workers_layers(self):
+        tokens = list(range(2100, 2112))
+        with self.client.session("py-admit-backup") as s, s.backup_stream() as stream:
+            never, always = s.admit([
+                hicache.AdmitItem(list(range(2200, 2204)), backup="never"),
+                hicache.AdmitItem(tokens, backup="always", mode="zigzag")])
+            self.assertEqual(never.backup_id, 0)
+            self.assertNotEqual(always.backup_id, 0)
+            committed = self.client.stats().backups_committed
+            stream.layers_stored([always.backup_id], self.client.layout().num_steps)
+            done_never, done_always = s.complete([
+                hicache.CompleteItem(list(range(2200, 2204)), never.pages),
+                hicache.CompleteItem(tokens, always.pages, backup_id=always.backup_id)])
+            self.assertFalse(done_never.backup_attached)
+            self.assertTrue(done_always.backup_attached)
+            self.wait_for(lambda: self.client.stats().backups_committed > committed)
+            self.assertEqual(stream.error_count, 0)
+            self.assert_nothing_held()
+            self.assertEqual(s.match([tokens], peek=True)[0].device_tokens, 12)
+
+    def test_admit_host_hit_loads_back_with_the_extend(self):
+        tokens = list(range(2300, 2312))
+        more = tokens + list(range(2400, 2406))  # 12 cached + 6 new.
+        with self.client.session("py-admit-load") as s, s.backup_stream() as stream:
+            (a,) = s.admit([hicache.AdmitItem(tokens, backup="always")])
+            stream.layers_stored([a.backup_id], self.client.layout().num_steps)
+            committed = self.client.stats().backups_committed
+            s.complete([hicache.CompleteItem(tokens, a.pages, backup_id=a.backup_id)])
+            self.wait_for(lambda: self.client.stats().backups_committed > committed)
+            self.client.evict(device_pages_per_lane=[15, 15])
+            (b,) = s.admit([hicache.AdmitItem(more, reserve_tokens=2)])
+            self.assertTrue(b.admitted)
+            self.assertTrue(b.load)
+            self.assertEqual(b.host_hit_tokens, 12)
+            self.assertEqual(b.pages, [])  # Nothing allocated: load first.
+            extend = len(more) - b.device_tokens - b.host_hit_tokens + 2
+            # An extend the device cannot keep room for makes the load a miss.
+            missed = s.load_back(more, extend_tokens=1 << 20)
+            self.assertEqual(missed.loaded_tokens, 0)
+            self.assertEqual(missed.miss_reason, "over_quota")
+            if missed.lock_handle:
+                s.unlock(handles=[missed.lock_handle])
+            loaded = s.load_back(more, extend_tokens=extend)
+            self.assertTrue(loaded.ok)
+            self.assertEqual(loaded.device_tokens + loaded.loaded_tokens, 12)
+            self.assertNotEqual(loaded.lock_handle, 0)
+            fresh = s.allocate(num_pages=5 - 3)  # ceil((18 + 2) / 4) - 3 reused.
+            handles = [h for h in (b.lock_handle, loaded.lock_handle) if h]
+            (done,) = s.complete([hicache.CompleteItem(more, loaded.pages[:3] + fresh[:2],
+                                                       lock_handles=handles)])
+            self.assertFalse(done.deferred)
+            self.assertEqual(done.cached_tokens, 18)
+            self.assert_nothing_held()
+            # Batched, one extend per item.
+            with self.assertRaises(ValueError):
+                s.load_back_batch([tokens, more], extend_tokens=[0])
+
+    def test_admit_first_come_first_served_when_full(self):
+        with self.client.session("py-hog") as hog, self.client.session("py-late") as late:
+            hogged = hog.allocate(num_pages=28)  # Of 30: the tree is evicted.
+            big, small = late.admit([list(range(2500, 2516)), list(range(2600, 2602))])
+            # The first does not fit; the second would, but waits its turn.
+            self.assertFalse(big.admitted)
+            self.assertFalse(small.admitted)
+            self.assertEqual(self.client.stats().session_pages, 28)
+            hog.free(hogged)
+            (big,) = late.admit([list(range(2500, 2516))])
+            self.assertTrue(big.admitted)
+            late.complete([hicache.CompleteItem(list(range(2500, 2516)), big.pages)])
+            self.assert_nothing_held()
+
+    def test_admit_and_complete_errors(self):
+        tokens = list(range(2700, 2708))
+        with self.client.session("py-flow-errors") as s:
+            (a,) = s.admit([tokens])
+            (b,) = s.admit([tokens[:4] + [9999] * 4])
+            pages_before = self.client.stats().session_pages
+            locks_before = self.client.stats().session_locks
+            # A bad lock handle: NOT_FOUND, and nothing changed (no insert,
+            # no page freed, no lock released).
+            with self.assertRaises(hicache.HiCacheError) as raised:
+                s.complete([hicache.CompleteItem(tokens, a.pages,
+                                                 lock_handles=[424242])])
+            self.assertEqual(raised.exception.code, grpc.StatusCode.NOT_FOUND)
+            self.assertIn("lock_handles[0] = 424242", raised.exception.details)
+            self.assertEqual(raised.exception.call, "Complete")
+            self.assertEqual(s.match([tokens], peek=True)[0].device_tokens, 0)
+            self.assertEqual(self.client.stats().session_pages, pages_before)
+            self.assertEqual(self.client.stats().session_locks, locks_before)
+            # A page both inserted and freed.
+            with self.assertRaises(hicache.HiCacheError) as raised:
+                s.complete([hicache.CompleteItem(tokens, a.pages, free_pages=a.pages[:1])])
+            self.assertEqual(raised.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+            # Pages that are not the session's.
+            with self.assertRaises(hicache.HiCacheError) as raised:
+                s.complete([hicache.CompleteItem(tokens, [777777, 777778])])
+            self.assertEqual(raised.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+            # Admit: an empty request, a bad reserve; a bad choice is caught here.
+            with self.assertRaises(hicache.HiCacheError) as raised:
+                s.admit([[]])
+            self.assertEqual(raised.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+            with self.assertRaises(hicache.HiCacheError) as raised:
+                s.admit([hicache.AdmitItem(tokens, reserve_tokens=-1)])
+            self.assertEqual(raised.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+            with self.assertRaises(ValueError):
+                s.admit([hicache.AdmitItem(tokens, mode="diagonal")])
+            with self.assertRaises(ValueError):
+                s.admit([hicache.AdmitItem(tokens, backup="sometimes")])
+            # The failed calls changed nothing: both requests still complete.
+            s.complete([hicache.CompleteItem(tokens, a.pages)])
+            s.complete([hicache.CompleteItem(tokens[:4] + [9999] * 4, b.request_pages,
+                                             lock_handles=[b.lock_handle] if b.lock_handle
+                                             else [])])
+            self.assert_nothing_held()
+
+    def test_deferred_complete_keeps_everything_for_the_retry(self):
+        first = list(range(2800, 2812))
+        second = first[:8] + list(range(2900, 2904))  # Diverges inside first's node.
+        with self.client.session("py-defer") as s, s.backup_stream() as stream:
+            (a,) = s.admit([hicache.AdmitItem(first, backup="always")])
+            # Attached, but no layer is stored yet: first's node is pending.
+            (done,) = s.complete([hicache.CompleteItem(first, a.pages, backup_id=a.backup_id)])
+            self.assertTrue(done.backup_attached)
+            (b,) = s.admit([hicache.AdmitItem(second, backup="always")])
+            self.assertTrue(b.tail_blocked)  # Told up front: no backup for it.
+            self.assertEqual(b.backup_id, 0)
+            self.assertEqual(b.device_tokens, 8)
+            item = hicache.CompleteItem(second, b.request_pages, lock_handles=[b.lock_handle])
+            (deferred,) = s.complete([item])
+            self.assertTrue(deferred.deferred)
+            stats = self.client.stats()
+            self.assertEqual(stats.session_locks, 1)  # Still b's.
+            self.assertEqual(stats.session_pages, 1)
+            committed = stats.backups_committed
+            stream.layers_stored([a.backup_id], self.client.layout().num_steps)
+            self.wait_for(lambda: self.client.stats().backups_committed > committed)
+            (retried,) = s.complete([item])
+            self.assertFalse(retried.deferred)
+            self.assertEqual(retried.cached_tokens, 12)
+            self.assert_nothing_held()
 
     def test_lock_context_manager(self):
         with self.client.session("py-lock") as s:

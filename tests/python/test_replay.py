@@ -1,6 +1,8 @@
-"""hicache-replay over gRPC against a real daemon: the CLI works, writes CSV,
-and gives the same hit rates as the in-process engine replay (bench/replay)
-with the same capacities and policies."""
+"""hicache-replay over gRPC against real daemons (API v1.1: Admit before and
+Complete after each request): the CLI works, writes CSV, gives the same hit
+rates as the in-process engine replay (bench/replay) with the same
+capacities and policies, honours each write policy, and never leaves a page
+or a lock held -- also when inserts are deferred and retried or given up."""
 
 import csv
 import json
@@ -11,9 +13,16 @@ import sys
 import tempfile
 import unittest
 
+import hicache
 from daemon_fixture import Daemon
 
 L1_BLOCKS, L2_BLOCKS = 300, 600
+
+
+def run_replay(socket, *args, check=True):
+    return subprocess.run(
+        [sys.executable, "-m", "hicache.replay", "--socket", socket, *args],
+        check=check, capture_output=True, text=True)
 
 
 class ReplayTest(unittest.TestCase):
@@ -30,15 +39,13 @@ class ReplayTest(unittest.TestCase):
         assert cls.daemon.stop() == 0
 
     def replay(self, *extra):
-        out = subprocess.run(
-            [sys.executable, "-m", "hicache.replay", "--socket", self.daemon.socket,
-             "--trace", self.trace, *extra],
-            check=True, capture_output=True, text=True)
-        return out.stdout
+        return run_replay(self.daemon.socket, "--trace", self.trace, *extra).stdout
 
     def test_matches_the_in_process_replay(self):
         summary = json.loads(self.replay("--json"))
         self.assertEqual(summary["requests"], 300)
+        self.assertEqual(summary["workload"], "mooncake")
+        self.assertEqual(summary["write_policy"], "write_through")
         engine = subprocess.run(
             [os.environ["HICACHE_REPLAY_BIN"], f"--trace={self.trace}",
              f"--l1_blocks={L1_BLOCKS}", f"--l2_blocks={L2_BLOCKS}", "--policies=lru"],
@@ -51,8 +58,17 @@ class ReplayTest(unittest.TestCase):
         self.assertAlmostEqual(100 * summary["l1_l2_hit_rate"], l12, delta=1.5)
         self.assertGreater(summary["loads"], 0)
         self.assertGreater(summary["device_evicted_pages"], 0)
-        for rpc in ("LoadBack", "Allocate", "Insert"):
-            self.assertGreater(summary["latency_us"][rpc]["count"], 0)
+        self.assertGreater(summary["backups_prepared"], 0)
+        for rpc in ("Admit", "Complete", "LoadBack", "Allocate"):
+            self.assertGreater(summary["latency_us"][rpc]["count"], 0, rpc)
+        self.assertEqual(summary["latency_us"]["Admit"]["count"], 300)
+        request = summary["request_latency_us"]
+        self.assertEqual(request["count"], 300)
+        self.assertGreater(request["p50"], 0)
+        self.assertGreaterEqual(request["p99"], request["p50"])
+        self.assertEqual(summary["held_pages_at_end"], 0)
+        self.assertEqual(summary["held_locks_at_end"], 0)
+        self.assertEqual(summary["stream_errors"], 0)
 
     def test_human_report_and_csv(self):
         with tempfile.TemporaryDirectory() as tmp:
@@ -60,6 +76,8 @@ class ReplayTest(unittest.TestCase):
             report = self.replay("--requests", "50", "--window-s", "5", "--csv", path)
             self.assertIn("L1+L2 hit rate", report)
             self.assertIn("latency (us)", report)
+            self.assertRegex(report, r"request latency \(us\): p50 [\d.]+, p99 [\d.]+")
+            self.assertIn("held at the end: 0 pages, 0 locks", report)
             with open(path) as f:
                 rows = list(csv.DictReader(f))
             self.assertGreater(len(rows), 1)
@@ -76,11 +94,94 @@ class ReplayTest(unittest.TestCase):
         with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as f:
             f.write('{"timestamp": 0}\n')
             f.flush()
-            result = subprocess.run(
-                [sys.executable, "-m", "hicache.replay", "--socket", self.daemon.socket,
-                 "--trace", f.name], capture_output=True, text=True)
+            result = run_replay(self.daemon.socket, "--trace", f.name, check=False)
             self.assertNotEqual(result.returncode, 0)
             self.assertIn(":1: not a Mooncake trace record", result.stderr)
+
+    def test_entry_point(self):
+        result = subprocess.run(
+            [sys.executable, "client/python/hicache-replay", "--socket", self.daemon.socket,
+             "--conversations", "4", "--requests", "20", "--json"],
+            check=True, capture_output=True, text=True)
+        self.assertEqual(json.loads(result.stdout)["requests"], 20)
+
+
+# Small enough that conversations evict (device) and write back (host).
+CONVERSATION_DAEMON = ("--page_size=16", "--kv_preset=tiny", "--device_pages_per_rank=400",
+                       "--host_pages_per_rank=1200", "--eviction_policy=lru")
+CONVERSATIONS = ("--conversations", "12", "--requests", "300", "--system-tokens", "512",
+                 "--user-tokens", "96", "--output-tokens", "48", "--turns", "6", "--json")
+
+
+class ConversationReplayTest(unittest.TestCase):
+    """The multi-turn workload against a daemon per write policy."""
+
+    def run_policy(self, policy, *extra):
+        daemon = Daemon(*CONVERSATION_DAEMON, f"--write_policy={policy}")
+        try:
+            summary = json.loads(run_replay(daemon.socket, *CONVERSATIONS, *extra).stdout)
+            with hicache.Client(daemon.socket) as client:
+                stats = client.stats()
+                self.assertEqual(stats.session_pages, 0)
+                self.assertEqual(stats.session_locks, 0)
+                self.assertEqual(stats.sessions, 0)
+        finally:
+            self.assertEqual(daemon.stop(), 0)
+        self.assertEqual(summary["workload"], "conversations")
+        self.assertEqual(summary["write_policy"], policy)
+        self.assertEqual(summary["requests"], 300)
+        self.assertEqual(summary["request_latency_us"]["count"], 300)
+        self.assertGreaterEqual(summary["request_latency_us"]["p99"],
+                                summary["request_latency_us"]["p50"])
+        # Nothing leaked: no page or lock of the replay's session was held
+        # after its last request, nor after it closed.
+        self.assertEqual(summary["held_pages_at_end"], 0)
+        self.assertEqual(summary["held_locks_at_end"], 0)
+        self.assertEqual(summary["pages_after_close"], 0)
+        self.assertEqual(summary["stream_errors"], 0)
+        self.assertEqual(summary["not_admitted"], 0)
+        # Turns extend their conversation and share the system prompt.
+        self.assertGreater(summary["l1_hit_rate"], 0.5)
+        self.assertGreater(summary["device_evicted_pages"], 0)
+        return summary
+
+    def test_write_through_backs_up_every_new_input(self):
+        s = self.run_policy("write_through")
+        self.assertGreater(s["backups_prepared"], 250)
+        self.assertEqual(s["backups_attached"], s["backups_prepared"])
+        self.assertGreaterEqual(s["backups"], s["backups_prepared"])
+        self.assertEqual(s["backups_rolled_back"], 0)
+        # The daemon's own backups (write-through at hits) can still defer
+        # an insert now and then; the retry completes it.
+        self.assertEqual(s["deferred_gave_up"], 0)
+
+    def test_write_back_prepares_no_backup(self):
+        s = self.run_policy("write_back")
+        self.assertEqual(s["backups_prepared"], 0)
+        self.assertNotIn("BackupPrepare", s["latency_us"])
+        # The daemon writes back what it evicts; those come back as loads.
+        self.assertGreater(s["backups"], 0)
+        self.assertGreater(s["loads"], 0)
+        self.assertGreater(s["l1_l2_hit_rate"], s["l1_hit_rate"])
+
+    def test_write_through_selective_prepares_no_backup(self):
+        s = self.run_policy("write_through_selective")
+        self.assertEqual(s["backups_prepared"], 0)
+        self.assertNotIn("BackupPrepare", s["latency_us"])
+
+    def test_deferred_inserts_are_retried(self):
+        # Layers stored 4 requests late: a turn often arrives while its
+        # previous turn's backup is still in flight, and its insert defers.
+        s = self.run_policy("write_through", "--backup-lag", "4")
+        self.assertGreater(s["deferred_inserts"], 0)
+        self.assertEqual(s["deferred_then_completed"], s["deferred_inserts"])
+        self.assertEqual(s["deferred_gave_up"], 0)
+
+    def test_deferred_inserts_given_up_free_everything(self):
+        s = self.run_policy("write_through", "--backup-lag", "4", "--defer-retries", "0")
+        self.assertGreater(s["deferred_inserts"], 0)
+        self.assertEqual(s["deferred_gave_up"], s["deferred_inserts"])
+        self.assertEqual(s["deferred_then_completed"], 0)
 
 
 if __name__ == "__main__":
