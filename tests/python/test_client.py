@@ -297,6 +297,22 @@ class ClientTest(unittest.TestCase):
             self.assertEqual(retried.cached_tokens, 12)
             self.assert_nothing_held()
 
+    def test_backup_stream_errors_are_attributed(self):
+        with self.client.session("py-stream-errors") as s, s.backup_stream() as stream:
+            pages = s.allocate(num_pages=1)
+            stream.layer_stored([424242], 0)  # Not a backup: an error, no reply.
+            (backup,) = stream.prepare([(pages, 4)])  # Its own reply all the same.
+            self.assertNotEqual(backup, 0)
+            with self.assertRaises(hicache.HiCacheError) as raised:
+                stream.prepare([([777777], 4)])  # Not the session's page.
+            self.assertEqual(raised.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertEqual(stream.error_count, 2)
+            ((code, message),) = stream.errors()
+            self.assertEqual(code, grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("424242", message)
+            (again,) = stream.prepare([(s.allocate(num_pages=1), 4)])
+            self.assertNotIn(again, (0, backup))
+
     def test_lock_context_manager(self):
         with self.client.session("py-lock") as s:
             pages = s.allocate(num_pages=1)

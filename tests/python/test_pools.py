@@ -245,9 +245,14 @@ class FencesTest(unittest.TestCase):
             with s.backup_stream() as stream:
                 pages = s.allocate(num_pages=1)
                 (backup,) = stream.prepare([(pages, 4)])
+                seen = stream.events
                 stream.layer_stored([backup], 0, fences={0: 42})
-                with self.assertRaisesRegex(hicache.HiCacheError, r"fences\[0\] = 42"):
-                    stream.prepare([(pages, 4)])
+                # layer_stored has no reply; its error arrives on the stream.
+                stream.wait_event(seen, timeout=10)
+                (error,) = stream.errors()
+                self.assertEqual(error[0], grpc.StatusCode.NOT_FOUND)
+                self.assertIn("fences[0] = 42", error[1])
+                self.assertEqual(stream.error_count, 1)
 
 
 if __name__ == "__main__":

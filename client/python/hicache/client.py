@@ -573,12 +573,13 @@ class BackupStream:
             rollback=pb.BackupClientMessage.Rollback(backup_id=backup_id)))
 
     def errors(self) -> List[tuple]:
-        """(code, message) of the errors the daemon sent on the stream
-        (e.g. a layer_stored naming an unknown backup) and no prepare
-        raised; clears them. `error_count` counts every error."""
+        """(grpc.StatusCode, message) of the errors the daemon sent on the
+        stream (e.g. a layer_stored naming an unknown backup or fence) that
+        no prepare raised; clears them. `error_count` counts every error."""
         with self._cv:
             errors, self._errors = self._errors, []
-            return errors
+        return [(_STATUS_CODES.get(code, grpc.StatusCode.UNKNOWN), message)
+                for code, message in errors]
 
     def wait_event(self, seen: int, timeout: float) -> int:
         """Waits until more than `seen` messages arrived, or `timeout`
