@@ -14,7 +14,8 @@
 //                  (LoadBack) and WorkerEvents (a worker's Subscribe).
 //
 // Errors are absl::Status with the gRPC code and the daemon's message,
-// prefixed with the call ("Unlock: ..."). Unary calls have a 30 s deadline.
+// prefixed with the call ("Unlock: ..."). Unary calls and the blocking
+// LoadBack helpers have a 30 s deadline; the streams none (Cancel them).
 
 #include <atomic>
 #include <cstdint>
@@ -116,8 +117,9 @@ struct LoadResult {
   }
 };
 
-// A server stream read event by event (LoadBack, Subscribe). Next() blocks;
-// one reader at a time. Cancel() may be called from any thread and makes a
+// A server stream read event by event (LoadBack, Subscribe). It has no
+// deadline: Next() blocks until an event, the end, or Cancel(); one reader
+// at a time. Cancel() may be called from any thread and makes a
 // blocked Next() return false. The destructor cancels and finishes a stream
 // that was not read to its end.
 template <typename Event>
