@@ -152,11 +152,14 @@ def conversation_requests(count, conversations, turns, system_tokens, user_token
 
 
 class Replayer:
-    def __init__(self, client, session, stream, page_size, num_steps, write_policy,
+    def __init__(self, client, session, page_size, num_steps, write_policy,
                  backup_lag=0, defer_retries=8):
         self.client = client
         self.session = session
-        self.stream = stream
+        # Opened at the first backup: a stream that is open costs every call
+        # some polling work, and write_back / write_through_selective
+        # daemons never need it.
+        self.stream = None
         self.page = page_size
         self.steps = num_steps
         self.write_through = write_policy == "write_through"
@@ -168,18 +171,35 @@ class Replayer:
         self.units = self.l1_units = self.l12_units = 0
         self.counts = defaultdict(int)
 
+    def backup_stream(self):
+        if self.stream is None:
+            self.stream = self.session.backup_stream()
+        return self.stream
+
+    def close(self):
+        if self.stream is not None:
+            self.stream.close()
+
     def _store_layers(self, backup):
+        stream = self.stream or self.backup_stream()
         if self.backup_lag <= 0:
-            self.stream.layers_stored([backup], self.steps)
+            stream.layers_stored([backup], self.steps)
             return
         self.lagging.append(backup)
         while len(self.lagging) > self.backup_lag:
-            self.stream.layers_stored([self.lagging.popleft()], self.steps)
+            stream.layers_stored([self.lagging.popleft()], self.steps)
 
     def flush(self):
         """Stores the layers of every lagging backup."""
         while self.lagging:
             self.stream.layers_stored([self.lagging.popleft()], self.steps)
+
+    def _wait(self, seconds):
+        """The stream's next event, or `seconds`."""
+        if self.stream is None:
+            time.sleep(seconds)
+        else:
+            self.stream.wait_event(self.stream.events, seconds)
 
     def run_request(self, request):
         clock = time.perf_counter
@@ -255,7 +275,8 @@ class Replayer:
         new_input = input_tokens - reuse * page
         if self.write_through and new_input > 0:
             start = clock()
-            (backup,) = self.stream.prepare([(fresh[:-(-new_input // page)], new_input)])
+            (backup,) = self.backup_stream().prepare([(fresh[:-(-new_input // page)],
+                                                        new_input)])
             self.latency["BackupPrepare"].append(clock() - start)
         return load.pages[:reuse] + fresh, fresh, backup, cached
 
@@ -273,7 +294,7 @@ class Replayer:
         self.flush()  # The forward is over: every layer of it is stored.
         wait = 0.0002
         for _ in range(self.defer_retries):
-            self.stream.wait_event(self.stream.events, wait)
+            self._wait(wait)
             wait = min(wait * 2, 0.05)
             self.counts["defer_retries"] += 1
             start = clock()
@@ -315,12 +336,12 @@ class Replayer:
                 if e.code != grpc.StatusCode.FAILED_PRECONDITION or time.monotonic() > deadline:
                     raise
                 if item.backup_id and not rolled_back:
-                    self.stream.rollback(item.backup_id)
+                    self.backup_stream().rollback(item.backup_id)
                     rolled_back = True
                 time.sleep(0.0005)
         if item.backup_id and not rolled_back:
             # Its copies were done, but it may still hold host pages.
-            self.stream.rollback(item.backup_id)
+            self.backup_stream().rollback(item.backup_id)
         if item.lock_handles:
             self.session.unlock(handles=item.lock_handles)
 
@@ -376,31 +397,33 @@ def main(argv=None):
         layout = client.layout()
         write_policy = client.daemon_info().settings.write_policy
         before = client.stats()
-        with client.session("hicache-replay", lease_ms=60000) as session, \
-                session.backup_stream() as stream:
-            replay = Replayer(client, session, stream, layout.geometry.page_size_tokens,
+        with client.session("hicache-replay", lease_ms=60000) as session:
+            replay = Replayer(client, session, layout.geometry.page_size_tokens,
                               layout.num_steps, write_policy, args.backup_lag,
                               args.defer_retries)
-            windows = []
-            start_wall = time.time()
-            window_start, mark = None, (0, 0, 0)
-            for request in requests:
-                timestamp = request.timestamp_ms
-                if args.speed > 0:
-                    delay = timestamp / 1000.0 / args.speed - (time.time() - start_wall)
-                    if delay > 0:
-                        time.sleep(delay)
-                if window_start is None:
-                    window_start = timestamp
-                if timestamp - window_start >= args.window_s * 1000:
+            try:
+                windows = []
+                start_wall = time.time()
+                window_start, mark = None, (0, 0, 0)
+                for request in requests:
+                    timestamp = request.timestamp_ms
+                    if args.speed > 0:
+                        delay = timestamp / 1000.0 / args.speed - (time.time() - start_wall)
+                        if delay > 0:
+                            time.sleep(delay)
+                    if window_start is None:
+                        window_start = timestamp
+                    if timestamp - window_start >= args.window_s * 1000:
+                        windows.append(_window(replay, client, window_start, mark, layout))
+                        window_start, mark = timestamp, (replay.units, replay.l1_units,
+                                                         replay.l12_units)
+                    replay.run_request(request)
+                replay.flush()
+                if window_start is not None:
                     windows.append(_window(replay, client, window_start, mark, layout))
-                    window_start, mark = timestamp, (replay.units, replay.l1_units,
-                                                     replay.l12_units)
-                replay.run_request(request)
-            replay.flush()
-            if window_start is not None:
-                windows.append(_window(replay, client, window_start, mark, layout))
-            held = client.stats()  # Before the session closes: what it still holds.
+                held = client.stats()  # Before the session closes: what it still holds.
+            finally:
+                replay.close()
         after = client.stats()
 
     summary = {
@@ -423,7 +446,7 @@ def main(argv=None):
         "deferred_then_completed": replay.counts["deferred_then_completed"],
         "deferred_gave_up": replay.counts["deferred_gave_up"],
         "deferred_backup_dropped": replay.counts["deferred_backup_dropped"],
-        "stream_errors": stream.error_count,
+        "stream_errors": replay.stream.error_count if replay.stream else 0,
         "held_pages_at_end": held.session_pages,
         "held_locks_at_end": held.session_locks,
         "pages_after_close": after.session_pages,
