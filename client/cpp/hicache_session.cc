@@ -57,6 +57,15 @@ absl::StatusOr<Response> Unary(absl::string_view what, Call call) {
   return response;
 }
 
+absl::Status CallUnlock(v1::HiCache::Stub& stub,
+                        const v1::LockRequest& request) {
+  return Unary<v1::LockResponse>("Unlock",
+                                 [&](grpc::ClientContext* c, auto* r) {
+                                   return stub.Unlock(c, request, r);
+                                 })
+      .status();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MappedSegment>> MappedSegment::Map(
@@ -307,22 +316,14 @@ absl::Status Session::UnlockHandles(const std::vector<uint64_t>& handles) {
   v1::LockRequest request;
   request.set_session_id(id_);
   request.mutable_lock_handles()->Add(handles.begin(), handles.end());
-  return Unary<v1::LockResponse>("Unlock",
-                                 [&](grpc::ClientContext* c, auto* r) {
-                                   return stub_->Unlock(c, request, r);
-                                 })
-      .status();
+  return CallUnlock(*stub_, request);
 }
 
 absl::Status Session::Unlock(const std::vector<uint64_t>& nodes) {
   v1::LockRequest request;
   request.set_session_id(id_);
   request.mutable_nodes()->Add(nodes.begin(), nodes.end());
-  return Unary<v1::LockResponse>("Unlock",
-                                 [&](grpc::ClientContext* c, auto* r) {
-                                   return stub_->Unlock(c, request, r);
-                                 })
-      .status();
+  return CallUnlock(*stub_, request);
 }
 
 absl::StatusOr<v1::AdmitResponse> Session::Admit(
@@ -359,16 +360,21 @@ absl::StatusOr<std::unique_ptr<LoadStream>> Session::StartLoadBack(
 
 namespace {
 
-// Reads a LoadBack stream of `num_items` items to its end.
-absl::StatusOr<std::vector<LoadResult>> ReadLoads(LoadStream& stream,
-                                                  int num_items) {
+// Runs a LoadBack of `num_items` items (30 s deadline) to its end.
+absl::StatusOr<std::vector<LoadResult>> RunLoads(
+    v1::HiCache::Stub& stub, const v1::LoadBackRequest& request,
+    int num_items) {
+  grpc::ClientContext context;
+  Deadline(&context);
+  std::unique_ptr<grpc::ClientReader<v1::LoadBackEvent>> stream =
+      stub.LoadBack(&context, request);
   std::vector<LoadResult> results(num_items);
   std::vector<bool> started(num_items, false);
   std::vector<bool> done(num_items, false);
   std::map<uint64_t, int> item_of_load;
   v1::LoadBackEvent event;
   absl::Status bad;
-  while (stream.Next(&event)) {
+  while (stream->Read(&event)) {
     if (event.has_started()) {
       const uint32_t item = event.started().item();
       if (item >= results.size()) {
@@ -395,7 +401,9 @@ absl::StatusOr<std::vector<LoadResult>> ReadLoads(LoadStream& stream,
       done[item] = true;
     }
   }
-  if (absl::Status s = stream.Finish(); !s.ok()) return s;
+  if (absl::Status s = FromGrpc(stream->Finish(), "LoadBack"); !s.ok()) {
+    return s;
+  }
   if (!bad.ok()) return bad;
   for (int i = 0; i < num_items; ++i) {
     if (!started[i] || !done[i]) {
@@ -415,11 +423,8 @@ absl::StatusOr<LoadResult> Session::LoadBack(
   request.set_session_id(id_);
   request.set_tokens(PackTokens(tokens));
   request.set_extend_tokens(extend_tokens);
-  LoadStream stream;
-  stream.name_ = "LoadBack";
-  Deadline(&stream.context_);
-  stream.reader_ = stub_->LoadBack(&stream.context_, request);
-  absl::StatusOr<std::vector<LoadResult>> results = ReadLoads(stream, 1);
+  absl::StatusOr<std::vector<LoadResult>> results =
+      RunLoads(*stub_, request, 1);
   if (!results.ok()) return results.status();
   return std::move(results->front());
 }
@@ -434,11 +439,7 @@ absl::StatusOr<std::vector<LoadResult>> Session::LoadBack(
     out->set_tokens(PackTokens(item.tokens));
     out->set_extend_tokens(item.extend_tokens);
   }
-  LoadStream stream;
-  stream.name_ = "LoadBack";
-  Deadline(&stream.context_);
-  stream.reader_ = stub_->LoadBack(&stream.context_, request);
-  return ReadLoads(stream, static_cast<int>(items.size()));
+  return RunLoads(*stub_, request, static_cast<int>(items.size()));
 }
 
 absl::Status Session::FinishLoad(uint64_t load_id) {
