@@ -15,6 +15,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "bench/mooncake_trace.h"
+#include "daemon/core/daemon_config.h"
+#include "daemon/core/policies.h"
+#include "daemon/engine/engine_options.h"
 #include "daemon/engine/hicache_engine.h"
 #include "spdlog/spdlog.h"
 
@@ -26,7 +29,8 @@ ABSL_FLAG(int64_t, l1_blocks, 6000, "Device (L1) capacity in blocks.");
 ABSL_FLAG(int64_t, l2_blocks, 12000, "Host (L2) capacity in blocks.");
 ABSL_FLAG(std::string, policies, "lru,lfu,fifo,priority,slru",
           "Eviction policies to run.");
-ABSL_FLAG(std::string, write_policy, "write_through",
+ABSL_FLAG(hicache::WritePolicy, write_policy,
+          hicache::WritePolicy::kWriteThrough,
           "write_through, write_through_selective or write_back.");
 
 namespace hicache {
@@ -43,17 +47,20 @@ absl::StatusOr<Outcome> Replay(const std::vector<TraceRequest>& trace,
   const int64_t block = absl::GetFlag(FLAGS_block_tokens);
   const uint32_t page = 64;
   const int64_t pages_per_block = block / page;
-  auto engine = HiCacheEngine::Create(
-      {.page_size = page,
-       .cp_size = 1,
-       .kv_preset = "micro",
-       .device_pages_per_rank =
-           1 + absl::GetFlag(FLAGS_l1_blocks) * pages_per_block,
-       .host_pages_per_rank = absl::GetFlag(FLAGS_l2_blocks) * pages_per_block,
-       .write_policy = write,
-       .write_through_threshold = 2,
-       .eviction_policy = policy,
-       .transfer_workers = 1});
+  // The daemon's configuration of this replay, converted as hicached does.
+  DaemonConfig config;
+  config.page_size = page;
+  config.cp_size = 1;
+  config.kv_preset = "micro";
+  config.device_pages_per_rank =
+      1 + absl::GetFlag(FLAGS_l1_blocks) * pages_per_block;
+  config.host_pages_per_rank = absl::GetFlag(FLAGS_l2_blocks) * pages_per_block;
+  config.write_policy = write;
+  config.write_through_threshold = 2;
+  config.eviction_policy = policy;
+  config.transfer_workers = 1;
+  if (absl::Status valid = config.Validate(); !valid.ok()) return valid;
+  auto engine = HiCacheEngine::Create(EngineOptionsFrom(config));
   if (!engine.ok()) return engine.status();
   HiCacheEngine& e = **engine;
   Outcome out;
@@ -124,22 +131,17 @@ int Main() {
     std::fprintf(stderr, "%s\n", std::string(trace.status().message()).c_str());
     return 1;
   }
-  WritePolicy write = WritePolicy::kWriteThrough;
-  if (absl::GetFlag(FLAGS_write_policy) == "write_through_selective") {
-    write = WritePolicy::kWriteThroughSelective;
-  } else if (absl::GetFlag(FLAGS_write_policy) == "write_back") {
-    write = WritePolicy::kWriteBack;
-  }
+  const WritePolicy write = absl::GetFlag(FLAGS_write_policy);
   std::printf("trace %s: %zu requests; L1 %lld blocks, L2 %lld blocks; %s\n",
               path.c_str(), trace->size(),
               static_cast<long long>(absl::GetFlag(FLAGS_l1_blocks)),
               static_cast<long long>(absl::GetFlag(FLAGS_l2_blocks)),
-              std::string(WritePolicyName(write)).c_str());
+              std::string(PolicyName(write)).c_str());
   std::printf("%-9s %8s %9s %8s %8s %10s %10s %7s\n", "policy", "L1 hit",
               "L1+L2 hit", "backups", "loads", "L1 evict", "L2 evict", "secs");
   for (absl::string_view name :
        absl::StrSplit(absl::GetFlag(FLAGS_policies), ',')) {
-    auto policy = ParseEvictionPolicy(name);
+    auto policy = ParsePolicy<EvictionPolicy>(name);
     if (!policy.ok()) {
       std::fprintf(stderr, "%s\n",
                    std::string(policy.status().message()).c_str());

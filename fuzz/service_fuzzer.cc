@@ -670,7 +670,7 @@ class Run {
       };
     }
     Trace("config: cp_size=", options.cp_size,
-          " write_policy=", WritePolicyName(options.write_policy),
+          " write_policy=", PolicyName(options.write_policy),
           " preset=", options.kv_preset,
           " device/rank=", options.device_pages_per_rank,
           " host/rank=", options.host_pages_per_rank,

@@ -164,6 +164,11 @@ absl::Status DaemonConfig::Validate() const {
         "pin_host_memory=false needs cuda_runtime=simulated: the CUDA copy "
         "kernel can only reach pinned host memory");
   }
+  if (PolicyName(write_policy.value()) == "unknown" ||
+      PolicyName(eviction_policy.value()) == "unknown") {
+    return absl::InvalidArgumentError(
+        "write_policy or eviction_policy is not a policy");
+  }
   if (write_through_threshold < 1) {
     return absl::InvalidArgumentError("write_through_threshold must be >= 1");
   }

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "daemon/core/policies.h"
 
 namespace hicache {
 
@@ -77,14 +78,21 @@ struct DaemonConfig {
   bool lock_host_memory = false;
   bool pin_host_memory = true;
   uint64_t device_pages_per_rank = 4096;
+  // The host (L2) tier of each rank, in pages or as one byte budget. A host
+  // page holds the target *and* the draft payload of its tokens
+  // (KvGeometry), so one budget sizes both: when host_bytes_per_rank is
+  // non-zero it wins, and ResolveHostPages (daemon/pool/host_budget.h) sets
+  // host_pages_per_rank to the pages it holds (--host_bytes_per_rank and
+  // --host_pages_per_rank together are refused at flag parsing).
   uint64_t host_pages_per_rank = 16384;
+  uint64_t host_bytes_per_rank = 0;
   HostLayout host_layout = HostLayout::kLayerFirst;
   // KV geometry preset (see KvGeometry::Preset); "tiny" keeps the embedded
   // default's pools at a few MB.
   std::string kv_preset = "tiny";
-  // Engine policies (names as in EvictionPolicyName / WritePolicyName).
-  std::string eviction_policy = "lru";
-  std::string write_policy = "write_through_selective";
+  // Engine policies, parsed once from their flags (core/policies.h).
+  NamedPolicy<EvictionPolicy> eviction_policy = EvictionPolicy::kLru;
+  NamedPolicy<WritePolicy> write_policy = WritePolicy::kWriteThroughSelective;
   // Hits before a node is written through (write_through_selective).
   uint32_t write_through_threshold = 2;
   // Loads of fewer tokens are reported as misses (not worth a transfer).

@@ -12,6 +12,8 @@
 #include "daemon/backend/backend.h"
 #include "daemon/core/clock.h"
 #include "daemon/core/daemon_config.h"
+#include "daemon/core/policies.h"
+#include "daemon/engine/engine_options.h"
 #include "daemon/layout/cp_layout.h"
 #include "daemon/radix/eviction_policy.h"
 #include "daemon/radix/radix_tree.h"
@@ -21,63 +23,12 @@ namespace hicache {
 
 class PoolBackend;
 
-// When device KV is copied to the host pool.
-enum class WritePolicy {
-  kWriteThrough,           // At the first hit of a device node.
-  kWriteThroughSelective,  // When a node's hit count reaches the threshold.
-  kWriteBack,              // When a device node is evicted.
-};
+// Transitional: the former names of PolicyName / ParsePolicy<WritePolicy>
+// (daemon/core/policies.h), still defined in hicache_engine.cc. Use the core
+// names; these go when hicache_engine.cc drops its copy
+// (tests/engine/engine_options_test.cc checks the two agree until then).
 absl::string_view WritePolicyName(WritePolicy policy);
-// INVALID_ARGUMENT listing the names for an unknown one.
 absl::StatusOr<WritePolicy> ParseWritePolicy(absl::string_view name);
-
-struct EngineOptions {
-  uint32_t page_size = 64;
-  uint32_t cp_size = 1;
-  std::string kv_preset = "tiny";
-  int64_t device_pages_per_rank = 1024;  // Including the reserved page 0.
-  int64_t host_pages_per_rank = 4096;
-  HostLayout host_layout = HostLayout::kLayerFirst;
-  bool lock_host_memory = false;
-  WritePolicy write_policy = WritePolicy::kWriteThroughSelective;
-  uint32_t write_through_threshold = 2;  // For kWriteThroughSelective.
-  EvictionPolicy eviction_policy = EvictionPolicy::kLru;
-  // Loads of fewer tokens are not worth a transfer: reported as misses.
-  int64_t load_back_threshold_tokens = 0;
-  // After pressure, evict until this many pages are free per lane (L1) and
-  // per rank (L2), not just the deficit.
-  int64_t l1_free_room_pages = 0;
-  int64_t l2_free_room_pages = 0;
-  // Ranks whose pools and copies this engine owns (ascending; empty: all
-  // C). The tree, the allocators and the host metadata always cover all C
-  // lanes (one logical page space); pools exist and copies run only for
-  // these ranks, and an op completes when each of them has acked each step.
-  std::vector<Rank> served_ranks;
-  int transfer_workers = 2;  // Default backend's copy threads.
-  const Clock* clock = nullptr;  // Default: Clock::Real().
-  // Where pools live and what copies (must outlive the engine). Default: a
-  // CpuBackend (shared memory, memcpy) the engine owns.
-  Backend* backend = nullptr;
-  // Name prefix of the default backend's segments: the daemon's
-  // ShmInstance::prefix(). Empty: "/hicache-<pid>-e<address>", unique per
-  // engine (tests and tools without a daemon).
-  std::string shm_prefix;
-  // Refuse pools larger than the machine has (Backend::CheckCapacity)
-  // before taking any memory.
-  bool check_capacity = true;
-  // Write-back: how long an allocation waits for the copies of the victims
-  // it staged (the engine lock is released meanwhile) before it evicts
-  // without them.
-  absl::Duration write_back_wait = absl::Seconds(5);
-  // Test seam (fault injection): wraps the backend's transfer engine. Given
-  // the engine's listener and a factory of the backend engine, returns the
-  // transfer engine to use; a decorator builds the backend engine with
-  // itself as its listener and reports completions to `listener`. Empty:
-  // the backend engine as is.
-  std::function<std::unique_ptr<TransferEngine>(
-      TransferListener* listener, const TransferEngineFactory& backend)>
-      wrap_transfer;
-};
 
 // A fence a worker registered (HiCacheEngine::RegisterFence) for its rank,
 // named by a layer_stored: that rank's copy waits for it.

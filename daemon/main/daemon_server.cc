@@ -14,12 +14,14 @@
 #include "daemon/core/build_info.h"
 #include "daemon/core/daemon_info.h"
 #include "daemon/core/log_format.h"
+#include "daemon/engine/engine_options.h"
 #include "daemon/engine/event_hub.h"
 #include "daemon/engine/hicache_engine.h"
 #include "daemon/engine/session_manager.h"
 #include "daemon/main/backend_factory.h"
 #include "daemon/main/connection_registry.h"
 #include "daemon/main/unix_listener.h"
+#include "daemon/pool/host_budget.h"
 #include "daemon/pool/shm_instance.h"
 #include "daemon/service/cache_service.h"
 #include "daemon/service/hicache_service.h"
@@ -125,8 +127,13 @@ void LogPools(const HiCacheEngine& engine) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
-    const DaemonConfig& config, const std::string& socket_path,
+    const DaemonConfig& given, const std::string& socket_path,
     const Clock* clock) {
+  // The host tier's pages, from the byte budget when one is given: what the
+  // engine gets and what GetStats reports.
+  DaemonConfig config = given;
+  absl::StatusOr<HostBudget> host_budget = ResolveHostPages(&config);
+  if (!host_budget.ok()) return host_budget.status();
   if (absl::Status valid = config.Validate(); !valid.ok()) return valid;
 
   absl::StatusOr<std::unique_ptr<SocketGuard>> socket =
@@ -166,40 +173,20 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   daemon->hub_->SetObserver([watch](const OpEvent& event) {
     watch->Publish(service::CacheRpcs::ToCacheEvent(event));
   });
-  absl::StatusOr<EvictionPolicy> eviction =
-      ParseEvictionPolicy(config.eviction_policy);
-  if (!eviction.ok()) return eviction.status();
-  absl::StatusOr<WritePolicy> write = ParseWritePolicy(config.write_policy);
-  if (!write.ok()) return write.status();
   absl::StatusOr<std::unique_ptr<Backend>> backend =
       MakeBackend(config, daemon->shm_->prefix());
   if (!backend.ok()) return backend.status();
   daemon->backend_ = *std::move(backend);
-  std::vector<Rank> served(config.served_ranks.begin(),
-                           config.served_ranks.end());
-  absl::StatusOr<std::unique_ptr<HiCacheEngine>> engine = HiCacheEngine::Create(
-      {.page_size = config.page_size,
-       .cp_size = config.cp_size,
-       .kv_preset = config.kv_preset,
-       .device_pages_per_rank =
-           static_cast<int64_t>(config.device_pages_per_rank),
-       .host_pages_per_rank = static_cast<int64_t>(config.host_pages_per_rank),
-       .host_layout = config.host_layout,
-       .lock_host_memory = config.lock_host_memory,
-       .write_policy = *write,
-       .write_through_threshold = config.write_through_threshold,
-       .eviction_policy = *eviction,
-       .load_back_threshold_tokens = config.load_back_threshold_tokens,
-       .l1_free_room_pages = config.l1_free_room_pages,
-       .l2_free_room_pages = config.l2_free_room_pages,
-       .served_ranks = std::move(served),
-       .transfer_workers = config.transfer_workers,
-       .clock = clock,
-       .backend = daemon->backend_.get(),
-       .shm_prefix = daemon->shm_->prefix()});
+  EngineOptions engine_options = EngineOptionsFrom(config);
+  engine_options.clock = clock;
+  engine_options.backend = daemon->backend_.get();
+  engine_options.shm_prefix = daemon->shm_->prefix();
+  absl::StatusOr<std::unique_ptr<HiCacheEngine>> engine =
+      HiCacheEngine::Create(engine_options);
   if (!engine.ok()) return engine.status();
   daemon->engine_ = *std::move(engine);
   LogPools(*daemon->engine_);
+  spdlog::info("{}", DescribeHostBudget(*host_budget));
   daemon->engine_->SetListener(daemon->hub_.get());
   daemon->sessions_ = std::make_unique<SessionManager>(
       daemon->engine_.get(), clock,

@@ -40,7 +40,10 @@ class DaemonServer {
   // Health-check service name of the HiCache API.
   static constexpr char kHealthServiceName[] = "hicache.v1.HiCache";
 
-  // Validates `config`, takes ownership of `socket_path` (see SocketGuard),
+  // Sizes the host tier (ResolveHostPages: a host_bytes_per_rank budget
+  // becomes host_pages_per_rank, which GetStats then reports) and validates
+  // `config`, builds the engine from it (EngineOptionsFrom), takes
+  // ownership of `socket_path` (see SocketGuard),
   // then of the shared-memory instance config.instance (default:
   // DefaultInstanceId() of the canonical socket path; see ShmInstance, which
   // reclaims the segments a dead daemon of that instance left), and starts

@@ -8,6 +8,7 @@
 #include <signal.h>
 
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,8 +25,10 @@
 #include "daemon/core/clock.h"
 #include "daemon/core/daemon_config.h"
 #include "daemon/core/log_format.h"
+#include "daemon/core/policies.h"
 #include "daemon/main/backend_factory.h"
 #include "daemon/main/daemon_server.h"
+#include "daemon/pool/host_budget.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "systemd/sd-daemon.h"
@@ -76,16 +79,26 @@ ABSL_FLAG(int64_t, l2_free_room_pages, 0,
 ABSL_FLAG(int32_t, transfer_workers, 2, "CPU backend: memcpy threads.");
 ABSL_FLAG(uint64_t, device_pages_per_rank, 4096,
           "Physical device (L1) pages in each rank's lane.");
-ABSL_FLAG(uint64_t, host_pages_per_rank, 16384,
-          "Physical host (L2) pages for each rank.");
+// Optional flags: giving both is refused, so each must know if it was given.
+ABSL_FLAG(std::optional<uint64_t>, host_pages_per_rank, std::nullopt,
+          "Physical host (L2) pages for each rank (default 16384). Each page "
+          "holds the target and the draft KV of its tokens. Not with "
+          "--host_bytes_per_rank.");
+ABSL_FLAG(std::optional<uint64_t>, host_bytes_per_rank, std::nullopt,
+          "Host (L2) memory for each rank, in bytes, instead of "
+          "--host_pages_per_rank: one budget the target and draft KV share "
+          "(as many pages as fit, each holding both payloads of its tokens; "
+          "the start-up log prints the split).");
 ABSL_FLAG(hicache::HostLayout, host_layout, hicache::HostLayout::kLayerFirst,
           "Host pool byte order: 'layer_first' or 'page_first'.");
 ABSL_FLAG(std::string, kv_preset, "tiny",
           "KV geometry: deepseek-v3.2, deepseek-v3.2-fp8, micro, tiny or "
           "tiny-draft.");
-ABSL_FLAG(std::string, eviction_policy, "lru",
+ABSL_FLAG(hicache::EvictionPolicy, eviction_policy,
+          hicache::EvictionPolicy::kLru,
           "Eviction order: lru, lfu, fifo, priority or slru.");
-ABSL_FLAG(std::string, write_policy, "write_through_selective",
+ABSL_FLAG(hicache::WritePolicy, write_policy,
+          hicache::WritePolicy::kWriteThroughSelective,
           "When device KV is backed up: write_through, write_through_selective "
           "or write_back.");
 ABSL_FLAG(uint32_t, default_lease_ms, 10000,
@@ -172,7 +185,22 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   config.lock_host_memory = absl::GetFlag(FLAGS_lock_host_memory);
   config.pin_host_memory = absl::GetFlag(FLAGS_pin_host_memory);
   config.device_pages_per_rank = absl::GetFlag(FLAGS_device_pages_per_rank);
-  config.host_pages_per_rank = absl::GetFlag(FLAGS_host_pages_per_rank);
+  const std::optional<uint64_t> host_pages =
+      absl::GetFlag(FLAGS_host_pages_per_rank);
+  const std::optional<uint64_t> host_bytes =
+      absl::GetFlag(FLAGS_host_bytes_per_rank);
+  if (host_pages.has_value() && host_bytes.has_value()) {
+    return absl::InvalidArgumentError(
+        "--host_pages_per_rank and --host_bytes_per_rank both size the host "
+        "tier; give one of them");
+  }
+  if (host_pages.has_value()) config.host_pages_per_rank = *host_pages;
+  if (host_bytes.has_value()) {
+    if (*host_bytes == 0) {
+      return absl::InvalidArgumentError("--host_bytes_per_rank must be > 0");
+    }
+    config.host_bytes_per_rank = *host_bytes;
+  }
   config.host_layout = absl::GetFlag(FLAGS_host_layout);
   config.kv_preset = absl::GetFlag(FLAGS_kv_preset);
   config.default_lease_ms = absl::GetFlag(FLAGS_default_lease_ms);
@@ -211,6 +239,11 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   config.max_rpc_threads = absl::GetFlag(FLAGS_max_rpc_threads);
   config.max_stream_backlog = absl::GetFlag(FLAGS_max_stream_backlog);
   config.instance = absl::GetFlag(FLAGS_instance);
+  // The host tier's pages (from --host_bytes_per_rank when given), then
+  // every field, derived ones included.
+  if (absl::StatusOr<HostBudget> host = ResolveHostPages(&config); !host.ok()) {
+    return host.status();
+  }
   if (absl::Status valid = config.Validate(); !valid.ok()) return valid;
   // A CUDA backend that cannot run here is a configuration error (exit 2),
   // found before anything is created.
@@ -278,13 +311,14 @@ int Run(int argc, char** argv) {
   spdlog::info(
       "hicached {} ({}, {}) serving on {}: backend={} page_size={} cp_size={} "
       "ranks=[{}] device_pages_per_rank={} host_pages_per_rank={} "
-      "host_layout={}",
+      "host_layout={} write_policy={} eviction_policy={}",
       build.version, build.compiler, build.build_mode,
       (*server)->listen_address(), BackendName(config->backend),
       config->page_size, config->cp_size,
       absl::StrJoin(config->EffectiveRanks(), ","),
       config->device_pages_per_rank, config->host_pages_per_rank,
-      HostLayoutName(config->host_layout));
+      HostLayoutName(config->host_layout), config->write_policy.name(),
+      config->eviction_policy.name());
   sd_notify(0, "READY=1");
 
   const absl::Duration grace =

@@ -152,10 +152,21 @@ absl::Status KvGeometry::CheckAddress(int64_t num_pages, int64_t page,
 }
 
 HostBudget KvGeometry::SplitHostBudget(uint64_t bytes_per_rank) const {
+  HostBudget budget =
+      HostBudgetOfPages(static_cast<int64_t>(bytes_per_rank / BytesPerPage()));
+  budget.budget_bytes = bytes_per_rank;
+  budget.unused_bytes =
+      bytes_per_rank - budget.target_bytes - budget.draft_bytes;
+  return budget;
+}
+
+HostBudget KvGeometry::HostBudgetOfPages(int64_t pages) const {
   HostBudget budget;
-  budget.pages = static_cast<int64_t>(bytes_per_rank / BytesPerPage());
-  budget.target_bytes = budget.pages * TargetBytesPerToken() * page_size_;
-  budget.draft_bytes = budget.pages * DraftBytesPerToken() * page_size_;
+  budget.pages = pages;
+  budget.tokens = pages * page_size_;
+  budget.target_bytes = pages * TargetBytesPerToken() * page_size_;
+  budget.draft_bytes = pages * DraftBytesPerToken() * page_size_;
+  budget.budget_bytes = budget.target_bytes + budget.draft_bytes;
   return budget;
 }
 

@@ -26,10 +26,18 @@ inline constexpr uint32_t kMlaFp8RowBytes = 656;  // 512 fp8 + 4 fp32 + 64 bf16.
 inline constexpr uint32_t kIndexerKRowBytes = 132;  // 128 fp8 + 1 fp32.
 
 // How the target and draft payloads share one per-rank host byte budget.
+// A host page holds the target and the draft payload of the same P tokens,
+// so both hold exactly `tokens` tokens: the draft never gets more tokens
+// than the target, however small its rows (see docs/operations.md, "Host
+// memory").
 struct HostBudget {
   int64_t pages = 0;          // Host pages per rank (each holds all families).
   uint64_t target_bytes = 0;  // pages * target bytes per page.
   uint64_t draft_bytes = 0;   // pages * draft bytes per page.
+  uint64_t budget_bytes = 0;  // The budget split (per rank).
+  int64_t tokens = 0;         // pages * P, for the target and the draft.
+  // budget_bytes - target_bytes - draft_bytes: less than one page.
+  uint64_t unused_bytes = 0;
 };
 
 // KV byte geometry of one model: page size and payload families. Immutable.
@@ -105,8 +113,11 @@ class KvGeometry {
   absl::Status CheckAddress(int64_t num_pages, int64_t page, int family,
                             uint32_t layer) const;
 
-  // Host pages per rank for a byte budget shared by target and draft.
+  // Host pages per rank for a byte budget shared by target and draft: as
+  // many whole pages as fit, each holding both payloads.
   HostBudget SplitHostBudget(uint64_t bytes_per_rank) const;
+  // The budget of exactly `pages` host pages (no unused bytes).
+  HostBudget HostBudgetOfPages(int64_t pages) const;
 
   const std::string& name() const { return name_; }
   // e.g. "deepseek-v3.2-fp8: P=64, 3126784 B/page (target 48068 B/token,

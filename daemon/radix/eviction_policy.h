@@ -3,23 +3,12 @@
 #include <cstdint>
 #include <tuple>
 
-#include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
+#include "daemon/core/policies.h"
 
 namespace hicache {
 
-// Order in which eviction picks victims among eligible leaves.
-enum class EvictionPolicy {
-  kLru,       // Least recently accessed first.
-  kLfu,       // Fewest hits first, then least recently accessed.
-  kFifo,      // Oldest created first.
-  kPriority,  // Lowest priority first, then least recently accessed.
-  kSlru,      // Segmented LRU: nodes hit once (probation) before nodes hit
-              // again (protected segment); LRU inside each segment.
-};
-
-absl::string_view EvictionPolicyName(EvictionPolicy policy);
-absl::StatusOr<EvictionPolicy> ParseEvictionPolicy(absl::string_view name);
+// The EvictionPolicy enum and its names are configuration vocabulary
+// (daemon/core/policies.h); this header is what the tree does with one.
 
 // What a policy looks at. Smaller keys are evicted first.
 struct EvictionFacts {

@@ -17,6 +17,18 @@ TEST(DaemonConfigTest, DefaultsAreValid) {
   EXPECT_EQ(config.backend, BackendKind::kCpu);
 }
 
+TEST(DaemonConfigTest, HoldsThePoliciesParsed) {
+  DaemonConfig config;
+  EXPECT_EQ(config.write_policy, WritePolicy::kWriteThroughSelective);
+  EXPECT_EQ(config.eviction_policy, EvictionPolicy::kLru);
+  EXPECT_EQ(config.host_bytes_per_rank, 0u);  // Sized by pages.
+  config.write_policy = static_cast<WritePolicy>(7);
+  EXPECT_THAT(config.Validate().message(), HasSubstr("not a policy"));
+  config.write_policy = WritePolicy::kWriteBack;
+  config.eviction_policy = static_cast<EvictionPolicy>(7);
+  EXPECT_THAT(config.Validate().message(), HasSubstr("not a policy"));
+}
+
 TEST(DaemonConfigTest, PageSizeMustBePowerOfTwo) {
   DaemonConfig config;
   for (uint32_t ok : {1u, 2u, 16u, 64u, 4096u, 65536u}) {

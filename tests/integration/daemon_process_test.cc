@@ -173,6 +173,16 @@ TEST_F(DaemonProcessTest, BadFlagValuesExitNonZeroWithAClearMessage) {
       {{"--l1_free_room_pages=-1"}, 2, "must be >= 0"},
       {{"--device_pages_per_rank=8", "--l1_free_room_pages=8"}, 2,
        "free room must be below the pool size"},
+      {{"--host_pages_per_rank=64", "--host_bytes_per_rank=1000000"}, 2,
+       "both size the host tier; give one of them"},
+      {{"--host_bytes_per_rank=0"}, 2, "--host_bytes_per_rank must be > 0"},
+      {{"--host_bytes_per_rank=100"}, 2,
+       "host_bytes_per_rank = 100 holds no host page"},
+      {{"--kv_preset=llama"}, 2, "unknown KV preset 'llama'"},
+      {{"--write_policy=write_sideways"}, 1,
+       "unknown write policy 'write_sideways'; expected write_through, "
+       "write_through_selective or write_back"},
+      {{"--eviction_policy=mru"}, 1, "unknown eviction policy 'mru'"},
       {{"--page_size=abc"}, 1, "page_size"},
       {{"--no_such_flag"}, 1, "no_such_flag"},
   };
@@ -185,6 +195,25 @@ TEST_F(DaemonProcessTest, BadFlagValuesExitNonZeroWithAClearMessage) {
     EXPECT_THAT(r->err, HasSubstr(c.message)) << c.flags[0];
     EXPECT_FALSE(Exists(socket_)) << c.flags[0];
   }
+}
+
+// --host_bytes_per_rank: one budget for the target and draft KV of each
+// rank's host tier. "tiny-draft" at P = 64 takes 64 x (32 + 8) = 2560 bytes a
+// page; 1 MB holds 409 pages (1047040 bytes), 1536 bytes unused.
+TEST_F(DaemonProcessTest, HostByteBudgetIsSplitAndReported) {
+  Subprocess daemon = StartDaemon(
+      {"--kv_preset=tiny-draft", "--host_bytes_per_rank=1048576"});
+  RunResult stats = Ctl(socket_, {"stats"});
+  EXPECT_EQ(stats.exit_code, 0) << stats.err;
+  EXPECT_THAT(stats.out, HasSubstr("409 per rank, layer_first"));
+  ASSERT_TRUE(daemon.Signal(SIGTERM).ok());
+  ASSERT_TRUE(daemon.Wait(absl::Seconds(20)).ok());
+  EXPECT_THAT(daemon.Stderr(),
+              HasSubstr("host tier per rank: budget 1048576 bytes -> 409 "
+                        "pages of 2560 bytes, 26176 tokens each for target "
+                        "(837632 bytes) and draft (209408 bytes), 1536 bytes "
+                        "unused"));
+  EXPECT_THAT(daemon.Stderr(), HasSubstr("host_pages_per_rank=409"));
 }
 
 // Without a GPU (every CI machine), --backend=cuda is a configuration error

@@ -147,5 +147,48 @@ TEST_F(DaemonServerTest, InvalidConfigIsRejectedBeforeTouchingTheSocket) {
   EXPECT_NE(stat((socket_ + ".lock").c_str(), &st), 0);
 }
 
+// The engine is built from the config by EngineOptionsFrom, and GetStats
+// reports the policies by name, as the flags spell them.
+TEST_F(DaemonServerTest, StatsReportThePoliciesByName) {
+  DaemonConfig config;
+  config.write_policy = WritePolicy::kWriteBack;
+  config.eviction_policy = EvictionPolicy::kFifo;
+  config.write_through_threshold = 3;
+  auto server = DaemonServer::Start(config, socket_, &clock_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stats = Connect()->GetStats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->settings().write_policy(), "write_back");
+  EXPECT_EQ(stats->settings().eviction_policy(), "fifo");
+  EXPECT_EQ(stats->settings().write_through_threshold(), 3u);
+}
+
+// One per-rank byte budget sizes the host tier: as many pages as fit, each
+// holding the target and the draft payload ("tiny-draft" at P = 4: 160
+// bytes), and GetStats reports those pages.
+TEST_F(DaemonServerTest, HostByteBudgetSizesTheHostTier) {
+  DaemonConfig config;
+  config.kv_preset = "tiny-draft";
+  config.page_size = 4;
+  config.host_bytes_per_rank = 160 * 50 + 159;
+  auto server = DaemonServer::Start(config, socket_, &clock_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stats = Connect()->GetStats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->geometry().host_pages_per_rank(), 50u);
+}
+
+TEST_F(DaemonServerTest, HostByteBudgetBelowOnePageIsRejected) {
+  DaemonConfig config;
+  config.kv_preset = "tiny-draft";
+  config.page_size = 4;
+  config.host_bytes_per_rank = 159;
+  auto server = DaemonServer::Start(config, socket_, &clock_);
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(server.status().message(), HasSubstr("holds no host page"));
+  struct stat st {};
+  EXPECT_NE(stat((socket_ + ".lock").c_str(), &st), 0);
+}
+
 }  // namespace
 }  // namespace hicache

@@ -1,0 +1,58 @@
+#include "daemon/engine/engine_options.h"
+
+#include <algorithm>
+
+namespace hicache {
+
+EngineOptions EngineOptionsFrom(const DaemonConfig& config) {
+  EngineOptions options;
+  options.page_size = config.page_size;
+  options.cp_size = config.cp_size;
+  options.kv_preset = config.kv_preset;
+  options.device_pages_per_rank =
+      static_cast<int64_t>(config.device_pages_per_rank);
+  options.host_pages_per_rank =
+      static_cast<int64_t>(config.host_pages_per_rank);
+  options.host_layout = config.host_layout;
+  options.lock_host_memory = config.lock_host_memory;
+  options.write_policy = config.write_policy;
+  options.write_through_threshold = config.write_through_threshold;
+  options.eviction_policy = config.eviction_policy;
+  options.load_back_threshold_tokens = config.load_back_threshold_tokens;
+  options.l1_free_room_pages = config.l1_free_room_pages;
+  options.l2_free_room_pages = config.l2_free_room_pages;
+  options.served_ranks.assign(config.served_ranks.begin(),
+                              config.served_ranks.end());
+  options.transfer_workers = config.transfer_workers;
+  return options;
+}
+
+RankPoolsOptions RankPoolsOptionsFrom(const EngineOptions& options) {
+  return {.device_pages_per_rank = options.device_pages_per_rank,
+          .host_pages_per_rank = options.host_pages_per_rank,
+          .host_layout = options.host_layout,
+          .lock_host_memory = options.lock_host_memory};
+}
+
+RadixTreeOptions RadixTreeOptionsFrom(const EngineOptions& options) {
+  uint32_t report_threshold = 0;
+  switch (options.write_policy) {
+    case WritePolicy::kWriteThrough:
+      report_threshold = 1;
+      break;
+    case WritePolicy::kWriteThroughSelective:
+      report_threshold = std::max(1u, options.write_through_threshold);
+      break;
+    case WritePolicy::kWriteBack:
+      report_threshold = 0;
+      break;
+  }
+  return {.page_size = options.page_size,
+          .cp_size = options.cp_size,
+          .policy = options.eviction_policy,
+          .write_through_threshold = report_threshold,
+          .clock = options.clock,
+          .reserve_tokens = 0};
+}
+
+}  // namespace hicache

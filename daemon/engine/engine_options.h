@@ -1,0 +1,93 @@
+#pragma once
+
+// How an engine is configured, and the one place where the daemon's
+// configuration (DaemonConfig) becomes engine, tree and pool options.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "daemon/backend/backend.h"
+#include "daemon/core/clock.h"
+#include "daemon/core/daemon_config.h"
+#include "daemon/core/policies.h"
+#include "daemon/layout/cp_layout.h"
+#include "daemon/pool/rank_pools.h"
+#include "daemon/radix/radix_tree.h"
+#include "daemon/transfer/transfer_engine.h"
+
+namespace hicache {
+
+struct EngineOptions {
+  uint32_t page_size = 64;
+  uint32_t cp_size = 1;
+  std::string kv_preset = "tiny";
+  int64_t device_pages_per_rank = 1024;  // Including the reserved page 0.
+  int64_t host_pages_per_rank = 4096;
+  HostLayout host_layout = HostLayout::kLayerFirst;
+  bool lock_host_memory = false;
+  WritePolicy write_policy = WritePolicy::kWriteThroughSelective;
+  uint32_t write_through_threshold = 2;  // For kWriteThroughSelective.
+  EvictionPolicy eviction_policy = EvictionPolicy::kLru;
+  // Loads of fewer tokens are not worth a transfer: reported as misses.
+  int64_t load_back_threshold_tokens = 0;
+  // After pressure, evict until this many pages are free per lane (L1) and
+  // per rank (L2), not just the deficit.
+  int64_t l1_free_room_pages = 0;
+  int64_t l2_free_room_pages = 0;
+  // Ranks whose pools and copies this engine owns (ascending; empty: all
+  // C). The tree, the allocators and the host metadata always cover all C
+  // lanes (one logical page space); pools exist and copies run only for
+  // these ranks, and an op completes when each of them has acked each step.
+  std::vector<Rank> served_ranks;
+  int transfer_workers = 2;  // Default backend's copy threads.
+
+  // Not configuration: what the process wires in (EngineOptionsFrom leaves
+  // these at their defaults).
+  const Clock* clock = nullptr;  // Default: Clock::Real().
+  // Where pools live and what copies (must outlive the engine). Default: a
+  // CpuBackend (shared memory, memcpy) the engine owns.
+  Backend* backend = nullptr;
+  // Name prefix of the default backend's segments: the daemon's
+  // ShmInstance::prefix(). Empty: "/hicache-<pid>-e<address>", unique per
+  // engine (tests and tools without a daemon).
+  std::string shm_prefix;
+  // Refuse pools larger than the machine has (Backend::CheckCapacity)
+  // before taking any memory.
+  bool check_capacity = true;
+  // Write-back: how long an allocation waits for the copies of the victims
+  // it staged (the engine lock is released meanwhile) before it evicts
+  // without them.
+  absl::Duration write_back_wait = absl::Seconds(5);
+  // Test seam (fault injection): wraps the backend's transfer engine. Given
+  // the engine's listener and a factory of the backend engine, returns the
+  // transfer engine to use; a decorator builds the backend engine with
+  // itself as its listener and reports completions to `listener`. Empty:
+  // the backend engine as is.
+  std::function<std::unique_ptr<TransferEngine>(
+      TransferListener* listener, const TransferEngineFactory& backend)>
+      wrap_transfer;
+};
+
+// Every configuration field of `config` the engine takes, carried over
+// as is: geometry (page size, CP size, served ranks, KV preset, pool sizes,
+// host layout, host-memory locking), policies, thresholds, free room and
+// transfer workers. The process-wiring fields (clock, backend, shm_prefix,
+// ...) keep their defaults for the caller to set. REQUIRES: `config` is
+// valid and its host tier resolved (ResolveHostPages), so that
+// host_pages_per_rank is the tier's size whichever flag gave it.
+EngineOptions EngineOptionsFrom(const DaemonConfig& config);
+
+// The pools an engine with `options` creates.
+RankPoolsOptions RankPoolsOptionsFrom(const EngineOptions& options);
+
+// The tree an engine with `options` keeps. The write policy becomes the
+// tree's write-through report threshold: 1 for write-through (every hit),
+// write_through_threshold (at least 1) for selective write-through, 0 (never)
+// for write-back.
+RadixTreeOptions RadixTreeOptionsFrom(const EngineOptions& options);
+
+}  // namespace hicache

@@ -1,0 +1,187 @@
+#include "daemon/engine/engine_options.h"
+
+#include <string>
+
+#include "daemon/core/clock.h"
+#include "daemon/core/daemon_config.h"
+#include "daemon/core/policies.h"
+#include "daemon/engine/engine_types.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/field_count.h"
+
+namespace hicache {
+namespace {
+
+using ::testing::ElementsAre;
+using testing::FieldCount;
+
+// The DaemonConfig fields EngineOptionsFrom carries, and those it leaves to
+// the daemon (socket, TLS, roles, limits, backend wiring, leases). A field
+// added to DaemonConfig must be put in one list (and, if the engine takes
+// it, carried by EngineOptionsFrom and checked below).
+constexpr const char* kCarriedFields[] = {
+    "page_size",
+    "cp_size",
+    "served_ranks",
+    "kv_preset",
+    "device_pages_per_rank",
+    "host_pages_per_rank",
+    "host_layout",
+    "lock_host_memory",
+    "write_policy",
+    "write_through_threshold",
+    "eviction_policy",
+    "load_back_threshold_tokens",
+    "l1_free_room_pages",
+    "l2_free_room_pages",
+    "transfer_workers",
+};
+constexpr const char* kDaemonOnlyFields[] = {
+    "backend",  // MakeBackend (daemon/main) builds the Backend.
+    "gpus",
+    "cuda_runtime",
+    "copy_max_blocks",
+    "pin_host_memory",
+    "host_bytes_per_rank",  // Resolved into host_pages_per_rank first.
+    "default_lease_ms",     // SessionManager.
+    "listen_tcp",
+    "tls_cert_file",
+    "tls_key_file",
+    "tls_client_ca_file",
+    "insecure_tcp_for_testing",
+    "instance",  // ShmInstance; the engine gets its prefix.
+    "operator_uids",
+    "operator_gids",
+    "operator_cert_names",
+    "max_sessions",
+    "max_namespaces",
+    "max_streams_per_session",
+    "max_items_per_request",
+    "max_pages_per_request",
+    "max_tokens_per_request",
+    "max_pin_ttl_ms",
+    "max_message_bytes",
+    "max_connections",
+    "max_rpc_threads",
+    "max_stream_backlog",
+};
+// EngineOptions fields that are process wiring, not configuration.
+constexpr const char* kWiringFields[] = {
+    "clock",          "backend",         "shm_prefix",
+    "check_capacity", "write_back_wait", "wrap_transfer",
+};
+
+TEST(EngineOptionsTest, EveryFieldIsClassified) {
+  EXPECT_EQ(FieldCount<DaemonConfig>(),
+            std::size(kCarriedFields) + std::size(kDaemonOnlyFields))
+      << "DaemonConfig gained or lost a field: classify it above, and carry "
+         "it in EngineOptionsFrom if the engine takes it";
+  EXPECT_EQ(FieldCount<EngineOptions>(),
+            std::size(kCarriedFields) + std::size(kWiringFields))
+      << "EngineOptions gained or lost a field: give DaemonConfig (and its "
+         "flag) the field and carry it in EngineOptionsFrom, or list it as "
+         "wiring";
+}
+
+// Every carried field set to a value unlike its default (and unlike the
+// others), so that a field left out or swapped shows.
+DaemonConfig NonDefaultConfig() {
+  DaemonConfig config;
+  config.page_size = 16;
+  config.cp_size = 4;
+  config.served_ranks = {1, 3};
+  config.kv_preset = "tiny-draft";
+  config.device_pages_per_rank = 777;
+  config.host_pages_per_rank = 9999;
+  config.host_layout = HostLayout::kPageFirst;
+  config.lock_host_memory = true;
+  config.write_policy = WritePolicy::kWriteBack;
+  config.write_through_threshold = 5;
+  config.eviction_policy = EvictionPolicy::kSlru;
+  config.load_back_threshold_tokens = 48;
+  config.l1_free_room_pages = 11;
+  config.l2_free_room_pages = 13;
+  config.transfer_workers = 7;
+  return config;
+}
+
+TEST(EngineOptionsTest, CarriesEveryConfigurationField) {
+  const DaemonConfig config = NonDefaultConfig();
+  ASSERT_TRUE(config.Validate().ok()) << config.Validate();
+  const EngineOptions o = EngineOptionsFrom(config);
+  EXPECT_EQ(o.page_size, 16u);
+  EXPECT_EQ(o.cp_size, 4u);
+  EXPECT_THAT(o.served_ranks, ElementsAre(1u, 3u));
+  EXPECT_EQ(o.kv_preset, "tiny-draft");
+  EXPECT_EQ(o.device_pages_per_rank, 777);
+  EXPECT_EQ(o.host_pages_per_rank, 9999);
+  EXPECT_EQ(o.host_layout, HostLayout::kPageFirst);
+  EXPECT_TRUE(o.lock_host_memory);
+  EXPECT_EQ(o.write_policy, WritePolicy::kWriteBack);
+  EXPECT_EQ(o.write_through_threshold, 5u);
+  EXPECT_EQ(o.eviction_policy, EvictionPolicy::kSlru);
+  EXPECT_EQ(o.load_back_threshold_tokens, 48);
+  EXPECT_EQ(o.l1_free_room_pages, 11);
+  EXPECT_EQ(o.l2_free_room_pages, 13);
+  EXPECT_EQ(o.transfer_workers, 7);
+  // Wiring is the caller's.
+  const EngineOptions defaults;
+  EXPECT_EQ(o.clock, nullptr);
+  EXPECT_EQ(o.backend, nullptr);
+  EXPECT_EQ(o.shm_prefix, "");
+  EXPECT_EQ(o.check_capacity, defaults.check_capacity);
+  EXPECT_EQ(o.write_back_wait, defaults.write_back_wait);
+  EXPECT_FALSE(o.wrap_transfer);
+}
+
+TEST(EngineOptionsTest, DefaultsMatchTheDaemonsDefaults) {
+  const DaemonConfig config;
+  const EngineOptions o = EngineOptionsFrom(config);
+  EXPECT_EQ(o.write_policy, WritePolicy::kWriteThroughSelective);
+  EXPECT_EQ(o.eviction_policy, EvictionPolicy::kLru);
+  EXPECT_EQ(o.device_pages_per_rank, 4096);
+  EXPECT_EQ(o.host_pages_per_rank, 16384);
+  EXPECT_TRUE(o.served_ranks.empty());  // All ranks.
+}
+
+TEST(EngineOptionsTest, PoolOptionsComeFromTheEngineOptions) {
+  const EngineOptions o = EngineOptionsFrom(NonDefaultConfig());
+  const RankPoolsOptions pools = RankPoolsOptionsFrom(o);
+  EXPECT_EQ(pools.device_pages_per_rank, 777);
+  EXPECT_EQ(pools.host_pages_per_rank, 9999);
+  EXPECT_EQ(pools.host_layout, HostLayout::kPageFirst);
+  EXPECT_TRUE(pools.lock_host_memory);
+}
+
+TEST(EngineOptionsTest, TreeOptionsTurnTheWritePolicyIntoAReportThreshold) {
+  EngineOptions o = EngineOptionsFrom(NonDefaultConfig());
+  FakeClock clock(absl::FromUnixSeconds(5));
+  o.clock = &clock;
+  RadixTreeOptions tree = RadixTreeOptionsFrom(o);
+  EXPECT_EQ(tree.page_size, 16u);
+  EXPECT_EQ(tree.cp_size, 4u);
+  EXPECT_EQ(tree.policy, EvictionPolicy::kSlru);
+  EXPECT_EQ(tree.clock, &clock);
+  EXPECT_EQ(tree.reserve_tokens, 0);
+  EXPECT_EQ(tree.write_through_threshold, 0u);  // Write-back: never.
+  o.write_policy = WritePolicy::kWriteThrough;
+  EXPECT_EQ(RadixTreeOptionsFrom(o).write_through_threshold, 1u);
+  o.write_policy = WritePolicy::kWriteThroughSelective;
+  EXPECT_EQ(RadixTreeOptionsFrom(o).write_through_threshold, 5u);
+  o.write_through_threshold = 0;
+  EXPECT_EQ(RadixTreeOptionsFrom(o).write_through_threshold, 1u);
+}
+
+// Transitional: engine_types.h still declares the former names, defined in
+// hicache_engine.cc; they must say what core says until they go.
+TEST(EngineOptionsTest, FormerWritePolicyNamesAgreeWithCore) {
+  for (WritePolicy p : kWritePolicies) {
+    EXPECT_EQ(WritePolicyName(p), PolicyName(p));
+    EXPECT_EQ(*ParseWritePolicy(PolicyName(p)), p);
+  }
+  EXPECT_FALSE(ParseWritePolicy("nope").ok());
+}
+
+}  // namespace
+}  // namespace hicache
