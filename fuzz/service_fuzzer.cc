@@ -1,4 +1,4 @@
-// libFuzzer target: drives the in-process service layer (service::CacheRpcs
+// libFuzzer target: drives the in-process service layer (service::HiCacheService
 // over a real HiCacheEngine, SessionManager and EventHub) with sequences of
 // RPCs decoded from the input, the way a buggy or hostile client would, and
 // checks after every input that no page leaked or is held twice.
@@ -24,7 +24,8 @@
 // Streaming RPCs (BackupSession, LoadBack) need a grpc::ServerContext and a
 // ServerReaderWriter, which cannot be built in-process; their message
 // handlers are replayed here against SessionManager, EventHub and
-// EventMailbox as daemon/service/cache_service.cc does (Service, below).
+// EventMailbox as daemon/service/hicache_service_streams.cc does (Service,
+// below).
 //
 // After every op: engine->CheckInvariants(), and no RPC may answer INTERNAL,
 // UNKNOWN or DATA_LOSS. After every input: every stream ends (an outcome the
@@ -67,7 +68,9 @@
 #include "daemon/engine/hicache_engine.h"
 #include "daemon/engine/session_manager.h"
 #include "daemon/pool/kv_pool.h"
-#include "daemon/service/cache_service.h"
+#include "daemon/service/caller_resolver.h"
+#include "daemon/service/hicache_service.h"
+#include "grpcpp/server_context.h"
 #include "daemon/service/watch_broadcaster.h"
 #include "daemon/transfer/faulty_transfer_engine.h"
 #include "hicache/v1/hicache.pb.h"
@@ -158,18 +161,17 @@ class HeapBackend final : public Backend {
 };
 
 // ---------------------------------------------------------------------------
-// The one place that knows how the service is called. CacheRpcs is taking
-// the caller's identity (daemon/engine/caller.h) as its first parameter,
-// method by method; Call() passes it to the methods that take it, so the
-// fuzzer follows that change without edits. Session RPCs are made as a plain
+// The one place that knows how the service is called: each RPC with a
+// fresh ServerContext, the caller's identity (daemon/engine/caller.h) coming
+// from a resolver that Call() sets first. Session RPCs are made as a plain
 // client, Evict / SetFreeRoom / DumpTree / InspectNode / ListSessions as an
 // operator (or, to check the refusal, as a client).
 //
 // The streaming RPCs (BackupSession, LoadBack) need a grpc::ServerContext
 // and a reader/writer, which cannot be built in-process. BackupStream and
-// LoadStream replay what CacheRpcs::BackupSession / LoadBack do with each
+// LoadStream replay what HiCacheService::BackupSession / LoadBack do with each
 // client message, on the same SessionManager, EventHub and EventMailbox
-// calls; keep them in step with daemon/service/cache_service.cc.
+// calls; keep them in step with daemon/service/hicache_service_streams.cc.
 
 // A BackupSession stream. Its session is fixed by the first message.
 struct BackupStream {
@@ -193,9 +195,20 @@ class Service {
   // the fuzzer calls it hung (every copy has completed by then).
   static constexpr absl::Duration kHung = absl::Seconds(10);
 
-  Service(service::CacheRpcs* rpcs, SessionManager* sessions,
-          HiCacheEngine* engine, EventHub* hub)
-      : rpcs_(rpcs), sessions_(sessions), engine_(engine), hub_(hub) {}
+  // Whoever Call() says the caller is.
+  class Callers final : public service::CallerResolver {
+   public:
+    Caller Resolve(const grpc::ServerContext&) const override { return next; }
+    Caller next;
+  };
+
+  Service(service::HiCacheService* rpcs, Callers* callers,
+          SessionManager* sessions, HiCacheEngine* engine, EventHub* hub)
+      : rpcs_(rpcs),
+        callers_(callers),
+        sessions_(sessions),
+        engine_(engine),
+        hub_(hub) {}
 
   static const Caller& Client() {
     static const Caller* const caller = new Caller{false, "fuzz client"};
@@ -209,68 +222,78 @@ class Service {
   // Unary RPCs.
   grpc::Status OpenSession(const v1::OpenSessionRequest& request,
                            v1::OpenSessionResponse* response) {
-    return Call(Client(), &service::CacheRpcs::OpenSession, request, response);
+    return Call(Client(), &service::HiCacheService::OpenSession, &request, response);
   }
   grpc::Status KeepAlive(const v1::KeepAliveRequest& request) {
     v1::KeepAliveResponse response;
-    return Call(Client(), &service::CacheRpcs::KeepAlive, request, &response);
+    return Call(Client(), &service::HiCacheService::KeepAlive, &request, &response);
   }
   grpc::Status CloseSession(const v1::CloseSessionRequest& request) {
     v1::CloseSessionResponse response;
-    return Call(Client(), &service::CacheRpcs::CloseSession, request,
+    return Call(Client(), &service::HiCacheService::CloseSession, &request,
                 &response);
   }
   grpc::Status GetLayout() {
     v1::GetLayoutResponse response;
-    return Call(Client(), &service::CacheRpcs::GetLayout, &response);
+    return Call(Client(), &service::HiCacheService::GetLayout,
+                &v1::GetLayoutRequest::default_instance(), &response);
   }
   grpc::Status Allocate(const v1::AllocateRequest& request,
                         v1::AllocateResponse* response) {
-    return Call(Client(), &service::CacheRpcs::Allocate, request, response);
+    return Call(Client(), &service::HiCacheService::Allocate, &request, response);
   }
   grpc::Status Free(const v1::FreeRequest& request) {
-    return Call(Client(), &service::CacheRpcs::Free, request);
+    return Call(Client(), &service::HiCacheService::Free, &request,
+                &free_response_);
   }
   grpc::Status MatchPrefix(const v1::MatchPrefixRequest& request,
                            v1::MatchPrefixResponse* response) {
-    return Call(Client(), &service::CacheRpcs::MatchPrefix, request, response);
+    return Call(Client(), &service::HiCacheService::MatchPrefix, &request,
+                response);
   }
   grpc::Status Insert(const v1::InsertRequest& request,
                       v1::InsertResponse* response) {
-    return Call(Client(), &service::CacheRpcs::Insert, request, response);
+    return Call(Client(), &service::HiCacheService::Insert, &request, response);
   }
   grpc::Status Lock(const v1::LockRequest& request, bool lock) {
     v1::LockResponse response;
-    return Call(Client(), &service::CacheRpcs::Lock, request, lock, &response);
+    return Call(Client(),
+                lock ? &service::HiCacheService::Lock
+                     : &service::HiCacheService::Unlock,
+                &request, &response);
   }
   grpc::Status Pin(const v1::PinRequest& request) {
-    return Call(Client(), &service::CacheRpcs::Pin, request);
+    return Call(Client(), &service::HiCacheService::Pin, &request,
+                &pin_response_);
   }
   grpc::Status Stats() {
     v1::CacheStats response;
-    return Call(Client(), &service::CacheRpcs::Stats, &response);
+    return Call(Client(), &service::HiCacheService::Stats,
+                &v1::GetStatsRequest::default_instance(), &response);
   }
   // Operator RPCs; `as` is Operator() except to check the refusal.
   grpc::Status Evict(const Caller& as, const v1::EvictRequest& request) {
     v1::EvictResponse response;
-    return Call(as, &service::CacheRpcs::Evict, request, &response);
+    return Call(as, &service::HiCacheService::Evict, &request, &response);
   }
   grpc::Status SetFreeRoom(const Caller& as,
                            const v1::SetFreeRoomRequest& request) {
-    return Call(as, &service::CacheRpcs::SetFreeRoom, request);
+    return Call(as, &service::HiCacheService::SetFreeRoom, &request,
+                &free_room_response_);
   }
   grpc::Status DumpTree(const Caller& as, const v1::DumpTreeRequest& request) {
     v1::DumpTreeResponse response;
-    return Call(as, &service::CacheRpcs::DumpTree, request, &response);
+    return Call(as, &service::HiCacheService::DumpTree, &request, &response);
   }
   grpc::Status InspectNode(const Caller& as,
                            const v1::InspectNodeRequest& request) {
     v1::NodeInfo response;
-    return Call(as, &service::CacheRpcs::InspectNode, request, &response);
+    return Call(as, &service::HiCacheService::InspectNode, &request, &response);
   }
   grpc::Status ListSessions(const Caller& as,
                             v1::ListSessionsResponse* response) {
-    return Call(as, &service::CacheRpcs::ListSessions, response);
+    return Call(as, &service::HiCacheService::ListSessions,
+                &v1::ListSessionsRequest::default_instance(), response);
   }
 
   // --- BackupSession --------------------------------------------------------
@@ -449,14 +472,14 @@ class Service {
   const std::string& hung() const { return hung_; }
 
  private:
-  template <typename Method, typename... Args>
-  grpc::Status Call(const Caller& caller, Method method, Args&&... args) {
-    if constexpr (std::is_invocable_v<Method, service::CacheRpcs*,
-                                      const Caller&, Args...>) {
-      return std::invoke(method, rpcs_, caller, std::forward<Args>(args)...);
-    } else {
-      return std::invoke(method, rpcs_, std::forward<Args>(args)...);
-    }
+  template <typename Request, typename Response>
+  grpc::Status Call(const Caller& caller,
+                    grpc::Status (service::HiCacheService::*method)(
+                        grpc::ServerContext*, const Request*, Response*),
+                    const Request* request, Response* response) {
+    callers_->next = caller;
+    grpc::ServerContext context;
+    return (rpcs_->*method)(&context, request, response);
   }
 
   void TakeBackupEvent(BackupStream& stream, const OpEvent& event) {
@@ -468,11 +491,15 @@ class Service {
     stream.open.erase(event.op);
   }
 
-  service::CacheRpcs* const rpcs_;
+  service::HiCacheService* const rpcs_;
+  Callers* const callers_;
   SessionManager* const sessions_;
   HiCacheEngine* const engine_;
   EventHub* const hub_;
   std::string hung_;
+  v1::FreeResponse free_response_;
+  v1::PinResponse pin_response_;
+  v1::SetFreeRoomResponse free_room_response_;
 };
 
 // ---------------------------------------------------------------------------
@@ -684,10 +711,15 @@ class Run {
     steps_ = engine_->geometry().NumSteps();
     sessions_ = std::make_unique<SessionManager>(engine_.get(), &clock_,
                                                  absl::Seconds(10));
-    rpcs_ = std::make_unique<service::CacheRpcs>(engine_.get(), sessions_.get(),
-                                                 &hub_, &watch_);
-    service_ = std::make_unique<Service>(rpcs_.get(), sessions_.get(),
-                                         engine_.get(), &hub_);
+    rpcs_ = std::make_unique<service::HiCacheService>(
+        DaemonInfo{}, &clock_,
+        service::ServiceParts{.engine = engine_.get(),
+                              .sessions = sessions_.get(),
+                              .hub = &hub_,
+                              .watch = &watch_,
+                              .callers = &callers_});
+    service_ = std::make_unique<Service>(rpcs_.get(), &callers_,
+                                         sessions_.get(), engine_.get(), &hub_);
   }
 
   void Ops() {
@@ -1556,7 +1588,8 @@ class Run {
   service::WatchBroadcaster watch_;
   std::unique_ptr<HiCacheEngine> engine_;
   std::unique_ptr<SessionManager> sessions_;
-  std::unique_ptr<service::CacheRpcs> rpcs_;
+  Service::Callers callers_;
+  std::unique_ptr<service::HiCacheService> rpcs_;
   std::unique_ptr<Service> service_;
   uint32_t cp_ = 1;
   uint32_t steps_ = 1;

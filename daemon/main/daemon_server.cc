@@ -23,7 +23,6 @@
 #include "daemon/main/unix_listener.h"
 #include "daemon/pool/host_budget.h"
 #include "daemon/pool/shm_instance.h"
-#include "daemon/service/cache_service.h"
 #include "daemon/service/hicache_service.h"
 #include "daemon/service/watch_broadcaster.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -171,7 +170,7 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   daemon->hub_ = std::make_unique<EventHub>();
   service::WatchBroadcaster* watch = daemon->watch_.get();
   daemon->hub_->SetObserver([watch](const OpEvent& event) {
-    watch->Publish(service::CacheRpcs::ToCacheEvent(event));
+    watch->Publish(service::HiCacheService::ToCacheEvent(event));
   });
   absl::StatusOr<std::unique_ptr<Backend>> backend =
       MakeBackend(config, daemon->shm_->prefix());
@@ -208,11 +207,6 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
         event.set_session_id(session);
         watch->Publish(event);
       });
-  daemon->cache_ = std::make_unique<service::CacheRpcs>(
-      daemon->engine_.get(), daemon->sessions_.get(), daemon->hub_.get(),
-      watch,
-      service::StreamLimits{
-          .max_backlog = static_cast<size_t>(config.max_stream_backlog)});
   OperatorPolicy operators;
   operators.uids.assign(config.operator_uids.begin(),
                         config.operator_uids.end());
@@ -228,8 +222,15 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
       .listen_address = address,
       .pid = getpid(),
   };
-  daemon->service_ = std::make_unique<service::HiCacheServiceImpl>(
-      std::move(info), clock, daemon->cache_.get(), daemon->connections_.get());
+  daemon->service_ = std::make_unique<service::HiCacheService>(
+      std::move(info), clock,
+      service::ServiceParts{.engine = daemon->engine_.get(),
+                            .sessions = daemon->sessions_.get(),
+                            .hub = daemon->hub_.get(),
+                            .watch = watch,
+                            .callers = daemon->connections_.get()},
+      service::StreamLimits{
+          .max_backlog = static_cast<size_t>(config.max_stream_backlog)});
   // The unix socket is accepted by our own listener, which records each
   // peer's credentials for roles and bounds the connections.
   absl::StatusOr<std::unique_ptr<UnixListener>> listener = UnixListener::Bind(

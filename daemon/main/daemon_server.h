@@ -24,9 +24,8 @@ class UnixListener;
 class SessionManager;
 class ShmInstance;
 namespace service {
-class CacheRpcs;
 class WatchBroadcaster;
-class HiCacheServiceImpl;
+class HiCacheService;
 }  // namespace service
 
 // A running hicached: the gRPC server on its unix socket with the HiCache
@@ -85,9 +84,8 @@ class DaemonServer {
   std::unique_ptr<Backend> backend_;  // Outlives the engine (its pools).
   std::unique_ptr<HiCacheEngine> engine_;
   std::unique_ptr<SessionManager> sessions_;
-  std::unique_ptr<service::CacheRpcs> cache_;
   std::unique_ptr<ConnectionRegistry> connections_;
-  std::unique_ptr<service::HiCacheServiceImpl> service_;
+  std::unique_ptr<service::HiCacheService> service_;
   std::thread reaper_;
   CondVar reaper_cv_;
   // Set once in Start(); Shutdown()/Wait() are thread-safe gRPC calls.

@@ -2,58 +2,135 @@
 
 #include "daemon/core/clock.h"
 #include "daemon/core/daemon_info.h"
-#include "daemon/service/cache_service.h"
+#include "daemon/engine/caller.h"
+#include "daemon/engine/event_hub.h"
+#include "daemon/engine/hicache_engine.h"
+#include "daemon/engine/request_flow.h"
+#include "daemon/engine/session_manager.h"
+#include "daemon/engine/stream_context.h"
 #include "daemon/service/caller_resolver.h"
+#include "daemon/service/watch_broadcaster.h"
 #include "hicache/v1/hicache.grpc.pb.h"
 
 namespace hicache::service {
 
-// The HiCache gRPC service. Thin by design: it converts proto <-> domain types
-// and absl::Status <-> grpc::Status, nothing else.
-//
-// Thread-safe: handlers only read immutable state.
-class HiCacheServiceImpl final : public v1::HiCache::Service {
- public:
-  // `info` is copied. `clock`, `cache` and `callers` must outlive the
-  // service; without `cache` every cache RPC answers FAILED_PRECONDITION.
-  // Without `callers` every caller is a plain client (no operator RPCs).
-  HiCacheServiceImpl(DaemonInfo info, const Clock* clock,
-                     CacheRpcs* cache = nullptr,
-                     const CallerResolver* callers = nullptr);
+// Limits of the streaming RPCs.
+struct StreamLimits {
+  // Events waiting for a slow stream reader before the stream is cut off
+  // (its backups rolled back, RESOURCE_EXHAUSTED).
+  size_t max_backlog = 65536;
+};
 
+// What the service serves: the daemon's parts. All must outlive it.
+struct ServiceParts {
+  HiCacheEngine* engine = nullptr;
+  SessionManager* sessions = nullptr;
+  EventHub* hub = nullptr;
+  WatchBroadcaster* watch = nullptr;
+  // Who makes each call; nullptr: every caller is a plain client (no
+  // operator RPCs).
+  const CallerResolver* callers = nullptr;
+};
+
+// hicache.v1.HiCache. Thin by design: each handler validates fields,
+// converts proto <-> domain types and absl::Status -> grpc::Status, and
+// calls the engine layer, which does the work: SessionManager (sessions,
+// confinement, ownership), RequestFlow (Admit / Complete) and the stream
+// classes (BackupStream, LoadStream, WorkerSubscription: what a stream owns
+// and what happens when its client goes away).
+//
+// Roles: Evict, SetFreeRoom, DumpTree, InspectNode, ListSessions and Watch
+// act across tenants and need an operator caller (PERMISSION_DENIED
+// otherwise). Session RPCs are confined by the session they name.
+//
+// Thread-safe: handlers share only thread-safe parts.
+class HiCacheService final : public v1::HiCache::Service {
+ public:
+  // `info` is copied.
+  HiCacheService(DaemonInfo info, const Clock* clock, ServiceParts parts,
+                 StreamLimits limits = {});
+
+  // The CacheEvent for an engine event (kind, op, node, rank, step).
+  static v1::CacheEvent ToCacheEvent(const OpEvent& event);
+
+  // Daemon and sessions (hicache_service.cc).
   grpc::Status GetStats(grpc::ServerContext* context,
                         const v1::GetStatsRequest* request,
                         v1::GetStatsResponse* response) override;
+  grpc::Status OpenSession(grpc::ServerContext* context,
+                           const v1::OpenSessionRequest* request,
+                           v1::OpenSessionResponse* response) override;
+  grpc::Status KeepAlive(grpc::ServerContext* context,
+                         const v1::KeepAliveRequest* request,
+                         v1::KeepAliveResponse* response) override;
+  grpc::Status CloseSession(grpc::ServerContext* context,
+                            const v1::CloseSessionRequest* request,
+                            v1::CloseSessionResponse* response) override;
+  grpc::Status GetLayout(grpc::ServerContext* context,
+                         const v1::GetLayoutRequest* request,
+                         v1::GetLayoutResponse* response) override;
+  grpc::Status RegisterFence(grpc::ServerContext* context,
+                             const v1::RegisterFenceRequest* request,
+                             v1::RegisterFenceResponse* response) override;
+  grpc::Status ReleaseFence(grpc::ServerContext* context,
+                            const v1::ReleaseFenceRequest* request,
+                            v1::ReleaseFenceResponse* response) override;
 
-#define HICACHE_UNARY(Name, Request, Response)                            \
-  grpc::Status Name(grpc::ServerContext* context, const Request* request, \
-                    Response* response) override;
-  HICACHE_UNARY(OpenSession, v1::OpenSessionRequest, v1::OpenSessionResponse)
-  HICACHE_UNARY(KeepAlive, v1::KeepAliveRequest, v1::KeepAliveResponse)
-  HICACHE_UNARY(FinishLoad, v1::FinishLoadRequest, v1::FinishLoadResponse)
-  HICACHE_UNARY(RegisterFence, v1::RegisterFenceRequest,
-                v1::RegisterFenceResponse)
-  HICACHE_UNARY(ReleaseFence, v1::ReleaseFenceRequest,
-                v1::ReleaseFenceResponse)
-  HICACHE_UNARY(CloseSession, v1::CloseSessionRequest, v1::CloseSessionResponse)
-  HICACHE_UNARY(GetLayout, v1::GetLayoutRequest, v1::GetLayoutResponse)
-  HICACHE_UNARY(Allocate, v1::AllocateRequest, v1::AllocateResponse)
-  HICACHE_UNARY(Free, v1::FreeRequest, v1::FreeResponse)
-  HICACHE_UNARY(MatchPrefix, v1::MatchPrefixRequest, v1::MatchPrefixResponse)
-  HICACHE_UNARY(Insert, v1::InsertRequest, v1::InsertResponse)
-  HICACHE_UNARY(Lock, v1::LockRequest, v1::LockResponse)
-  HICACHE_UNARY(Unlock, v1::LockRequest, v1::LockResponse)
-  HICACHE_UNARY(Admit, v1::AdmitRequest, v1::AdmitResponse)
-  HICACHE_UNARY(Complete, v1::CompleteRequest, v1::CompleteResponse)
-  HICACHE_UNARY(Pin, v1::PinRequest, v1::PinResponse)
-  HICACHE_UNARY(Evict, v1::EvictRequest, v1::EvictResponse)
-  HICACHE_UNARY(SetFreeRoom, v1::SetFreeRoomRequest, v1::SetFreeRoomResponse)
-  HICACHE_UNARY(Stats, v1::GetStatsRequest, v1::CacheStats)
-  HICACHE_UNARY(DumpTree, v1::DumpTreeRequest, v1::DumpTreeResponse)
-  HICACHE_UNARY(InspectNode, v1::InspectNodeRequest, v1::NodeInfo)
-  HICACHE_UNARY(ListSessions, v1::ListSessionsRequest, v1::ListSessionsResponse)
-#undef HICACHE_UNARY
+  // Pages and the tree (hicache_service_cache.cc).
+  grpc::Status Allocate(grpc::ServerContext* context,
+                        const v1::AllocateRequest* request,
+                        v1::AllocateResponse* response) override;
+  grpc::Status Free(grpc::ServerContext* context,
+                    const v1::FreeRequest* request,
+                    v1::FreeResponse* response) override;
+  grpc::Status MatchPrefix(grpc::ServerContext* context,
+                           const v1::MatchPrefixRequest* request,
+                           v1::MatchPrefixResponse* response) override;
+  grpc::Status Insert(grpc::ServerContext* context,
+                      const v1::InsertRequest* request,
+                      v1::InsertResponse* response) override;
+  grpc::Status Lock(grpc::ServerContext* context,
+                    const v1::LockRequest* request,
+                    v1::LockResponse* response) override;
+  grpc::Status Unlock(grpc::ServerContext* context,
+                      const v1::LockRequest* request,
+                      v1::LockResponse* response) override;
+  grpc::Status Admit(grpc::ServerContext* context,
+                     const v1::AdmitRequest* request,
+                     v1::AdmitResponse* response) override;
+  grpc::Status Complete(grpc::ServerContext* context,
+                        const v1::CompleteRequest* request,
+                        v1::CompleteResponse* response) override;
+  grpc::Status FinishLoad(grpc::ServerContext* context,
+                          const v1::FinishLoadRequest* request,
+                          v1::FinishLoadResponse* response) override;
+  grpc::Status Pin(grpc::ServerContext* context, const v1::PinRequest* request,
+                   v1::PinResponse* response) override;
 
+  // Operators (hicache_service_operators.cc).
+  grpc::Status Evict(grpc::ServerContext* context,
+                     const v1::EvictRequest* request,
+                     v1::EvictResponse* response) override;
+  grpc::Status SetFreeRoom(grpc::ServerContext* context,
+                           const v1::SetFreeRoomRequest* request,
+                           v1::SetFreeRoomResponse* response) override;
+  grpc::Status Stats(grpc::ServerContext* context,
+                     const v1::GetStatsRequest* request,
+                     v1::CacheStats* response) override;
+  grpc::Status DumpTree(grpc::ServerContext* context,
+                        const v1::DumpTreeRequest* request,
+                        v1::DumpTreeResponse* response) override;
+  grpc::Status InspectNode(grpc::ServerContext* context,
+                           const v1::InspectNodeRequest* request,
+                           v1::NodeInfo* response) override;
+  grpc::Status ListSessions(grpc::ServerContext* context,
+                            const v1::ListSessionsRequest* request,
+                            v1::ListSessionsResponse* response) override;
+  grpc::Status Watch(grpc::ServerContext* context,
+                     const v1::WatchRequest* request,
+                     grpc::ServerWriter<v1::CacheEvent>* writer) override;
+
+  // Streams (hicache_service_streams.cc).
   grpc::Status LoadBack(grpc::ServerContext* context,
                         const v1::LoadBackRequest* request,
                         grpc::ServerWriter<v1::LoadBackEvent>* writer) override;
@@ -61,20 +138,24 @@ class HiCacheServiceImpl final : public v1::HiCache::Service {
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<v1::BackupServerMessage,
                                v1::BackupClientMessage>* stream) override;
-  grpc::Status Watch(grpc::ServerContext* context,
-                     const v1::WatchRequest* request,
-                     grpc::ServerWriter<v1::CacheEvent>* writer) override;
   grpc::Status Subscribe(grpc::ServerContext* context,
                          const v1::SubscribeRequest* request,
                          grpc::ServerWriter<v1::WorkerEvent>* writer) override;
 
  private:
+  Caller CallerOf(const grpc::ServerContext* context) const;
+  // A stream's context: its mailbox's overflow cancels `context`'s RPC.
+  StreamContext StreamContextFor(grpc::ServerContext* context) const;
+
   const DaemonInfo info_;
   const Clock* const clock_;
-  Caller CallerOf(const grpc::ServerContext* context) const;
-
-  CacheRpcs* const cache_;
+  HiCacheEngine* const engine_;
+  SessionManager* const sessions_;
+  EventHub* const hub_;
+  WatchBroadcaster* const watch_;
   const CallerResolver* const callers_;
+  const StreamLimits limits_;
+  RequestFlow flow_;
 };
 
 }  // namespace hicache::service

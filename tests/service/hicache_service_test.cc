@@ -1,5 +1,11 @@
 #include "daemon/service/hicache_service.h"
 
+#include <memory>
+
+#include "daemon/engine/event_hub.h"
+#include "daemon/engine/hicache_engine.h"
+#include "daemon/engine/session_manager.h"
+#include "daemon/service/watch_broadcaster.h"
 #include "grpcpp/server_context.h"
 #include "gtest/gtest.h"
 
@@ -22,7 +28,17 @@ DaemonInfo TestInfo(absl::Time start) {
 
 TEST(HiCacheServiceTest, GetStatsReportsIdentityGeometryAndUptime) {
   FakeClock clock(absl::FromUnixSeconds(1'700'000'000));
-  HiCacheServiceImpl service(TestInfo(clock.Now()), &clock);
+  auto engine = HiCacheEngine::Create({.device_pages_per_rank = 8,
+                                       .host_pages_per_rank = 8});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  SessionManager sessions(engine->get(), &clock, absl::Minutes(1));
+  EventHub hub;
+  WatchBroadcaster watch;
+  HiCacheService service(TestInfo(clock.Now()), &clock,
+                         ServiceParts{.engine = engine->get(),
+                                      .sessions = &sessions,
+                                      .hub = &hub,
+                                      .watch = &watch});
   clock.Advance(absl::Seconds(90) + absl::Milliseconds(500));
 
   grpc::ServerContext context;

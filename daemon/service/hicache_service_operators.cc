@@ -1,0 +1,234 @@
+// HiCacheService: the operator RPCs, which act across tenants.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/service/hicache_service.h"
+#include "daemon/service/proto_convert.h"
+#include "daemon/service/rpc_util.h"
+
+namespace hicache::service {
+namespace {
+
+// Operator-only RPCs act across tenants.
+grpc::Status RequireOperator(const Caller& caller, absl::string_view rpc) {
+  if (caller.is_operator) return grpc::Status::OK;
+  return grpc::Status(
+      grpc::StatusCode::PERMISSION_DENIED,
+      absl::StrCat(rpc, " is an operator RPC; ", caller.name,
+                   " is not an operator (see --operator_uids, "
+                   "--operator_gids, --operator_cert_names)"));
+}
+
+// The overload below must not hide those of rpc_util.h / proto_convert.h.
+using ::hicache::service::ToProto;
+
+const char* TierName(NodeTier tier) {
+  switch (tier) {
+    case NodeTier::kDevice:
+      return "device";
+    case NodeTier::kHost:
+      return "host";
+    case NodeTier::kBoth:
+      return "both";
+  }
+  return "unknown";
+}
+
+void ToProto(const NodeInfo& n, v1::NodeInfo* out) {
+  out->set_id(n.id);
+  out->set_parent(n.parent);
+  out->set_namespace_(n.ns);
+  out->set_depth(n.depth);
+  out->set_start(n.start);
+  out->set_length(n.len);
+  out->mutable_head_tokens()->Add(n.head_tokens.begin(), n.head_tokens.end());
+  out->mutable_tail_tokens()->Add(n.tail_tokens.begin(), n.tail_tokens.end());
+  out->set_tier(TierName(n.tier));
+  out->set_pending_backup(n.pending_backup);
+  out->set_lock_ref(n.lock_ref);
+  out->set_host_ref(n.host_ref);
+  out->set_hits(n.hit_count);
+  out->set_priority(n.priority);
+  out->set_pin_remaining_ms(n.pin_remaining_ms);
+  out->mutable_page_owners()->Add(n.page_owners.begin(), n.page_owners.end());
+  out->set_num_children(n.num_children);
+  out->mutable_device_pages()->Add(n.device_pages.begin(),
+                                   n.device_pages.end());
+  for (const auto& pages : n.host_pages) {
+    ToProto(pages, 0, out->add_host_pages_by_rank());
+  }
+}
+
+}  // namespace
+
+grpc::Status HiCacheService::Evict(grpc::ServerContext* context,
+    const v1::EvictRequest* request_in, v1::EvictResponse* response) {
+  const v1::EvictRequest& request = *request_in;
+  const Caller caller = CallerOf(context);
+  if (grpc::Status s = RequireOperator(caller, "Evict"); !s.ok()) return s;
+  std::vector<int64_t> device(request.device_pages_per_lane().begin(),
+                              request.device_pages_per_lane().end());
+  std::vector<int64_t> host(request.host_pages_per_rank().begin(),
+                            request.host_pages_per_rank().end());
+  for (int64_t v : device) {
+    if (v < 0) return Invalid("device_pages_per_lane entries must be >= 0");
+  }
+  for (int64_t v : host) {
+    if (v < 0) return Invalid("host_pages_per_rank entries must be >= 0");
+  }
+  // This call's own counts: stats deltas would include concurrent evictions.
+  auto freed = engine_->EvictPages(device, host);
+  if (!freed.ok()) return ToGrpcStatus(freed.status());
+  response->set_device_pages_freed(freed->first);
+  response->set_host_pages_freed(freed->second);
+  return grpc::Status::OK;
+}
+
+grpc::Status HiCacheService::SetFreeRoom(grpc::ServerContext* context,
+    const v1::SetFreeRoomRequest* request_in, v1::SetFreeRoomResponse* response) {
+  const v1::SetFreeRoomRequest& request = *request_in;
+  const Caller caller = CallerOf(context);
+  if (grpc::Status s = RequireOperator(caller, "SetFreeRoom"); !s.ok()) {
+    return s;
+  }
+  return ToGrpcStatus(engine_->SetFreeRoom(request.l1_pages_per_lane(),
+                                           request.l2_pages_per_rank()));
+}
+
+grpc::Status HiCacheService::Stats(grpc::ServerContext* context,
+    const v1::GetStatsRequest* request_in, v1::CacheStats* out) {
+  const TreeStats tree = engine_->TreeStatistics();
+  const EngineStats s = engine_->Stats();
+  out->set_nodes(tree.nodes);
+  out->set_device_tokens(tree.device_tokens);
+  out->set_protected_tokens(tree.protected_tokens);
+  out->set_evictable_tokens(tree.evictable_tokens);
+  out->set_host_tokens(tree.host_tokens);
+  out->set_pending_backups(tree.pending_backups);
+  out->set_match_calls(s.match_calls);
+  out->set_query_tokens(s.query_tokens);
+  out->set_device_hit_tokens(s.device_hit_tokens);
+  out->set_host_hit_tokens(s.host_hit_tokens);
+  out->set_backups_started(s.backups_started);
+  out->set_backups_committed(s.backups_committed);
+  out->set_backups_rolled_back(s.backups_rolled_back);
+  out->set_backups_skipped_no_host(s.backups_skipped_no_host);
+  out->set_loads_started(s.loads_started);
+  out->set_loads_done(s.loads_done);
+  out->set_load_misses(s.load_misses);
+  out->set_device_evicted_pages(s.device_evicted_pages);
+  out->set_host_evicted_pages(s.host_evicted_pages);
+  out->set_device_alloc_failures(s.device_alloc_failures);
+  out->set_bytes_to_host(s.bytes_to_host);
+  out->set_bytes_to_device(s.bytes_to_device);
+  for (Rank r = 0; r < engine_->layout().cp_size(); ++r) {
+    const LaneCounts counts = engine_->LaneCountsOf(r);
+    v1::LaneStats* lane = out->add_lanes();
+    lane->set_lane(r);
+    lane->set_free(counts.free);
+    lane->set_release(counts.release);
+    lane->set_allocated(counts.allocated);
+    lane->set_host_used(engine_->HostUsedPages(r));
+    lane->set_host_free(engine_->options().host_pages_per_rank -
+                        engine_->HostUsedPages(r));
+  }
+  const SessionManager::Totals totals = sessions_->totals();
+  out->set_sessions(totals.sessions);
+  out->set_session_locks(totals.locks);
+  out->set_session_pages(totals.pages);
+  return grpc::Status::OK;
+}
+
+grpc::Status HiCacheService::DumpTree(grpc::ServerContext* context,
+    const v1::DumpTreeRequest* request_in, v1::DumpTreeResponse* response) {
+  const v1::DumpTreeRequest& request = *request_in;
+  const Caller caller = CallerOf(context);
+  if (grpc::Status s = RequireOperator(caller, "DumpTree"); !s.ok()) return s;
+  auto prefix = DecodeTokens(request.prefix(), "prefix");
+  if (!prefix.ok()) return ToGrpcStatus(prefix.status());
+  DumpFilter filter;
+  filter.ns = request.namespace_();
+  filter.all_namespaces = request.all_namespaces();
+  filter.prefix = *std::move(prefix);
+  filter.max_depth = request.max_depth() == 0 ? -1 : request.max_depth();
+  filter.limit = request.limit() <= 0 ? -1 : request.limit();
+  for (const NodeInfo& n : engine_->Dump(filter))
+    ToProto(n, response->add_nodes());
+  return grpc::Status::OK;
+}
+
+grpc::Status HiCacheService::InspectNode(grpc::ServerContext* context,
+    const v1::InspectNodeRequest* request_in, v1::NodeInfo* response) {
+  const v1::InspectNodeRequest& request = *request_in;
+  const Caller caller = CallerOf(context);
+  if (grpc::Status s = RequireOperator(caller, "InspectNode"); !s.ok()) {
+    return s;
+  }
+  auto info = engine_->Inspect(request.node());
+  if (!info.ok()) return ToGrpcStatus(info.status());
+  ToProto(*info, response);
+  return grpc::Status::OK;
+}
+
+grpc::Status HiCacheService::ListSessions(grpc::ServerContext* context,
+    const v1::ListSessionsRequest* request_in, v1::ListSessionsResponse* response) {
+  const Caller caller = CallerOf(context);
+  if (grpc::Status s = RequireOperator(caller, "ListSessions"); !s.ok()) {
+    return s;
+  }
+  for (const SessionInfo& info : sessions_->List()) {
+    v1::SessionSummary* out = response->add_sessions();
+    out->set_session_id(info.id);
+    out->set_client_name(info.client_name);
+    out->set_role(info.role == SessionRole::kWorker ? v1::ROLE_WORKER
+                                                    : v1::ROLE_SCHEDULER);
+    out->set_rank(info.rank);
+    out->set_namespace_(info.ns);
+    out->set_lease_ms(absl::ToInt64Milliseconds(info.lease));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status HiCacheService::Watch(grpc::ServerContext* context,
+                                   const v1::WatchRequest* request_in,
+                                   grpc::ServerWriter<v1::CacheEvent>* writer) {
+  const v1::WatchRequest& request = *request_in;
+  const Caller caller = CallerOf(context);
+  if (grpc::Status s = RequireOperator(caller, "Watch"); !s.ok()) return s;
+  auto subscription = watch_->Subscribe();
+  EngineStats last = engine_->Stats();
+  absl::Time next_poll = absl::Now() + absl::Milliseconds(500);
+  while (!context->IsCancelled()) {
+    std::optional<v1::CacheEvent> event =
+        subscription->Next(absl::Milliseconds(100));
+    if (event.has_value()) {
+      const bool step =
+          event->kind() == "backup_step" || event->kind() == "load_step";
+      if (!step || request.include_layer_events()) {
+        if (!writer->Write(*event)) break;
+      }
+    }
+    if (absl::Now() >= next_poll) {
+      next_poll = absl::Now() + absl::Milliseconds(500);
+      const EngineStats now = engine_->Stats();
+      const int64_t device =
+          now.device_evicted_pages - last.device_evicted_pages;
+      const int64_t host = now.host_evicted_pages - last.host_evicted_pages;
+      if (device > 0 || host > 0) {
+        v1::CacheEvent evicted;
+        evicted.set_unix_ms(absl::ToUnixMillis(absl::Now()));
+        evicted.set_kind("evicted");
+        evicted.set_detail(
+            absl::StrCat("device_pages=", device, " host_pages=", host));
+        if (!writer->Write(evicted)) break;
+      }
+      last = now;
+    }
+  }
+  watch_->Unsubscribe(subscription);
+  return grpc::Status::OK;
+}
+}  // namespace hicache::service
