@@ -23,13 +23,6 @@ namespace hicache {
 
 class PoolBackend;
 
-// Transitional: the former names of PolicyName / ParsePolicy<WritePolicy>
-// (daemon/core/policies.h), still defined in hicache_engine.cc. Use the core
-// names; these go when hicache_engine.cc drops its copy
-// (tests/engine/engine_options_test.cc checks the two agree until then).
-absl::string_view WritePolicyName(WritePolicy policy);
-absl::StatusOr<WritePolicy> ParseWritePolicy(absl::string_view name);
-
 // A fence a worker registered (HiCacheEngine::RegisterFence) for its rank,
 // named by a layer_stored: that rank's copy waits for it.
 struct RankFence {

@@ -13,29 +13,6 @@
 
 namespace hicache {
 
-absl::string_view WritePolicyName(WritePolicy policy) {
-  switch (policy) {
-    case WritePolicy::kWriteThrough:
-      return "write_through";
-    case WritePolicy::kWriteThroughSelective:
-      return "write_through_selective";
-    case WritePolicy::kWriteBack:
-      return "write_back";
-  }
-  return "unknown";
-}
-
-absl::StatusOr<WritePolicy> ParseWritePolicy(absl::string_view name) {
-  for (WritePolicy p :
-       {WritePolicy::kWriteThrough, WritePolicy::kWriteThroughSelective,
-        WritePolicy::kWriteBack}) {
-    if (WritePolicyName(p) == name) return p;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown write policy '", name,
-      "'; expected write_through, write_through_selective or write_back"));
-}
-
 absl::string_view LoadMissReasonName(LoadMissReason reason) {
   switch (reason) {
     case LoadMissReason::kNone:
@@ -79,11 +56,7 @@ absl::StatusOr<std::unique_ptr<HiCacheEngine>> HiCacheEngine::Create(
   }
   engine->backend_name_ = backend->name();
   engine->backend_has_events_ = backend->has_events();
-  const RankPoolsOptions pool_options{
-      .device_pages_per_rank = options.device_pages_per_rank,
-      .host_pages_per_rank = options.host_pages_per_rank,
-      .host_layout = options.host_layout,
-      .lock_host_memory = options.lock_host_memory};
+  const RankPoolsOptions pool_options = RankPoolsOptionsFrom(options);
   if (options.check_capacity) {
     absl::Status fits = backend->CheckCapacity(RankPools::SizesFor(
         engine->layout_, engine->geometry_, pool_options));
@@ -98,17 +71,8 @@ absl::StatusOr<std::unique_ptr<HiCacheEngine>> HiCacheEngine::Create(
   absl::StatusOr<DevicePageAllocator> device = DevicePageAllocator::Create(
       engine->layout_, options.device_pages_per_rank * options.cp_size);
   if (!device.ok()) return device.status();
-  absl::StatusOr<std::unique_ptr<RadixTree>> tree = RadixTree::Create(
-      {.page_size = options.page_size,
-       .cp_size = options.cp_size,
-       .policy = options.eviction_policy,
-       .write_through_threshold =
-           options.write_policy == WritePolicy::kWriteThrough ? 1u
-           : options.write_policy == WritePolicy::kWriteThroughSelective
-               ? std::max(1u, options.write_through_threshold)
-               : 0u,
-       .clock = options.clock,
-       .reserve_tokens = 0});
+  absl::StatusOr<std::unique_ptr<RadixTree>> tree =
+      RadixTree::Create(RadixTreeOptionsFrom(options));
   if (!tree.ok()) return tree.status();
   {
     MutexLock lock(&engine->mu_);

@@ -20,8 +20,9 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
-RequestFlow::RequestFlow(SessionManager* sessions, const HiCacheEngine* engine)
-    : sessions_(sessions), engine_(engine) {}
+RequestFlow::RequestFlow(SessionManager* sessions, const HiCacheEngine* engine,
+                         EventHub* hub)
+    : sessions_(sessions), engine_(engine), hub_(hub) {}
 
 bool RequestFlow::WantsBackup(BackupChoice choice) const {
   switch (choice) {
@@ -153,6 +154,10 @@ absl::StatusOr<std::vector<AdmitResult>> RequestFlow::Admit(
         return AtItem(i, backup.status());
       }
       result.backup_id = backup->front();
+      if (hub_ != nullptr && result.backup_id != 0) {
+        absl::StatusOr<SessionInfo> info = sessions_->Info(id);
+        if (info.ok()) hub_->Tag(result.backup_id, info->ns);
+      }
     }
   }
   return results;

@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "daemon/engine/event_hub.h"
 #include "daemon/engine/hicache_engine.h"
 #include "daemon/engine/session_manager.h"
 
@@ -69,8 +70,12 @@ struct CompleteItem {
 // Thread-safe (as SessionManager).
 class RequestFlow {
  public:
-  // `sessions` and `engine` must outlive the flow.
-  RequestFlow(SessionManager* sessions, const HiCacheEngine* engine);
+  // `sessions`, `engine` and `hub` must outlive the flow. Backups Admit
+  // prepares are tagged in `hub` with the session's namespace, so the
+  // namespace's workers hear their steps and outcomes on Subscribe (nobody
+  // else streams them). Without a hub (tests) nobody hears them.
+  RequestFlow(SessionManager* sessions, const HiCacheEngine* engine,
+              EventHub* hub = nullptr);
 
   absl::StatusOr<std::vector<AdmitResult>> Admit(
       const std::string& session_id, absl::Span<const AdmitItem> items);
@@ -86,6 +91,7 @@ class RequestFlow {
 
   SessionManager* const sessions_;
   const HiCacheEngine* const engine_;
+  EventHub* const hub_;
 };
 
 }  // namespace hicache

@@ -27,7 +27,7 @@ HiCacheService::HiCacheService(DaemonInfo info, const Clock* clock,
       watch_(parts.watch),
       callers_(parts.callers),
       limits_(limits),
-      flow_(parts.sessions, parts.engine) {}
+      flow_(parts.sessions, parts.engine, parts.hub) {}
 
 Caller HiCacheService::CallerOf(const grpc::ServerContext* context) const {
   if (callers_ == nullptr) return Caller::Client("unidentified client");

@@ -173,15 +173,5 @@ TEST(EngineOptionsTest, TreeOptionsTurnTheWritePolicyIntoAReportThreshold) {
   EXPECT_EQ(RadixTreeOptionsFrom(o).write_through_threshold, 1u);
 }
 
-// Transitional: engine_types.h still declares the former names, defined in
-// hicache_engine.cc; they must say what core says until they go.
-TEST(EngineOptionsTest, FormerWritePolicyNamesAgreeWithCore) {
-  for (WritePolicy p : kWritePolicies) {
-    EXPECT_EQ(WritePolicyName(p), PolicyName(p));
-    EXPECT_EQ(*ParseWritePolicy(PolicyName(p)), p);
-  }
-  EXPECT_FALSE(ParseWritePolicy("nope").ok());
-}
-
 }  // namespace
 }  // namespace hicache

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "daemon/core/clock.h"
+#include "daemon/engine/event_hub.h"
+#include "daemon/engine/event_mailbox.h"
 #include "daemon/engine/hicache_engine.h"
 #include "daemon/engine/session_manager.h"
 #include "gmock/gmock.h"
@@ -51,7 +53,9 @@ class RequestFlowTest : public ::testing::Test {
     engine_ = *std::move(engine);
     sessions_ = std::make_unique<SessionManager>(engine_.get(), &clock_,
                                                  absl::Minutes(1));
-    flow_ = std::make_unique<RequestFlow>(sessions_.get(), engine_.get());
+    engine_->SetListener(&hub_);
+    flow_ = std::make_unique<RequestFlow>(sessions_.get(), engine_.get(),
+                                          &hub_);
     auto info = sessions_->Open("test", SessionRole::kScheduler, 0, "",
                                 absl::Minutes(1));
     ASSERT_TRUE(info.ok());
@@ -104,6 +108,7 @@ class RequestFlowTest : public ::testing::Test {
   }
 
   FakeClock clock_{absl::FromUnixSeconds(100)};
+  EventHub hub_;
   std::unique_ptr<HiCacheEngine> engine_;
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<RequestFlow> flow_;
@@ -126,6 +131,35 @@ TEST_F(RequestFlowTest, ColdRequestIsOneAdmitAndOneComplete) {
   EXPECT_TRUE(r.backup_attached);
   ExpectNothingHeld();
   EXPECT_EQ(engine_->Stats().backups_committed, 1);
+}
+
+// Nobody streams an Admit backup, so its namespace's workers hear it.
+TEST_F(RequestFlowTest, WorkersHearTheBackupsAdmitPrepares) {
+  Make(WritePolicy::kWriteThrough);
+  auto box = std::make_shared<EventMailbox>(1024, [] {});
+  const uint64_t subscription = hub_.Subscribe(/*rank=*/1, "", box);
+  AdmitResult a = AdmitOne(Seq(0, 8));
+  ASSERT_NE(a.backup_id, 0u);
+  StoreLayers(a.backup_id);
+  CompleteOne(Seq(0, 8), a);
+  engine_->WaitForTransfers();
+  int steps = 0;
+  bool committed = false;
+  while (std::optional<OpEvent> e = box->Wait(absl::Now() + absl::Seconds(5))) {
+    ASSERT_EQ(e->op, a.backup_id);
+    if (e->type == OpEvent::Type::kBackupStep) {
+      EXPECT_EQ(e->rank, 1u);
+      ++steps;
+    }
+    if (e->type == OpEvent::Type::kCommitted) {
+      committed = true;
+      break;
+    }
+  }
+  EXPECT_EQ(steps, static_cast<int>(engine_->geometry().NumSteps()));
+  EXPECT_TRUE(committed);
+  hub_.Unsubscribe(subscription);
+  hub_.Forget(a.backup_id);
 }
 
 TEST_F(RequestFlowTest, AutoBackupFollowsTheWritePolicy) {
