@@ -398,14 +398,20 @@ absl::Status HiCacheEngine::CheckHeldBy(absl::Span<const LogicalPage> pages,
   return absl::OkStatus();
 }
 
-absl::StatusOr<InsertResult> HiCacheEngine::Insert(
+absl::Status HiCacheEngine::CheckInsertPagesLocked(
     absl::string_view ns, absl::Span<const int32_t> tokens,
-    absl::Span<const LogicalPage> pages, const InsertOptions& options,
-    uint64_t holder) {
+    absl::Span<const LogicalPage> pages, uint64_t holder) {
   if (absl::Status s = PageLedger::CheckDistinct(pages, "pages"); !s.ok()) {
     return s;
   }
-  MutexLock lock(&mu_);
+  const int64_t page = layout_.page_size();
+  const int64_t needed = (static_cast<int64_t>(tokens.size()) + page - 1) /
+                         page;
+  if (static_cast<int64_t>(pages.size()) != needed) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("insert of ", tokens.size(), " tokens needs ", needed,
+                     " pages at page size ", page, ", got ", pages.size()));
+  }
   // Pages the tree holds may only be passed back where the tree holds them
   // (the matched prefix); every other page must be the caller's own.
   // The lookup runs only if a tree page was passed at all.
@@ -430,6 +436,26 @@ absl::StatusOr<InsertResult> HiCacheEngine::Insert(
           absl::StrCat("pages[", i, "] = ", pages[i],
                        " is held by the radix tree for other tokens"));
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HiCacheEngine::CheckInsert(absl::string_view ns,
+                                        absl::Span<const int32_t> tokens,
+                                        absl::Span<const LogicalPage> pages,
+                                        uint64_t holder) {
+  MutexLock lock(&mu_);
+  return CheckInsertPagesLocked(ns, tokens, pages, holder);
+}
+
+absl::StatusOr<InsertResult> HiCacheEngine::Insert(
+    absl::string_view ns, absl::Span<const int32_t> tokens,
+    absl::Span<const LogicalPage> pages, const InsertOptions& options,
+    uint64_t holder) {
+  MutexLock lock(&mu_);
+  if (absl::Status s = CheckInsertPagesLocked(ns, tokens, pages, holder);
+      !s.ok()) {
+    return s;
   }
   absl::StatusOr<InsertResult> result =
       tree_->Insert(ns, tokens, pages, options);

@@ -104,6 +104,13 @@ class HiCacheEngine : public TransferListener {
                                       const InsertOptions& options = {},
                                       uint64_t holder = 0)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // What Insert would refuse (the page count, a repeated page, a page that
+  // is neither `holder`'s nor the tree's at its matched position), without
+  // changing anything.
+  absl::Status CheckInsert(absl::string_view ns,
+                           absl::Span<const int32_t> tokens,
+                           absl::Span<const LogicalPage> pages,
+                           uint64_t holder) ABSL_LOCKS_EXCLUDED(mu_);
   // Forgets namespace `ns` if the tree holds nothing of it; returns whether
   // it did.
   bool DropNamespaceIfEmpty(absl::string_view ns) ABSL_LOCKS_EXCLUDED(mu_);
@@ -242,6 +249,11 @@ class HiCacheEngine : public TransferListener {
 
   // Match that counts the hit in the stats and starts the write-through
   // backups it qualifies (shared by Match and LoadBack).
+  absl::Status CheckInsertPagesLocked(absl::string_view ns,
+                                     absl::Span<const int32_t> tokens,
+                                     absl::Span<const LogicalPage> pages,
+                                     uint64_t holder)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<MatchResult> CountedMatchLocked(
       absl::string_view ns, absl::Span<const int32_t> tokens,
       MatchOptions options) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -185,14 +185,20 @@ absl::StatusOr<std::vector<SessionInsertResult>> RequestFlow::Complete(
   if (absl::Status s = sessions_->CheckPages(id, frees); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("free_pages: ", s.message()));
   }
+  std::vector<SessionInsertItem> inserts;
+  inserts.reserve(items.size());
+  absl::flat_hash_set<LogicalPage> inserted;
+  for (const CompleteItem& item : items) {
+    inserts.push_back(item.insert);
+    inserted.insert(item.insert.pages.begin(), item.insert.pages.end());
+  }
+  if (absl::Status s = sessions_->CheckInsert(id, inserts); !s.ok()) return s;
   for (size_t i = 0; i < items.size(); ++i) {
-    const absl::flat_hash_set<LogicalPage> inserted(
-        items[i].insert.pages.begin(), items[i].insert.pages.end());
     for (LogicalPage p : items[i].free_pages) {
       if (inserted.contains(p)) {
         return absl::InvalidArgumentError(
             absl::StrCat("items[", i, "].free_pages names page ", p,
-                         ", which the item also inserts"));
+                         ", which the call also inserts"));
       }
     }
   }

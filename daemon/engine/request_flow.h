@@ -60,12 +60,13 @@ struct CompleteItem {
 // that does not fit (RESOURCE_EXHAUSTED) and every item after it are not
 // admitted and hold nothing. Any other error undoes the whole call.
 //
-// Complete, item by item: checks every item's lock handles and free pages
-// first (nothing changes on a bad one), then inserts (attaching the backup,
-// as SessionManager::Insert); a deferred insert stops there for that item
-// (no unlock, no free: retry it). Otherwise the handles are released and,
-// with free_uncached, the uncached pages and free_pages freed. An insert
-// error stops the call at that item (earlier items are done) and names it.
+// Complete: first checks every item -- lock handles, pages to free, what
+// each insert would refuse (SessionManager::CheckInsert), a handle, page or
+// backup named twice -- so a bad item changes nothing at all. Then item by
+// item: insert (attaching the backup, as SessionManager::Insert); a deferred
+// insert stops there for that item (no unlock, no free: retry it).
+// Otherwise the handles are released and, with free_uncached, the uncached
+// pages and free_pages freed.
 //
 // Thread-safe (as SessionManager).
 class RequestFlow {

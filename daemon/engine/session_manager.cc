@@ -387,6 +387,43 @@ absl::StatusOr<std::vector<SessionInsertResult>> SessionManager::Insert(
   return results;
 }
 
+absl::Status SessionManager::CheckInsert(
+    const std::string& id, absl::Span<const SessionInsertItem> items) {
+  if (absl::Status s = CheckItems(items.size(), "items"); !s.ok()) return s;
+  MutexLock lock(&mu_);
+  absl::StatusOr<Session*> session = FindScheduler(id, "Insert");
+  if (!session.ok()) return session.status();
+  const Session& s = **session;
+  absl::flat_hash_set<uint64_t> backups;
+  absl::flat_hash_set<LogicalPage> pages;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const SessionInsertItem& item = items[i];
+    if (item.backup_id != 0 && (!s.backups.contains(item.backup_id) ||
+                                !backups.insert(item.backup_id).second)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "items[", i, "].backup_id ", item.backup_id,
+          " is not a backup of this session, or another item's"));
+    }
+    if (absl::Status c =
+            engine_->CheckInsert(s.info.ns, item.tokens, item.pages, s.holder);
+        !c.ok()) {
+      return absl::Status(c.code(),
+                          absl::StrCat("items[", i, "]: ", c.message()));
+    }
+    for (LogicalPage page : item.pages) {
+      // A page of the session's own goes to one item; the tree's pages of a
+      // shared prefix may be named by several.
+      if (!pages.insert(page).second &&
+          engine_->CheckHeldBy({page}, s.holder).ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("items[", i, "]: page ", page,
+                         " is also another item's"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<uint64_t>> SessionManager::Lock(
     const std::string& id, absl::Span<const NodeId> nodes) {
   if (absl::Status s = CheckItems(nodes.size(), "Lock.nodes"); !s.ok()) {

@@ -131,6 +131,13 @@ class SessionManager {
   absl::StatusOr<std::vector<SessionInsertResult>> Insert(
       const std::string& id, absl::Span<const SessionInsertItem> items)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // What Insert would refuse for any item (its page count, a page that is
+  // neither the session's nor the tree's at its matched position, a backup
+  // that is not the session's), and a session page or backup named by two
+  // items; nothing changes. So a batch checked here inserts all its items.
+  absl::Status CheckInsert(const std::string& id,
+                           absl::Span<const SessionInsertItem> items)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Locks: every lock a session takes (MatchPrefix with lock, Lock, a
   // load's hand-over) has its own handle, so two requests that hit one node
   // hold two handles and release them independently.

@@ -314,6 +314,38 @@ TEST_F(RequestFlowTest, BadRequestsChangeNothing) {
   ExpectNothingHeld();
 }
 
+// A bad item anywhere in the call changes nothing, not even the good items
+// before it (found by tests/integration/stream_abuse_test).
+TEST_F(RequestFlowTest, CompleteIsAllOrNothingAcrossItems) {
+  Make(WritePolicy::kWriteBack);
+  AdmitResult one = AdmitOne(Seq(0, 8));
+  AdmitResult two = AdmitOne(Seq(100, 8));
+  auto complete_item = [](const std::vector<int32_t>& tokens,
+                          const AdmitResult& a) {
+    CompleteItem item;
+    item.insert = {.tokens = tokens, .pages = PagesOf(a)};
+    item.free_uncached = true;
+    return item;
+  };
+  CompleteItem good = complete_item(Seq(0, 8), one);
+  CompleteItem foreign = complete_item(Seq(100, 8), two);
+  foreign.insert.pages = {999, 998};  // Not the session's.
+  EXPECT_EQ(flow_->Complete(id_, {good, foreign}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  CompleteItem frees_other = complete_item(Seq(100, 8), two);
+  frees_other.free_pages = {one.pages[0]};  // Item 0 inserts it.
+  EXPECT_THAT(flow_->Complete(id_, {good, frees_other}).status().message(),
+              HasSubstr("also inserts"));
+  CompleteItem same_pages = complete_item(Seq(200, 8), one);
+  EXPECT_THAT(flow_->Complete(id_, {good, same_pages}).status().message(),
+              HasSubstr("another item's"));
+  EXPECT_EQ(engine_->TreeDevicePages(), 0);  // Nothing was inserted.
+  EXPECT_EQ(engine_->AllRequestPages(), 4);
+  auto results = flow_->Complete(id_, {good, complete_item(Seq(100, 8), two)});
+  ASSERT_TRUE(results.ok()) << results.status();
+  ExpectNothingHeld();
+}
+
 TEST_F(RequestFlowTest, DeferredCompleteKeepsLocksAndPagesForTheRetry) {
   Make(WritePolicy::kWriteThrough);
   // A's backup is attached but waits for its layers: A's node is pending.
