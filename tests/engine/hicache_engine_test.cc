@@ -361,6 +361,30 @@ TEST_F(EngineTest, QuotaMissWhenNothingIsEvictable) {
   EXPECT_EQ(load.miss, LoadMissReason::kOverQuota);
 }
 
+// Seed 000, Task 1: the load must leave room for its own request's extend
+// (ceil(extend / P) + 1 pages); without the extend it fits.
+TEST_F(EngineTest, LoadKeepsRoomForTheRequestsExtend) {
+  Make({.device_pages_per_rank = 8});  // 7 usable pages.
+  Cache(Seq(0, 16));                   // 4 pages, backed.
+  EvictAllDevice();
+  auto held = engine_->Allocate(2);  // 5 free: the load (4) fits.
+  ASSERT_TRUE(held.ok());
+  // An extend of 1 token needs 2 more pages: 4 + 2 > 5.
+  auto tight = engine_->LoadBack("", Seq(0, 16), {.extend_tokens = 1});
+  ASSERT_TRUE(tight.ok());
+  EXPECT_EQ(tight->miss, LoadMissReason::kOverQuota);
+  EXPECT_EQ(tight->op_id, 0u);
+  ASSERT_TRUE(engine_->Free(*held).ok());  // 7 free: 4 + 2 fit.
+  auto roomy = engine_->LoadBack("", Seq(0, 16), {.extend_tokens = 1});
+  ASSERT_TRUE(roomy.ok());
+  EXPECT_EQ(roomy->miss, LoadMissReason::kNone);
+  EXPECT_NE(roomy->op_id, 0u);
+  engine_->WaitForTransfers();
+  ASSERT_TRUE(engine_->FinishLoad(roomy->op_id).ok());
+  EXPECT_FALSE(engine_->LoadBack("", Seq(0, 16), {.extend_tokens = -1}).ok());
+  EXPECT_TRUE(engine_->CheckInvariants().ok());
+}
+
 // A lane-0 shortage evicts lane-0 nodes only -- exactly the oldest one, which
 // suffices -- although nodes of every other lane come first in LRU order and
 // those lanes have free pages.
