@@ -3,9 +3,10 @@
 Workloads: a Mooncake trace (--trace: each hash id is a block of
 --block-tokens tokens, no output reserve) or generated multi-turn
 conversations (--conversations N: a long shared system prompt, then turns
-that each extend their conversation's previous turn -- input and output --
-by a new user message; each request picks its conversation by a Zipf law;
-a conversation that reaches --turns starts over).
+that each extend their conversation's previous turn -- its input and its
+output -- by a new user message and reserve pages for their own output;
+each request picks its conversation by a Zipf law; a conversation that
+reaches --turns starts over).
 
 Each request behaves as a scheduler and its workers would, in one round trip
 before the forward and one after it in the common case:
@@ -21,8 +22,10 @@ before the forward and one after it in the common case:
     workers) sends layer_stored for every step on its backup stream
     (--backup-lag N sends them N requests later, as copies still in flight
     while later requests run).
- 4. Complete: insert (attaching the backup), release the locks, free the
-    pages the tree did not take and the unused reserve.
+ 4. Complete: insert the input (attaching the backup, which covers exactly
+    its new pages; the output is not cached, so the next turn recomputes
+    it), release the locks, free the pages the tree did not take and the
+    output reserve.
 
 A deferred insert (a backup in flight conflicts; Complete changed nothing)
 is retried: first every lagging layer_stored is sent, then Complete is
@@ -45,7 +48,6 @@ RPC, and a hit-rate table over trace time.
 """
 
 import argparse
-import array
 import csv
 import json
 import random
