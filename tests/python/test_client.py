@@ -313,6 +313,32 @@ class ClientTest(unittest.TestCase):
             (again,) = stream.prepare([(s.allocate(num_pages=1), 4)])
             self.assertNotIn(again, (0, backup))
 
+    def test_backup_stream_senders_deliver_bursts_in_order(self):
+        # Sent from the calling thread (direct, grpcio internals) or through
+        # gRPC's request-iterator thread: the same stream either way.
+        steps = self.client.layout().num_steps
+        for direct in (True, False):
+            with self.subTest(direct=direct), \
+                    self.client.session(f"py-senders-{direct}") as s, \
+                    s.backup_stream(direct=direct) as stream:
+                self.assertEqual(stream.direct, direct)
+                backups = []
+                for i in range(8):
+                    tokens = list(range(3000 + 100 * i + 20 * direct,
+                                        3004 + 100 * i + 20 * direct))
+                    pages = s.allocate(num_pages=1)
+                    (backup,) = stream.prepare([(pages, 4)])
+                    backups.append((tokens, pages, backup))
+                # A burst: most messages wait for the one in flight.
+                for _, _, backup in backups:
+                    stream.layers_stored([backup], steps)
+                for tokens, pages, backup in backups:
+                    self.assertTrue(s.insert(tokens, pages, backup_id=backup).backup_attached)
+                for tokens, pages, backup in backups:
+                    self.assertIsNotNone(stream.wait_committed(backup))
+                    self.assertEqual(stream.steps_done(backup), steps * 2)
+                self.assertEqual(stream.error_count, 0)
+
     def test_lock_context_manager(self):
         with self.client.session("py-lock") as s:
             pages = s.allocate(num_pages=1)

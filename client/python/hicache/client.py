@@ -1,6 +1,7 @@
 """Typed wrapper over the hicache.v1 gRPC API (see docs/api.md)."""
 
 import array
+import collections
 import contextlib
 import os
 import queue
@@ -419,8 +420,8 @@ class Session:
         except grpc.RpcError as e:  # pylint: disable=no-member
             raise HiCacheError(e.code(), e.details(), "LoadBack") from None
 
-    def backup_stream(self) -> "BackupStream":
-        return BackupStream(self)
+    def backup_stream(self, direct: bool = True) -> "BackupStream":
+        return BackupStream(self, direct)
 
     def register_fence(self, rank: int, event_handle: bytes) -> int:
         """Registers a worker's "layer written" event (64 IPC handle bytes,
@@ -441,7 +442,130 @@ class _Pending:
     rolled_back: bool = False
 
 
-_CLOSE = object()
+_BACKUP_SESSION = "/hicache.v1.HiCache/BackupSession"
+
+
+class _QueuedSender:
+    """Sends a bidi stream's messages through gRPC's public API: a generator
+    that gRPC's request thread drains from a queue. Each message wakes that
+    thread, which waits for the send to complete before taking the next."""
+
+    _CLOSE = object()
+
+    def __init__(self, channel):
+        self._outbox = queue.SimpleQueue()
+        self.responses = channel.stream_stream(
+            _BACKUP_SESSION, request_serializer=None,
+            response_deserializer=pb.BackupServerMessage.FromString)(self._generator())
+
+    def _generator(self):
+        get = self._outbox.get
+        while True:
+            message = get()
+            if message is self._CLOSE:
+                return
+            yield message
+
+    def send(self, data: bytes):
+        self._outbox.put(data)
+
+    def close(self):
+        self._outbox.put(self._CLOSE)
+
+
+class _DirectSender:
+    """Sends a bidi stream's messages from the calling thread: a message
+    starts at once when none is in flight, else the completion of the one in
+    flight starts it (on gRPC's channel thread). No request-iterator thread,
+    so a message costs one gRPC operation instead of several thread
+    hand-offs (on a 2-core host about 100 us of CPU less per message).
+
+    Built on grpcio's internal call machinery (grpc._channel, cygrpc), which
+    is not a public API: `create` returns None where it does not look as
+    expected (another grpcio version), and the stream falls back to
+    _QueuedSender."""
+
+    @classmethod
+    def create(cls, channel):
+        try:
+            from grpc import _channel as impl  # pylint: disable=import-outside-toplevel
+            from grpc._cython import cygrpc  # pylint: disable=import-outside-toplevel
+            multicallable = channel.stream_stream(
+                _BACKUP_SESSION, request_serializer=None,
+                response_deserializer=pb.BackupServerMessage.FromString)
+            for name in ("_managed_call", "_method", "_context"):
+                getattr(multicallable, name)
+            return cls(impl, cygrpc, multicallable)
+        except (ImportError, AttributeError, TypeError):
+            return None
+
+    def __init__(self, impl, cygrpc, multicallable):
+        self._cygrpc = cygrpc
+        self._flags = impl._EMPTY_FLAGS  # pylint: disable=protected-access
+        self._send_type = cygrpc.OperationType.send_message
+        self._queue = collections.deque()
+        self._in_flight = False
+        self._closing = False
+        deserialize = pb.BackupServerMessage.FromString
+        self._state = state = impl._RPCState(  # pylint: disable=protected-access
+            impl._STREAM_STREAM_INITIAL_DUE, None, None, None, None)  # pylint: disable=protected-access
+        base = impl._event_handler(state, deserialize)  # pylint: disable=protected-access
+        send_type = self._send_type
+
+        def handle_event(event):
+            done = base(event)
+            for operation in event.batch_operations:
+                if operation.type() == send_type:
+                    with state.condition:
+                        self._in_flight = False
+                        self._start_next_locked()
+                        return done and not self._in_flight
+            return done
+
+        self._handle_event = handle_event
+        operations = (
+            (cygrpc.SendInitialMetadataOperation(
+                None, impl._InitialMetadataFlags()),  # pylint: disable=protected-access
+             cygrpc.ReceiveStatusOnClientOperation(self._flags)),
+            (cygrpc.ReceiveInitialMetadataOperation(self._flags),),
+        )
+        self._call = multicallable._managed_call(  # pylint: disable=protected-access
+            cygrpc.PropagationConstants.GRPC_PROPAGATE_DEFAULTS,
+            multicallable._method, None,  # pylint: disable=protected-access
+            impl._determine_deadline(None), None, None,  # pylint: disable=protected-access
+            operations, handle_event, multicallable._context)  # pylint: disable=protected-access
+        self.responses = impl._MultiThreadedRendezvous(  # pylint: disable=protected-access
+            state, self._call, deserialize, None)
+
+    def _start_next_locked(self):
+        state = self._state
+        if self._in_flight or state.code is not None:
+            return
+        cygrpc = self._cygrpc
+        if self._queue:
+            state.due.add(self._send_type)
+            operation = cygrpc.SendMessageOperation(self._queue.popleft(), self._flags)
+            if self._call.operate((operation,), self._handle_event):
+                self._in_flight = True
+            else:
+                state.due.discard(self._send_type)
+        elif self._closing:
+            self._closing = False
+            close_type = cygrpc.OperationType.send_close_from_client
+            state.due.add(close_type)
+            if not self._call.operate(
+                    (cygrpc.SendCloseFromClientOperation(self._flags),), self._handle_event):
+                state.due.discard(close_type)
+
+    def send(self, data: bytes):
+        with self._state.condition:
+            self._queue.append(data)
+            self._start_next_locked()
+
+    def close(self):
+        with self._state.condition:
+            self._closing = True
+            self._start_next_locked()
 
 
 class BackupStream:
@@ -450,13 +574,13 @@ class BackupStream:
     prepare() returns backup ids; layer_stored(ids, step) streams each layer;
     wait_committed(id) blocks until the daemon commits (or rolls back) it;
     wait_event(seen) blocks until the stream delivers anything after the
-    `seen`-th event (events counts them). Sends never wait: messages go
-    through a queue that gRPC's sender thread drains.
+    `seen`-th event (events counts them). Sends never wait. `direct=False`
+    sends through gRPC's request-iterator thread (public API only) instead
+    of from the calling thread.
     """
 
-    def __init__(self, session: Session):
+    def __init__(self, session: Session, direct: bool = True):
         self.session = session
-        self._outbox = queue.SimpleQueue()
         self._cv = threading.Condition()
         self._pending = {}
         self._prepared = []
@@ -465,17 +589,14 @@ class BackupStream:
         self._end = None  # HiCacheError once the stream ended.
         self.events = 0  # Messages received so far.
         self.ended = 0   # Backups committed or rolled back so far.
-        self._responses = session.client.stub.BackupSession(self._generator())
+        channel = session.client._channel  # pylint: disable=protected-access
+        self._sender = (_DirectSender.create(channel) if direct else None) or \
+            _QueuedSender(channel)
+        self.direct = isinstance(self._sender, _DirectSender)
+        self._send = self._sender.send
+        self._responses = self._sender.responses
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-
-    def _generator(self):
-        get = self._outbox.get
-        while True:
-            message = get()
-            if message is _CLOSE:
-                return
-            yield message
 
     def _read(self):
         pending = self._pending
@@ -520,9 +641,10 @@ class BackupStream:
 
     def prepare(self, specs: Sequence[tuple]) -> List[int]:
         """specs: (pages, logical_tokens) per request. 0 = skipped (host full)."""
-        self._outbox.put(pb.BackupClientMessage(
+        self._send(pb.BackupClientMessage(
             session_id=self.session.id, prepare=pb.BackupClientMessage.Prepare(specs=[
-                pb.BackupSpec(pages=pages, logical_tokens=tokens) for pages, tokens in specs])))
+                pb.BackupSpec(pages=pages, logical_tokens=tokens) for pages, tokens in specs])
+        ).SerializeToString())
         clock = time.monotonic
         deadline = clock() + self.session.client.timeout
         with self._cv:
@@ -556,21 +678,21 @@ class BackupStream:
                 fences=[pb.RankFence(rank=r, fence_id=f) for r, f in fences.items()])
         else:
             stored = pb.BackupClientMessage.LayerStored(backup_ids=backup_ids, step=step)
-        self._outbox.put(pb.BackupClientMessage(session_id=self.session.id,
-                                                layer_stored=stored))
+        self._send(pb.BackupClientMessage(session_id=self.session.id,
+                                          layer_stored=stored).SerializeToString())
 
     def layers_stored(self, backup_ids: Sequence[int], num_steps: int):
         """layer_stored(backup_ids, step) for every step 0 .. num_steps - 1."""
-        put, session = self._outbox.put, self.session.id
+        send, session = self._send, self.session.id
         Message, Stored = pb.BackupClientMessage, pb.BackupClientMessage.LayerStored
         for step in range(num_steps):
-            put(Message(session_id=session,
-                        layer_stored=Stored(backup_ids=backup_ids, step=step)))
+            send(Message(session_id=session, layer_stored=Stored(
+                backup_ids=backup_ids, step=step)).SerializeToString())
 
     def rollback(self, backup_id: int):
-        self._outbox.put(pb.BackupClientMessage(
+        self._send(pb.BackupClientMessage(
             session_id=self.session.id,
-            rollback=pb.BackupClientMessage.Rollback(backup_id=backup_id)))
+            rollback=pb.BackupClientMessage.Rollback(backup_id=backup_id)).SerializeToString())
 
     def errors(self) -> List[tuple]:
         """(grpc.StatusCode, message) of the errors the daemon sent on the
@@ -609,7 +731,7 @@ class BackupStream:
                 self._pending.pop(backup, None)
 
     def close(self):
-        self._outbox.put(_CLOSE)
+        self._sender.close()
         self._reader.join(timeout=self.session.client.timeout)
 
     def __enter__(self):
