@@ -308,9 +308,15 @@ class Session:
     def complete(self, items: Sequence[CompleteItem]) -> List[pb.InsertResult]:
         """One round trip after a forward pass, per item: insert (attaching
         the backup), then -- unless the insert was ``deferred`` (a backup in
-        flight conflicts; nothing changed: retry the item) -- release the
+        flight blocks it: the tree is unchanged, the locks and pages stay
+        the session's; retry the item once that backup ended) -- release the
         lock handles and free the uncached and `free_pages`. Every handle and
-        page is checked before anything changes."""
+        page is checked before anything changes.
+
+        A deferred item's own backup: the proto says it stays for the retry,
+        but today's daemon rolls it back as Insert does (backup_attached is
+        false; a retry naming it is INVALID_ARGUMENT): retry with
+        backup_id=0 then (hicache.replay does)."""
         request = pb.CompleteRequest(session_id=self.id)
         add = request.items.add
         for item in items:
