@@ -116,12 +116,18 @@ absl::StatusOr<std::vector<AdmitResult>> RequestFlow::Admit(
       continue;
     }
     const int64_t tokens = static_cast<int64_t>(item.tokens.size());
-    const int64_t need = CeilDiv(tokens + item.reserve_tokens, page) -
-                         static_cast<int64_t>(hit.device_pages.size());
-    if (need > 0) {
-      AllocationItem alloc{.num_pages = need, .mode = item.mode};
+    const int64_t hit_pages = static_cast<int64_t>(hit.device_pages.size());
+    // The input's new pages follow the compute-owner mode; the output
+    // reserve (decoded later, by no CP split) takes any lanes.
+    const int64_t input = CeilDiv(tokens, page) - hit_pages;
+    const int64_t reserve =
+        CeilDiv(tokens + item.reserve_tokens, page) - hit_pages - input;
+    if (input + reserve > 0) {
+      std::vector<AllocationItem> alloc{
+          AllocationItem{.num_pages = input, .mode = item.mode}};
+      if (reserve > 0) alloc.push_back(AllocationItem{.num_pages = reserve});
       absl::StatusOr<std::vector<std::vector<LogicalPage>>> pages =
-          sessions_->Allocate(id, {alloc});
+          sessions_->Allocate(id, alloc);
       if (!pages.ok()) {
         if (pages.status().code() != absl::StatusCode::kResourceExhausted) {
           Undo(id, results);
@@ -139,6 +145,10 @@ absl::StatusOr<std::vector<AdmitResult>> RequestFlow::Admit(
         return results;
       }
       result.pages = std::move(pages->front());
+      if (reserve > 0) {
+        result.pages.insert(result.pages.end(), (*pages)[1].begin(),
+                            (*pages)[1].end());
+      }
     }
     result.admitted = true;
     const int64_t new_input = tokens - hit.device_len;

@@ -1,5 +1,6 @@
 #include "daemon/engine/session_manager.h"
 
+#include <algorithm>
 #include <random>
 #include <utility>
 
@@ -373,12 +374,19 @@ absl::StatusOr<std::vector<SessionInsertResult>> SessionManager::Insert(
           absl::StrCat("items[", i, "]: ", inserted.status().message()));
     }
     SessionInsertResult result{*inserted};
-    if (item.backup_id != 0) {
-      result.backup_attached =
-          !inserted->deferred &&
-          engine_->AttachBackup(item.backup_id, inserted->node).ok();
-      if (!result.backup_attached) {
-        (void)engine_->RollbackBackup(item.backup_id);
+    // A deferred insert changed nothing: its backup stays the session's for
+    // the retry. Otherwise a backup that cannot attach is rolled back.
+    if (item.backup_id != 0 && !inserted->deferred) {
+      absl::Status attached =
+          engine_->AttachBackup(item.backup_id, inserted->node);
+      result.backup_attached = attached.ok();
+      if (!attached.ok()) {
+        if (absl::Status r = engine_->RollbackBackup(item.backup_id);
+            !r.ok() && r.code() != absl::StatusCode::kNotFound) {
+          spdlog::warn("session {}: rolling back backup {} that did not "
+                       "attach ({}): {}",
+                       id, item.backup_id, attached.message(), r);
+        }
         s.backups.erase(item.backup_id);
       }
     }
@@ -560,8 +568,19 @@ absl::StatusOr<std::vector<uint64_t>> SessionManager::PrepareBackups(
   absl::StatusOr<std::vector<uint64_t>> ids =
       engine_->PrepareBackups(specs, (*session)->holder);
   if (!ids.ok()) return ids;
+  Session& s = **session;
   for (uint64_t backup : *ids) {
-    if (backup != 0) (*session)->backups.insert(backup);
+    if (backup != 0) s.backups.insert(backup);
+  }
+  // Backups no stream reports on (Admit's) are never BackupFinished(): drop
+  // the finished ones whenever the set has doubled, so it stays bounded by
+  // the backups actually in flight.
+  if (s.backups.size() >= s.backup_prune_at) {
+    absl::erase_if(s.backups, [&](uint64_t backup) {
+      return engine_->BackupAwaitsClient(backup).status().code() ==
+             absl::StatusCode::kNotFound;
+    });
+    s.backup_prune_at = std::max<size_t>(64, 2 * s.backups.size());
   }
   return ids;
 }
@@ -688,7 +707,7 @@ absl::StatusOr<LoadResult> SessionManager::LoadBack(
   if (!load.ok()) return load;
   if (load->op_id != 0) {
     (*session)->loads.insert(load->op_id);
-  } else if (load->node != kNoNode) {
+  } else if (load->device_len > 0) {  // The hit is locked; nothing to load.
     load->lock_handle = AddLockLocked(**session, load->node);
   }
   return load;

@@ -243,6 +243,7 @@ class SessionManager {
     // Handle -> node; each node has locks[node] handles.
     absl::flat_hash_map<uint64_t, NodeId> lock_handles;
     absl::flat_hash_set<uint64_t> backups;
+    size_t backup_prune_at = 64;  // Size at which finished ones are dropped.
     absl::flat_hash_set<uint64_t> loads;
     absl::flat_hash_set<uint64_t> fences;
     int64_t streams = 0;

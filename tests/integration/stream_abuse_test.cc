@@ -11,8 +11,8 @@
 //  * LoadBack with too many items or an absurd extend_tokens; Admit with an
 //    absurd reserve_tokens; Complete naming another session's lock handle or
 //    pages, or one handle twice: refused, nothing changed.
-// Tests named BUG_* reproduce bugs found while writing these (see their
-// comments); they fail until the daemon is fixed.
+// The last section reproduces bugs found while writing these (each now a
+// regression test).
 #include <signal.h>
 #include <unistd.h>
 
@@ -1351,7 +1351,7 @@ TEST_F(StreamAbuseTest, RepeatedHandleOrPageIsRefused) {
   EXPECT_EQ(Snap(), done);
 }
 
-// --- Bugs found here (BUG_* tests fail until the daemon is fixed) -----------
+// --- Bugs found here, now fixed ---------------------------------------------
 
 // Complete is all or nothing across items (found here, fixed in 8485d5a):
 // an item whose insert names pages the session does not hold, or a page
@@ -1455,16 +1455,10 @@ TEST_F(StreamAbuseTest, WorkersHearAnAdmitBackup) {
   }
 }
 
-// BUG (daemon/engine/session_manager.cc, SessionManager::Insert, the
-// `if (!result.backup_attached)` branch): an insert that is deferred (it
-// would split a node whose backup is in flight) also rolls back the item's
-// own backup and forgets it. Complete documents "a deferred insert keeps
-// everything for a retry" and the proto says "the scheduler retries the
-// item" -- but the retried item names a backup that no longer exists and
-// is refused: INVALID_ARGUMENT "items[0].backup_id N is not a backup of
-// this session". (Admit only avoids it when the pending node is already in
-// the tree at admission; here the other request's insert comes between.)
-TEST_F(StreamAbuseTest, BUG_DeferredCompleteRollsBackItsBackup) {
+// A deferred insert changes nothing, its backup included (it used to be
+// rolled back and forgotten, so the documented retry of the item was refused
+// with "backup_id N is not a backup of this session").
+TEST_F(StreamAbuseTest, DeferredCompleteKeepsItsBackupForTheRetry) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
   const std::string scheduler = Open(v1::ROLE_SCHEDULER);
   // Two requests sharing a prefix with a sub-page tail, both admitted
@@ -1510,15 +1504,10 @@ TEST_F(StreamAbuseTest, BUG_DeferredCompleteRollsBackItsBackup) {
   if (status.ok()) EXPECT_FALSE(response.results(0).deferred());
 }
 
-// BUG (daemon/engine/request_flow.cc, RequestFlow::Admit: `AllocationItem
-// alloc{.num_pages = need, .mode = item.mode}`): the compute-owner pattern
-// is laid over every new page, the output reserve included, so with a
-// reserve the input's new pages do not get the zigzag split of the input
-// (rank r computes segments r and 2C-1-r of the *prefill*, and stores what
-// it computes): e.g. 8 new input pages and 8 reserve pages at C = 2 give
-// the input lanes 0 0 0 0 1 1 1 1 instead of 0 0 1 1 1 1 0 0, so ranks
-// would have to write KV into pages other ranks own.
-TEST_F(StreamAbuseTest, BUG_AdmitZigzagIsLaidOverTheOutputReserve) {
+// The compute-owner pattern covers the input's new pages only; the output
+// reserve takes any lanes (it used to be laid over input + reserve, so with
+// a reserve ranks would have had to write KV into pages other ranks own).
+TEST_F(StreamAbuseTest, AdmitZigzagCoversTheInputOnly) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
   const std::string scheduler = Open(v1::ROLE_SCHEDULER);
   v1::AdmitRequest request;
