@@ -313,10 +313,9 @@ class Session:
         lock handles and free the uncached and `free_pages`. Every handle and
         page is checked before anything changes.
 
-        A deferred item's own backup: the proto says it stays for the retry,
-        but today's daemon rolls it back as Insert does (backup_attached is
-        false; a retry naming it is INVALID_ARGUMENT): retry with
-        backup_id=0 then (hicache.replay does)."""
+        A deferred item keeps its own backup for the retry too (daemons
+        before 19c7672 rolled it back, and a retry naming it was
+        INVALID_ARGUMENT: hicache.replay then retries with backup_id=0)."""
         request = pb.CompleteRequest(session_id=self.id)
         add = request.items.add
         for item in items:

@@ -207,11 +207,15 @@ class Replayer:
         clock = time.perf_counter
         latency = self.latency
         start = clock()
-        (admitted,) = self.session.admit([AdmitItem(request.tokens, request.reserve)])
-        now = clock()
-        latency["Admit"].append(now - start)
+        try:
+            (admitted,) = self.session.admit([AdmitItem(request.tokens, request.reserve)])
+        except hicache.HiCacheError as e:
+            if e.code != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                raise
+            admitted = None  # Larger than the whole pool: it can never fit.
+        latency["Admit"].append(clock() - start)
         self.units += request.units
-        if not admitted.admitted:
+        if admitted is None or not admitted.admitted:
             self.counts["not_admitted"] += 1  # No room even after eviction: a miss.
             self.request_latency.append(clock() - start)
             return
@@ -275,7 +279,11 @@ class Replayer:
                 self.latency["Allocate"].append(clock() - start)
         backup = 0
         new_input = input_tokens - reuse * page
-        if self.write_through and new_input > 0:
+        # After a miss the host hit stays a host-only node the insert puts
+        # device pages under: the new pages then span two nodes and no
+        # backup could attach to either, so none is prepared.
+        loaded = load.ok and load.loaded_tokens > 0
+        if self.write_through and new_input > 0 and loaded:
             start = clock()
             (backup,) = self.backup_stream().prepare([(fresh[:-(-new_input // page)],
                                                         new_input)])
