@@ -144,7 +144,8 @@ class ClientTest(unittest.TestCase):
             self.assertEqual(b.device_pages, a.pages[:2])
             self.assertNotEqual(b.lock_handle, 0)
             self.assertEqual(len(b.pages), 1)
-            self.assertEqual(b.request_pages, b.device_pages + b.pages)
+            self.assertEqual(b.request_pages, list(b.device_pages) + list(b.pages))
+            self.assertEqual(len(b.request_pages), 3)
             self.assertEqual(self.client.stats().session_locks, 1)
             (done,) = s.complete([hicache.CompleteItem(tokens, b.request_pages,
                                                        lock_handles=[b.lock_handle])])
@@ -156,6 +157,22 @@ class ClientTest(unittest.TestCase):
             # Packed tokens are taken as they are.
             self.assertEqual(s.match([hicache.pack_tokens(tokens)], exact_tail=True)[0]
                              .device_tokens, 10)
+
+    def test_pages_keep_repeated_fields_as_they_came(self):
+        from hicache_proto.v1 import hicache_pb2 as pb
+        device = pb.Locations(pages=[7, 9, 11]).pages
+        pages = hicache.Pages(device, [2, 4])
+        self.assertEqual(len(pages), 5)
+        self.assertEqual(list(pages), [7, 9, 11, 2, 4])
+        self.assertEqual(pages, [7, 9, 11, 2, 4])
+        self.assertEqual((pages[0], pages[3], pages[-1]), (7, 2, 4))
+        self.assertEqual(pages[1:4], [9, 11, 2])
+        with self.assertRaises(IndexError):
+            pages[5]  # pylint: disable=pointless-statement
+        self.assertEqual(pages + [6], [7, 9, 11, 2, 4, 6])
+        self.assertEqual([5] + pages, [5, 7, 9, 11, 2, 4])
+        self.assertEqual(repr(pages), "Pages([7, 9, 11, 2, 4])")
+        self.assertNotEqual(pages, [7, 9])
 
     def test_admit_backup_choices_and_workers_layers(self):
         tokens = list(range(2100, 2112))

@@ -18,6 +18,7 @@ from hicache.client import (  # noqa: F401
     HiCacheError,
     LoadBackResult,
     MatchResult,
+    Pages,
     Session,
     default_socket_path,
     pack_tokens,

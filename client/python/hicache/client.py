@@ -3,6 +3,7 @@
 import array
 import collections
 import contextlib
+from collections import abc
 import os
 import queue
 import sys
@@ -115,25 +116,91 @@ class AdmitItem:
     backup: Union[str, int] = "auto"
 
 
+# The type of a protobuf repeated scalar field (C++, upb or pure Python).
+_REPEATED_SCALARS = type(pb.Locations().pages)
+
+
+class Pages(abc.Sequence):
+    """Page ids kept in the parts they came in (protobuf repeated fields are
+    not turned into Python ints one by one): a read-only sequence --
+    len, iteration, indexing, ``==`` with any sequence, ``+`` --, and
+    Session.complete copies its parts into the request as they are. Slice or
+    ``list()`` it for a list."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, *parts: Sequence[int]):
+        self.parts = parts
+
+    def __len__(self):
+        return sum(len(part) for part in self.parts)
+
+    def __iter__(self):
+        for part in self.parts:
+            yield from part
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return list(self)[index]
+        if index < 0:
+            index += len(self)
+        for part in self.parts:
+            if 0 <= index < len(part):
+                return part[index]
+            index -= len(part)
+        raise IndexError("page index out of range")
+
+    def __add__(self, other: Sequence[int]) -> "Pages":
+        return Pages(*self.parts, other)
+
+    def __radd__(self, other: Sequence[int]) -> "Pages":
+        return Pages(other, *self.parts)
+
+    def __eq__(self, other):
+        if isinstance(other, abc.Sequence) and not isinstance(other, (str, bytes)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"Pages({list(self)})"
+
+
+def _put_pages(field, pages):
+    """Appends `pages` to a repeated field without a Python int per page
+    where they are repeated fields already."""
+    if isinstance(pages, _REPEATED_SCALARS):
+        field.MergeFrom(pages)
+    elif isinstance(pages, Pages):
+        for part in pages.parts:
+            _put_pages(field, part)
+    elif pages:
+        field.extend(pages)
+
+
 @dataclass
 class AdmitResult:
     """What Admit did for one item. The request's pages are
-    ``device_pages + pages`` (see ``request_pages``)."""
+    ``device_pages + pages`` (``request_pages``). Both page lists are the
+    response's own repeated fields, not copies: read-only sequences (len,
+    index, slice, iterate, ``==`` with a list; ``list()`` copies them), and
+    complete() takes them -- or a Pages of them -- without converting."""
     admitted: bool  # False: nothing held (no room); retry later.
-    device_pages: List[int]  # The page-aligned device hit, locked.
+    device_pages: Sequence[int]  # The page-aligned device hit, locked.
     device_tokens: int
     lock_handle: int  # The hit's lock (0: nothing hit).
     last_device_node: int
     host_hit_tokens: int
     last_host_node: int
     load: bool  # Load the host hit (LoadBack, then Allocate): nothing allocated.
-    pages: List[int]  # The new pages, after device_pages.
+    pages: Sequence[int]  # The new pages, after device_pages.
     backup_id: int  # 0: no backup prepared (choice, host full, tail_blocked).
     tail_blocked: bool
 
     @property
-    def request_pages(self) -> List[int]:
-        return self.device_pages + self.pages
+    def request_pages(self) -> Pages:
+        return Pages(self.device_pages, self.pages)
 
 
 @dataclass
@@ -143,7 +210,7 @@ class CompleteItem:
     release `lock_handles`, and with `free_uncached` free the pages the tree
     did not take plus `free_pages` (e.g. an unused output reserve)."""
     tokens: Tokens
-    pages: Sequence[int]
+    pages: Sequence[int]  # A list, a Pages, AdmitResult's repeated fields.
     backup_id: int = 0
     lock_handles: Sequence[int] = ()
     free_uncached: bool = True
@@ -298,12 +365,14 @@ class Session:
                     backup=_enum(_BACKUPS, item.backup, "backup"))
             else:
                 add(tokens=pack_tokens(item))
-        response = self._rpc("Admit", request)
-        return [AdmitResult(r.admitted, list(r.device.pages), r.device.valid_tokens,
-                            r.lock_handle, r.last_device_node, r.host_hit_tokens,
-                            r.last_host_node, r.load, list(r.pages), r.backup_id,
-                            r.tail_blocked)
-                for r in response.results]
+        results = []
+        for r in self._rpc("Admit", request).results:
+            device = r.device
+            results.append(AdmitResult(r.admitted, device.pages, device.valid_tokens,
+                                       r.lock_handle, r.last_device_node, r.host_hit_tokens,
+                                       r.last_host_node, r.load, r.pages, r.backup_id,
+                                       r.tail_blocked))
+        return results
 
     def complete(self, items: Sequence[CompleteItem]) -> List[pb.InsertResult]:
         """One round trip after a forward pass, per item: insert (attaching
@@ -319,9 +388,11 @@ class Session:
         request = pb.CompleteRequest(session_id=self.id)
         add = request.items.add
         for item in items:
-            add(tokens=pack_tokens(item.tokens), pages=item.pages, unfinished=item.unfinished,
-                backup_id=item.backup_id, lock_handles=item.lock_handles,
-                free_uncached=item.free_uncached, free_pages=item.free_pages)
+            added = add(tokens=pack_tokens(item.tokens), unfinished=item.unfinished,
+                        backup_id=item.backup_id, lock_handles=item.lock_handles,
+                        free_uncached=item.free_uncached)
+            _put_pages(added.pages, item.pages)
+            _put_pages(added.free_pages, item.free_pages)
         return list(self._rpc("Complete", request).results)
 
     def insert(self, tokens: Tokens, pages: Sequence[int], unfinished: bool = False,

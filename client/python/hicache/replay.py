@@ -58,7 +58,7 @@ from collections import defaultdict, deque
 import grpc
 
 import hicache
-from hicache.client import AdmitItem, CompleteItem
+from hicache.client import AdmitItem, CompleteItem, Pages
 
 
 def read_trace(path, limit=None):
@@ -229,19 +229,23 @@ class Replayer:
                 return
             self.l1_units += admitted.device_tokens // request.unit
             self.l12_units += cached // request.unit
+            keep = -(-(len(request.tokens) // 4) // page)
+            item = CompleteItem(request.tokens, pages[:keep], backup_id=backup,
+                                lock_handles=handles, free_pages=pages[keep:])
         else:
             own = admitted.pages
-            pages = admitted.device_pages + own
             self.l1_units += admitted.device_tokens // request.unit
             self.l12_units += admitted.device_tokens // request.unit
+            # The input is cached (a backup covers exactly its new pages);
+            # the output reserve's own pages are freed. The hit's pages go
+            # back as they came (no Python int per page).
+            new = -(-(len(request.tokens) // 4) // page) - len(admitted.device_pages)
+            item = CompleteItem(request.tokens, Pages(admitted.device_pages, own[:new]),
+                                backup_id=backup, lock_handles=handles,
+                                free_pages=own[new:])
         if backup:
             self.counts["backups_prepared"] += 1
             self._store_layers(backup)
-        # The input is cached (a backup covers exactly its new pages); the
-        # output reserve's own pages are freed.
-        keep = -(-(len(request.tokens) // 4) // page)
-        item = CompleteItem(request.tokens, pages[:keep], backup_id=backup,
-                            lock_handles=handles, free_uncached=True, free_pages=pages[keep:])
         self._complete(item, own)
         self.request_latency.append(clock() - start)
 
