@@ -105,7 +105,15 @@ std::optional<OpEvent> BackupStream::NextEvent() {
         return event;
       case OpEvent::Type::kCommitted:
       case OpEvent::Type::kRolledBack: {
-        context_.sessions->BackupFinished(session_, event->op);
+        // A backup the engine rolled back after a failed copy is kept (the
+        // engine's record and the session's) until the client rolls it back
+        // or names it in an insert (backup_attached = false), so its
+        // layer_stored and insert still get their defined answers; the
+        // session's end releases it otherwise. Anything else is over.
+        if (context_.engine->BackupAwaitsClient(event->op).status().code() ==
+            absl::StatusCode::kNotFound) {
+          context_.sessions->BackupFinished(session_, event->op);
+        }
         MutexLock lock(&mu_);
         open_.erase(event->op);
         if (!reading_ && open_.empty()) finished_ = true;  // The last one.

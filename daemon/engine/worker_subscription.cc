@@ -39,13 +39,14 @@ WorkerSubscription::~WorkerSubscription() {
 std::optional<OpEvent> WorkerSubscription::Next(absl::Time deadline) {
   if (ended_) return std::nullopt;
   std::optional<OpEvent> event = box_->Wait(deadline);
-  if (!event.has_value()) {
-    // Woken by the deadline: notice an overflow or a session that ended.
-    if (box_->overflowed() || !context_.sessions->Info(session_).ok()) {
-      ended_ = true;
-    }
+  // Nothing more for a session that ended (closed or lapsed), also while its
+  // namespace keeps the mailbox busy.
+  if (box_->overflowed() || !context_.sessions->Info(session_).ok()) {
+    ended_ = true;
     return std::nullopt;
   }
+  if (!event.has_value()) return std::nullopt;  // The deadline.
+
   if (event->type != OpEvent::Type::kBackupStep &&
       event->type != OpEvent::Type::kLoadStep) {
     event->rank = rank_;  // Outcomes are the op's, stamped for this worker.

@@ -497,14 +497,9 @@ TEST_F(BackupStreamTest, SessionExpiryRollsBackAndTheStreamStillEnds) {
 // (empty) record until the client is done with it (engine_failures.cc). Once
 // the stream delivered rolled_back, its client is done: nothing of the
 // backup may stay behind, not even after the session closed.
-//
-// DISABLED: daemon bug. BackupStream::NextEvent calls
-// SessionManager::BackupFinished on the engine's kRolledBack of a failed
-// backup, so the session forgets it; but the engine erases a failed
-// backup's record only once the client rolls it back (or attaches it with
-// every step stored), which the session now refuses (INVALID_ARGUMENT), and
-// Close no longer rolls it back: the record leaks for the engine's life.
-TEST_F(BackupStreamTest, DISABLED_FailedCopyLeavesNoBackupRecordBehind) {
+// (Reproduced a bug: the session forgot the backup at rolled_back, so
+// nobody could release the engine's record.)
+TEST_F(BackupStreamTest, FailedCopyLeavesNoBackupRecordBehind) {
   std::unique_ptr<BackupStream> stream = OpenStream();
   const Request r = Compute(0);
   auto ids = stream->Prepare({r.spec()});
@@ -539,13 +534,9 @@ TEST_F(BackupStreamTest, DISABLED_FailedCopyLeavesNoBackupRecordBehind) {
 // when it goes on: the engine answers such a client (engine_failures.cc:
 // LayerStored skips the backup, AttachBackup is ABORTED, so the request is
 // cached without it). Through the stream it must get the same answers.
-//
-// DISABLED: daemon bug (same cause as above). Once the writer delivered
-// rolled_back the session has forgotten the backup: the client's next
-// layer_stored fails (INVALID_ARGUMENT), and its Insert naming the backup
-// fails as a whole (INVALID_ARGUMENT, nothing of that item cached) instead
-// of caching the request with backup_attached false.
-TEST_F(BackupStreamTest, DISABLED_ClientThatMissedAFailureGetsDefinedAnswers) {
+// (Reproduced a bug: once rolled_back was delivered, layer_stored and the
+// insert naming the backup were refused as foreign.)
+TEST_F(BackupStreamTest, ClientThatMissedAFailureGetsDefinedAnswers) {
   std::unique_ptr<BackupStream> stream = OpenStream();
   const Request r = Compute(0);
   auto ids = stream->Prepare({r.spec()});

@@ -270,14 +270,10 @@ TEST_F(WorkerSubscriptionTest, EndsWhenTheSessionCloses) {
   subscription.reset();  // Its session is gone: nothing to count back.
 }
 
-// DISABLED: daemon bug. WorkerSubscription::Next checks whether its session
-// still exists only when Wait() returns nothing (a quiet deadline). While the
-// namespace is busy -- an event at least every deadline, 1 s in the service
-// -- a subscription whose session was closed or expired keeps returning the
-// namespace's events and never ends, so Subscribe keeps streaming them to a
-// client that no longer has a session.
+// (Reproduced a bug: the session was checked only at a quiet deadline, so a
+// busy namespace kept a closed worker's subscription streaming.)
 TEST_F(WorkerSubscriptionTest,
-       DISABLED_EndsWhenTheSessionClosesWhileItsNamespaceIsBusy) {
+       EndsWhenTheSessionClosesWhileItsNamespaceIsBusy) {
   std::unique_ptr<WorkerSubscription> subscription = Subscribe(worker1_);
   ASSERT_NE(subscription, nullptr);
   ASSERT_TRUE(sessions_->Close(worker1_).ok());
