@@ -335,15 +335,14 @@ class ClientTest(unittest.TestCase):
         # Sent from the calling thread (direct, grpcio internals) or through
         # gRPC's request-iterator thread: the same stream either way.
         steps = self.client.layout().num_steps
-        for direct in (True, False):
+        for n, direct in enumerate((True, "caller", False)):
             with self.subTest(direct=direct), \
                     self.client.session(f"py-senders-{direct}") as s, \
                     s.backup_stream(direct=direct) as stream:
-                self.assertEqual(stream.direct, direct)
+                self.assertEqual(stream.direct, bool(direct))
                 backups = []
                 for i in range(8):
-                    tokens = list(range(3000 + 100 * i + 20 * direct,
-                                        3004 + 100 * i + 20 * direct))
+                    tokens = list(range(3000 + 100 * i + 20 * n, 3004 + 100 * i + 20 * n))
                     pages = s.allocate(num_pages=1)
                     (backup,) = stream.prepare([(pages, 4)])
                     backups.append((tokens, pages, backup))
