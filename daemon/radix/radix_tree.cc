@@ -269,7 +269,7 @@ absl::StatusOr<MatchResult> RadixTree::MatchPrefix(
     if (device && hit < child->len()) {
       if (child->pending != nullptr) {
         result.tail_blocked = true;
-      } else if (options.split_at_hit) {
+      } else if (options.split_at_hit && child->host_ref == 0) {
         child = Split(child, hit);  // `hit` is a page boundary inside it.
       }
     }
@@ -403,6 +403,12 @@ absl::StatusOr<InsertResult> RadixTree::InsertImpl(
           result.deferred = true;
           return result;
         }
+        if (child->host_ref > 0) {
+          // Being loaded back: the load attaches the whole node, so it is
+          // never split; cache nothing from here on.
+          finish(pos);
+          return result;
+        }
         if (dry_run) {  // Split, then a sibling: nothing else can defer.
           finish(total);
           return result;
@@ -435,6 +441,10 @@ absl::StatusOr<InsertResult> RadixTree::InsertImpl(
       const int64_t at = (common / page) * page;  // >= page here.
       if (child->pending != nullptr) {
         result.deferred = true;
+        return result;
+      }
+      if (child->host_ref > 0) {  // Being loaded back: never split.
+        finish(pos);
         return result;
       }
       if (!dry_run) child = Split(child, at);

@@ -323,6 +323,37 @@ TEST_F(RadixTreeTest, PendingSubPageTailDoesNotDeferAnExtension) {
   EXPECT_TRUE(tree_->CheckInvariants().ok());
 }
 
+// A node being loaded back (host_ref) is never split: the load attaches
+// pages for the whole node, and a split would leave the head holding a copy
+// of the load's host reference forever (found by the service fuzzer:
+// fuzz/corpus/crashes/load_split_host_ref_leak).
+TEST_F(RadixTreeTest, NodeBeingLoadedIsNeverSplit) {
+  InsertResult r = Insert(Seq(0, 16));
+  Backup(r.node);
+  ASSERT_EQ(tree_->EvictDeviceTokens(16).nodes_to_host, 1);
+  ASSERT_TRUE(tree_->AddHostRef(r.node).ok());  // A load is reading it.
+  // Diverges inside the node, and runs past a tail: neither splits it.
+  InsertResult diverging = Insert(Cat(Seq(0, 12), Seq(900, 8)));
+  EXPECT_EQ(diverging.cached_len, 0);
+  EXPECT_EQ(tree_->Stats().nodes, 1);
+  EXPECT_EQ(tree_->Inspect(r.node)->len, 16);
+  ASSERT_TRUE(tree_->ReleaseHostRef(r.node).ok());
+  EXPECT_EQ(tree_->Inspect(r.node)->host_ref, 0);
+  EXPECT_TRUE(tree_->CheckInvariants().ok());
+}
+
+TEST_F(RadixTreeTest, NodeBeingLoadedWithATailIsNeverSplit) {
+  InsertResult r = Insert(Seq(0, 10));
+  Backup(r.node);
+  ASSERT_EQ(tree_->EvictDeviceTokens(10).nodes_to_host, 1);
+  ASSERT_TRUE(tree_->AddHostRef(r.node).ok());
+  InsertResult longer = Insert(Seq(0, 14));
+  EXPECT_EQ(longer.cached_len, 0);
+  EXPECT_EQ(tree_->Stats().nodes, 1);
+  ASSERT_TRUE(tree_->ReleaseHostRef(r.node).ok());
+  EXPECT_TRUE(tree_->CheckInvariants().ok());
+}
+
 TEST_F(RadixTreeTest, PendingTailThatNeedsASplitDefers) {
   // The pending node spans a full page before its tail: running past it
   // needs a split at that page, which waits for the backup.
