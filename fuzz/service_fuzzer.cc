@@ -1,7 +1,10 @@
-// libFuzzer target: drives the in-process service layer (service::HiCacheService
-// over a real HiCacheEngine, SessionManager and EventHub) with sequences of
-// RPCs decoded from the input, the way a buggy or hostile client would, and
-// checks after every input that no page leaked or is held twice.
+// libFuzzer target: drives the in-process daemon -- service::HiCacheService
+// for the unary RPCs, and the engine-layer stream classes BackupStream,
+// LoadStream and WorkerSubscription (what HiCacheService's stream handlers
+// run) for the streaming ones, over a real HiCacheEngine, SessionManager and
+// EventHub -- with sequences of RPCs decoded from the input, the way a buggy
+// or hostile client would send them, and checks after every input that no
+// page leaked or is held twice and that every stream ended.
 //
 // Input format (see fuzz/corpus/make_seeds.py, which writes the seeds):
 //   byte 0  cp_size = 1 + (b & 3); write policy ((b >> 2) & 3) % 3 (through,
@@ -16,29 +19,49 @@
 //           bytes 0-1) with probability {0, 5%, 20%, 50%} per copy.
 //   then    ops: one opcode byte (Op below, modulo kNumOps) and its operand
 //           bytes, until the input ends (reads past the end give 0) or
-//           kMaxOps ops ran.
+//           kMaxOps ops ran. New opcodes go at the end of Op, so that the
+//           opcode bytes of older inputs keep their meaning.
 // Page size is 4 tokens. Tokens come from three base sequences that share
 // prefixes (so matches, splits and duplicates happen) or from the input over
 // the alphabet {0, 1, 2}.
 //
-// Streaming RPCs (BackupSession, LoadBack) need a grpc::ServerContext and a
-// ServerReaderWriter, which cannot be built in-process; their message
-// handlers are replayed here against SessionManager, EventHub and
-// EventMailbox as daemon/service/hicache_service_streams.cc does (Service,
-// below).
+// Streams. HiCacheService's stream handlers need a grpc::ServerContext and a
+// ServerReaderWriter / ServerWriter, which cannot be built in process; the
+// fuzzer runs what they run -- BackupStream, LoadStream, WorkerSubscription
+// (daemon/engine) -- on its own thread, at fixed points of the input:
+//   * BackupSession: the client's messages go to BackupStream's Prepare /
+//     LayerStored / StoreAll / Rollback; the stream's writer (NextEvent, which
+//     blocks) is drained after every op, but only as far as events are there:
+//     EventCounter, the engine's listener in front of the hub, counts each
+//     operation's backup events, and a stream's mailbox receives exactly
+//     those of the operations it prepared. A client that goes away calls
+//     EndOfInput, and then NextEvent runs until it ends, with a bound
+//     (kHung) past the last copy: an outcome that never comes is a bug.
+//   * LoadBack: LoadStream::Start per item, then Next with a deadline (after
+//     every op for a "live" stream, as the handler's loop; or when the client
+//     reads to the end, or never when it cancels).
+//   * Subscribe: WorkerSubscription::Open, Next polled after every op.
+//   Only the request checks of the LoadBack handler before its stream opens
+//   are repeated here (StartLoadBack; keep it in step with
+//   daemon/service/hicache_service_streams.cc).
+// Copies: the copy engine sits behind a gate (GatedTransferEngine) that the
+// Hold op closes for a few ops, so that calls meeting loads and backups whose
+// copies are still in flight is a state an input reaches deterministically.
 //
 // After every op: engine->CheckInvariants(), and no RPC may answer INTERNAL,
 // UNKNOWN or DATA_LOSS. After every input: every stream ends (an outcome the
-// stream waits for must arrive) and every session is closed, copies settle,
-// and then: invariants hold, the session totals are zero, every allocated
-// device page is the tree's, no node is locked, every reserved host page
-// belongs to a committed node, and after unpinning and evicting everything both
-// pools are empty. Any violation prints what failed and traps, so libFuzzer
-// reports a crash.
+// stream waits for must arrive, a subscription ends with its session), the hub
+// routes no operation any more, every session is closed, copies settle, and
+// then: invariants hold, the session totals are zero, every allocated device
+// page is the tree's, no node is locked, every reserved host page belongs to a
+// committed node, and after unpinning and evicting everything both pools are
+// empty. Any violation prints what failed and traps, so libFuzzer reports a
+// crash.
 //
 // Environment: HICACHE_FUZZ_TRACE=1 prints every op and its status (use it on
 // a reproducer); HICACHE_FUZZ_LOG=1 keeps the daemon's log.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -54,25 +77,32 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "daemon/backend/cpu/cpu_transfer_engine.h"
 #include "daemon/core/clock.h"
+#include "daemon/engine/backup_stream.h"
 #include "daemon/engine/caller.h"
 #include "daemon/engine/event_hub.h"
-#include "daemon/engine/event_mailbox.h"
 #include "daemon/engine/hicache_engine.h"
+#include "daemon/engine/load_stream.h"
+#include "daemon/engine/request_flow.h"
 #include "daemon/engine/session_manager.h"
+#include "daemon/engine/stream_context.h"
+#include "daemon/engine/worker_subscription.h"
 #include "daemon/pool/kv_pool.h"
 #include "daemon/service/caller_resolver.h"
 #include "daemon/service/hicache_service.h"
-#include "grpcpp/server_context.h"
 #include "daemon/service/watch_broadcaster.h"
 #include "daemon/transfer/faulty_transfer_engine.h"
+#include "grpcpp/server_context.h"
 #include "hicache/v1/hicache.pb.h"
 #include "spdlog/spdlog.h"
 
@@ -83,6 +113,7 @@ constexpr uint32_t kPageSize = 4;
 constexpr int kMaxOps = 200;
 constexpr int kSlots = 4;
 constexpr size_t kMaxKnown = 64;  // Remembered page / node / backup ids.
+constexpr size_t kMaxAdmitted = 16;  // Admitted requests kept per session.
 
 bool g_trace = false;
 
@@ -161,40 +192,171 @@ class HeapBackend final : public Backend {
 };
 
 // ---------------------------------------------------------------------------
-// The one place that knows how the service is called: each RPC with a
+// Copies held in flight. While closed (the Hold op), submitted copy tasks are
+// kept instead of reaching the copy engine, so "copies still in flight" is a
+// state an input reaches deterministically (with the settle bit, exactly)
+// instead of a race with the transfer workers: the clients' calls then meet
+// loads and backups whose copies have not landed. Open() passes them on, in
+// order; Drain() (the engine's, at its end) opens first. The fuzzer opens it
+// before every wait for the copies (Run::Settle).
+
+class GatedTransferEngine final : public TransferEngine {
+ public:
+  GatedTransferEngine(TransferListener* listener,
+                      const TransferEngineFactory& inner)
+      : listener_(listener), inner_(inner(listener)) {}
+
+  absl::Status Submit(TransferTask task) override {
+    absl::MutexLock lock(&mu_);
+    if (closed_) {
+      held_.push_back(std::move(task));
+      return absl::OkStatus();
+    }
+    return inner_->Submit(std::move(task));
+  }
+  void Drain() override {
+    Open();
+    inner_->Drain();
+  }
+  absl::StatusOr<uint64_t> RegisterFence(Rank rank,
+                                         const std::string& handle) override {
+    return inner_->RegisterFence(rank, handle);
+  }
+  absl::Status ReleaseFence(uint64_t fence) override {
+    return inner_->ReleaseFence(fence);
+  }
+  absl::StatusOr<Rank> FenceRank(uint64_t fence) const override {
+    return inner_->FenceRank(fence);
+  }
+
+  void Close() {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+  }
+  // Passes the held copies on. One the copy engine refuses now (it accepted
+  // none of them yet) completes as failed, so that the engine's count of
+  // steps in flight still comes down.
+  void Open() {
+    std::vector<TransferTask> held;
+    {
+      absl::MutexLock lock(&mu_);
+      closed_ = false;
+      held.swap(held_);
+    }
+    for (TransferTask& task : held) {
+      const TransferTask copy = task;
+      if (absl::Status s = inner_->Submit(std::move(task)); !s.ok()) {
+        for (const RankCopy& rank : copy.ranks) {
+          StepDone done;
+          done.op_id = copy.op_id;
+          done.direction = copy.direction;
+          done.rank = rank.rank;
+          done.step = copy.step;
+          done.status = s;
+          listener_->OnStepDone(std::move(done));
+        }
+      }
+    }
+  }
+  bool closed() const {
+    absl::MutexLock lock(&mu_);
+    return closed_;
+  }
+  size_t held() const {
+    absl::MutexLock lock(&mu_);
+    return held_.size();
+  }
+
+ private:
+  TransferListener* const listener_;
+  const std::unique_ptr<TransferEngine> inner_;
+  mutable absl::Mutex mu_;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<TransferTask> held_ ABSL_GUARDED_BY(mu_);
+};
+
+// ---------------------------------------------------------------------------
+// Backup events per operation, counted on their way from the engine to the
+// hub (the engine's listener is this counter, which hands every event on to
+// the EventHub, as DaemonServer's engine reports to its hub directly). A
+// BackupStream's mailbox receives exactly the events of the operations it
+// prepared -- those queued in the hub before its claim and those after -- and
+// the counter sees each event before the hub delivers it. So when a stream's
+// count is above the events its NextEvent returned, one is in the mailbox or
+// being put there: NextEvent, which blocks, is called only then, and the
+// fuzzer drains every stream on its own thread without ever blocking for good.
+
+class EventCounter final : public EngineListener {
+ public:
+  explicit EventCounter(EngineListener* next) : next_(next) {}
+
+  void OnBackupStep(uint64_t op, Rank rank, uint32_t step) override {
+    Count(op);
+    next_->OnBackupStep(op, rank, step);
+  }
+  void OnBackupCommitted(uint64_t op, NodeId node) override {
+    Count(op);
+    next_->OnBackupCommitted(op, node);
+  }
+  void OnBackupRolledBack(uint64_t op) override {
+    Count(op);
+    next_->OnBackupRolledBack(op);
+  }
+  void OnLoadStep(uint64_t op, Rank rank, uint32_t step,
+                  const std::string& fence) override {
+    next_->OnLoadStep(op, rank, step, fence);
+  }
+  void OnLoadDone(uint64_t op, bool ok) override { next_->OnLoadDone(op, ok); }
+
+  // Backup events of `ops` so far.
+  int64_t Events(const std::set<uint64_t>& ops) const {
+    absl::MutexLock lock(&mu_);
+    return SumLocked(ops);
+  }
+
+  // Waits until more than `seen` backup events of `ops` came, or until
+  // `deadline`; returns whether they did.
+  bool AwaitMore(const std::set<uint64_t>& ops, int64_t seen,
+                 absl::Time deadline) const {
+    absl::MutexLock lock(&mu_);
+    while (SumLocked(ops) <= seen) {
+      if (cv_.WaitWithDeadline(&mu_, deadline)) return SumLocked(ops) > seen;
+    }
+    return true;
+  }
+
+ private:
+  void Count(uint64_t op) {
+    absl::MutexLock lock(&mu_);
+    ++counts_[op];
+    cv_.SignalAll();
+  }
+  int64_t SumLocked(const std::set<uint64_t>& ops) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    int64_t sum = 0;
+    for (uint64_t op : ops) {
+      auto it = counts_.find(op);
+      if (it != counts_.end()) sum += it->second;
+    }
+    return sum;
+  }
+
+  EngineListener* const next_;
+  mutable absl::Mutex mu_;
+  mutable absl::CondVar cv_;
+  absl::flat_hash_map<uint64_t, int64_t> counts_ ABSL_GUARDED_BY(mu_);
+};
+
+// ---------------------------------------------------------------------------
+// The one place that knows how the service is called: each unary RPC with a
 // fresh ServerContext, the caller's identity (daemon/engine/caller.h) coming
 // from a resolver that Call() sets first. Session RPCs are made as a plain
 // client, Evict / SetFreeRoom / DumpTree / InspectNode / ListSessions as an
-// operator (or, to check the refusal, as a client).
-//
-// The streaming RPCs (BackupSession, LoadBack) need a grpc::ServerContext
-// and a reader/writer, which cannot be built in-process. BackupStream and
-// LoadStream replay what HiCacheService::BackupSession / LoadBack do with each
-// client message, on the same SessionManager, EventHub and EventMailbox
-// calls; keep them in step with daemon/service/hicache_service_streams.cc.
-
-// A BackupSession stream. Its session is fixed by the first message.
-struct BackupStream {
-  std::string session;
-  std::shared_ptr<EventMailbox> box;
-  std::set<uint64_t> open;     // Prepared, outcome not yet streamed.
-  std::set<uint64_t> claimed;  // Every id claimed in the hub.
-};
-
-// A LoadBack stream after its `started` message.
-struct LoadStream {
-  std::string session;
-  uint64_t op = 0;
-  NodeId node = kNoNode;
-  std::shared_ptr<EventMailbox> box;
-};
+// operator (or, to check the refusal, as a client). The streams get what
+// HiCacheService::StreamContextFor gives them (Context()).
 
 class Service {
  public:
-  // How long a stream may wait for an outcome that the engine owes it before
-  // the fuzzer calls it hung (every copy has completed by then).
-  static constexpr absl::Duration kHung = absl::Seconds(10);
-
   // Whoever Call() says the caller is.
   class Callers final : public service::CallerResolver {
    public:
@@ -222,11 +384,13 @@ class Service {
   // Unary RPCs.
   grpc::Status OpenSession(const v1::OpenSessionRequest& request,
                            v1::OpenSessionResponse* response) {
-    return Call(Client(), &service::HiCacheService::OpenSession, &request, response);
+    return Call(Client(), &service::HiCacheService::OpenSession, &request,
+                response);
   }
   grpc::Status KeepAlive(const v1::KeepAliveRequest& request) {
     v1::KeepAliveResponse response;
-    return Call(Client(), &service::HiCacheService::KeepAlive, &request, &response);
+    return Call(Client(), &service::HiCacheService::KeepAlive, &request,
+                &response);
   }
   grpc::Status CloseSession(const v1::CloseSessionRequest& request) {
     v1::CloseSessionResponse response;
@@ -240,11 +404,12 @@ class Service {
   }
   grpc::Status Allocate(const v1::AllocateRequest& request,
                         v1::AllocateResponse* response) {
-    return Call(Client(), &service::HiCacheService::Allocate, &request, response);
+    return Call(Client(), &service::HiCacheService::Allocate, &request,
+                response);
   }
   grpc::Status Free(const v1::FreeRequest& request) {
-    return Call(Client(), &service::HiCacheService::Free, &request,
-                &free_response_);
+    v1::FreeResponse response;
+    return Call(Client(), &service::HiCacheService::Free, &request, &response);
   }
   grpc::Status MatchPrefix(const v1::MatchPrefixRequest& request,
                            v1::MatchPrefixResponse* response) {
@@ -253,18 +418,45 @@ class Service {
   }
   grpc::Status Insert(const v1::InsertRequest& request,
                       v1::InsertResponse* response) {
-    return Call(Client(), &service::HiCacheService::Insert, &request, response);
+    return Call(Client(), &service::HiCacheService::Insert, &request,
+                response);
   }
-  grpc::Status Lock(const v1::LockRequest& request, bool lock) {
-    v1::LockResponse response;
+  // Lock, or Unlock (by nodes or by lock_handles).
+  grpc::Status Lock(const v1::LockRequest& request, bool lock,
+                    v1::LockResponse* response = nullptr) {
+    v1::LockResponse scratch;
     return Call(Client(),
                 lock ? &service::HiCacheService::Lock
                      : &service::HiCacheService::Unlock,
-                &request, &response);
+                &request, response != nullptr ? response : &scratch);
+  }
+  grpc::Status Admit(const v1::AdmitRequest& request,
+                     v1::AdmitResponse* response) {
+    return Call(Client(), &service::HiCacheService::Admit, &request, response);
+  }
+  grpc::Status Complete(const v1::CompleteRequest& request,
+                        v1::CompleteResponse* response) {
+    return Call(Client(), &service::HiCacheService::Complete, &request,
+                response);
+  }
+  grpc::Status FinishLoad(const v1::FinishLoadRequest& request) {
+    v1::FinishLoadResponse response;
+    return Call(Client(), &service::HiCacheService::FinishLoad, &request,
+                &response);
+  }
+  grpc::Status RegisterFence(const v1::RegisterFenceRequest& request,
+                             v1::RegisterFenceResponse* response) {
+    return Call(Client(), &service::HiCacheService::RegisterFence, &request,
+                response);
+  }
+  grpc::Status ReleaseFence(const v1::ReleaseFenceRequest& request) {
+    v1::ReleaseFenceResponse response;
+    return Call(Client(), &service::HiCacheService::ReleaseFence, &request,
+                &response);
   }
   grpc::Status Pin(const v1::PinRequest& request) {
-    return Call(Client(), &service::HiCacheService::Pin, &request,
-                &pin_response_);
+    v1::PinResponse response;
+    return Call(Client(), &service::HiCacheService::Pin, &request, &response);
   }
   grpc::Status Stats() {
     v1::CacheStats response;
@@ -278,8 +470,9 @@ class Service {
   }
   grpc::Status SetFreeRoom(const Caller& as,
                            const v1::SetFreeRoomRequest& request) {
+    v1::SetFreeRoomResponse response;
     return Call(as, &service::HiCacheService::SetFreeRoom, &request,
-                &free_room_response_);
+                &response);
   }
   grpc::Status DumpTree(const Caller& as, const v1::DumpTreeRequest& request) {
     v1::DumpTreeResponse response;
@@ -288,7 +481,8 @@ class Service {
   grpc::Status InspectNode(const Caller& as,
                            const v1::InspectNodeRequest& request) {
     v1::NodeInfo response;
-    return Call(as, &service::HiCacheService::InspectNode, &request, &response);
+    return Call(as, &service::HiCacheService::InspectNode, &request,
+                &response);
   }
   grpc::Status ListSessions(const Caller& as,
                             v1::ListSessionsResponse* response) {
@@ -296,180 +490,22 @@ class Service {
                 &v1::ListSessionsRequest::default_instance(), response);
   }
 
-  // --- BackupSession --------------------------------------------------------
-
-  // One client message on `stream` (a new stream when its session is empty).
-  // Returns what the server would stream as `error` (or end the RPC with);
-  // `prepared` receives a prepare's ids. *ended is set when the server ends
-  // the stream after this message.
-  absl::Status BackupMessage(BackupStream& stream,
-                             const v1::BackupClientMessage& in,
-                             std::vector<uint64_t>* prepared, bool* ended) {
-    *ended = false;
-    if (stream.session.empty()) {
-      // The first message names the session and opens the stream.
-      if (in.session_id().empty()) {
-        *ended = true;
-        return absl::InvalidArgumentError(
-            "every BackupSession message must carry the stream's session_id");
-      }
-      if (absl::Status s = sessions_->BeginStream(in.session_id()); !s.ok()) {
-        *ended = true;
-        return s;
-      }
-      stream.session = in.session_id();
-      stream.box = std::make_shared<EventMailbox>(
-          service::StreamLimits().max_backlog, [] {});
-    } else if (!in.session_id().empty() && in.session_id() != stream.session) {
-      *ended = true;
-      EndBackupStream(stream, /*broken=*/true);
-      return absl::InvalidArgumentError(
-          "every BackupSession message must carry the stream's session_id");
-    }
-    const std::string& session = stream.session;
-    if (in.has_prepare()) {
-      std::vector<BackupSpec> specs;
-      for (const v1::BackupSpec& spec : in.prepare().specs()) {
-        specs.push_back(
-            {std::vector<LogicalPage>(spec.pages().begin(), spec.pages().end()),
-             spec.logical_tokens()});
-      }
-      absl::StatusOr<std::vector<uint64_t>> ids =
-          sessions_->PrepareBackups(session, specs);
-      if (!ids.ok()) return ids.status();
-      for (uint64_t id : *ids) {
-        if (id == 0) continue;
-        stream.open.insert(id);
-        stream.claimed.insert(id);
-        hub_->Claim(id, stream.box);
-      }
-      if (prepared != nullptr) *prepared = *std::move(ids);
-      return absl::OkStatus();
-    }
-    if (in.has_layer_stored()) {
-      std::vector<uint64_t> ids(in.layer_stored().backup_ids().begin(),
-                                in.layer_stored().backup_ids().end());
-      return sessions_->LayerStored(session, ids, in.layer_stored().step());
-    }
-    if (in.has_store_all()) {
-      return sessions_->StoreAll(session, in.store_all().backup_id());
-    }
-    if (in.has_rollback()) {
-      return sessions_->Rollback(session, in.rollback().backup_id());
-    }
-    return absl::InvalidArgumentError("empty BackupClientMessage");
-  }
-
-  // The stream's writer thread, without blocking: streams what has arrived
-  // and forgets finished backups.
-  void PumpBackupEvents(BackupStream& stream) {
-    if (stream.box == nullptr) return;
-    while (std::optional<OpEvent> event =
-               stream.box->Wait(absl::InfinitePast())) {
-      TakeBackupEvent(stream, *event);
-    }
-  }
-
-  // The client half-closed (`broken` false) or the stream broke. As the
-  // service: roll back what can no longer complete, stream the outcomes of
-  // the rest as their copies finish, then end. Returns false if an outcome
-  // never came (the RPC would never end).
-  bool EndBackupStream(BackupStream& stream, bool broken) {
-    if (stream.session.empty()) return true;
-    std::vector<uint64_t> doomed;
-    for (uint64_t id : stream.open) {
-      absl::StatusOr<bool> waits = engine_->BackupAwaitsClient(id);
-      if (broken || (waits.ok() && *waits)) doomed.push_back(id);
-    }
-    for (uint64_t id : doomed) (void)sessions_->Rollback(stream.session, id);
-    bool ended = true;
-    if (!stream.open.empty()) {
-      engine_->WaitForTransfers();
-      const absl::Time deadline = absl::Now() + kHung;
-      while (!stream.open.empty()) {
-        std::optional<OpEvent> event = stream.box->Wait(deadline);
-        if (!event.has_value()) {
-          ended = false;
-          break;
-        }
-        TakeBackupEvent(stream, *event);
-      }
-    }
-    stream.box->Close();
-    PumpBackupEvents(stream);
-    for (uint64_t id : stream.claimed) hub_->Forget(id);
-    sessions_->EndStream(stream.session);
-    if (!ended) {
-      hung_ = absl::StrCat("BackupSession of ", stream.session,
-                           " never streamed the outcome of backups ",
-                           absl::StrJoin(stream.open, ","),
-                           " after every copy completed");
-    }
-    stream = BackupStream();
-    return ended;
-  }
-
-  // --- LoadBack -------------------------------------------------------------
-
-  // The stream up to `started`; a LoadStream when a load runs.
-  absl::StatusOr<std::optional<LoadStream>> LoadBackStart(
-      const std::string& session, const std::string& packed,
-      LoadResult* result) {
-    if (packed.size() % 4 != 0) {
-      return absl::InvalidArgumentError("tokens: not a multiple of 4 bytes");
-    }
-    std::vector<int32_t> tokens(packed.size() / 4);
-    if (!packed.empty())
-      std::memcpy(tokens.data(), packed.data(), packed.size());
-    if (absl::Status s = sessions_->BeginStream(session); !s.ok()) return s;
-    absl::StatusOr<LoadResult> load = sessions_->LoadBack(session, tokens);
-    if (!load.ok()) {
-      sessions_->EndStream(session);
-      return load.status();
-    }
-    *result = *load;
-    if (load->op_id == 0) {
-      sessions_->EndStream(session);
-      return std::optional<LoadStream>();
-    }
-    LoadStream stream{session, load->op_id, load->node,
-                      std::make_shared<EventMailbox>(
-                          service::StreamLimits().max_backlog, [] {})};
-    hub_->Claim(load->op_id, stream.box);
-    return std::optional<LoadStream>(std::move(stream));
-  }
-
-  // The rest of the stream. With `wait`, as a client that reads to the end
-  // (the load's outcome must come); without, as one that cancels now.
-  absl::Status LoadBackFinish(LoadStream& load, bool wait) {
-    bool ok = false;
-    bool done = false;
-    if (wait) engine_->WaitForTransfers();
-    const absl::Time deadline =
-        wait ? absl::Now() + kHung : absl::InfinitePast();
-    while (std::optional<OpEvent> event = load.box->Wait(deadline)) {
-      if (event->type == OpEvent::Type::kLoadDone) {
-        ok = event->ok;
-        done = true;
-        break;
-      }
-    }
-    if (wait && !done) {
-      hung_ = absl::StrCat("LoadBack ", load.op, " of ", load.session,
-                           " never reported done after every copy completed");
-    }
-    hub_->Forget(load.op);
-    if (ok) (void)sessions_->Lock(load.session, {load.node});
-    absl::Status finished = sessions_->FinishLoad(load.session, load.op);
-    sessions_->EndStream(load.session);
-    return finished;
+  // What HiCacheService::StreamContextFor gives a stream: a mailbox of
+  // `backlog` events whose overflow cancels the RPC (here: sets *cancelled).
+  StreamContext Context(size_t backlog,
+                        std::shared_ptr<std::atomic<bool>> cancelled) const {
+    return StreamContext{
+        .sessions = sessions_,
+        .hub = hub_,
+        .engine = engine_,
+        .max_backlog = backlog,
+        .on_overflow = [cancelled = std::move(cancelled)] {
+          cancelled->store(true);
+        }};
   }
 
   // The lease reaper of DaemonServer.
   int ExpireLapsed() { return sessions_->ExpireLapsed(); }
-
-  // Why a stream would never end, or empty.
-  const std::string& hung() const { return hung_; }
 
  private:
   template <typename Request, typename Response>
@@ -482,24 +518,56 @@ class Service {
     return (rpcs_->*method)(&context, request, response);
   }
 
-  void TakeBackupEvent(BackupStream& stream, const OpEvent& event) {
-    if (event.type != OpEvent::Type::kCommitted &&
-        event.type != OpEvent::Type::kRolledBack) {
-      return;
-    }
-    sessions_->BackupFinished(stream.session, event.op);
-    stream.open.erase(event.op);
-  }
-
   service::HiCacheService* const rpcs_;
   Callers* const callers_;
   SessionManager* const sessions_;
   HiCacheEngine* const engine_;
   EventHub* const hub_;
-  std::string hung_;
-  v1::FreeResponse free_response_;
-  v1::PinResponse pin_response_;
-  v1::SetFreeRoomResponse free_room_response_;
+};
+
+// ---------------------------------------------------------------------------
+// The streaming RPCs in flight.
+
+// The service's default mailbox bound (service::StreamLimits).
+constexpr size_t kBacklog = 65536;
+
+// How long a stream may wait for an outcome that the engine owes it before
+// the fuzzer calls it hung (every copy has completed by then).
+constexpr absl::Duration kHung = absl::Seconds(10);
+
+// One BackupSession RPC, as HiCacheService::BackupSession runs it: its
+// reader's BackupStream calls and its writer's NextEvent, both here.
+struct BackupRpc {
+  std::string session;
+  std::unique_ptr<BackupStream> stream;  // Null: no RPC.
+  std::shared_ptr<std::atomic<bool>> cancelled;  // The mailbox overflowed.
+  std::set<uint64_t> prepared;  // Every backup it prepared (and claimed).
+  std::set<uint64_t> open;      // Of those, outcome not yet taken.
+  int64_t taken = 0;            // Events NextEvent returned.
+  bool input_ended = false;     // EndOfInput was called.
+  bool writer_done = false;     // NextEvent returned nullopt.
+};
+
+// One LoadBack RPC after its `started` messages, while a load is pending.
+struct LoadRpc {
+  std::string session;
+  std::unique_ptr<LoadStream> stream;
+  std::shared_ptr<std::atomic<bool>> cancelled;
+  // The handler's loop runs after every op; otherwise the stream waits for
+  // the client to read to the end or to cancel (a FinishLoad op).
+  bool live = false;
+  std::set<uint64_t> loads;                  // Started.
+  std::vector<LoadStream::Event> done;       // Terminal events taken.
+};
+
+// One Subscribe RPC of a worker session.
+struct SubscribeRpc {
+  std::string session;
+  std::string ns;
+  Rank rank = 0;
+  std::unique_ptr<WorkerSubscription> stream;
+  std::shared_ptr<std::atomic<bool>> cancelled;
+  int64_t events = 0;
 };
 
 // ---------------------------------------------------------------------------
@@ -608,6 +676,32 @@ bool IsBrokenState(grpc::StatusCode code) {
          code == grpc::StatusCode::DATA_LOSS;
 }
 
+// Token counts for reserve_tokens / extend_tokens: mostly small, sometimes an
+// edge of the service's range [0, max_tokens_per_request = 2^24] or beyond.
+int64_t TokenCount(Input& in) {
+  const uint8_t b = in.Byte();
+  if (b < 208) return b % 33;
+  static constexpr int64_t kEdges[] = {
+      -1,
+      std::numeric_limits<int64_t>::min(),
+      std::numeric_limits<int64_t>::max(),
+      int64_t{1} << 24,
+      (int64_t{1} << 24) + 1,
+      (int64_t{1} << 24) - 1,
+      int64_t{1} << 29,
+      int64_t{1} << 62,
+      4096,
+      255,
+      256,
+      257,
+      -4096,
+      (int64_t{1} << 31) - 1,
+      int64_t{1} << 31,
+      2,
+  };
+  return kEdges[(b - 208) % std::size(kEdges)];
+}
+
 // ---------------------------------------------------------------------------
 // One input: a fresh daemon (engine, sessions, service) and the ops on it.
 
@@ -634,28 +728,68 @@ enum Op : uint8_t {
   kKeepAlive,
   kInspect,
   kRequest,  // A whole request: match, allocate, back up, insert, unlock.
+  // v1.1 (new opcodes only ever go here, at the end).
+  kAdmit,
+  kComplete,
+  kUnlockHandles,
+  kMatchExact,      // MatchPrefix with exact_tail (lock handles kept).
+  kLoadBatch,       // LoadBack with items / extend_tokens.
+  kFinishLoadRpc,   // The FinishLoad RPC.
+  kWorkerStore,     // layer_stored with fences (a worker's rank share).
+  kSubscribe,
+  kUnsubscribe,
+  kFence,           // RegisterFence / ReleaseFence.
+  kBackupOpen,      // A BackupSession with a chosen mailbox bound.
+  kFlow,            // A whole v1.1 request: Admit, layers, Complete.
+  kHold,            // Copies are held in flight for the next few ops.
   kNumOps,
 };
 
 const char* OpName(int op) {
   static constexpr const char* kNames[] = {
-      "Open",     "Close",       "Allocate", "Free",     "Match",
-      "Insert",   "Lock",        "Pin",      "Evict",    "SetFreeRoom",
-      "Prepare",  "LayerStored", "StoreAll", "Rollback", "StreamEnd",
-      "LoadBack", "FinishLoad",  "Settle",   "Advance",  "KeepAlive",
-      "Inspect",  "Request"};
+      "Open",        "Close",       "Allocate",    "Free",
+      "Match",       "Insert",      "Lock",        "Pin",
+      "Evict",       "SetFreeRoom", "Prepare",     "LayerStored",
+      "StoreAll",    "Rollback",    "StreamEnd",   "LoadBack",
+      "FinishLoad",  "Settle",      "Advance",     "KeepAlive",
+      "Inspect",     "Request",     "Admit",       "Complete",
+      "UnlockHandles", "MatchExact", "LoadBatch",  "FinishLoadRpc",
+      "WorkerStore", "Subscribe",   "Unsubscribe", "Fence",
+      "BackupOpen",  "Flow",        "Hold"};
   static_assert(std::size(kNames) == kNumOps);
   return kNames[op];
 }
 
+// A request that Admit admitted and no Complete finished yet.
+struct Admitted {
+  std::vector<int32_t> tokens;
+  std::vector<LogicalPage> tree;  // Its device hit (the tree's pages).
+  std::vector<LogicalPage> own;   // Its new pages.
+  std::vector<uint64_t> handles;  // Its locks.
+  uint64_t backup = 0;
+  int64_t reserve = 0;
+  int tries = 0;  // Completes that failed or were deferred.
+};
+
 struct SessionState {
   std::string id;
+  std::string ns;
+  bool worker = false;
+  Rank rank = 0;
   // Pages this session allocated and still holds, as far as the fuzzer can
   // tell (inserts that the tree adopted and frees remove them).
   std::vector<LogicalPage> owned;
   // Device pages of its last match (the tree's pages, insertable).
   std::vector<LogicalPage> matched;
+  // Lock handles it holds, as far as the fuzzer can tell.
+  std::vector<uint64_t> handles;
+  std::vector<Admitted> admitted;
 };
+
+template <typename T>
+void Erase(std::vector<T>& v, const T& value) {
+  v.erase(std::remove(v.begin(), v.end(), value), v.end());
+}
 
 class Run {
  public:
@@ -683,30 +817,44 @@ class Run {
     options.transfer_workers = 1;
     options.clock = &clock_;
     options.backend = &backend_;
+    // Eviction under write-back waits this long for staged copies (which a
+    // closed gate holds) before it evicts without them.
+    options.write_back_wait = absl::Milliseconds(100);
     static constexpr double kFaults[] = {0, 0.05, 0.2, 0.5};
     const double fault = kFaults[h1 >> 6];
-    if (fault > 0) {
-      options.wrap_transfer = [fault, seed = uint64_t{h0} << 8 | h1](
-                                  TransferListener* listener,
-                                  const TransferEngineFactory& backend) {
-        auto faulty = std::make_unique<FaultyTransferEngine>(listener, backend);
-        faulty->SetRandom({.seed = seed,
-                           .device_to_host = fault,
-                           .host_to_device = fault});
-        return std::unique_ptr<TransferEngine>(std::move(faulty));
-      };
-    }
+    // The copy engine: the backend's, maybe behind FaultyTransferEngine,
+    // always behind the gate.
+    options.wrap_transfer = [this, fault, seed = uint64_t{h0} << 8 | h1](
+                                TransferListener* listener,
+                                const TransferEngineFactory& backend) {
+      TransferEngineFactory inner = backend;
+      if (fault > 0) {
+        inner = [&backend, fault, seed](TransferListener* faulty_listener) {
+          auto faulty =
+              std::make_unique<FaultyTransferEngine>(faulty_listener, backend);
+          faulty->SetRandom({.seed = seed,
+                             .device_to_host = fault,
+                             .host_to_device = fault});
+          return std::unique_ptr<TransferEngine>(std::move(faulty));
+        };
+      }
+      auto gate = std::make_unique<GatedTransferEngine>(listener, inner);
+      gate_ = gate.get();
+      return std::unique_ptr<TransferEngine>(std::move(gate));
+    };
     Trace("config: cp_size=", options.cp_size,
           " write_policy=", PolicyName(options.write_policy),
           " preset=", options.kv_preset,
           " device/rank=", options.device_pages_per_rank,
           " host/rank=", options.host_pages_per_rank,
-          " settle_each_op=", settle_each_op_, " faults=", fault);
+          " settle_each_op=", settle_each_op_, " faults=", fault,
+          " load_back_threshold=", options.load_back_threshold_tokens);
     absl::StatusOr<std::unique_ptr<HiCacheEngine>> engine =
         HiCacheEngine::Create(options);
     if (!engine.ok()) Fail(engine.status().ToString(), nullptr);
     engine_ = *std::move(engine);
-    engine_->SetListener(&hub_);
+    if (gate_ == nullptr) Fail("the engine did not build its copy engine", nullptr);
+    engine_->SetListener(&counter_);
     cp_ = options.cp_size;
     steps_ = engine_->geometry().NumSteps();
     sessions_ = std::make_unique<SessionManager>(engine_.get(), &clock_,
@@ -727,10 +875,9 @@ class Run {
       const int op = in_.Byte() % kNumOps;
       Trace("op ", i, ": ", OpName(op));
       Do(op);
-      if (settle_each_op_) engine_->WaitForTransfers();
-      // The streams' writer threads.
-      for (BackupStream& stream : streams_) service_->PumpBackupEvents(stream);
-      if (!service_->hung().empty()) Fail(service_->hung(), engine_.get());
+      if (op != kHold && hold_ops_ > 0 && --hold_ops_ == 0) OpenGate();
+      if (settle_each_op_ && !gate_->closed()) engine_->WaitForTransfers();
+      PumpStreams();
       if (absl::Status s = engine_->CheckInvariants(); !s.ok()) {
         Fail(absl::StrCat("after op ", i, " (", OpName(op),
                           "): CheckInvariants: ", s.ToString()),
@@ -745,35 +892,31 @@ class Run {
   void Finish() {
     const uint8_t b = in_.Byte();
     const bool streams_first = (b & 1) == 0;
-    if (streams_first) EndStreams((b & 2) != 0);
+    if (streams_first) EndStreams((b & 2) != 0, /*sessions_closed=*/false);
     for (const std::string& id : opened_) {
       v1::CloseSessionRequest request;
       request.set_session_id(id);
       Check("teardown CloseSession", service_->CloseSession(request));
     }
-    if (!streams_first) EndStreams((b & 2) != 0);
-    engine_->WaitForTransfers();
+    if (!streams_first) EndStreams((b & 2) != 0, /*sessions_closed=*/true);
+    Settle();
+    if (const size_t claimed = hub_.claimed(); claimed != 0) {
+      Fail(absl::StrCat("the hub still routes ", claimed,
+                        " operations to streams with every stream ended"),
+           engine_.get());
+    }
     CheckSettled("after closing every session");
     Drain();
   }
 
-  void EndStreams(bool broken) {
-    for (LoadStream& load : loads_) {
-      Check("teardown LoadBack.finish",
-            service_->LoadBackFinish(load, /*wait=*/!broken));
-    }
-    loads_.clear();
-    for (BackupStream& stream : streams_) {
-      if (!service_->EndBackupStream(stream, broken)) {
-        Fail(service_->hung(), engine_.get());
-      }
-    }
-    if (!service_->hung().empty()) Fail(service_->hung(), engine_.get());
-  }
-
   ~Run() {
-    // Destroy in dependency order: service, sessions, then the engine (which
-    // stops its transfer workers) before the hub it reports to.
+    // Destroy in dependency order: the streams (they end their sessions'
+    // streams and forget their claims), service, sessions, then the engine
+    // (which stops its transfer workers) before the hub it reports to.
+    if (gate_ != nullptr) gate_->Open();
+    for (BackupRpc& rpc : streams_) rpc.stream.reset();
+    loads_.clear();
+    for (SubscribeRpc& sub : subs_) sub.stream.reset();
     service_.reset();
     rpcs_.reset();
     sessions_.reset();
@@ -782,6 +925,18 @@ class Run {
 
  private:
   // --- Helpers -------------------------------------------------------------
+
+  // Every copy completes (the held ones are let go first).
+  void Settle() {
+    OpenGate();
+    engine_->WaitForTransfers();
+  }
+  void OpenGate() {
+    if (gate_ == nullptr || !gate_->closed()) return;
+    Trace("    gate opens: ", gate_->held(), " copy tasks go");
+    hold_ops_ = 0;
+    gate_->Open();
+  }
 
   void Check(absl::string_view what, const grpc::Status& status) {
     Trace("    -> ", what, ": ", status.error_code(), " ",
@@ -800,6 +955,26 @@ class Run {
     }
   }
 
+  // A refused call changes nothing the sessions hold (SessionManager: a
+  // request "fails with a clear error and changes nothing", Lock and Allocate
+  // are all or nothing, Unlock releases nothing then; Admit: "any other error
+  // undoes the whole call"; Complete: "a bad item changes nothing at all").
+  // Only the fuzzer's thread changes the sessions' locks and pages.
+  void CheckRefusalChangedNothing(absl::string_view what,
+                                  const grpc::Status& status,
+                                  const SessionManager::Totals& before) {
+    if (status.ok()) return;
+    const SessionManager::Totals after = sessions_->totals();
+    if (after.locks != before.locks || after.pages != before.pages) {
+      Fail(absl::StrCat(what, " was refused (", status.error_code(), ": ",
+                        status.error_message(),
+                        ") yet changed what the sessions hold: locks ",
+                        before.locks, " -> ", after.locks, ", pages ",
+                        before.pages, " -> ", after.pages),
+           engine_.get());
+    }
+  }
+
   // A session slot, or (1 in 5) an id that is not an open session.
   // `slot_out` receives the slot index (kSlots for none).
   std::string PickSessionId(SessionState** state, int* slot_out = nullptr) {
@@ -815,6 +990,13 @@ class Run {
       return opened_[(b >> 5) % opened_.size()];  // Maybe closed.
     }
     return (b & 0x20) != 0 ? "" : "s999-0000000000000000";
+  }
+
+  SessionState* StateOf(const std::string& id) {
+    for (auto& slot : slots_) {
+      if (slot.has_value() && slot->id == id) return &*slot;
+    }
+    return nullptr;
   }
 
   LogicalPage PickPage(SessionState* s) {
@@ -838,13 +1020,16 @@ class Run {
     return static_cast<NodeId>(b % 8);  // 0 = no node, small ids = roots.
   }
 
+  // One of the session's open stream backups, any known backup, or a bogus
+  // id.
   uint64_t PickBackup(SessionState* s) {
     const uint8_t b = in_.Byte();
     if (b < 128 && s != nullptr) {
-      for (const BackupStream& stream : streams_) {
-        if (stream.session == s->id && !stream.open.empty()) {
-          auto it = stream.open.begin();
-          std::advance(it, b % stream.open.size());
+      for (const BackupRpc& rpc : streams_) {
+        if (rpc.stream != nullptr && rpc.session == s->id &&
+            !rpc.open.empty()) {
+          auto it = rpc.open.begin();
+          std::advance(it, b % rpc.open.size());
           return *it;
         }
       }
@@ -853,12 +1038,47 @@ class Run {
     return b % 4;
   }
 
+  // One of the last few backups (likely still pending), any known backup
+  // (other sessions', Admit's), or a bogus id.
+  uint64_t PickAnyBackup() {
+    const uint8_t b = in_.Byte();
+    if (b < 160 && !backups_.empty()) {
+      return backups_[backups_.size() - 1 -
+                      b % std::min<size_t>(backups_.size(), 4)];
+    }
+    if (b < 224 && !backups_.empty()) return backups_[b % backups_.size()];
+    return b % 4;
+  }
+
+  // One of the session's lock handles, anybody's, or a bogus one.
+  uint64_t PickHandle(SessionState* s) {
+    const uint8_t b = in_.Byte();
+    if (b < 128 && s != nullptr && !s->handles.empty()) {
+      return s->handles[b % s->handles.size()];
+    }
+    if (b < 224 && !handles_.empty()) return handles_[b % handles_.size()];
+    return b % 3 == 0 ? 0 : (uint64_t{1} << 63 | b);
+  }
+
   void ForgetOwned(SessionState* s, const std::vector<LogicalPage>& pages) {
     if (s == nullptr) return;
-    for (LogicalPage p : pages) {
-      s->owned.erase(std::remove(s->owned.begin(), s->owned.end(), p),
-                     s->owned.end());
+    for (LogicalPage p : pages) Erase(s->owned, p);
+  }
+
+  void AddHandle(const std::string& session, uint64_t handle) {
+    if (handle == 0) return;
+    Remember(handles_, handle);
+    if (SessionState* s = StateOf(session); s != nullptr) {
+      s->handles.push_back(handle);
     }
+  }
+
+  void KeepAdmitted(SessionState* s, Admitted a) {
+    if (s == nullptr) return;
+    if (s->admitted.size() >= kMaxAdmitted) {
+      s->admitted.erase(s->admitted.begin());
+    }
+    s->admitted.push_back(std::move(a));
   }
 
   // Which of the fuzzer's session slots are still open (after expiry).
@@ -869,6 +1089,372 @@ class Run {
     for (const auto& s : list.sessions()) open.insert(s.session_id());
     for (auto& slot : slots_) {
       if (slot.has_value() && !open.contains(slot->id)) slot.reset();
+    }
+  }
+
+  // --- BackupSession ----------------------------------------------------------
+
+  // One client message on `rpc` (a new RPC when none runs), as the handler's
+  // reader does with it. Returns the status the server streams as `error`
+  // (or ends the RPC with); `prepared` receives a prepare's ids. *ended is
+  // set when the server ends the RPC after this message.
+  absl::Status BackupMessage(BackupRpc& rpc, const v1::BackupClientMessage& in,
+                             size_t backlog, std::vector<uint64_t>* prepared,
+                             bool* ended) {
+    *ended = false;
+    if (rpc.stream == nullptr) {
+      // The first message names the session and opens the stream.
+      rpc = BackupRpc();
+      if (in.session_id().empty()) {
+        *ended = true;
+        return absl::InvalidArgumentError(
+            "every BackupSession message must carry the stream's session_id");
+      }
+      rpc.cancelled = std::make_shared<std::atomic<bool>>(false);
+      absl::StatusOr<std::unique_ptr<BackupStream>> opened = BackupStream::Open(
+          service_->Context(backlog, rpc.cancelled), in.session_id());
+      if (!opened.ok()) {
+        *ended = true;
+        return opened.status();
+      }
+      rpc.stream = *std::move(opened);
+      rpc.session = in.session_id();
+      Trace("    BackupSession of '", rpc.session, "' opened (backlog ",
+            backlog, ")");
+    } else if (!in.session_id().empty() && in.session_id() != rpc.session) {
+      *ended = true;
+      EndBackup(rpc, /*broken=*/true);
+      return absl::InvalidArgumentError(
+          "every BackupSession message must carry the stream's session_id");
+    }
+    BackupStream& state = *rpc.stream;
+    if (in.has_prepare()) {
+      std::vector<BackupSpec> specs;
+      for (const v1::BackupSpec& spec : in.prepare().specs()) {
+        Trace("    prepare: pages [", absl::StrJoin(spec.pages(), ","),
+              "], ", spec.logical_tokens(), " tokens");
+        specs.push_back(
+            {std::vector<LogicalPage>(spec.pages().begin(), spec.pages().end()),
+             spec.logical_tokens()});
+      }
+      absl::StatusOr<std::vector<uint64_t>> ids = state.Prepare(specs);
+      if (!ids.ok()) return ids.status();
+      const auto ns = session_ns_.find(rpc.session);
+      for (uint64_t id : *ids) {
+        if (id == 0) continue;
+        rpc.prepared.insert(id);
+        rpc.open.insert(id);
+        if (ns != session_ns_.end()) op_ns_[id] = ns->second;
+      }
+      if (prepared != nullptr) *prepared = *std::move(ids);
+      return absl::OkStatus();
+    }
+    if (in.has_layer_stored()) {
+      std::vector<uint64_t> ids(in.layer_stored().backup_ids().begin(),
+                                in.layer_stored().backup_ids().end());
+      std::vector<RankFence> fences;
+      for (const v1::RankFence& fence : in.layer_stored().fences()) {
+        fences.push_back({fence.rank(), fence.fence_id()});
+      }
+      return state.LayerStored(ids, in.layer_stored().step(), fences);
+    }
+    if (in.has_store_all()) return state.StoreAll(in.store_all().backup_id());
+    if (in.has_rollback()) return state.Rollback(in.rollback().backup_id());
+    return absl::InvalidArgumentError("empty BackupClientMessage");
+  }
+
+  // The RPC's writer thread, as far as it can run without blocking: every
+  // event that has reached the mailbox, and the end once there is one.
+  void PumpBackup(BackupRpc& rpc) {
+    if (rpc.stream == nullptr || rpc.writer_done) return;
+    while (true) {
+      // NextEvent returns at once when an event is there (or being
+      // delivered), and when the stream is over: input ended and every
+      // outcome taken (or the mailbox overflowed: nothing is left then).
+      const bool over = rpc.input_ended && rpc.open.empty();
+      if (!over && rpc.taken >= counter_.Events(rpc.prepared) &&
+          !rpc.cancelled->load()) {
+        return;  // NextEvent would block.
+      }
+      std::optional<OpEvent> event = rpc.stream->NextEvent();
+      if (!event.has_value()) {
+        rpc.writer_done = true;
+        Trace("    BackupSession of '", rpc.session, "': events end",
+              rpc.stream->overflowed() ? " (overflowed)" : "");
+        return;
+      }
+      ++rpc.taken;
+      if (!rpc.prepared.contains(event->op)) {
+        Fail(absl::StrCat("BackupSession of ", rpc.session,
+                          " streamed an event of operation ", event->op,
+                          ", which it never prepared"),
+             engine_.get());
+      }
+      if (event->type == OpEvent::Type::kCommitted ||
+          event->type == OpEvent::Type::kRolledBack) {
+        Trace("    backup ", event->op,
+              event->type == OpEvent::Type::kCommitted ? " committed"
+                                                       : " rolled back",
+              " (stream of '", rpc.session, "')");
+        rpc.open.erase(event->op);
+        if (event->type == OpEvent::Type::kCommitted) {
+          Remember(nodes_, event->node);
+        }
+      }
+    }
+  }
+
+  // The client is done with `rpc`: it half-closed (`broken` false) or the
+  // RPC broke. As the handler: EndOfInput, then the writer runs until its
+  // events end; the RPC is destroyed. An outcome that does not arrive within
+  // kHung of every copy completing means the RPC would never end.
+  void EndBackup(BackupRpc& rpc, bool broken) {
+    if (rpc.stream == nullptr) {
+      rpc = BackupRpc();
+      return;
+    }
+    if (!rpc.input_ended) {
+      Trace("    ending the BackupSession of '", rpc.session, "' with ",
+            rpc.open.size(), " backups open", broken ? ", broken" : "");
+      rpc.stream->EndOfInput(broken);
+      rpc.input_ended = true;
+    }
+    PumpBackup(rpc);
+    if (!rpc.writer_done) {
+      Settle();
+      const absl::Time deadline = absl::Now() + kHung;
+      while (true) {
+        PumpBackup(rpc);
+        if (rpc.writer_done) break;
+        if (!counter_.AwaitMore(rpc.prepared, rpc.taken, deadline)) {
+          Fail(absl::StrCat("BackupSession of ", rpc.session,
+                            " never streamed the outcome of backups ",
+                            absl::StrJoin(rpc.open, ","), " within ",
+                            absl::FormatDuration(kHung),
+                            " after every copy completed"),
+               engine_.get());
+        }
+      }
+    }
+    rpc.stream.reset();
+    rpc = BackupRpc();
+  }
+
+  // --- LoadBack ---------------------------------------------------------------
+
+  // As HiCacheService::LoadBack up to its loop: the request's checks, the
+  // stream, each item's Start (an item that fails ends the starts; those
+  // started still run). Returns the RPC while a load is pending (else null:
+  // the RPC is over) and, in *failed, the status the RPC ends with.
+  std::unique_ptr<LoadRpc> StartLoadBack(const v1::LoadBackRequest& request,
+                                         size_t backlog, absl::Status* failed,
+                                         std::vector<LoadResult>* started) {
+    *failed = absl::OkStatus();
+    const SessionLimits& limits = sessions_->limits();
+    if (!request.tokens().empty() && request.items_size() > 0) {
+      *failed = absl::InvalidArgumentError(
+          "give tokens (one request) or items (a batch), not both");
+      return nullptr;
+    }
+    if (request.items_size() > limits.max_items_per_request) {
+      *failed = absl::InvalidArgumentError("too many items");
+      return nullptr;
+    }
+    std::vector<std::vector<int32_t>> items;
+    std::vector<int64_t> extends;
+    int64_t total = 0;
+    for (int i = 0; i < std::max(1, request.items_size()); ++i) {
+      const std::string& bytes = request.items_size() > 0
+                                     ? request.items(i).tokens()
+                                     : request.tokens();
+      const int64_t extend = request.items_size() > 0
+                                 ? request.items(i).extend_tokens()
+                                 : request.extend_tokens();
+      if (extend < 0 || extend > limits.max_tokens_per_request) {
+        *failed = absl::InvalidArgumentError(
+            absl::StrCat("extend_tokens out of range: ", extend));
+        return nullptr;
+      }
+      if (bytes.size() % 4 != 0) {
+        *failed = absl::InvalidArgumentError("tokens: not a multiple of 4");
+        return nullptr;
+      }
+      std::vector<int32_t> tokens(bytes.size() / 4);
+      if (!bytes.empty()) std::memcpy(tokens.data(), bytes.data(), bytes.size());
+      total += static_cast<int64_t>(tokens.size());
+      items.push_back(std::move(tokens));
+      extends.push_back(extend);
+    }
+    if (total > limits.max_tokens_per_request) {
+      *failed = absl::InvalidArgumentError("too many tokens");
+      return nullptr;
+    }
+    auto rpc = std::make_unique<LoadRpc>();
+    rpc->session = request.session_id();
+    rpc->cancelled = std::make_shared<std::atomic<bool>>(false);
+    absl::StatusOr<std::unique_ptr<LoadStream>> stream = LoadStream::Open(
+        service_->Context(backlog, rpc->cancelled), request.session_id());
+    if (!stream.ok()) {
+      *failed = stream.status();
+      return nullptr;
+    }
+    rpc->stream = *std::move(stream);
+    const auto ns = session_ns_.find(rpc->session);
+    for (size_t i = 0; i < items.size(); ++i) {
+      absl::StatusOr<LoadResult> load = rpc->stream->Start(
+          static_cast<uint32_t>(i), items[i],
+          {.extend_tokens = extends[i], .exact_tail = false});
+      if (!load.ok()) {
+        *failed = load.status();
+        break;
+      }
+      Trace("    item ", i, ": load ", load->op_id, " node ", load->node,
+            " miss ", LoadMissReasonName(load->miss), " device ",
+            load->device_len, " loaded ", load->loaded_len, " handle ",
+            load->lock_handle);
+      for (LogicalPage p : load->pages) Remember(pages_, p);
+      if (load->node != kNoNode) Remember(nodes_, load->node);
+      AddHandle(rpc->session, load->lock_handle);
+      if (load->op_id != 0) {
+        rpc->loads.insert(load->op_id);
+        Remember(load_ids_, load->op_id);
+        if (ns != session_ns_.end()) op_ns_[load->op_id] = ns->second;
+      }
+      if (started != nullptr) started->push_back(*load);
+    }
+    if (!rpc->stream->pending()) return nullptr;  // Nothing to wait for.
+    return rpc;
+  }
+
+  void TakeLoadEvent(LoadRpc& rpc, const LoadStream::Event& event) {
+    if (!rpc.loads.contains(event.load)) {
+      Fail(absl::StrCat("LoadBack of ", rpc.session,
+                        " streamed an event of load ", event.load,
+                        ", which it never started"),
+           engine_.get());
+    }
+    if (event.kind != LoadStream::Event::Kind::kDone) return;
+    Trace("    load ", event.load, " done ok=", event.ok, " handle ",
+          event.lock_handle);
+    if (event.ok && event.lock_handle == 0) {
+      Fail(absl::StrCat("load ", event.load,
+                        " reported done with no lock handle"),
+           engine_.get());
+    }
+    AddHandle(rpc.session, event.lock_handle);
+    rpc.done.push_back(event);
+  }
+
+  // The handler's loop, without waiting. Returns true when the RPC is over.
+  bool PumpLoad(LoadRpc& rpc) {
+    while (rpc.stream->pending() && !rpc.cancelled->load()) {
+      std::optional<LoadStream::Event> event =
+          rpc.stream->Next(absl::InfinitePast());
+      if (!event.has_value()) break;
+      TakeLoadEvent(rpc, *event);
+    }
+    return !rpc.stream->pending() || rpc.cancelled->load();
+  }
+
+  // The rest of the RPC. With `wait`, as a client that reads to the end
+  // (every outcome must come); without, as one that cancels now.
+  absl::Status FinishLoadRpc(LoadRpc& rpc, bool wait) {
+    if (wait) {
+      Settle();
+      const absl::Time deadline = absl::Now() + kHung;
+      while (rpc.stream->pending() && !rpc.cancelled->load()) {
+        std::optional<LoadStream::Event> event = rpc.stream->Next(deadline);
+        if (!event.has_value()) {
+          if (rpc.stream->overflowed()) break;
+          Fail(absl::StrCat("LoadBack of ", rpc.session,
+                            " never reported loads ",
+                            absl::StrJoin(rpc.loads, ","), " done within ",
+                            absl::FormatDuration(kHung),
+                            " after every copy completed"),
+               engine_.get());
+        }
+        TakeLoadEvent(rpc, *event);
+      }
+    }
+    const bool overflowed = rpc.stream->overflowed();
+    rpc.stream.reset();  // Abandons what still runs; the stream ends.
+    return overflowed ? absl::ResourceExhaustedError(
+                            "load-back stream cut off: read too slowly")
+                      : absl::OkStatus();
+  }
+
+  // --- Subscribe --------------------------------------------------------------
+
+  void TakeWorkerEvent(SubscribeRpc& sub, const OpEvent& event) {
+    ++sub.events;
+    if (event.rank != sub.rank) {
+      Fail(absl::StrCat("the subscription of worker ", sub.session, " (rank ",
+                        sub.rank, ") got an event for rank ", event.rank,
+                        " (op ", event.op, ")"),
+           engine_.get());
+    }
+    auto ns = op_ns_.find(event.op);
+    if (ns != op_ns_.end() && ns->second != sub.ns) {
+      Fail(absl::StrCat("the subscription of worker ", sub.session,
+                        " (namespace '", sub.ns, "') got an event of op ",
+                        event.op, " of namespace '", ns->second, "'"),
+           engine_.get());
+    }
+  }
+
+  // The handler's loop, without waiting; the RPC ends when the subscription
+  // does (its session ended, or it overflowed).
+  void PumpSubscription(SubscribeRpc& sub) {
+    if (sub.stream == nullptr) return;
+    while (std::optional<OpEvent> event =
+               sub.stream->Next(absl::InfinitePast())) {
+      TakeWorkerEvent(sub, *event);
+    }
+    if (sub.stream->ended() || sub.cancelled->load()) {
+      Trace("    Subscribe of '", sub.session, "' ends after ", sub.events,
+            " events", sub.stream->overflowed() ? " (overflowed)" : "");
+      sub.stream.reset();
+    }
+  }
+
+  // After every op: the streams' server sides run as far as they can.
+  void PumpStreams() {
+    for (BackupRpc& rpc : streams_) {
+      PumpBackup(rpc);
+      if (rpc.stream != nullptr && !rpc.input_ended && rpc.cancelled->load()) {
+        // The overflow cancelled the RPC: its reader stops, broken.
+        EndBackup(rpc, /*broken=*/true);
+      }
+    }
+    for (auto it = loads_.begin(); it != loads_.end();) {
+      if ((*it)->live && PumpLoad(**it)) {
+        Check("LoadBack (live) ends", FinishLoadRpc(**it, /*wait=*/false));
+        it = loads_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (SubscribeRpc& sub : subs_) PumpSubscription(sub);
+  }
+
+  void EndStreams(bool broken, bool sessions_closed) {
+    for (std::unique_ptr<LoadRpc>& load : loads_) {
+      Check("teardown LoadBack", FinishLoadRpc(*load, /*wait=*/!broken));
+    }
+    loads_.clear();
+    for (BackupRpc& rpc : streams_) EndBackup(rpc, broken);
+    for (SubscribeRpc& sub : subs_) {
+      if (sub.stream == nullptr) continue;
+      if (sessions_closed) {
+        Settle();
+        PumpSubscription(sub);
+        if (sub.stream != nullptr) {
+          Fail(absl::StrCat("the subscription of ", sub.session,
+                            " did not end when its session closed"),
+               engine_.get());
+        }
+      }
+      sub.stream.reset();  // The client cancels.
     }
   }
 
@@ -911,7 +1497,7 @@ class Run {
       case kFinishLoad:
         return FinishLoadOp();
       case kSettle:
-        engine_->WaitForTransfers();
+        Settle();
         return;
       case kAdvanceClock:
         return AdvanceOp();
@@ -921,6 +1507,32 @@ class Run {
         return InspectOp();
       case kRequest:
         return RequestOp();
+      case kAdmit:
+        return AdmitOp();
+      case kComplete:
+        return CompleteOp();
+      case kUnlockHandles:
+        return UnlockHandlesOp();
+      case kMatchExact:
+        return MatchExactOp();
+      case kLoadBatch:
+        return LoadBatchOp();
+      case kFinishLoadRpc:
+        return FinishLoadRpcOp();
+      case kWorkerStore:
+        return WorkerStoreOp();
+      case kSubscribe:
+        return SubscribeOp();
+      case kUnsubscribe:
+        return UnsubscribeOp();
+      case kFence:
+        return FenceOp();
+      case kBackupOpen:
+        return BackupOpenOp();
+      case kFlow:
+        return FlowOp();
+      case kHold:
+        return HoldOp();
     }
   }
 
@@ -944,12 +1556,14 @@ class Run {
     Check("OpenSession", status);
     if (!status.ok()) return;
     opened_.push_back(response.session_id());
+    session_ns_[response.session_id()] = request.namespace_();
     // The slot's previous client is done with its stream.
-    if (!service_->EndBackupStream(streams_[slot], /*broken=*/false)) {
-      Fail(service_->hung(), engine_.get());
-    }
+    EndBackup(streams_[slot], /*broken=*/false);
     slots_[slot].emplace();
     slots_[slot]->id = response.session_id();
+    slots_[slot]->ns = request.namespace_();
+    slots_[slot]->worker = request.role() == v1::ROLE_WORKER;
+    slots_[slot]->rank = request.rank();
   }
 
   void CloseOp() {
@@ -986,8 +1600,10 @@ class Run {
       }
     }
     v1::AllocateResponse response;
+    const SessionManager::Totals before = sessions_->totals();
     const grpc::Status status = service_->Allocate(request, &response);
     Check("Allocate", status);
+    CheckRefusalChangedNothing("Allocate", status, before);
     if (!status.ok()) return;
     for (const v1::Locations& list : response.allocations()) {
       for (int64_t p : list.pages()) {
@@ -997,25 +1613,57 @@ class Run {
     }
   }
 
+  // Allocates `n` pages for `id`; empty when refused.
+  std::vector<LogicalPage> AllocatePages(const std::string& id,
+                                         SessionState* s, int64_t n,
+                                         int mode, grpc::Status* status_out) {
+    v1::AllocateRequest request;
+    request.set_session_id(id);
+    v1::AllocateItem* item = request.add_items();
+    item->set_num_pages(n);
+    item->set_mode(static_cast<v1::ComputeOwnerMode>(mode));
+    v1::AllocateResponse response;
+    const SessionManager::Totals before = sessions_->totals();
+    const grpc::Status status = service_->Allocate(request, &response);
+    Check("Allocate", status);
+    CheckRefusalChangedNothing("Allocate", status, before);
+    if (status_out != nullptr) *status_out = status;
+    std::vector<LogicalPage> fresh;
+    if (status.ok() && response.allocations_size() == 1) {
+      fresh.assign(response.allocations(0).pages().begin(),
+                   response.allocations(0).pages().end());
+      for (LogicalPage p : fresh) {
+        Remember(pages_, p);
+        if (s != nullptr) s->owned.push_back(p);
+      }
+    }
+    return fresh;
+  }
+
   void FreeOp() {
     SessionState* s;
     v1::FreeRequest request;
     request.set_session_id(PickSessionId(&s));
     std::vector<LogicalPage> pages = PickPages(s, in_.Below(5));
     request.mutable_pages()->Add(pages.begin(), pages.end());
+    const SessionManager::Totals before = sessions_->totals();
     const grpc::Status status = service_->Free(request);
     Check("Free", status);
+    CheckRefusalChangedNothing("Free", status, before);
     if (status.ok()) ForgetOwned(s, pages);
   }
 
-  // Returns the first result (empty when the call failed).
+  // Returns the first result (empty when the call failed). Lock handles
+  // become the session's.
   std::optional<v1::MatchResult> Match(const std::string& id, SessionState* s,
                                        const std::vector<Tokens>& items,
-                                       bool lock, bool peek) {
+                                       bool lock, bool peek,
+                                       bool exact_tail = false) {
     v1::MatchPrefixRequest request;
     request.set_session_id(id);
     request.set_lock(lock);
     request.set_peek(peek);
+    request.set_exact_tail(exact_tail);
     for (const Tokens& t : items) request.add_items()->set_tokens(t.Packed());
     v1::MatchPrefixResponse response;
     const grpc::Status status = service_->MatchPrefix(request, &response);
@@ -1027,12 +1675,23 @@ class Run {
         Remember(nodes_, r.last_device_node());
       }
       if (r.last_host_node() != kNoNode) Remember(nodes_, r.last_host_node());
+      if (!lock && r.lock_handle() != 0) {
+        Fail(absl::StrCat("MatchPrefix without lock answered lock handle ",
+                          r.lock_handle()),
+             engine_.get());
+      }
+      AddHandle(id, r.lock_handle());
     }
+    const v1::MatchResult& first = response.results(0);
+    Trace("    match: device ", first.device().valid_tokens(), " tokens (node ",
+          first.last_device_node(), "), host ", first.host_hit_tokens(),
+          " (node ", first.last_host_node(), "), handle ", first.lock_handle(),
+          " tail_blocked=", first.tail_blocked());
     if (s != nullptr) {
-      const auto& pages = response.results(0).device().pages();
+      const auto& pages = first.device().pages();
       s->matched.assign(pages.begin(), pages.end());
     }
-    return response.results(0);
+    return first;
   }
 
   void MatchOp() {
@@ -1043,6 +1702,18 @@ class Run {
     const size_t n = 1 + (b & 1) + ((b >> 1) & 1);
     for (size_t i = 0; i < n; ++i) items.push_back(ReadTokens(in_));
     Match(id, s, items, (b & 4) != 0, (b & 8) != 0);
+  }
+
+  // MatchPrefix with exact_tail (a sub-page tail hit is not floored), lock
+  // and peek from the flags.
+  void MatchExactOp() {
+    SessionState* s;
+    const std::string id = PickSessionId(&s);
+    const uint8_t b = in_.Byte();
+    std::vector<Tokens> items;
+    const size_t n = 1 + (b & 1);
+    for (size_t i = 0; i < n; ++i) items.push_back(ReadTokens(in_));
+    Match(id, s, items, (b & 2) != 0, (b & 4) != 0, (b & 8) == 0);
   }
 
   // Pages for an insert of `len` tokens: by default the matched (tree) pages
@@ -1085,6 +1756,27 @@ class Run {
     uint64_t backup = 0;
   };
 
+  // As SessionManager does: pages the tree adopted or freed leave the
+  // session; uncached ones stay.
+  void Inserted(SessionState* s, const std::vector<LogicalPage>& pages,
+                const v1::InsertResult& r) {
+    Trace("    inserted: node ", r.node(), " present ", r.present_tokens(),
+          " cached ", r.cached_tokens(), " deferred=", r.deferred(),
+          " duplicates ", r.duplicate_pages_size(), " uncached ",
+          r.uncached_pages_size(), " backup_attached=", r.backup_attached());
+    if (r.node() != kNoNode) Remember(nodes_, r.node());
+    for (int64_t p : r.duplicate_pages()) Remember(pages_, p);
+    for (int64_t p : r.uncached_pages()) Remember(pages_, p);
+    if (s == nullptr || r.deferred()) return;
+    absl::flat_hash_set<LogicalPage> uncached(r.uncached_pages().begin(),
+                                              r.uncached_pages().end());
+    std::vector<LogicalPage> gone;
+    for (LogicalPage p : pages) {
+      if (!uncached.contains(p)) gone.push_back(p);
+    }
+    ForgetOwned(s, gone);
+  }
+
   // Returns the first result (nullopt when the call failed).
   std::optional<v1::InsertResult> Insert(const std::string& id, SessionState* s,
                                          const std::vector<InsertItem>& items) {
@@ -1102,21 +1794,8 @@ class Run {
     Check("Insert", status);
     if (!status.ok() || response.results_size() == 0) return std::nullopt;
     for (int i = 0; i < response.results_size(); ++i) {
-      const v1::InsertResult& r = response.results(i);
-      if (r.node() != kNoNode) Remember(nodes_, r.node());
-      for (int64_t p : r.duplicate_pages()) Remember(pages_, p);
-      for (int64_t p : r.uncached_pages()) Remember(pages_, p);
-      if (s == nullptr || i >= static_cast<int>(items.size())) continue;
-      // As SessionManager does: pages the tree adopted or freed leave the
-      // session; uncached ones stay.
-      if (!r.deferred()) {
-        absl::flat_hash_set<LogicalPage> uncached(r.uncached_pages().begin(),
-                                                  r.uncached_pages().end());
-        std::vector<LogicalPage> gone;
-        for (LogicalPage p : items[i].pages) {
-          if (!uncached.contains(p)) gone.push_back(p);
-        }
-        ForgetOwned(s, gone);
+      if (i < static_cast<int>(items.size())) {
+        Inserted(s, items[i].pages, response.results(i));
       }
     }
     return response.results(0);
@@ -1139,12 +1818,44 @@ class Run {
   void LockOp() {
     SessionState* s;
     v1::LockRequest request;
-    request.set_session_id(PickSessionId(&s));
+    const std::string id = PickSessionId(&s);
+    request.set_session_id(id);
     const uint8_t b = in_.Byte();
     const size_t n = 1 + (b & 3);
     for (size_t i = 0; i < n; ++i) request.add_nodes(PickNode());
-    Check((b & 4) != 0 ? "Unlock" : "Lock",
-          service_->Lock(request, (b & 4) == 0));
+    v1::LockResponse response;
+    const SessionManager::Totals before = sessions_->totals();
+    const grpc::Status status = service_->Lock(request, (b & 4) == 0, &response);
+    Check((b & 4) != 0 ? "Unlock" : "Lock", status);
+    CheckRefusalChangedNothing((b & 4) != 0 ? "Unlock" : "Lock", status,
+                               before);
+    if (status.ok()) {
+      for (uint64_t h : response.lock_handles()) AddHandle(id, h);
+    }
+  }
+
+  // Unlock by lock_handles: own, foreign, repeated, bogus; sometimes with
+  // nodes too, or sent to Lock (both refused).
+  void UnlockHandlesOp() {
+    SessionState* s;
+    const std::string id = PickSessionId(&s);
+    const uint8_t b = in_.Byte();
+    v1::LockRequest request;
+    request.set_session_id(id);
+    const size_t n = 1 + (b & 3);
+    for (size_t i = 0; i < n; ++i) request.add_lock_handles(PickHandle(s));
+    if ((b & 4) != 0) request.add_nodes(PickNode());
+    const bool lock = (b & 8) != 0;
+    const SessionManager::Totals before = sessions_->totals();
+    const grpc::Status status = service_->Lock(request, lock);
+    Check(lock ? "Lock(lock_handles)" : "Unlock(lock_handles)", status);
+    CheckRefusalChangedNothing("Unlock(lock_handles)", status, before);
+    if (lock && status.ok()) {
+      Fail("Lock with lock_handles was accepted", engine_.get());
+    }
+    if (status.ok() && s != nullptr) {
+      for (uint64_t h : request.lock_handles()) Erase(s->handles, h);
+    }
   }
 
   void PinOp() {
@@ -1186,26 +1897,27 @@ class Run {
   // message for an id that is no open slot goes on a scratch stream.
   // `b` bit 6 puts another session's id on the message (the server ends
   // the stream), bit 7 leaves the id out (allowed after the first).
-  BackupStream& StreamFor(int slot, const std::string& id, uint8_t b,
-                          v1::BackupClientMessage* message) {
-    BackupStream& stream = streams_[std::min(slot, kSlots)];
+  BackupRpc& StreamFor(int slot, const std::string& id, uint8_t b,
+                       v1::BackupClientMessage* message) {
+    BackupRpc& rpc = streams_[std::min(slot, kSlots)];
     message->set_session_id(id);
-    if (!stream.session.empty() && (b & 0x80) != 0) message->clear_session_id();
+    if (rpc.stream != nullptr && (b & 0x80) != 0) message->clear_session_id();
     if ((b & 0x40) != 0 && !opened_.empty()) {
       message->set_session_id(opened_[b % opened_.size()]);
     }
-    return stream;
+    return rpc;
   }
 
   absl::Status Backup(int slot, const std::string& id, SessionState* s,
                       v1::BackupClientMessage& message, uint8_t b,
                       absl::string_view what,
-                      std::vector<uint64_t>* prepared = nullptr) {
-    BackupStream& stream = StreamFor(slot, id, b, &message);
+                      std::vector<uint64_t>* prepared = nullptr,
+                      size_t backlog = kBacklog) {
+    BackupRpc& rpc = StreamFor(slot, id, b, &message);
     std::vector<uint64_t> ids;
     bool ended = false;
     const absl::Status status =
-        service_->BackupMessage(stream, message, &ids, &ended);
+        BackupMessage(rpc, message, backlog, &ids, &ended);
     Check(what, status);
     for (uint64_t backup : ids) {
       Trace("    prepared backup ", backup);
@@ -1214,9 +1926,7 @@ class Run {
     if (prepared != nullptr) *prepared = ids;
     if (ended || slot >= kSlots) {
       Trace("    stream ends");
-      if (!service_->EndBackupStream(stream, /*broken=*/true)) {
-        Fail(service_->hung(), engine_.get());
-      }
+      EndBackup(rpc, /*broken=*/true);
     }
     return status;
   }
@@ -1261,6 +1971,54 @@ class Run {
     (void)Backup(slot, id, s, message, flags & 0xC0, "Backup.layer_stored");
   }
 
+  // layer_stored as a worker sends it for its rank (any session may, on its
+  // own stream): backups of its namespace's schedulers (Admit's too), other
+  // namespaces' and bogus ones, with fences of its rank, another rank, too
+  // many, or none. No fence exists on this backend (RegisterFence refuses).
+  void WorkerStoreOp() {
+    SessionState* s;
+    int slot;
+    const std::string id = PickSessionId(&s, &slot);
+    const uint8_t flags = in_.Byte();
+    v1::BackupClientMessage message;
+    v1::BackupClientMessage::LayerStored* stored =
+        message.mutable_layer_stored();
+    const size_t n = 1 + (flags & 1);
+    for (size_t i = 0; i < n; ++i) stored->add_backup_ids(PickAnyBackup());
+    stored->set_step(in_.Below(steps_ + 2));
+    const Rank own = s != nullptr ? s->rank : 0;
+    switch ((flags >> 1) & 3) {
+      case 0:
+        break;
+      case 1: {
+        v1::RankFence* fence = stored->add_fences();
+        fence->set_rank(own);
+        fence->set_fence_id(in_.Byte() % 4);
+        break;
+      }
+      case 2:
+        for (Rank r = 0; r <= cp_; ++r) {
+          v1::RankFence* fence = stored->add_fences();
+          fence->set_rank(r);
+          fence->set_fence_id(r + 1);
+        }
+        break;
+      default: {
+        v1::RankFence* fence = stored->add_fences();
+        fence->set_rank((own + 1) % (cp_ + 1));
+        fence->set_fence_id(1);
+        break;
+      }
+    }
+    const absl::Status status =
+        Backup(slot, id, s, message, flags & 0xC0, "Backup.layer_stored(worker)");
+    if (status.ok() && stored->fences_size() > 0) {
+      Fail("layer_stored named a fence, yet no fence can exist on this "
+           "backend",
+           engine_.get());
+    }
+  }
+
   void StoreAllOp() {
     SessionState* s;
     int slot;
@@ -1281,15 +2039,24 @@ class Run {
     (void)Backup(slot, id, s, message, flags & 0xC0, "Backup.rollback");
   }
 
+  // A BackupSession whose first message carries only the session id (the
+  // server answers "empty message" and goes on) and whose mailbox holds
+  // {65536, 1, 2, 8} events: small bounds overflow, which cancels the RPC.
+  void BackupOpenOp() {
+    SessionState* s;
+    int slot;
+    const std::string id = PickSessionId(&s, &slot);
+    const uint8_t b = in_.Byte();
+    static constexpr size_t kBacklogs[] = {kBacklog, 1, 2, 8};
+    v1::BackupClientMessage message;
+    (void)Backup(slot, id, s, message, b & 0xC0, "Backup.open", nullptr,
+                 kBacklogs[b & 3]);
+  }
+
   // The client half-closes its stream (bit 0: the stream breaks instead).
   void StreamEndOp() {
     const uint8_t b = in_.Byte();
-    BackupStream& stream = streams_[(b >> 1) % kSlots];
-    Trace("    ending the stream of '", stream.session, "' with ",
-          stream.open.size(), " backups open", (b & 1) != 0 ? ", broken" : "");
-    if (!service_->EndBackupStream(stream, (b & 1) != 0)) {
-      Fail(service_->hung(), engine_.get());
-    }
+    EndBackup(streams_[(b >> 1) % kSlots], (b & 1) != 0);
   }
 
   void LoadBackOp() {
@@ -1297,32 +2064,167 @@ class Run {
     const std::string id = PickSessionId(&s);
     const Tokens tokens = ReadTokens(in_);
     const uint8_t b = in_.Byte();
-    LoadResult result;
-    absl::StatusOr<std::optional<LoadStream>> load =
-        service_->LoadBackStart(id, tokens.Packed(), &result);
-    Check("LoadBack", load.status());
-    if (!load.ok()) return;
-    Trace("    load ", result.op_id, " node ", result.node, " miss ",
-          LoadMissReasonName(result.miss), " device ", result.device_len,
-          " loaded ", result.loaded_len);
-    for (LogicalPage p : result.pages) Remember(pages_, p);
-    if (result.node != kNoNode) Remember(nodes_, result.node);
-    if (!load->has_value()) return;
+    v1::LoadBackRequest request;
+    request.set_session_id(id);
+    request.set_tokens(tokens.Packed());
+    absl::Status failed;
+    std::unique_ptr<LoadRpc> load =
+        StartLoadBack(request, kBacklog, &failed, nullptr);
+    Check("LoadBack", failed);
+    if (load == nullptr) return;
     if ((b & 2) != 0) {
       // Read to the end (bit 0) or cancel now.
-      Check("LoadBack.finish", service_->LoadBackFinish(**load, (b & 1) != 0));
+      Check("LoadBack.finish", FinishLoadRpc(*load, (b & 1) != 0));
     } else {
-      loads_.push_back(**std::move(load));
+      loads_.push_back(std::move(load));
     }
   }
 
+  // LoadBack of a batch (items with extend_tokens) or of one request
+  // (tokens + extend_tokens), or (bits 2 and 7) both at once (refused); then
+  // the stream is
+  // live (the server streams after every op), read to the end now,
+  // cancelled now, or kept for a FinishLoad op; its mailbox may be tiny.
+  void LoadBatchOp() {
+    SessionState* s;
+    const std::string id = PickSessionId(&s);
+    const uint8_t b = in_.Byte();
+    v1::LoadBackRequest request;
+    request.set_session_id(id);
+    const int items = b & 3;
+    if (items == 0) {
+      request.set_tokens(ReadTokens(in_).Packed());
+      request.set_extend_tokens(TokenCount(in_));
+    } else {
+      for (int i = 0; i < items; ++i) {
+        v1::LoadItem* item = request.add_items();
+        item->set_tokens(ReadTokens(in_).Packed());
+        item->set_extend_tokens(TokenCount(in_));
+      }
+      if ((b & 0x84) == 0x84) request.set_tokens(ReadTokens(in_).Packed());
+    }
+    static constexpr size_t kBacklogs[] = {kBacklog, kBacklog, 4, 1};
+    absl::Status failed;
+    std::unique_ptr<LoadRpc> load =
+        StartLoadBack(request, kBacklogs[(b >> 5) & 3], &failed, nullptr);
+    Check("LoadBack(batch)", failed);
+    if (load == nullptr) return;
+    switch ((b >> 3) & 3) {
+      case 0:
+        load->live = true;
+        loads_.push_back(std::move(load));
+        break;
+      case 1:
+        Check("LoadBack.finish", FinishLoadRpc(*load, /*wait=*/true));
+        break;
+      case 2:
+        Check("LoadBack.cancel", FinishLoadRpc(*load, /*wait=*/false));
+        break;
+      default:
+        loads_.push_back(std::move(load));
+        break;
+    }
+  }
+
+  // The client of a kept LoadBack reads to the end (bit 0) or cancels.
   void FinishLoadOp() {
     const uint8_t b = in_.Byte();
     if (loads_.empty()) return;
     const size_t i = (b >> 1) % loads_.size();
-    LoadStream load = std::move(loads_[i]);
+    std::unique_ptr<LoadRpc> load = std::move(loads_[i]);
     loads_.erase(loads_.begin() + static_cast<ptrdiff_t>(i));
-    Check("LoadBack.finish", service_->LoadBackFinish(load, (b & 1) != 0));
+    Check("LoadBack.finish", FinishLoadRpc(*load, (b & 1) != 0));
+  }
+
+  // The FinishLoad RPC: a load of this session (maybe still streaming),
+  // another session's, an unknown one.
+  void FinishLoadRpcOp() {
+    SessionState* s;
+    v1::FinishLoadRequest request;
+    request.set_session_id(PickSessionId(&s));
+    const uint8_t b = in_.Byte();
+    uint64_t load = 0;
+    if (b < 192 && !load_ids_.empty()) {
+      load = load_ids_[b % load_ids_.size()];
+    } else if ((b & 1) != 0) {
+      load = uint64_t{1} << 40 | b;
+    }
+    request.set_load_id(load);
+    Check("FinishLoad", service_->FinishLoad(request));
+  }
+
+  // Subscribe (a worker session's, a scheduler's, an unknown one), with a
+  // mailbox of {65536, 65536, 2, 1} events; replaces the slot's previous
+  // subscription (its client cancels).
+  void SubscribeOp() {
+    SessionState* s;
+    int slot;
+    const std::string id = PickSessionId(&s, &slot);
+    const uint8_t b = in_.Byte();
+    static constexpr size_t kBacklogs[] = {kBacklog, kBacklog, 2, 1};
+    SubscribeRpc& sub = subs_[std::min(slot, kSlots)];
+    sub.stream.reset();
+    sub = SubscribeRpc();
+    sub.cancelled = std::make_shared<std::atomic<bool>>(false);
+    absl::StatusOr<std::unique_ptr<WorkerSubscription>> opened =
+        WorkerSubscription::Open(
+            service_->Context(kBacklogs[b & 3], sub.cancelled), id);
+    Check("Subscribe", opened.status());
+    if (!opened.ok()) return;
+    sub.stream = *std::move(opened);
+    sub.session = id;
+    sub.rank = sub.stream->rank();
+    auto ns = session_ns_.find(id);
+    if (ns != session_ns_.end()) sub.ns = ns->second;
+  }
+
+  void UnsubscribeOp() {
+    SubscribeRpc& sub = subs_[in_.Byte() % (kSlots + 1)];
+    if (sub.stream != nullptr) Trace("    Subscribe of '", sub.session, "' cancelled");
+    sub.stream.reset();
+  }
+
+  // RegisterFence (any rank, handles of 64 bytes or not) -- refused on this
+  // backend, which has no events -- and ReleaseFence of ids never issued.
+  void FenceOp() {
+    SessionState* s;
+    const std::string id = PickSessionId(&s);
+    const uint8_t b = in_.Byte();
+    if ((b & 1) == 0) {
+      v1::RegisterFenceRequest request;
+      request.set_session_id(id);
+      request.set_rank(in_.Byte() % (cp_ + 2));
+      static constexpr size_t kSizes[] = {64, 0, 63, 65};
+      request.set_event_handle(std::string(kSizes[(b >> 1) & 3], '\x5a'));
+      v1::RegisterFenceResponse response;
+      const grpc::Status status = service_->RegisterFence(request, &response);
+      Check("RegisterFence", status);
+      if (status.ok()) {
+        Fail(absl::StrCat("RegisterFence answered fence ",
+                          response.fence_id(),
+                          " on a backend without events"),
+             engine_.get());
+      }
+    } else {
+      v1::ReleaseFenceRequest request;
+      request.set_session_id(id);
+      request.set_fence_id(in_.Byte() % 4);
+      Check("ReleaseFence", service_->ReleaseFence(request));
+    }
+  }
+
+  // Copies submitted from now on are held (not even started) for the next
+  // 1-8 ops, or until something waits for the copies; with bit 4 the held
+  // ones go now instead.
+  void HoldOp() {
+    const uint8_t b = in_.Byte();
+    if ((b & 0x10) != 0) {
+      OpenGate();
+      return;
+    }
+    hold_ops_ = 1 + (b & 7);
+    gate_->Close();
+    Trace("    copies held for ", hold_ops_, " ops");
   }
 
   void AdvanceOp() {
@@ -1380,6 +2282,503 @@ class Run {
     }
   }
 
+  // --- Admit / Complete ---------------------------------------------------------
+
+  static constexpr int kModes[] = {v1::COMPUTE_OWNER_MODE_UNSPECIFIED,
+                                   v1::COMPUTE_OWNER_MODE_ZIGZAG,
+                                   v1::COMPUTE_OWNER_MODE_ROUND_ROBIN, 77};
+  static constexpr int kChoices[] = {v1::BACKUP_CHOICE_AUTO,
+                                     v1::BACKUP_CHOICE_NEVER,
+                                     v1::BACKUP_CHOICE_ALWAYS, 99};
+
+  // Admit and what its answer must look like: one result per item; first
+  // come, first served (after an item that is not admitted none is, and it
+  // holds nothing); an admitted item either loads (its host hit reaches the
+  // threshold; nothing allocated, no backup) or holds exactly
+  // ceil((tokens + reserve) / P) pages with its device hit; no backup when
+  // the item said never. The admitted items are kept for Complete.
+  std::optional<v1::AdmitResponse> Admit(const std::string& id,
+                                         SessionState* s,
+                                         const v1::AdmitRequest& request) {
+    v1::AdmitResponse response;
+    const SessionManager::Totals before = sessions_->totals();
+    const grpc::Status status = service_->Admit(request, &response);
+    Check("Admit", status);
+    CheckRefusalChangedNothing("Admit", status, before);
+    if (!status.ok()) return std::nullopt;
+    auto fail = [&](const std::string& what) {
+      Fail(absl::StrCat("Admit: ", what), engine_.get());
+    };
+    if (response.results_size() != request.items_size()) {
+      fail(absl::StrCat(response.results_size(), " results for ",
+                        request.items_size(), " items"));
+    }
+    const int64_t threshold = std::max<int64_t>(
+        1, engine_->options().load_back_threshold_tokens);
+    auto item_tokens = [&](int i) {
+      return request.items(i).tokens().size() / 4;
+    };
+    bool refused = false;
+    int admitted = 0;
+    for (int i = 0; i < response.results_size(); ++i) {
+      const v1::AdmitResult& r = response.results(i);
+      const v1::AdmitItem& item = request.items(i);
+      if (!r.admitted()) {
+        refused = true;
+        if (r.lock_handle() != 0 || r.pages_size() != 0 ||
+            r.backup_id() != 0 || r.device().pages_size() != 0) {
+          fail(absl::StrCat("item ", i, " is not admitted but holds something"));
+        }
+        continue;
+      }
+      ++admitted;
+      Trace("    item ", i, ": ", item_tokens(i), " tokens + ",
+            request.items(i).reserve_tokens(), " reserve: hit ",
+            r.device().valid_tokens(), " host hit ", r.host_hit_tokens(),
+            " load=", r.load(), " new pages [", absl::StrJoin(r.pages(), ","),
+            "] backup ", r.backup_id(), " handle ", r.lock_handle(),
+            " tail_blocked=", r.tail_blocked());
+      if (refused) {
+        fail(absl::StrCat("item ", i, " is admitted after an earlier one "
+                          "was not (first come, first served)"));
+      }
+      for (int64_t p : r.device().pages()) Remember(pages_, p);
+      for (int64_t p : r.pages()) Remember(pages_, p);
+      if (r.last_device_node() != kNoNode) Remember(nodes_, r.last_device_node());
+      if (r.last_host_node() != kNoNode) Remember(nodes_, r.last_host_node());
+      AddHandle(id, r.lock_handle());
+      if (r.backup_id() != 0) {
+        Remember(backups_, r.backup_id());
+        if (auto ns = session_ns_.find(id); ns != session_ns_.end()) {
+          op_ns_[r.backup_id()] = ns->second;
+        }
+      }
+      if (s != nullptr) {
+        for (int64_t p : r.pages()) s->owned.push_back(p);
+      }
+      const int64_t tokens = static_cast<int64_t>(item.tokens().size() / 4);
+      if (r.load() != (r.host_hit_tokens() >= threshold)) {
+        fail(absl::StrCat("item ", i, ": load=", r.load(), " with a host hit of ",
+                          r.host_hit_tokens(), " tokens (threshold ",
+                          threshold, ")"));
+      }
+      if (r.load()) {
+        if (r.pages_size() != 0 || r.backup_id() != 0) {
+          fail(absl::StrCat("item ", i, " loads, yet got pages or a backup"));
+        }
+      } else {
+        const int64_t want = PagesFor(static_cast<size_t>(
+            tokens + item.reserve_tokens()));
+        const int64_t got = r.device().pages_size() + r.pages_size();
+        if (got != want) {
+          fail(absl::StrCat("item ", i, " of ", tokens, " tokens + ",
+                            item.reserve_tokens(), " reserve holds ", got,
+                            " pages (", r.device().pages_size(),
+                            " hit), not ", want));
+        }
+      }
+      if (item.backup() == v1::BACKUP_CHOICE_NEVER && r.backup_id() != 0) {
+        fail(absl::StrCat("item ", i, " said never back up, got backup ",
+                          r.backup_id()));
+      }
+      Admitted a;
+      const std::string& bytes = item.tokens();
+      a.tokens.resize(bytes.size() / 4);
+      if (!bytes.empty()) std::memcpy(a.tokens.data(), bytes.data(), bytes.size());
+      a.tree.assign(r.device().pages().begin(), r.device().pages().end());
+      a.own.assign(r.pages().begin(), r.pages().end());
+      if (r.lock_handle() != 0) a.handles.push_back(r.lock_handle());
+      a.backup = r.backup_id();
+      a.reserve = item.reserve_tokens();
+      KeepAdmitted(s, std::move(a));
+    }
+    Trace("    admitted ", admitted, " of ", response.results_size());
+    return response;
+  }
+
+  // Admit: 1-4 items, or (bit 7) 8-40 items that share a prefix (the pool
+  // runs out: first come, first served), reserve_tokens small or at the
+  // edges, every mode and backup choice (also unknown ones).
+  void AdmitOp() {
+    SessionState* s;
+    const std::string id = PickSessionId(&s);
+    const uint8_t b = in_.Byte();
+    v1::AdmitRequest request;
+    request.set_session_id(id);
+    if ((b & 0x80) != 0) {
+      const size_t n = 8 + in_.Below(33);
+      const Tokens base = ReadTokens(in_);
+      const int64_t reserve = TokenCount(in_);
+      const uint8_t m = in_.Byte();
+      for (size_t i = 0; i < n; ++i) {
+        Tokens t = base;
+        if (!t.tokens.empty()) t.tokens.back() = 200 + static_cast<int32_t>(i);
+        v1::AdmitItem* item = request.add_items();
+        item->set_tokens(t.Packed());
+        item->set_reserve_tokens(reserve);
+        item->set_mode(static_cast<v1::ComputeOwnerMode>(kModes[m & 3]));
+        item->set_backup(static_cast<v1::BackupChoice>(kChoices[(m >> 2) & 3]));
+      }
+    } else {
+      const size_t n = 1 + (b & 3);
+      for (size_t i = 0; i < n; ++i) {
+        v1::AdmitItem* item = request.add_items();
+        item->set_tokens(ReadTokens(in_).Packed());
+        item->set_reserve_tokens(TokenCount(in_));
+        const uint8_t m = in_.Byte();
+        item->set_mode(static_cast<v1::ComputeOwnerMode>(kModes[m & 3]));
+        item->set_backup(static_cast<v1::BackupChoice>(kChoices[(m >> 2) & 3]));
+      }
+    }
+    Admit(id, s, request);
+  }
+
+  struct CompleteSource {
+    int admitted = -1;  // Index in the session's admitted requests, or -1.
+    std::vector<LogicalPage> insert;
+    std::vector<LogicalPage> free;
+    std::vector<uint64_t> handles;
+    bool free_uncached = true;
+  };
+
+  // Complete: items from the session's admitted requests -- the insert of
+  // the input (and some output) with the hit and new pages, the request's
+  // handles, free_uncached and the unused reserve as free_pages -- each
+  // deviating at one place: a foreign or repeated handle, a free page the
+  // item also inserts, unfinished, no or another backup; or items made up
+  // from anything. A deferred item stays admitted for a retry.
+  void CompleteOp() {
+    SessionState* s;
+    const std::string id = PickSessionId(&s);
+    const uint8_t b = in_.Byte();
+    v1::CompleteRequest request;
+    request.set_session_id(id);
+    std::vector<CompleteSource> sources;
+    const size_t n = 1 + (b & 1);
+    for (size_t i = 0; i < n; ++i) {
+      const uint8_t d = in_.Byte();
+      const uint8_t src = in_.Byte();
+      CompleteSource source;
+      v1::CompleteItem* item = request.add_items();
+      if (s != nullptr && !s->admitted.empty() && src < 224) {
+        source.admitted = static_cast<int>(src % s->admitted.size());
+        const Admitted& a = s->admitted[source.admitted];
+        std::vector<int32_t> tokens = a.tokens;
+        if ((d & 0x80) != 0 && a.reserve > 0) {
+          const size_t out = in_.Below(
+              static_cast<size_t>(std::min<int64_t>(a.reserve, 16)) + 1);
+          for (size_t j = 0; j < out; ++j) {
+            tokens.push_back(90 + static_cast<int32_t>(j % 3));
+          }
+        }
+        std::vector<LogicalPage> all = a.tree;
+        all.insert(all.end(), a.own.begin(), a.own.end());
+        const size_t keep =
+            std::min<size_t>(all.size(), PagesFor(tokens.size()));
+        source.insert.assign(all.begin(), all.begin() + keep);
+        source.free.assign(all.begin() + keep, all.end());
+        source.handles = a.handles;
+        item->set_tokens(Pack(tokens));
+        item->set_backup_id(a.backup);
+      } else {
+        const Tokens tokens = ReadTokens(in_);
+        item->set_tokens(tokens.Packed());
+        source.insert = InsertPages(s, tokens.tokens.size());
+        source.handles.push_back(PickHandle(s));
+        source.free = PickPages(s, in_.Below(3));
+        if ((d & 0x40) != 0) item->set_backup_id(PickBackup(s));
+      }
+      source.free_uncached = (d & 1) == 0;
+      switch ((d >> 1) & 7) {
+        case 3:
+          source.handles.push_back(PickHandle(nullptr));
+          break;
+        case 4:
+          source.handles.push_back(source.handles.empty() ? PickHandle(s)
+                                                          : source.handles[0]);
+          break;
+        case 5:
+          if (!source.insert.empty()) {
+            source.free.push_back(
+                source.insert[in_.Below(source.insert.size())]);
+          }
+          break;
+        case 6:
+          item->set_unfinished(true);
+          break;
+        case 7:
+          item->set_backup_id((d & 0x40) != 0 ? 0 : PickBackup(s));
+          break;
+        default:
+          break;
+      }
+      item->mutable_pages()->Add(source.insert.begin(), source.insert.end());
+      item->mutable_lock_handles()->Add(source.handles.begin(),
+                                        source.handles.end());
+      item->set_free_uncached(source.free_uncached);
+      item->mutable_free_pages()->Add(source.free.begin(), source.free.end());
+      sources.push_back(std::move(source));
+    }
+    Complete(id, s, request, sources);
+  }
+
+  // Sends Complete and keeps the fuzzer's view of the session in step.
+  // Returns the results (nullopt when refused).
+  std::optional<v1::CompleteResponse> Complete(
+      const std::string& id, SessionState* s, const v1::CompleteRequest& request,
+      const std::vector<CompleteSource>& sources) {
+    for (int i = 0; i < request.items_size(); ++i) {
+      const v1::CompleteItem& item = request.items(i);
+      Trace("    item ", i, ": ", item.tokens().size() / 4, " tokens, pages [",
+            absl::StrJoin(item.pages(), ","), "], backup ", item.backup_id(),
+            ", handles [", absl::StrJoin(item.lock_handles(), ","),
+            "], free_pages [", absl::StrJoin(item.free_pages(), ","),
+            "], free_uncached=", item.free_uncached(),
+            " unfinished=", item.unfinished());
+    }
+    v1::CompleteResponse response;
+    const SessionManager::Totals before = sessions_->totals();
+    const grpc::Status status = service_->Complete(request, &response);
+    Check("Complete", status);
+    CheckRefusalChangedNothing("Complete", status, before);
+    std::set<int> done;  // Admitted requests that are over.
+    if (!status.ok()) {
+      for (const CompleteSource& source : sources) {
+        if (s == nullptr || source.admitted < 0) continue;
+        if (++s->admitted[source.admitted].tries > 3) done.insert(source.admitted);
+      }
+    } else {
+      if (response.results_size() != request.items_size()) {
+        Fail(absl::StrCat("Complete: ", response.results_size(),
+                          " results for ", request.items_size(), " items"),
+             engine_.get());
+      }
+      for (int i = 0; i < response.results_size(); ++i) {
+        const v1::InsertResult& r = response.results(i);
+        const CompleteSource& source = sources[i];
+        Trace("    item ", i, ": deferred=", r.deferred(), " node ", r.node(),
+              " backup_attached=", r.backup_attached(), " uncached ",
+              r.uncached_pages_size());
+        Inserted(s, source.insert, r);
+        if (r.deferred()) {
+          if (s != nullptr && source.admitted >= 0) {
+            ++s->admitted[source.admitted].tries;  // Retried later.
+          }
+          continue;
+        }
+        if (source.free_uncached) {
+          ForgetOwned(s, std::vector<LogicalPage>(r.uncached_pages().begin(),
+                                                  r.uncached_pages().end()));
+        }
+        ForgetOwned(s, source.free);
+        if (s != nullptr) {
+          for (uint64_t h : source.handles) Erase(s->handles, h);
+        }
+        if (source.admitted >= 0) done.insert(source.admitted);
+      }
+    }
+    if (s != nullptr) {
+      for (auto it = done.rbegin(); it != done.rend(); ++it) {
+        s->admitted.erase(s->admitted.begin() + *it);
+      }
+    }
+    if (!status.ok()) return std::nullopt;
+    return response;
+  }
+
+  // A request as a v1.1 scheduler makes it (hicache-replay): Admit; on a
+  // host hit LoadBack with extend_tokens, read to the end, then Allocate the
+  // rest; the layers of its backup stored by the scheduler or by the
+  // namespace's workers on their own streams; Complete with its handles,
+  // free_uncached and the reserve as free_pages. A deferred Complete stays
+  // admitted (a later Complete op retries it). Flags:
+  //   bits 0-1 backup {auto, never, always, always}; bit 2 zigzag lanes;
+  //   bit 3 workers store the layers; bit 4 the last step is not stored;
+  //   bit 5 settle before Complete; bit 6 no Complete now (left admitted);
+  //   bit 7 give up instead: roll back, free the pages, unlock.
+  void FlowOp() {
+    SessionState* s;
+    int slot;
+    const std::string id = PickSessionId(&s, &slot);
+    const Tokens tokens = ReadTokens(in_);
+    const int64_t reserve = in_.Byte() % 13;
+    const uint8_t f = in_.Byte();
+    const int choice = kChoices[std::min(f & 3, 2)];
+    const int mode = (f & 4) != 0 ? v1::COMPUTE_OWNER_MODE_ZIGZAG
+                                  : v1::COMPUTE_OWNER_MODE_UNSPECIFIED;
+    v1::AdmitRequest admit;
+    admit.set_session_id(id);
+    v1::AdmitItem* item = admit.add_items();
+    item->set_tokens(tokens.Packed());
+    item->set_reserve_tokens(reserve);
+    item->set_mode(static_cast<v1::ComputeOwnerMode>(mode));
+    item->set_backup(static_cast<v1::BackupChoice>(choice));
+    std::optional<v1::AdmitResponse> admitted = Admit(id, s, admit);
+    if (!admitted.has_value() || admitted->results_size() != 1 ||
+        !admitted->results(0).admitted()) {
+      return;
+    }
+    // Admit() kept it; the flow goes on with it itself.
+    Admitted a;
+    if (s != nullptr && !s->admitted.empty()) {
+      a = s->admitted.back();
+      s->admitted.pop_back();
+    }
+    const v1::AdmitResult& r = admitted->results(0);
+    const int64_t n = static_cast<int64_t>(tokens.tokens.size());
+    if (r.load()) {
+      v1::LoadBackRequest load;
+      load.set_session_id(id);
+      load.set_tokens(tokens.Packed());
+      load.set_extend_tokens(
+          std::max<int64_t>(0, n - r.device().valid_tokens() -
+                                   r.host_hit_tokens()) +
+          reserve);
+      absl::Status failed;
+      std::vector<LoadResult> started;
+      std::unique_ptr<LoadRpc> rpc =
+          StartLoadBack(load, kBacklog, &failed, &started);
+      Check("Flow.LoadBack", failed);
+      bool ok = started.size() == 1;
+      int64_t cached = ok ? started[0].device_len : 0;
+      if (ok && started[0].lock_handle != 0) {
+        a.handles.push_back(started[0].lock_handle);
+      }
+      if (rpc != nullptr) {
+        Check("Flow.LoadBack.finish", FinishLoadRpc(*rpc, /*wait=*/true));
+        for (const LoadStream::Event& done : rpc->done) {
+          if (done.lock_handle != 0) a.handles.push_back(done.lock_handle);
+          if (done.ok) cached += started[0].loaded_len;
+        }
+      }
+      const size_t reuse =
+          ok ? std::min<size_t>(started[0].pages.size(), cached / kPageSize)
+             : 0;
+      a.tree.clear();
+      if (ok) {
+        a.tree.assign(started[0].pages.begin(),
+                      started[0].pages.begin() + reuse);
+      }
+      const int64_t need = PagesFor(n + reserve) - static_cast<int64_t>(reuse);
+      if (need > 0) {
+        grpc::Status status;
+        a.own = AllocatePages(id, s, need, mode, &status);
+        if (!status.ok()) {
+          ReleaseFlow(id, s, slot, a);
+          return;
+        }
+      }
+      const int64_t new_input = n - static_cast<int64_t>(reuse) * kPageSize;
+      const bool backup = choice == v1::BACKUP_CHOICE_ALWAYS ||
+                          (choice == v1::BACKUP_CHOICE_AUTO &&
+                           engine_->options().write_policy ==
+                               WritePolicy::kWriteThrough);
+      if (backup && new_input > 0 && !a.own.empty()) {
+        v1::BackupClientMessage prepare;
+        v1::BackupSpec* spec = prepare.mutable_prepare()->add_specs();
+        const size_t pages = std::min<size_t>(a.own.size(), PagesFor(new_input));
+        spec->mutable_pages()->Add(a.own.begin(), a.own.begin() + pages);
+        spec->set_logical_tokens(new_input);
+        std::vector<uint64_t> ids;
+        const absl::Status status =
+            Backup(slot, id, s, prepare, 0, "Flow.prepare", &ids);
+        if (status.ok() && ids.size() == 1 && slot < kSlots) a.backup = ids[0];
+      }
+    }
+    if (a.backup != 0) StoreLayers(id, s, slot, a.backup, f);
+    if ((f & 0x20) != 0) Settle();
+    if ((f & 0x80) != 0) {
+      ReleaseFlow(id, s, slot, a);
+      return;
+    }
+    if ((f & 0x40) != 0) {
+      KeepAdmitted(s, std::move(a));
+      return;
+    }
+    CompleteSource source;
+    std::vector<LogicalPage> all = a.tree;
+    all.insert(all.end(), a.own.begin(), a.own.end());
+    const size_t keep = std::min<size_t>(all.size(), PagesFor(n));
+    source.insert.assign(all.begin(), all.begin() + keep);
+    source.free.assign(all.begin() + keep, all.end());
+    source.handles = a.handles;
+    v1::CompleteRequest complete;
+    complete.set_session_id(id);
+    v1::CompleteItem* out = complete.add_items();
+    out->set_tokens(tokens.Packed());
+    out->mutable_pages()->Add(source.insert.begin(), source.insert.end());
+    out->set_backup_id(a.backup);
+    out->mutable_lock_handles()->Add(source.handles.begin(),
+                                     source.handles.end());
+    out->set_free_uncached(true);
+    out->mutable_free_pages()->Add(source.free.begin(), source.free.end());
+    // Kept first, so that a deferred result leaves it admitted.
+    KeepAdmitted(s, std::move(a));
+    source.admitted = s != nullptr ? static_cast<int>(s->admitted.size()) - 1 : -1;
+    Complete(id, s, complete, {source});
+  }
+
+  // The layers of `backup`, step by step: by the scheduler on its stream, or
+  // (flag bit 3) by each worker session of its namespace on the worker's
+  // stream (each stores its rank's share); bit 4 leaves out the last step.
+  void StoreLayers(const std::string& id, SessionState* s, int slot,
+                   uint64_t backup, uint8_t f) {
+    const uint32_t last = (f & 0x10) != 0 ? steps_ - 1 : steps_;
+    std::vector<int> writers;
+    if ((f & 0x08) != 0 && s != nullptr) {
+      for (int k = 0; k < kSlots; ++k) {
+        if (slots_[k].has_value() && slots_[k]->worker &&
+            slots_[k]->ns == s->ns) {
+          writers.push_back(k);
+        }
+      }
+    }
+    for (uint32_t step = 0; step < last; ++step) {
+      v1::BackupClientMessage message;
+      message.mutable_layer_stored()->add_backup_ids(backup);
+      message.mutable_layer_stored()->set_step(step);
+      if (writers.empty()) {
+        (void)Backup(slot, id, s, message, 0, "Flow.layer_stored");
+        continue;
+      }
+      for (int k : writers) {
+        SessionState* worker = &*slots_[k];
+        v1::BackupClientMessage copy = message;
+        (void)Backup(k, worker->id, worker, copy, 0,
+                     "Flow.layer_stored(worker)");
+      }
+    }
+  }
+
+  // Gives a request up: its backup rolled back, its pages freed, its locks
+  // released.
+  void ReleaseFlow(const std::string& id, SessionState* s, int slot,
+                   const Admitted& a) {
+    if (a.backup != 0) {
+      v1::BackupClientMessage message;
+      message.mutable_rollback()->set_backup_id(a.backup);
+      (void)Backup(slot, id, s, message, 0, "Flow.rollback");
+    }
+    if (!a.own.empty()) {
+      v1::FreeRequest request;
+      request.set_session_id(id);
+      request.mutable_pages()->Add(a.own.begin(), a.own.end());
+      const grpc::Status status = service_->Free(request);
+      Check("Flow.Free", status);
+      if (status.ok()) ForgetOwned(s, a.own);
+    }
+    if (!a.handles.empty()) {
+      v1::LockRequest request;
+      request.set_session_id(id);
+      request.mutable_lock_handles()->Add(a.handles.begin(), a.handles.end());
+      const grpc::Status status = service_->Lock(request, false);
+      Check("Flow.Unlock", status);
+      if (status.ok() && s != nullptr) {
+        for (uint64_t h : a.handles) Erase(s->handles, h);
+      }
+    }
+  }
+
   // A request as a scheduler makes it: match (maybe locking), allocate the
   // rest, prepare a backup, store its layers, insert with the backup id,
   // unlock. Each flag bit deviates from the script at one place.
@@ -1393,35 +2792,24 @@ class Run {
     std::optional<v1::MatchResult> hit = Match(id, s, {tokens}, lock, false);
     std::vector<LogicalPage> pages;
     NodeId locked = kNoNode;
+    uint64_t handle = 0;
     int64_t device_len = 0;
     if (hit.has_value()) {
       pages.assign(hit->device().pages().begin(), hit->device().pages().end());
       device_len = hit->device().valid_tokens();
-      if (lock && device_len > 0) locked = hit->last_device_node();
+      if (lock && device_len > 0) {
+        locked = hit->last_device_node();
+        handle = hit->lock_handle();
+      }
     }
     const int64_t need =
         PagesFor(tokens.tokens.size()) - static_cast<int64_t>(pages.size());
     std::vector<LogicalPage> fresh;
     if (need > 0) {
-      v1::AllocateRequest request;
-      request.set_session_id(id);
-      v1::AllocateItem* item = request.add_items();
-      item->set_num_pages(need);
-      static constexpr int kModes[] = {
+      static constexpr int kRequestModes[] = {
           v1::COMPUTE_OWNER_MODE_UNSPECIFIED, v1::COMPUTE_OWNER_MODE_ZIGZAG,
           v1::COMPUTE_OWNER_MODE_ROUND_ROBIN, v1::COMPUTE_OWNER_MODE_ZIGZAG};
-      item->set_mode(static_cast<v1::ComputeOwnerMode>(kModes[(f >> 1) & 3]));
-      v1::AllocateResponse response;
-      const grpc::Status status = service_->Allocate(request, &response);
-      Check("Request.Allocate", status);
-      if (status.ok() && response.allocations_size() == 1) {
-        fresh.assign(response.allocations(0).pages().begin(),
-                     response.allocations(0).pages().end());
-        for (LogicalPage p : fresh) {
-          Remember(pages_, p);
-          if (s != nullptr) s->owned.push_back(p);
-        }
-      }
+      fresh = AllocatePages(id, s, need, kRequestModes[(f >> 1) & 3], nullptr);
     }
     uint64_t backup = 0;
     if ((f & 8) != 0 && !fresh.empty()) {
@@ -1452,7 +2840,7 @@ class Run {
         }
       }
     }
-    if ((f & 64) != 0) engine_->WaitForTransfers();
+    if ((f & 64) != 0) Settle();
     if ((f & 128) == 0) {
       std::vector<LogicalPage> all = pages;
       all.insert(all.end(), fresh.begin(), fresh.end());
@@ -1474,7 +2862,9 @@ class Run {
       v1::LockRequest request;
       request.set_session_id(id);
       request.add_nodes(locked);
-      Check("Request.Unlock", service_->Lock(request, false));
+      const grpc::Status status = service_->Lock(request, false);
+      Check("Request.Unlock", status);
+      if (status.ok() && s != nullptr) Erase(s->handles, handle);
     }
   }
 
@@ -1558,14 +2948,14 @@ class Run {
                           freed.status().ToString()),
              engine_.get());
       }
-      engine_->WaitForTransfers();
+      Settle();
       freed = engine_->EvictPages({}, host);
       if (!freed.ok()) {
         Fail(absl::StrCat("drain: EvictPages(host): ",
                           freed.status().ToString()),
              engine_.get());
       }
-      engine_->WaitForTransfers();
+      Settle();
     }
     CheckSettled("after evicting everything");
     int64_t host_used = 0;
@@ -1573,10 +2963,19 @@ class Run {
     const TreeStats stats = engine_->TreeStatistics();
     if (engine_->DeviceAllocatedPages() != 0 || host_used != 0 ||
         stats.nodes != 0) {
+      std::string left;
+      for (const NodeInfo& n : engine_->Dump(DumpFilter{})) {
+        absl::StrAppend(&left, "; node ", n.id, " (parent ", n.parent,
+                        ", tokens [", n.start, ", ", n.start + n.len,
+                        "), host_ref ", n.host_ref, ", lock_ref ",
+                        n.lock_ref, ", pending_backup ", n.pending_backup,
+                        ", pinned ", n.pin_remaining_ms, " ms, children ",
+                        n.num_children, ")");
+      }
       Fail(absl::StrCat(
                "after evicting everything: ", engine_->DeviceAllocatedPages(),
                " device pages allocated, ", host_used, " host pages used, ",
-               stats.nodes, " nodes left"),
+               stats.nodes, " nodes left", left),
            engine_.get());
     }
   }
@@ -1585,6 +2984,7 @@ class Run {
   FakeClock clock_{absl::FromUnixSeconds(1000)};
   HeapBackend backend_;
   EventHub hub_;
+  EventCounter counter_{&hub_};
   service::WatchBroadcaster watch_;
   std::unique_ptr<HiCacheEngine> engine_;
   std::unique_ptr<SessionManager> sessions_;
@@ -1594,14 +2994,21 @@ class Run {
   uint32_t cp_ = 1;
   uint32_t steps_ = 1;
   bool settle_each_op_ = false;
+  GatedTransferEngine* gate_ = nullptr;  // Owned by the engine.
+  int hold_ops_ = 0;  // Ops left until the gate opens (0: open).
 
   std::optional<SessionState> slots_[kSlots];
   std::vector<std::string> opened_;  // Every session id, open or not.
+  absl::flat_hash_map<std::string, std::string> session_ns_;  // Id -> ns.
+  absl::flat_hash_map<uint64_t, std::string> op_ns_;  // Backup/load -> ns.
   std::vector<LogicalPage> pages_;   // Page ids seen in any answer.
   std::vector<NodeId> nodes_;
   std::vector<uint64_t> backups_;
-  BackupStream streams_[kSlots + 1];  // Per slot, and a scratch one.
-  std::vector<LoadStream> loads_;     // Started and not finished.
+  std::vector<uint64_t> handles_;    // Lock handles seen in any answer.
+  std::vector<uint64_t> load_ids_;   // Loads started by anyone.
+  BackupRpc streams_[kSlots + 1];    // Per slot, and a scratch one.
+  std::vector<std::unique_ptr<LoadRpc>> loads_;  // Started, not finished.
+  SubscribeRpc subs_[kSlots + 1];    // Per slot, and a scratch one.
 };
 
 bool EnvFlag(const char* name) {
