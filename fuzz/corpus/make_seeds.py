@@ -456,6 +456,38 @@ SEEDS = {
     + close(0) + release() + bytes([SETTLE])
     + close(1),
 
+    # Regression (found by this fuzzer, fixed in 7ce5396): a load-back whose
+    # copies are still in flight (held by HOLD) while a request's Insert
+    # would split the host-only node being loaded (tokens(1, 20) diverges
+    # from tokens(0, 32) at token 12). The split's head used to keep a copy
+    # of the load's host_ref forever ("after evicting everything: ... 1
+    # nodes left; node 3 (parent 1, tokens [0, 12), host_ref 1, ...)").
+    "load_split_host_ref_leak": header(cp=1, write_policy=0) + open_session(0)
+    + request(0, tokens(0, 32), 0)
+    + match(0, tokens(0, 32))
+    + bytes([SETTLE])
+    + evict(1, ALL, 0)
+    + bytes([SETTLE])
+    + hold(8)
+    + load_batch(0, [(tokens(0, 32), 0)], then=LIVE)
+    + request(0, tokens(1, 20), 0)
+    + release()
+    + bytes([SETTLE]),
+
+    # The same with v1.0 calls only: LoadBack kept open, the request, then
+    # the client reads the LoadBack to the end.
+    "load_split_host_ref_leak_v1": header(cp=1, write_policy=0)
+    + open_session(0)
+    + request(0, tokens(0, 32), 0)
+    + match(0, tokens(0, 32))
+    + bytes([SETTLE])
+    + evict(1, ALL, 0)
+    + bytes([SETTLE])
+    + hold(8)
+    + load_back(0, tokens(0, 32), wait=False, finish=False)
+    + request(0, tokens(1, 20), 0)
+    + bytes([FINISH_LOAD, 1]),
+
     # Requests the daemon must refuse without changing anything: unknown
     # sessions, malformed tokens, owners beyond cp_size, negative counts, an
     # unspecified role.
@@ -476,28 +508,6 @@ SEEDS = {
 # They fail (trap) on purpose, so they live in fuzz/corpus/crashes, which no
 # test replays; once the daemon is fixed, move the scenario to SEEDS.
 REPRODUCERS = {
-    # A load-back whose copies are still in flight (held by HOLD) while a
-    # request's Insert splits the host-only node being loaded (tokens(1, 20)
-    # diverges from tokens(0, 32) at token 12). RadixTree::Split copies the
-    # node's host_ref to the new head, but the load records only the
-    # original node (now the tail) in its chain and releases only that: the
-    # head keeps host_ref 1 forever (the load also fails: done ok=false).
-    # Later loads of the prefix miss with load_in_flight, and the head's host
-    # pages can never be evicted. Ends with "after evicting everything: 0
-    # device pages allocated, 3 host pages used, 1 nodes left; node 3
-    # (parent 1, tokens [0, 12), host_ref 1, ...)".
-    "load_split_host_ref_leak": header(cp=1, write_policy=0) + open_session(0)
-    + request(0, tokens(0, 32), 0)
-    + match(0, tokens(0, 32))
-    + bytes([SETTLE])
-    + evict(1, ALL, 0)
-    + bytes([SETTLE])
-    + hold(8)
-    + load_batch(0, [(tokens(0, 32), 0)], then=LIVE)
-    + request(0, tokens(1, 20), 0)
-    + release()
-    + bytes([SETTLE]),
-
     # Complete is not all or nothing when a page it frees is busy: an Admit
     # of 3 tokens + 12 reserve gets pages [1,2,3,4] and backup 1 (page 1),
     # whose layers are stored; a second prepare names pages [1,2,3,4]
@@ -515,20 +525,6 @@ REPRODUCERS = {
     + flow(0, raw_tokens([0, 1, 2]), 12, F_HOLD)
     + bytes([PREPARE, 0, 0, 0, 3, 0])
     + complete(0, complete_item(0)),
-
-    # The same with v1.0 calls only: LoadBack kept open, the request, then
-    # the client reads the LoadBack to the end.
-    "load_split_host_ref_leak_v1": header(cp=1, write_policy=0)
-    + open_session(0)
-    + request(0, tokens(0, 32), 0)
-    + match(0, tokens(0, 32))
-    + bytes([SETTLE])
-    + evict(1, ALL, 0)
-    + bytes([SETTLE])
-    + hold(8)
-    + load_back(0, tokens(0, 32), wait=False, finish=False)
-    + request(0, tokens(1, 20), 0)
-    + bytes([FINISH_LOAD, 1]),
 }
 
 
