@@ -394,6 +394,11 @@ absl::Status HiCacheEngine::CheckHeldBy(absl::Span<const LogicalPage> pages,
       return absl::InvalidArgumentError(absl::StrCat(
           "pages[", i, "] = ", pages[i], " is not held by this session"));
     }
+    if (busy_pages_.contains(pages[i]) && UsedByLiveOpLocked(pages[i])) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("pages[", i, "] = ", pages[i],
+                       " is used by a backup in flight; roll it back first"));
+    }
   }
   return absl::OkStatus();
 }

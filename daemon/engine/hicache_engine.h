@@ -83,8 +83,9 @@ class HiCacheEngine : public TransferListener {
   // `holder` does not hold (unallocated, or another holder's).
   absl::Status Free(absl::Span<const LogicalPage> pages, uint64_t holder = 0)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // OK if `pages` are distinct and all held by `holder` (what Free
-  // accepts, bar a copy still using one); INVALID_ARGUMENT otherwise.
+  // OK if Free(pages, holder) would accept them: distinct, all held by
+  // `holder` (INVALID_ARGUMENT) and none used by a backup in flight
+  // (FAILED_PRECONDITION).
   absl::Status CheckHeldBy(absl::Span<const LogicalPage> pages,
                            uint64_t holder) const ABSL_LOCKS_EXCLUDED(mu_);
   // Frees every page `holder` holds (those a copy still touches once it

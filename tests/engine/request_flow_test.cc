@@ -341,6 +341,16 @@ TEST_F(RequestFlowTest, CompleteIsAllOrNothingAcrossItems) {
               HasSubstr("another item's"));
   EXPECT_EQ(engine_->TreeDevicePages(), 0);  // Nothing was inserted.
   EXPECT_EQ(engine_->AllRequestPages(), 4);
+  // A page to free that a backup in flight still reads (found by the
+  // service fuzzer: fuzz/corpus/crashes/complete_free_busy_page).
+  auto busy = sessions_->PrepareBackups(id_, {BackupSpec{two.pages, 8}});
+  ASSERT_TRUE(busy.ok());
+  CompleteItem frees_busy = complete_item(Seq(0, 4), one);
+  frees_busy.free_pages = two.pages;
+  EXPECT_EQ(flow_->Complete(id_, {frees_busy}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(engine_->TreeDevicePages(), 0);
+  ASSERT_TRUE(sessions_->Rollback(id_, busy->front()).ok());
   auto results = flow_->Complete(id_, {good, complete_item(Seq(100, 8), two)});
   ASSERT_TRUE(results.ok()) << results.status();
   ExpectNothingHeld();
