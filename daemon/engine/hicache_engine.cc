@@ -353,14 +353,11 @@ void HiCacheEngine::FreeDeviceLocked(absl::Span<const LogicalPage> pages) {
   }
 }
 
-absl::Status HiCacheEngine::Free(absl::Span<const LogicalPage> pages,
-                                 uint64_t holder) {
+absl::Status HiCacheEngine::CheckFreeableLocked(
+    absl::Span<const LogicalPage> pages, uint64_t holder) const {
   if (absl::Status s = PageLedger::CheckDistinct(pages, "pages"); !s.ok()) {
     return s;
   }
-  MutexLock lock(&mu_);
-  // Validate all before freeing any; pages still copied by rolled-back ops
-  // are freed when those copies finish.
   for (size_t i = 0; i < pages.size(); ++i) {
     const std::optional<PageHolder> held = ledger_.HolderOf(pages[i]);
     if (held.has_value() && held->kind == PageHolder::Kind::kTree) {
@@ -378,6 +375,15 @@ absl::Status HiCacheEngine::Free(absl::Span<const LogicalPage> pages,
                        " is used by a backup in flight; roll it back first"));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status HiCacheEngine::Free(absl::Span<const LogicalPage> pages,
+                                 uint64_t holder) {
+  MutexLock lock(&mu_);
+  // Validate all before freeing any; pages still copied by rolled-back ops
+  // are freed when those copies finish.
+  if (absl::Status s = CheckFreeableLocked(pages, holder); !s.ok()) return s;
   ledger_.Remove(pages);
   FreeDeviceLocked(pages);
   return absl::OkStatus();
@@ -385,22 +391,8 @@ absl::Status HiCacheEngine::Free(absl::Span<const LogicalPage> pages,
 
 absl::Status HiCacheEngine::CheckHeldBy(absl::Span<const LogicalPage> pages,
                                         uint64_t holder) const {
-  if (absl::Status s = PageLedger::CheckDistinct(pages, "pages"); !s.ok()) {
-    return s;
-  }
   MutexLock lock(&mu_);
-  for (size_t i = 0; i < pages.size(); ++i) {
-    if (!ledger_.IsHeldBy(pages[i], PageHolder::Request(holder))) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "pages[", i, "] = ", pages[i], " is not held by this session"));
-    }
-    if (busy_pages_.contains(pages[i]) && UsedByLiveOpLocked(pages[i])) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("pages[", i, "] = ", pages[i],
-                       " is used by a backup in flight; roll it back first"));
-    }
-  }
-  return absl::OkStatus();
+  return CheckFreeableLocked(pages, holder);
 }
 
 absl::Status HiCacheEngine::CheckInsertPagesLocked(

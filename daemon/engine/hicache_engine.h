@@ -83,9 +83,9 @@ class HiCacheEngine : public TransferListener {
   // `holder` does not hold (unallocated, or another holder's).
   absl::Status Free(absl::Span<const LogicalPage> pages, uint64_t holder = 0)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // OK if Free(pages, holder) would accept them: distinct, all held by
-  // `holder` (INVALID_ARGUMENT) and none used by a backup in flight
-  // (FAILED_PRECONDITION).
+  // Free's checks without freeing: distinct, all held by `holder`
+  // (INVALID_ARGUMENT; FAILED_PRECONDITION for the tree's) and none used by
+  // a backup in flight (FAILED_PRECONDITION).
   absl::Status CheckHeldBy(absl::Span<const LogicalPage> pages,
                            uint64_t holder) const ABSL_LOCKS_EXCLUDED(mu_);
   // Frees every page `holder` holds (those a copy still touches once it
@@ -250,6 +250,9 @@ class HiCacheEngine : public TransferListener {
 
   // Match that counts the hit in the stats and starts the write-through
   // backups it qualifies (shared by Match and LoadBack).
+  absl::Status CheckFreeableLocked(absl::Span<const LogicalPage> pages,
+                                  uint64_t holder) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckInsertPagesLocked(absl::string_view ns,
                                      absl::Span<const int32_t> tokens,
                                      absl::Span<const LogicalPage> pages,

@@ -4,7 +4,6 @@
 #include "daemon/engine/request_flow.h"
 
 #include <memory>
-#include <numeric>
 #include <string>
 #include <vector>
 
@@ -15,6 +14,7 @@
 #include "daemon/engine/session_manager.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/tokens.h"
 
 namespace hicache {
 namespace {
@@ -24,11 +24,7 @@ using ::testing::IsEmpty;
 
 constexpr int64_t kP = 4;
 
-std::vector<int32_t> Seq(int32_t first, int n) {
-  std::vector<int32_t> v(n);
-  std::iota(v.begin(), v.end(), first);
-  return v;
-}
+using testing::Seq;
 
 std::vector<int32_t> Cat(std::vector<int32_t> a,
                          const std::vector<int32_t>& b) {
