@@ -2,7 +2,9 @@
 Complete after each request): the CLI works, writes CSV, gives the same hit
 rates as the in-process engine replay (bench/replay) with the same
 capacities and policies, honours each write policy, and never leaves a page
-or a lock held -- also when inserts are deferred and retried or given up."""
+or a lock held -- also when inserts are deferred and retried or given up,
+and when backups complete late (--backup-lag: slow transfers). With
+--deterministic two runs against fresh daemons give the same counts."""
 
 import csv
 import json
@@ -90,6 +92,18 @@ class ReplayTest(unittest.TestCase):
             with open(path, "rb") as f:
                 self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
 
+    def test_deterministic_report(self):
+        report = self.replay("--requests", "40", "--deterministic")
+        self.assertIn("(write_through, deterministic)", report)
+        self.assertRegex(report, r"waited for backups to settle \d+ times .*; timeouts 0")
+        summary = json.loads(self.replay("--requests", "40", "--deterministic", "--json"))
+        self.assertTrue(summary["deterministic"])
+        self.assertIsNone(summary["seed"])  # A trace has no randomness.
+        self.assertEqual(summary["settle_timeouts"], 0)
+        # Settled at the end: every backup prepared has committed.
+        self.assertGreaterEqual(summary["backups"], summary["backups_prepared"])
+        self.assertEqual(summary["held_pages_at_end"], 0)
+
     def test_bad_trace_is_a_clear_error(self):
         with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as f:
             f.write('{"timestamp": 0}\n')
@@ -111,6 +125,12 @@ CONVERSATION_DAEMON = ("--page_size=16", "--kv_preset=tiny", "--device_pages_per
                        "--host_pages_per_rank=1200", "--eviction_policy=lru")
 CONVERSATIONS = ("--conversations", "12", "--requests", "300", "--system-tokens", "512",
                  "--user-tokens", "96", "--output-tokens", "48", "--turns", "6", "--json")
+# A slow transfer backend: one copy thread, and every backup's layers stored
+# 64 requests late (copies still in flight while later requests run).
+SLOW_DAEMON = CONVERSATION_DAEMON + ("--transfer_workers=1",)
+SLOW = ("--backup-lag", "64")
+# Summary fields that vary from run to run even when the cache does not.
+TIMING_FIELDS = ("latency_us", "request_latency_us", "settle_wait_us")
 
 
 class ConversationReplayTest(unittest.TestCase):
@@ -196,6 +216,71 @@ class ConversationReplayTest(unittest.TestCase):
         self.assertGreater(s["deferred_inserts"], 0)
         self.assertEqual(s["deferred_then_completed"], s["deferred_inserts"])
         self.assertEqual(s["deferred_gave_up"], 0)
+
+    def assert_deterministic(self, policy, *extra, daemon_flags=CONVERSATION_DAEMON):
+        """Two --deterministic replays against fresh daemons: the same
+        counts (hits, backups, loads, evictions, deferrals), field by field.
+        Returns the summary."""
+        runs = []
+        for _ in range(2):
+            s = self.run_policy(policy, "--deterministic", *extra, daemon_flags=daemon_flags)
+            self.assertTrue(s["deterministic"])
+            self.assertEqual(s["seed"], 1)
+            self.assertEqual(s["settle_timeouts"], 0)
+            for field in TIMING_FIELDS:
+                self.assertIn(field, s)
+                del s[field]
+            runs.append(s)
+        self.assertEqual(runs[0], runs[1])
+        return runs[0]
+
+    def test_deterministic_write_through(self):
+        s = self.assert_deterministic("write_through")
+        # Every backup settles before the next call: each one commits, none
+        # is in flight when a turn extends its node, so nothing defers.
+        self.assertGreater(s["backups_prepared"], 250)
+        self.assertEqual(s["deferred_inserts"], 0)
+        # Every backup prepared committed (as did the daemon's own).
+        self.assertGreaterEqual(s["backups"], s["backups_prepared"])
+        self.assertEqual(s["backups_rolled_back"], 0)
+        self.assertGreater(s["loads"], 0)
+
+    def test_deterministic_write_back(self):
+        s = self.assert_deterministic("write_back")
+        self.assertEqual(s["backups_prepared"], 0)
+        self.assertGreater(s["backups"], 0)  # Write-backs of eviction victims.
+        self.assertGreater(s["loads"], 0)
+        self.assertGreater(s["host_evicted_pages"], 0)
+
+    def test_slow_transfers_leak_nothing(self):
+        # Without --deterministic: a turn's insert often defers behind its
+        # previous turn's backup; every deferred insert completes on retry.
+        s = self.run_policy("write_through", *SLOW, daemon_flags=SLOW_DAEMON)
+        self.assertGreater(s["deferred_inserts"], 10)
+        self.assertEqual(s["deferred_then_completed"], s["deferred_inserts"])
+        self.assertEqual(s["deferred_gave_up"], 0)
+        self.assertEqual(s["backups_rolled_back"], 0)
+        # --deterministic: the same, run after run; once the lagging layers
+        # are stored and the backups settled, the first retry completes.
+        s = self.assert_deterministic("write_through", *SLOW, daemon_flags=SLOW_DAEMON)
+        self.assertGreater(s["deferred_inserts"], 10)
+        self.assertEqual(s["defer_retries"], s["deferred_inserts"])
+        self.assertEqual(s["deferred_then_completed"], s["deferred_inserts"])
+        self.assertEqual(s["deferred_gave_up"], 0)
+        # run_policy asserted held_pages_at_end == held_locks_at_end == 0.
+
+    def test_slow_transfers_given_up_free_everything(self):
+        # No retry: every deferred insert gives up, and frees its pages,
+        # rolls back its backup and releases its locks -- nothing stays held.
+        for mode in ((), ("--deterministic",)):
+            with self.subTest(mode=mode):
+                s = self.run_policy("write_through", *SLOW, "--defer-retries", "0", *mode,
+                                    daemon_flags=SLOW_DAEMON)
+                self.assertGreater(s["deferred_inserts"], 10)
+                self.assertEqual(s["deferred_gave_up"], s["deferred_inserts"])
+                self.assertEqual(s["deferred_then_completed"], 0)
+                self.assertEqual(s["held_pages_at_end"], 0)
+                self.assertEqual(s["held_locks_at_end"], 0)
 
     def test_deferred_inserts_given_up_free_everything(self):
         s = self.run_policy("write_through", "--backup-lag", "4", "--defer-retries", "0")

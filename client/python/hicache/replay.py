@@ -27,14 +27,46 @@ before the forward and one after it in the common case:
     it), release the locks, free the pages the tree did not take and the
     output reserve.
 
-A deferred insert (a backup in flight conflicts; Complete changed nothing)
-is retried: first every lagging layer_stored is sent, then Complete is
-called again after the backup stream's next event or a backoff (0.2 ms,
-doubling), at most --defer-retries times. If it is still deferred the
-request gives up: its backup is rolled back, its pages freed and its locks
-released -- no page is ever left held. The summary counts deferred inserts,
-retries and give-ups, and the pages and locks the session still holds at the
-end (held_pages_at_end, held_locks_at_end: both 0 unless something leaked).
+A deferred insert (Complete answers `deferred`: a backup in flight -- the
+previous turn's, or one the daemon started itself -- blocks the node the
+insert must split; the tree is unchanged and the item's pages, locks and
+backup are still the session's) must be handled as a real scheduler must:
+either retry the same item once the blocking backup has settled (committed
+or rolled back), or give the request up -- roll back its backup, free its
+pages, release its locks. What it must never do is drop the item: a
+deferred item still holds its pages, locks and backup, until the session
+ends. This replay retries: as
+the forward is over, every lagging layer_stored is sent first (a scheduler
+that holds acks back must release them, or the backup it waits for can never
+commit); then Complete is called again after the backup stream's next event
+or a backoff (0.2 ms, doubling up to 50 ms; --deterministic: after the
+backups have settled, see below), at most --defer-retries times. If it is
+still deferred the request gives up as above. The summary counts deferred
+inserts, retries and give-ups, and the pages and locks the session still
+holds at the end (held_pages_at_end, held_locks_at_end: both 0 unless
+something leaked).
+
+Backups complete asynchronously, so by default two runs can differ: whether
+a backup has committed when the next call arrives decides hits, deferrals,
+what eviction may take. --deterministic removes the timing: before every
+call that changes the cache (Admit, LoadBack, Allocate, BackupPrepare,
+Complete and each retry) and at the end, the replay waits until every backup
+in flight in the daemon has settled, except those that wait for the replay
+itself -- the request's own, not yet attached by Complete, and those whose
+layer_stored --backup-lag still holds back. Lagging layer_stored are sent in
+a fixed order (oldest first, once N newer backups were prepared, or all of
+them at a deferred insert); the wait before the next call then waits for
+them, so with a lag the wait happens as soon as they are sent. The daemon's
+state at every call then depends only on the workload (conversations:
+seeded by --seed) and the options: two runs against fresh daemons started
+alike give identical counts (hits, backups, loads, evictions, deferrals);
+latencies still vary and include the waits. The wait reads the daemon's
+Stats (backups started, committed, rolled back: the daemon's own
+write-through and write-back backups too, which no stream announces), woken
+early by the backup stream's events, so a deterministic run needs the
+daemon to itself. A backup that does not settle within --settle-timeout (a failed
+copy, another client's) is counted in settle_timeouts; such a run is not
+deterministic.
 
 Reports L1 and L1+L2 hit rates (per block for a trace, a request's walk
 stopping at its first block missing from both tiers; per token for
@@ -45,6 +77,7 @@ RPC, and a hit-rate table over trace time.
     python3 -m hicache.replay --socket /tmp/hicached.sock --trace trace.jsonl
     python3 -m hicache.replay --socket /tmp/hicached.sock --conversations 64 \\
         --requests 2000 --json
+    python3 -m hicache.replay --conversations 64 --deterministic --backup-lag 8
 """
 
 import argparse
@@ -155,7 +188,7 @@ def conversation_requests(count, conversations, turns, system_tokens, user_token
 
 class Replayer:
     def __init__(self, client, session, page_size, num_steps, write_policy,
-                 backup_lag=0, defer_retries=8):
+                 backup_lag=0, defer_retries=8, deterministic=False, settle_timeout=10.0):
         self.client = client
         self.session = session
         # Opened at the first backup: a stream that is open costs every call
@@ -168,6 +201,13 @@ class Replayer:
         self.backup_lag = backup_lag
         self.defer_retries = defer_retries
         self.lagging = deque()  # Backup ids whose layers are not stored yet.
+        # Backups prepared (by Admit or on the stream) that no Complete has
+        # attached yet: they cannot settle before it.
+        self.unattached = set()
+        self.deterministic = deterministic
+        self.settle_timeout = settle_timeout
+        self.settle_slack = 0  # Backups that never settled (see settle()).
+        self.settle_wait = []  # Seconds, per settle() that had to wait.
         self.latency = defaultdict(list)  # RPC -> seconds
         self.request_latency = []  # Seconds, whole request.
         self.units = self.l1_units = self.l12_units = 0
@@ -192,9 +232,52 @@ class Replayer:
             stream.layers_stored([self.lagging.popleft()], self.steps)
 
     def flush(self):
-        """Stores the layers of every lagging backup."""
+        """Stores the layers of every lagging backup, oldest first."""
         while self.lagging:
             self.stream.layers_stored([self.lagging.popleft()], self.steps)
+
+    def _dead(self, backup):
+        """The daemon rolled `backup` back (not attached, or dropped by a
+        deferred insert) or the replay did: nothing of it is awaited any
+        more, and its layers are not sent."""
+        self.unattached.discard(backup)
+        try:
+            self.lagging.remove(backup)
+        except ValueError:
+            pass
+
+    def settle(self):
+        """--deterministic: waits until every backup in flight in the daemon
+        has settled (committed or rolled back) except those that wait for
+        this replay itself -- prepared but not yet attached by a Complete,
+        or whose layer_stored --backup-lag still holds back -- so that the
+        next call meets a state that depends only on the calls before it.
+        The daemon's Stats count every backup started, committed and rolled
+        back (its own write-through and write-back backups included, which
+        no stream announces); the backup stream's events wake the wait
+        early. A backup that does not settle within --settle-timeout (a
+        failed copy, another client's backup) is counted in settle_timeouts
+        and tolerated from then on: such a run is not deterministic."""
+        if not self.deterministic:
+            return
+        waits_for_us = len(self.unattached.union(self.lagging)) + self.settle_slack
+        start = time.monotonic()
+        pause, waited = 0.0001, False
+        while True:
+            stats = self.client.stats()
+            in_flight = (stats.backups_started - stats.backups_committed
+                         - stats.backups_rolled_back)
+            if in_flight <= waits_for_us:
+                break
+            if time.monotonic() - start > self.settle_timeout:
+                self.counts["settle_timeouts"] += 1
+                self.settle_slack += in_flight - waits_for_us
+                break
+            self._wait(pause)
+            pause = min(pause * 2, 0.005)
+            waited = True
+        if waited:
+            self.settle_wait.append(time.monotonic() - start)
 
     def _wait(self, seconds):
         """The stream's next event, or `seconds`."""
@@ -206,6 +289,7 @@ class Replayer:
     def run_request(self, request):
         clock = time.perf_counter
         latency = self.latency
+        self.settle()  # Not part of the request's latency.
         start = clock()
         try:
             (admitted,) = self.session.admit([AdmitItem(request.tokens, request.reserve)])
@@ -222,6 +306,8 @@ class Replayer:
         page = self.page
         handles = [admitted.lock_handle] if admitted.lock_handle else []
         backup = admitted.backup_id
+        if backup:
+            self.unattached.add(backup)
         if admitted.load:
             pages, own, backup, cached = self._load(request, admitted, handles)
             if pages is None:
@@ -258,6 +344,7 @@ class Replayer:
         page = self.page
         input_tokens = len(request.tokens) // 4
         extend = max(0, input_tokens - admitted.device_tokens - admitted.host_hit_tokens)
+        self.settle()
         start = clock()
         load = self.session.load_back(request.tokens, extend_tokens=extend + request.reserve)
         self.latency["LoadBack"].append(clock() - start)
@@ -269,6 +356,7 @@ class Replayer:
         need = -(-(input_tokens + request.reserve) // page) - reuse
         fresh = []
         if need > 0:
+            self.settle()
             start = clock()
             try:
                 fresh = self.session.allocate(num_pages=need)
@@ -288,28 +376,44 @@ class Replayer:
         # backup could attach to either, so none is prepared.
         loaded = load.ok and load.loaded_tokens > 0
         if self.write_through and new_input > 0 and loaded:
+            self.settle()
             start = clock()
             (backup,) = self.backup_stream().prepare([(fresh[:-(-new_input // page)],
                                                         new_input)])
             self.latency["BackupPrepare"].append(clock() - start)
+            if backup:
+                self.unattached.add(backup)
         return load.pages[:reuse] + fresh, fresh, backup, cached
+
+    def _completed(self, item, result):
+        """Complete answered (not deferred): the backup is attached, or the
+        daemon rolled it back."""
+        if item.backup_id:
+            if result.backup_attached:
+                self.counts["backups_attached"] += 1
+                self.unattached.discard(item.backup_id)
+            else:
+                self._dead(item.backup_id)
 
     def _complete(self, item, own):
         clock = time.perf_counter
         latency = self.latency["Complete"]
+        self.settle()
         start = clock()
         (result,) = self.session.complete([item])
         latency.append(clock() - start)
         if not result.deferred:
-            if result.backup_attached:
-                self.counts["backups_attached"] += 1
+            self._completed(item, result)
             return
         self.counts["deferred_inserts"] += 1
         self.flush()  # The forward is over: every layer of it is stored.
         wait = 0.0002
         for _ in range(self.defer_retries):
-            self._wait(wait)
-            wait = min(wait * 2, 0.05)
+            if self.deterministic:
+                self.settle()  # Every backup but this request's own has ended.
+            else:
+                self._wait(wait)
+                wait = min(wait * 2, 0.05)
             self.counts["defer_retries"] += 1
             start = clock()
             try:
@@ -322,14 +426,14 @@ class Replayer:
                 # insert: complete without it (its pages are simply not
                 # backed up).
                 self.counts["deferred_backup_dropped"] += 1
+                self._dead(item.backup_id)
                 item.backup_id = 0
                 (result,) = self.session.complete([item])
             finally:
                 latency.append(clock() - start)
             if not result.deferred:
                 self.counts["deferred_then_completed"] += 1
-                if result.backup_attached:
-                    self.counts["backups_attached"] += 1
+                self._completed(item, result)
                 return
         self._give_up(item, own)
 
@@ -356,6 +460,8 @@ class Replayer:
         if item.backup_id and not rolled_back:
             # Its copies were done, but it may still hold host pages.
             self.backup_stream().rollback(item.backup_id)
+        if item.backup_id:
+            self._dead(item.backup_id)
         if item.lock_handles:
             self.session.unlock(handles=item.lock_handles)
 
@@ -383,11 +489,17 @@ def main(argv=None):
                         help="conversations: Zipf exponent of the conversation choice")
     parser.add_argument("--rate", type=float, default=20.0,
                         help="conversations: requests per second of trace time")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=1,
+                        help="conversations: seed of the workload (the only randomness)")
     parser.add_argument("--backup-lag", type=int, default=0,
                         help="store each backup's layers N requests later (copies in flight)")
     parser.add_argument("--defer-retries", type=int, default=8,
                         help="retries of a deferred insert before the request gives up")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="before every call, wait until the backups in flight settled "
+                             "(see above): two runs give the same counts")
+    parser.add_argument("--settle-timeout", type=float, default=10.0,
+                        help="--deterministic: longest wait for backups to settle (s)")
     parser.add_argument("--speed", type=float, default=0.0,
                         help="time scale (1 = real time, 2 = twice as fast); 0 = as fast as possible")
     parser.add_argument("--window-s", type=float, default=60.0, help="hit-rate table window")
@@ -414,7 +526,7 @@ def main(argv=None):
         with client.session("hicache-replay", lease_ms=60000) as session:
             replay = Replayer(client, session, layout.geometry.page_size_tokens,
                               layout.num_steps, write_policy, args.backup_lag,
-                              args.defer_retries)
+                              args.defer_retries, args.deterministic, args.settle_timeout)
             try:
                 windows = []
                 start_wall = time.time()
@@ -433,6 +545,7 @@ def main(argv=None):
                                                          replay.l12_units)
                     replay.run_request(request)
                 replay.flush()
+                replay.settle()  # --deterministic: every backup has ended.
                 if window_start is not None:
                     windows.append(_window(replay, client, window_start, mark, layout))
                 held = client.stats()  # Before the session closes: what it still holds.
@@ -443,6 +556,10 @@ def main(argv=None):
     summary = {
         "workload": "mooncake" if args.trace else "conversations",
         "write_policy": write_policy,
+        "deterministic": args.deterministic,
+        "seed": args.seed if not args.trace else None,
+        "backup_lag": args.backup_lag,
+        "defer_retries_max": args.defer_retries,
         "requests": count,
         "unit": unit,
         "blocks" if unit == "block" else "tokens": replay.units,
@@ -461,6 +578,7 @@ def main(argv=None):
         "deferred_gave_up": replay.counts["deferred_gave_up"],
         "deferred_backup_dropped": replay.counts["deferred_backup_dropped"],
         "stream_errors": replay.stream.error_count if replay.stream else 0,
+        "settle_timeouts": replay.counts["settle_timeouts"],
         "held_pages_at_end": held.session_pages,
         "held_locks_at_end": held.session_locks,
         "pages_after_close": after.session_pages,
@@ -469,6 +587,8 @@ def main(argv=None):
         "request_latency_us": _latency(replay.request_latency),
         "latency_us": {name: _latency(v) for name, v in sorted(replay.latency.items())},
     }
+    if args.deterministic:
+        summary["settle_wait_us"] = _latency(replay.settle_wait)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
@@ -506,7 +626,8 @@ def _window(replay, client, window_start, mark, layout):
 
 def _print_summary(s, windows):
     units = s.get("blocks", s.get("tokens"))
-    print(f"{s['workload']} ({s['write_policy']}): requests {s['requests']}, "
+    mode = ", deterministic" if s["deterministic"] else ""
+    print(f"{s['workload']} ({s['write_policy']}{mode}): requests {s['requests']}, "
           f"{s['unit']}s {units}")
     print(f"L1 hit rate     {100 * s['l1_hit_rate']:.2f}%")
     print(f"L1+L2 hit rate  {100 * s['l1_l2_hit_rate']:.2f}%")
@@ -517,6 +638,10 @@ def _print_summary(s, windows):
     print(f"deferred inserts {s['deferred_inserts']} (completed on retry "
           f"{s['deferred_then_completed']}, gave up {s['deferred_gave_up']}); held at the "
           f"end: {s['held_pages_at_end']} pages, {s['held_locks_at_end']} locks")
+    if s["deterministic"]:
+        w = s["settle_wait_us"]
+        print(f"waited for backups to settle {w['count']} times (p50 {w['p50']:.1f} us, "
+              f"p99 {w['p99']:.1f} us); timeouts {s['settle_timeouts']}")
     r = s["request_latency_us"]
     print(f"request latency (us): p50 {r['p50']:.1f}, p99 {r['p99']:.1f}, "
           f"mean {r['mean']:.1f} over {r['count']} requests")
