@@ -48,9 +48,8 @@ struct CacheBoundResult {
   int64_t total_blocks = 0;
   // hit_blocks / total_blocks (0 for an empty trace).
   double rate() const {
-    return total_blocks == 0
-               ? 0.0
-               : static_cast<double>(hit_blocks) / total_blocks;
+    return total_blocks == 0 ? 0.0
+                             : static_cast<double>(hit_blocks) / total_blocks;
   }
 };
 

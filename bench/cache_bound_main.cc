@@ -2,7 +2,7 @@
 // per capacity the LRU rate and the Belady-with-bypass bound, and the
 // infinite-cache rate, all in blocks.
 //
-//   bazel run --config=opt //bench:cache_bound -- \
+//   bazel run --config=opt //bench:cache_bound --
 //       --trace=PATH --capacities=6000,12000,18000 [--json]
 //
 // The default trace is ../shared/traces/synthetic_trace.jsonl next to the
@@ -81,10 +81,9 @@ int Run() {
   if (absl::GetFlag(FLAGS_json)) {
     std::vector<std::string> rows;
     for (size_t i = 0; i < capacities.size(); ++i) {
-      rows.push_back(absl::StrCat("{\"capacity\": ", capacities[i],
-                                  ", \"lru\": ", JsonResult(lru[i]),
-                                  ", \"belady\": ", JsonResult(belady[i]),
-                                  "}"));
+      rows.push_back(absl::StrCat(
+          "{\"capacity\": ", capacities[i], ", \"lru\": ", JsonResult(lru[i]),
+          ", \"belady\": ", JsonResult(belady[i]), "}"));
     }
     std::printf(
         "%s\n",
