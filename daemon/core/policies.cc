@@ -65,6 +65,8 @@ absl::string_view PolicyName(EvictionPolicy policy) {
       return "priority";
     case EvictionPolicy::kSlru:
       return "slru";
+    case EvictionPolicy::kTinyLfu:
+      return "tinylfu";
   }
   return "unknown";
 }

@@ -28,18 +28,24 @@ enum class EvictionPolicy {
   kPriority,  // Lowest priority first, then least recently accessed.
   kSlru,      // Segmented LRU: nodes hit once (probation) before nodes hit
               // again (protected segment); LRU inside each segment.
+  kTinyLfu,   // Window TinyLFU across the tiers: the device tier is an LRU
+              // window; the host tier keeps what a frequency sketch of recent
+              // accesses (misses included) saw at least twice before what it
+              // saw once, LRU inside each; under write_back a device victim
+              // is demoted to the host tier only if that would not displace
+              // a more frequent host node (admission). docs/eviction.md.
 };
 
 // Every value, in declaration order (tests, help texts).
 inline constexpr std::array<WritePolicy, 3> kWritePolicies = {
     WritePolicy::kWriteThrough, WritePolicy::kWriteThroughSelective,
     WritePolicy::kWriteBack};
-inline constexpr std::array<EvictionPolicy, 5> kEvictionPolicies = {
-    EvictionPolicy::kLru, EvictionPolicy::kLfu, EvictionPolicy::kFifo,
-    EvictionPolicy::kPriority, EvictionPolicy::kSlru};
+inline constexpr std::array<EvictionPolicy, 6> kEvictionPolicies = {
+    EvictionPolicy::kLru,      EvictionPolicy::kLfu,  EvictionPolicy::kFifo,
+    EvictionPolicy::kPriority, EvictionPolicy::kSlru, EvictionPolicy::kTinyLfu};
 
 // The flag name: "write_through", "write_through_selective", "write_back";
-// "lru", "lfu", "fifo", "priority", "slru". These are also what GetStats
+// "lru", "lfu", "fifo", "priority", "slru", "tinylfu". These are also what GetStats
 // reports. "unknown" for a value outside the enum.
 absl::string_view PolicyName(WritePolicy policy);
 absl::string_view PolicyName(EvictionPolicy policy);

@@ -449,10 +449,14 @@ absl::StatusOr<LoadResult> HiCacheEngine::LoadBack(
   // Protect the host copies before anything can evict.
   for (const auto& [node, count] : slices) (void)tree_->AddHostRef(node);
   // Exactly the recorded owners; owner-lane-targeted eviction on shortage;
-  // never a plain allocation.
+  // never a plain allocation. Under write-back the allocation may wait (mu_
+  // released) for the victims it writes back -- else it would evict other,
+  // uncopied nodes in their place. What this call read before is safe to
+  // use after: the chain's host copies carry host references (never
+  // evicted, dropped or split meanwhile) and the device hit is locked.
   const uint64_t op_id = next_op_++;
   absl::StatusOr<std::vector<LogicalPage>> pages =
-      AllocateLocked(owners, -1, PageHolder::Load(op_id), /*may_wait=*/false);
+      AllocateLocked(owners, -1, PageHolder::Load(op_id), /*may_wait=*/true);
   if (!pages.ok()) {
     for (const auto& [node, count] : slices) (void)tree_->ReleaseHostRef(node);
     (void)tree_->Unlock(parent);

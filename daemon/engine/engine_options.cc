@@ -52,7 +52,10 @@ RadixTreeOptions RadixTreeOptionsFrom(const EngineOptions& options) {
           .policy = options.eviction_policy,
           .write_through_threshold = report_threshold,
           .clock = options.clock,
-          .reserve_tokens = 0};
+          .reserve_tokens = 0,
+          .sketch_pages = (options.device_pages_per_rank +
+                           options.host_pages_per_rank) *
+                          options.cp_size};
 }
 
 }  // namespace hicache

@@ -85,6 +85,14 @@ struct EngineStats {
   int64_t backups_skipped_no_host = 0;
   int64_t fallback_backups = 0;  // All-layer backups after the forward.
   int64_t write_back_backups = 0;
+  // Write-back victims refused by admission (removed, not demoted).
+  int64_t write_back_rejected = 0;
+  // Device eviction victims moved to the host tier, and removed (unbacked;
+  // their host-only descendants go with them).
+  int64_t device_victims_to_host = 0;
+  int64_t device_victims_removed = 0;
+  // Redundant host copies of device nodes dropped for host room.
+  int64_t host_copies_dropped = 0;
   int64_t loads_started = 0;
   int64_t loads_done = 0;
   int64_t load_misses = 0;

@@ -66,8 +66,19 @@ uint64_t HiCacheEngine::StartBackupOfNodeLocked(NodeId node,
   return id;
 }
 
+void HiCacheEngine::ReleaseHostRefsLocked(absl::Span<const NodeId> held) {
+  for (NodeId node : held) {
+    // The node may be gone (its host copy evicted after release elsewhere
+    // cannot happen before this; a removal needs host_ref == 0).
+    if (absl::Status s = tree_->ReleaseHostRef(node); !s.ok()) {
+      spdlog::error("write-back: releasing the host reference of node {}: {}",
+                    node, s);
+    }
+  }
+}
+
 std::vector<uint64_t> HiCacheEngine::StageWriteBackLocked(
-    absl::Span<const int64_t> need) {
+    absl::Span<const int64_t> need, std::vector<NodeId>* held) {
   std::vector<uint64_t> staged;
   std::vector<int64_t> covered(layout_.cp_size(), 0);
   auto short_lane = [&] {
@@ -76,12 +87,23 @@ std::vector<uint64_t> HiCacheEngine::StageWriteBackLocked(
     }
     return false;
   };
+  // Admission: a victim is demoted only if it would not displace a more
+  // frequent host node; computed once for the batch.
+  const int host_victim_class = tree_->HostVictimClass(/*redundant_first=*/true);
   for (NodeId node : tree_->DeviceEvictionOrder(1 << 20)) {
     if (!short_lane()) break;
     absl::StatusOr<NodeInfo> info = tree_->Inspect(node);
     if (!info.ok()) continue;
     for (LogicalPage p : info->device_pages) ++covered[layout_.LaneOf(p)];
-    if (info->tier != NodeTier::kDevice) continue;  // Already backed.
+    if (info->tier == NodeTier::kBoth) {  // Already backed: keep it so.
+      if (tree_->AddHostRef(node).ok()) held->push_back(node);
+      continue;
+    }
+    if (!info->pending_backup && !HostHasRoomLocked(info->device_pages) &&
+        !tree_->AdmitToHost(node, host_victim_class)) {
+      ++stats_.write_back_rejected;  // Evicted without a copy.
+      continue;
+    }
     if (info->pending_backup) {
       // In flight already (write-through or an earlier write-back): wait
       // for that one too.
@@ -99,6 +121,16 @@ std::vector<uint64_t> HiCacheEngine::StageWriteBackLocked(
     }
   }
   return staged;
+}
+
+bool HiCacheEngine::HostHasRoomLocked(
+    absl::Span<const LogicalPage> pages) const {
+  std::vector<int64_t> need(layout_.cp_size(), 0);
+  for (LogicalPage p : pages) ++need[layout_.LaneOf(p)];
+  for (Rank r = 0; r < layout_.cp_size(); ++r) {
+    if (need[r] > host_[r]->free_pages()) return false;
+  }
+  return true;
 }
 
 void HiCacheEngine::AwaitOpsLocked(absl::Span<const uint64_t> ops) {

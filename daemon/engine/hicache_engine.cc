@@ -178,16 +178,22 @@ DeviceEvictResult HiCacheEngine::EvictDeviceTargetsLocked(
                   [](int64_t t) { return t <= 0; })) {
     return DeviceEvictResult{};
   }
+  std::vector<NodeId> held;
   if (options_.write_policy == WritePolicy::kWriteBack) {
-    const std::vector<uint64_t> staged = StageWriteBackLocked(target);
+    const std::vector<uint64_t> staged = StageWriteBackLocked(target, &held);
     if (may_wait) AwaitOpsLocked(staged);
   }
-  return ApplyDeviceEvictionLocked(tree_->EvictDevice(target));
+  DeviceEvictResult result =
+      ApplyDeviceEvictionLocked(tree_->EvictDevice(target));
+  ReleaseHostRefsLocked(held);
+  return result;
 }
 
 DeviceEvictResult HiCacheEngine::ApplyDeviceEvictionLocked(
     DeviceEvictResult result) {
   ++stats_.device_eviction_steps;
+  stats_.device_victims_to_host += result.nodes_to_host;
+  stats_.device_victims_removed += result.nodes_removed;
   int64_t freed = 0;
   for (const auto& lane : result.freed_pages) {
     ledger_.Remove(lane);
@@ -220,7 +226,12 @@ int64_t HiCacheEngine::EvictHostTargetsLocked(
     return 0;
   }
   ++stats_.host_eviction_steps;
-  HostEvictResult result = tree_->EvictHost(target);
+  // Under write-back a device node's host copy is redundant (its eviction
+  // writes it back): such copies go first, so the tiers hold as much
+  // distinct KV as they can (exclusive tiering).
+  HostEvictResult result = tree_->EvictHost(
+      target, options_.write_policy == WritePolicy::kWriteBack);
+  stats_.host_copies_dropped += result.nodes_dropped;
   int64_t freed = 0;
   for (Rank r = 0; r < layout_.cp_size(); ++r) {
     freed += result.freed_host_pages[r].size();
@@ -261,13 +272,15 @@ absl::StatusOr<std::vector<LogicalPage>> HiCacheEngine::AllocateLocked(
   if (any_lanes >= 0) {
     const int64_t missing =
         any_lanes - device_->available() + l1_free_room_ * layout_.cp_size();
+    std::vector<NodeId> held;
     if (options_.write_policy == WritePolicy::kWriteBack) {
       std::vector<int64_t> all(layout_.cp_size(), missing);
-      const std::vector<uint64_t> staged = StageWriteBackLocked(all);
+      const std::vector<uint64_t> staged = StageWriteBackLocked(all, &held);
       if (may_wait) AwaitOpsLocked(staged);
     }
     evicted = ApplyDeviceEvictionLocked(
         tree_->EvictDeviceTokens(missing * layout_.page_size()));
+    ReleaseHostRefsLocked(held);
   } else {
     std::vector<int64_t> need(layout_.cp_size(), 0);
     for (Rank owner : owners) ++need[owner];

@@ -287,7 +287,20 @@ class HiCacheEngine : public TransferListener {
   // eviction order, until they cover `need` per lane; returns the ops
   // (started now or already in flight). Their device pages stay allocated
   // until the copies complete and a later eviction moves the nodes to host.
-  std::vector<uint64_t> StageWriteBackLocked(absl::Span<const int64_t> need)
+  // A victim that would need host room taken from a more frequent host
+  // node is not staged (RadixTree::AdmitToHost): it is evicted uncopied.
+  // Victims that already have a host copy get a host reference (appended to
+  // `held`), so that no host eviction drops that copy before the device
+  // eviction that relies on it; the caller releases them after it
+  // (ReleaseHostRefsLocked).
+  std::vector<uint64_t> StageWriteBackLocked(absl::Span<const int64_t> need,
+                                             std::vector<NodeId>* held)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseHostRefsLocked(absl::Span<const NodeId> held)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether every rank has free host pages for its share of `pages` (their
+  // owner lanes) without evicting anything.
+  bool HostHasRoomLocked(absl::Span<const LogicalPage> pages) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits (mu_ released) until each op has committed, failed or ended, or
   // options_.write_back_wait has passed.

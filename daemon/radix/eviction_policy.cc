@@ -2,8 +2,14 @@
 
 namespace hicache {
 
+int FrequencyClass(uint32_t frequency) { return frequency >= 2 ? 1 : 0; }
+
+bool UsesFrequencySketch(EvictionPolicy policy) {
+  return policy == EvictionPolicy::kTinyLfu;
+}
+
 EvictionKey MakeEvictionKey(EvictionPolicy policy, const EvictionFacts& facts,
-                            uint64_t tiebreak) {
+                            uint64_t tiebreak, EvictionTier tier) {
   switch (policy) {
     case EvictionPolicy::kLru:
       return {facts.last_access_ns, 0, tiebreak};
@@ -15,6 +21,11 @@ EvictionKey MakeEvictionKey(EvictionPolicy policy, const EvictionFacts& facts,
       return {facts.priority, facts.last_access_ns, tiebreak};
     case EvictionPolicy::kSlru:
       return {facts.hit_count >= 2 ? 1 : 0, facts.last_access_ns, tiebreak};
+    case EvictionPolicy::kTinyLfu:
+      if (tier == EvictionTier::kDevice) {
+        return {facts.last_access_ns, 0, tiebreak};
+      }
+      return {FrequencyClass(facts.frequency), facts.last_access_ns, tiebreak};
   }
   return {0, 0, tiebreak};
 }

@@ -16,13 +16,32 @@ struct EvictionFacts {
   int64_t created_ns = 0;
   uint32_t hit_count = 0;
   int32_t priority = 0;
+  // Accesses of the node's first page in the frequency sketch's window
+  // (misses included, so a node evicted and seen again keeps its history);
+  // 0 when the tree keeps no sketch.
+  uint32_t frequency = 0;
 };
+
+// Which tier a victim leaves: the device tier (to the host tier or gone) or
+// the host tier (gone).
+enum class EvictionTier { kDevice, kHost };
 
 using EvictionKey = std::tuple<int64_t, int64_t, uint64_t>;
 
-// The sort key of a node under `policy`; `tiebreak` (the node id) makes the
-// order total and deterministic.
+// The sort key of a node under `policy` in `tier`; `tiebreak` (the node id)
+// makes the order total and deterministic. Only kTinyLfu orders the tiers
+// differently: LRU on device (the recency window), then on host the nodes
+// seen at most once in the sketch's window before those seen again, LRU
+// inside each class.
 EvictionKey MakeEvictionKey(EvictionPolicy policy, const EvictionFacts& facts,
-                            uint64_t tiebreak);
+                            uint64_t tiebreak,
+                            EvictionTier tier = EvictionTier::kDevice);
+
+// kTinyLfu's frequency class of a node: 0 (seen at most once: probation) or
+// 1 (seen again: protected). Also what write-back admission compares.
+int FrequencyClass(uint32_t frequency);
+
+// Whether `policy` needs the tree's frequency sketch.
+bool UsesFrequencySketch(EvictionPolicy policy);
 
 }  // namespace hicache

@@ -33,6 +33,9 @@ struct Node {
   int64_t created_ns = 0;
   int64_t pin_expiry_ns = 0;  // 0 = not pinned.
   int64_t pin_ttl_ns = 0;
+  // Content key of the node's first page (PageKeys), for the frequency
+  // sketch; 0 when the tree keeps no sketch.
+  uint64_t first_key = 0;
 
   int64_t len() const { return length; }
   bool on_device() const { return !device_pages.empty(); }

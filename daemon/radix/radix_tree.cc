@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -30,6 +31,10 @@ RadixTree::RadixTree(const RadixTreeOptions& options)
       page_shift_(static_cast<uint32_t>(__builtin_ctz(options.page_size))),
       tokens_(options.page_size, options.reserve_tokens) {
   if (options_.clock == nullptr) options_.clock = Clock::Real();
+  if (UsesFrequencySketch(options_.policy)) {
+    sketch_ = std::make_unique<FrequencySketch>(FrequencySketch::Options{
+        .expected_keys = std::max<int64_t>(options_.sketch_pages, 1 << 16)});
+  }
 }
 
 RadixTree::~RadixTree() {
@@ -219,6 +224,7 @@ Node* RadixTree::Split(Node* node, int64_t at) {
   head->created_ns = node->created_ns;
   head->pin_expiry_ns = node->pin_expiry_ns;
   head->pin_ttl_ns = node->pin_ttl_ns;
+  head->first_key = node->first_key;  // The tail's is set by the caller.
   if (node->on_device()) {
     const int64_t pages = at >> page_shift_;
     head->device_pages.assign(node->device_pages.begin(),
@@ -247,6 +253,13 @@ absl::StatusOr<MatchResult> RadixTree::MatchPrefix(
   result.last_device_node = node->id;
   const int64_t now = options.record_hit ? NowNs() : 0;
   const int64_t page = options_.page_size;
+  // A recorded query is one access of each of its pages, hit or not (so a
+  // page evicted and asked for again keeps its history).
+  std::optional<PageKeys> keys;
+  if (sketch_ != nullptr && options.record_hit) {
+    keys.emplace(ns, tokens, options_.page_size);
+    for (int64_t i = 0; i < keys->size(); ++i) sketch_->Increment(keys->At(i));
+  }
   int64_t pos = 0;
   bool on_device = true;
   while (pos < static_cast<int64_t>(tokens.size())) {
@@ -270,7 +283,9 @@ absl::StatusOr<MatchResult> RadixTree::MatchPrefix(
       if (child->pending != nullptr) {
         result.tail_blocked = true;
       } else if (options.split_at_hit && child->host_ref == 0) {
+        Node* tail = child;
         child = Split(child, hit);  // `hit` is a page boundary inside it.
+        if (keys) tail->first_key = keys->At((pos + hit) / page);
       }
     }
     if (device) {
@@ -285,6 +300,7 @@ absl::StatusOr<MatchResult> RadixTree::MatchPrefix(
       result.host_hit_len += hit;
       result.last_host_node = child->id;
     }
+    if (keys) child->first_key = keys->At(pos / page);
     if (options.record_hit) {
       child->last_access_ns = now;
       ++child->hit_count;
@@ -341,6 +357,28 @@ absl::StatusOr<InsertResult> RadixTree::InsertImpl(
     result.uncached_pages.assign(pages.begin() + first_uncached, pages.end());
   };
 
+  // Content keys of the key's pages, for nodes this insert creates or
+  // splits (only with a sketch; computed on first use).
+  std::optional<PageKeys> keys;
+  auto key_at = [&](int64_t token) -> uint64_t {
+    if (sketch_ == nullptr) return 0;
+    if (!keys) keys.emplace(*root->ns, key, options_.page_size);
+    return keys->At(token / page);
+  };
+  auto split = [&](Node* child, int64_t start, int64_t at) {
+    Node* head = Split(child, at);
+    child->first_key = key_at(start + at);  // `child` is the tail now.
+    return head;
+  };
+  auto new_leaf = [&](Node* parent, int64_t start, int64_t to) {
+    Node* leaf = NewNode(
+        parent, std::vector<int32_t>(key.begin() + start, key.begin() + to));
+    leaf->priority = options.priority;
+    leaf->first_key = key_at(start);
+    SetDevicePages(leaf, caller_pages(start, to));
+    return leaf;
+  };
+
   Node* node = root;
   result.node = root->id;
   int64_t pos = 0;
@@ -353,13 +391,7 @@ absl::StatusOr<InsertResult> RadixTree::InsertImpl(
 
     // No page in common with any child: a new leaf holds the rest.
     if (child == nullptr || (common < page && common < child->len())) {
-      if (!dry_run) {
-        Node* leaf =
-            NewNode(node, std::vector<int32_t>(rest.begin(), rest.end()));
-        leaf->priority = options.priority;
-        SetDevicePages(leaf, caller_pages(pos, total));
-        result.node = leaf->id;
-      }
+      if (!dry_run) result.node = new_leaf(node, pos, total)->id;
       finish(total);
       return result;
     }
@@ -389,13 +421,7 @@ absl::StatusOr<InsertResult> RadixTree::InsertImpl(
         if (aligned == 0) {
           // The tail starts at this page boundary: the key continues in a
           // sibling leaf beside it (never touching the tail).
-          if (!dry_run) {
-            Node* leaf =
-                NewNode(node, std::vector<int32_t>(rest.begin(), rest.end()));
-            leaf->priority = options.priority;
-            SetDevicePages(leaf, caller_pages(pos, total));
-            result.node = leaf->id;
-          }
+          if (!dry_run) result.node = new_leaf(node, pos, total)->id;
           finish(total);
           return result;
         }
@@ -415,7 +441,7 @@ absl::StatusOr<InsertResult> RadixTree::InsertImpl(
         }
         // Split at the tail's page boundary: the head is covered below and
         // the next pass puts the rest beside the tail.
-        child = Split(child, aligned);
+        child = split(child, pos, aligned);
         common = aligned;
       } else if (dry_run) {
         if (aligned == 0) {
@@ -447,7 +473,7 @@ absl::StatusOr<InsertResult> RadixTree::InsertImpl(
         finish(pos);
         return result;
       }
-      if (!dry_run) child = Split(child, at);
+      if (!dry_run) child = split(child, pos, at);
       common = at;
     }
 

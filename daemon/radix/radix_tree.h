@@ -16,6 +16,8 @@
 #include "daemon/layout/cp_layout.h"
 #include "daemon/radix/cp_host_meta.h"
 #include "daemon/radix/eviction_policy.h"
+#include "daemon/radix/frequency_sketch.h"
+#include "daemon/radix/page_keys.h"
 #include "daemon/radix/radix_node.h"
 #include "daemon/radix/token_store.h"
 
@@ -37,6 +39,10 @@ struct RadixTreeOptions {
   // Token storage mapped and pre-faulted at creation (see TokenStore); the
   // daemon passes its pool capacity in tokens. 0 = grow on demand.
   int64_t reserve_tokens = 0;
+  // Distinct pages the frequency sketch is sized for (the pools' logical
+  // capacity: device plus host pages of every lane); used only by a policy
+  // that needs it (UsesFrequencySketch), and then at least 65,536.
+  int64_t sketch_pages = 0;
 };
 
 struct MatchOptions {
@@ -102,6 +108,8 @@ struct DeviceEvictResult {
 struct HostEvictResult {
   std::vector<std::vector<int64_t>> freed_host_pages;  // Per rank.
   int64_t nodes_removed = 0;
+  int64_t nodes_dropped = 0;  // Redundant host copies dropped (still on
+                              // device).
 };
 
 enum class NodeTier { kDevice, kHost, kBoth };
@@ -226,15 +234,37 @@ class RadixTree {
   // host-only; unbacked ones are removed.
   DeviceEvictResult EvictDevice(
       absl::Span<const int64_t> pages_needed_per_lane);
-  // The device leaves eviction would take now, in policy order (read-only).
+  // The device nodes eviction would take now, in policy order, if it took
+  // them all: leaves, and each parent once its last device child is taken
+  // (read-only; write-back stages its copies in this order).
   std::vector<NodeId> DeviceEvictionOrder(int64_t max_nodes) const;
   // Evicts until `tokens` device tokens are freed, any lanes.
   DeviceEvictResult EvictDeviceTokens(int64_t tokens);
   // Removes host-only, unprotected, unpinned leaves in policy order until
   // each rank has freed host_pages_needed_per_rank[rank] host pages. A parent
   // becomes eligible once its last child is gone.
-  HostEvictResult EvictHost(
-      absl::Span<const int64_t> host_pages_needed_per_rank);
+  //
+  // With redundant_first (exclusive tiering under write-back), host copies
+  // of nodes that are also on device -- redundant while the device copy
+  // lives -- are dropped first, most recently used first (its device copy
+  // will stay longest; not loaded or otherwise host-referenced, not pinned);
+  // the node stays on device and a later device eviction writes it back. They count in nodes_dropped, not nodes_removed.
+  HostEvictResult EvictHost(absl::Span<const int64_t> host_pages_needed_per_rank,
+                            bool redundant_first = false);
+
+  // Write-back admission: whether the device victim `node` may take host
+  // room from what EvictHost would evict next (redundant copies first when
+  // redundant_first). True when the node's frequency class is at least that
+  // of the host tier's first victim, when nothing on the host tier can be
+  // evicted by that order, or when the node has host-only children (dropping
+  // it would drop them too). Always true for a policy without a sketch.
+  // Compute once per batch with HostVictimClass() and pass it in.
+  bool AdmitToHost(NodeId node, int host_victim_class) const;
+  // FrequencyClass of the host tier's first victim; -1 when a redundant copy
+  // can be dropped (redundant_first), INT_MAX when nothing is evictable.
+  int HostVictimClass(bool redundant_first) const;
+  // The sketch's estimate for a node (0 without a sketch or unknown node).
+  uint32_t Frequency(NodeId node) const;
 
   // The namespace of a live node (its root's name); NOT_FOUND otherwise.
   // O(depth), no copy of the node's pages or tokens.
@@ -291,6 +321,10 @@ class RadixTree {
                      std::vector<std::vector<int64_t>>* freed_host_pages);
   bool DeviceEvictable(const Node* node) const;
   bool HostEvictable(const Node* node, int64_t now) const;
+  // A host copy of a node that is also on device, droppable now.
+  bool HostRedundant(const Node* node, int64_t now) const;
+  EvictionFacts FactsOf(const Node* node) const;
+  EvictionKey KeyOf(const Node* node, EvictionTier tier) const;
   absl::StatusOr<InsertResult> InsertImpl(Node* root,
                                           absl::Span<const int32_t> key,
                                           absl::Span<const LogicalPage> pages,
@@ -313,6 +347,8 @@ class RadixTree {
   int64_t protected_tokens_ = 0;
   int64_t host_tokens_ = 0;
   int64_t pending_backups_ = 0;
+  // Accesses of recent queries' pages (UsesFrequencySketch policies only).
+  std::unique_ptr<FrequencySketch> sketch_;
 };
 
 }  // namespace hicache

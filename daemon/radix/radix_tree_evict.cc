@@ -1,6 +1,7 @@
 // RadixTree: eviction, backups and load-back.
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <queue>
 #include <tuple>
 #include <utility>
@@ -74,34 +75,88 @@ struct Candidate {
 using CandidateHeap =
     std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>>;
 
-EvictionFacts FactsOf(const Node* node) {
-  return EvictionFacts{node->last_access_ns, node->created_ns, node->hit_count,
-                       node->priority};
-}
-
 }  // namespace
 
+EvictionFacts RadixTree::FactsOf(const Node* node) const {
+  EvictionFacts facts{node->last_access_ns, node->created_ns, node->hit_count,
+                      node->priority};
+  if (sketch_ != nullptr) {
+    facts.frequency = static_cast<uint32_t>(sketch_->Estimate(node->first_key));
+  }
+  return facts;
+}
+
+EvictionKey RadixTree::KeyOf(const Node* node, EvictionTier tier) const {
+  return MakeEvictionKey(options_.policy, FactsOf(node), node->id, tier);
+}
+
+bool RadixTree::HostRedundant(const Node* node, int64_t now) const {
+  return !node->is_root() && node->on_device() && node->host != nullptr &&
+         node->host_ref == 0 && node->pin_expiry_ns <= now;
+}
+
+uint32_t RadixTree::Frequency(NodeId id) const {
+  const Node* node = Find(id);
+  return node == nullptr ? 0 : FactsOf(node).frequency;
+}
+
+int RadixTree::HostVictimClass(bool redundant_first) const {
+  const int64_t now = NowNs();
+  int lowest = std::numeric_limits<int>::max();
+  std::vector<const Node*> stack;
+  for (const auto& [name, root] : roots_) stack.push_back(root.get());
+  while (!stack.empty()) {
+    const Node* node = stack.back();
+    stack.pop_back();
+    if (redundant_first && HostRedundant(node, now)) return -1;
+    if (HostEvictable(node, now)) {
+      lowest = std::min(lowest, FrequencyClass(FactsOf(node).frequency));
+    }
+    for (const auto& [token, child] : node->children) stack.push_back(child);
+  }
+  return lowest;
+}
+
+bool RadixTree::AdmitToHost(NodeId id, int host_victim_class) const {
+  const Node* node = Find(id);
+  if (node == nullptr || sketch_ == nullptr) return true;
+  if (!node->children.empty()) return true;  // Host-only children need it.
+  return FrequencyClass(FactsOf(node).frequency) >= host_victim_class ||
+         host_victim_class == std::numeric_limits<int>::max();
+}
+
 std::vector<NodeId> RadixTree::DeviceEvictionOrder(int64_t max_nodes) const {
-  std::vector<std::pair<EvictionKey, NodeId>> leaves;
+  // EvictDevice's first phase, simulated: leaves in policy order, and a
+  // parent joins once its last device child has been taken.
+  absl::flat_hash_map<const Node*, int64_t> device_children;
+  std::priority_queue<std::pair<EvictionKey, const Node*>,
+                      std::vector<std::pair<EvictionKey, const Node*>>,
+                      std::greater<>>
+      heap;
   std::vector<const Node*> stack;
   for (const auto& [name, root] : roots_) stack.push_back(root.get());
   while (!stack.empty()) {
     const Node* node = stack.back();
     stack.pop_back();
     if (DeviceEvictable(node)) {
-      leaves.push_back(
-          {MakeEvictionKey(options_.policy, FactsOf(node), node->id),
-           node->id});
+      heap.push({KeyOf(node, EvictionTier::kDevice), node});
     }
     for (const auto& [token, child] : node->children) {
-      if (child->on_device()) stack.push_back(child);
+      if (!child->on_device()) continue;
+      ++device_children[node];
+      stack.push_back(child);
     }
   }
-  std::sort(leaves.begin(), leaves.end());
   std::vector<NodeId> order;
-  for (size_t i = 0; i < leaves.size() && static_cast<int64_t>(i) < max_nodes;
-       ++i) {
-    order.push_back(leaves[i].second);
+  while (!heap.empty() && static_cast<int64_t>(order.size()) < max_nodes) {
+    const Node* node = heap.top().second;
+    heap.pop();
+    order.push_back(node->id);
+    const Node* parent = node->parent;
+    if (--device_children[parent] == 0 && !parent->is_root() &&
+        parent->lock_ref == 0 && parent->pending == nullptr) {
+      heap.push({KeyOf(parent, EvictionTier::kDevice), parent});
+    }
   }
   return order;
 }
@@ -163,7 +218,7 @@ DeviceEvictResult RadixTree::EvictDeviceImpl(absl::Span<const int64_t> per_lane,
     return false;
   };
   auto key_of = [&](const Node* node) {
-    return MakeEvictionKey(options_.policy, FactsOf(node), node->id);
+    return KeyOf(node, EvictionTier::kDevice);
   };
   if (satisfied()) return result;
 
@@ -281,7 +336,8 @@ DeviceEvictResult RadixTree::EvictDeviceImpl(absl::Span<const int64_t> per_lane,
 }
 
 HostEvictResult RadixTree::EvictHost(
-    absl::Span<const int64_t> host_pages_needed_per_rank) {
+    absl::Span<const int64_t> host_pages_needed_per_rank,
+    bool redundant_first) {
   const uint32_t ranks = options_.cp_size;
   HostEvictResult result;
   result.freed_host_pages.resize(ranks);
@@ -301,36 +357,52 @@ HostEvictResult RadixTree::EvictHost(
   if (satisfied()) return result;
   const int64_t now = NowNs();
   CandidateHeap heap;
+  CandidateHeap redundant;  // Device nodes' host copies, MRU first.
   std::vector<Node*> stack;
   for (auto& [name, root] : roots_) stack.push_back(root.get());
   while (!stack.empty()) {
     Node* node = stack.back();
     stack.pop_back();
     if (HostEvictable(node, now)) {
-      heap.push(
-          {MakeEvictionKey(options_.policy, FactsOf(node), node->id), node});
+      heap.push({KeyOf(node, EvictionTier::kHost), node});
+    } else if (redundant_first && HostRedundant(node, now)) {
+      // Most recently used first: its device copy stays longest.
+      redundant.push({{-node->last_access_ns, 0, node->id}, node});
     }
     for (auto& [token, child] : node->children) stack.push_back(child);
+  }
+  auto helps = [&](const Node* node) {
+    for (Rank r = 0; r < ranks; ++r) {
+      if (short_rank(r) && !node->host->host_pages(r).empty()) return true;
+    }
+    return false;
+  };
+  auto take_host_pages = [&](const Node* node) {
+    for (Rank r = 0; r < ranks; ++r) {
+      const auto& pages = node->host->host_pages(r);
+      result.freed_host_pages[r].insert(result.freed_host_pages[r].end(),
+                                        pages.begin(), pages.end());
+    }
+  };
+  while (!redundant.empty() && !satisfied()) {
+    Node* node = redundant.top().node;
+    redundant.pop();
+    if (!helps(node)) continue;
+    take_host_pages(node);
+    host_tokens_ -= node->len();
+    node->host.reset();
+    ++result.nodes_dropped;
   }
   while (!heap.empty() && !satisfied()) {
     Node* victim = heap.top().node;
     heap.pop();
-    bool helps = false;
-    for (Rank r = 0; r < ranks; ++r) {
-      helps |= short_rank(r) && !victim->host->host_pages(r).empty();
-    }
-    if (!helps) continue;
+    if (!helps(victim)) continue;
     Node* parent = victim->parent;
-    for (Rank r = 0; r < ranks; ++r) {
-      const auto& pages = victim->host->host_pages(r);
-      result.freed_host_pages[r].insert(result.freed_host_pages[r].end(),
-                                        pages.begin(), pages.end());
-    }
+    take_host_pages(victim);
     RemoveLeaf(victim);
     ++result.nodes_removed;
     if (HostEvictable(parent, now)) {
-      heap.push({MakeEvictionKey(options_.policy, FactsOf(parent), parent->id),
-                 parent});
+      heap.push({KeyOf(parent, EvictionTier::kHost), parent});
     }
   }
   return result;

@@ -23,7 +23,7 @@ TEST(PoliciesTest, NamesAreTheFlagValues) {
   }
   EXPECT_THAT(write, ElementsAre("write_through", "write_through_selective",
                                  "write_back"));
-  EXPECT_THAT(eviction, ElementsAre("lru", "lfu", "fifo", "priority", "slru"));
+  EXPECT_THAT(eviction, ElementsAre("lru", "lfu", "fifo", "priority", "slru", "tinylfu"));
   EXPECT_EQ(PolicyName(static_cast<WritePolicy>(99)), "unknown");
   EXPECT_EQ(PolicyName(static_cast<EvictionPolicy>(99)), "unknown");
 }
@@ -47,8 +47,8 @@ TEST(PoliciesTest, UnknownNamesListTheValidOnes) {
   absl::StatusOr<EvictionPolicy> eviction = ParsePolicy<EvictionPolicy>("LRU");
   EXPECT_EQ(eviction.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(eviction.status().message(),
-            "unknown eviction policy 'LRU'; expected lru, lfu, fifo, priority "
-            "or slru");
+            "unknown eviction policy 'LRU'; expected lru, lfu, fifo, priority, "
+            "slru or tinylfu");
   EXPECT_FALSE(ParsePolicy<WritePolicy>("").ok());
 }
 
