@@ -36,6 +36,11 @@ struct Node {
   // Content key of the node's first page (PageKeys), for the frequency
   // sketch; 0 when the tree keeps no sketch.
   uint64_t first_key = 0;
+  // The sketch's estimate for first_key when last read, and the sketch's
+  // aging count then (eviction reads these instead of the sketch: no random
+  // memory access per candidate).
+  uint32_t frequency = 0;
+  int64_t frequency_epoch = 0;
 
   int64_t len() const { return length; }
   bool on_device() const { return !device_pages.empty(); }

@@ -225,6 +225,8 @@ Node* RadixTree::Split(Node* node, int64_t at) {
   head->pin_expiry_ns = node->pin_expiry_ns;
   head->pin_ttl_ns = node->pin_ttl_ns;
   head->first_key = node->first_key;  // The tail's is set by the caller.
+  head->frequency = node->frequency;
+  head->frequency_epoch = node->frequency_epoch;
   if (node->on_device()) {
     const int64_t pages = at >> page_shift_;
     head->device_pages.assign(node->device_pages.begin(),
@@ -253,12 +255,14 @@ absl::StatusOr<MatchResult> RadixTree::MatchPrefix(
   result.last_device_node = node->id;
   const int64_t now = options.record_hit ? NowNs() : 0;
   const int64_t page = options_.page_size;
-  // A recorded query is one access of each of its pages, hit or not (so a
-  // page evicted and asked for again keeps its history).
+  // A recorded query is one access of the first page of every node it hits
+  // and of the first page past its hit, which is where the insert that
+  // follows a miss starts its node (so a node evicted and asked for again
+  // keeps its history). Keys are read only at node starts: counting these
+  // pages, not every page, keeps the sketch off the hot path's profile.
   std::optional<PageKeys> keys;
   if (sketch_ != nullptr && options.record_hit) {
     keys.emplace(ns, tokens, options_.page_size);
-    for (int64_t i = 0; i < keys->size(); ++i) sketch_->Increment(keys->At(i));
   }
   int64_t pos = 0;
   bool on_device = true;
@@ -285,7 +289,7 @@ absl::StatusOr<MatchResult> RadixTree::MatchPrefix(
       } else if (options.split_at_hit && child->host_ref == 0) {
         Node* tail = child;
         child = Split(child, hit);  // `hit` is a page boundary inside it.
-        if (keys) tail->first_key = keys->At((pos + hit) / page);
+        if (keys) SetFirstKey(tail, keys->At((pos + hit) / page));
       }
     }
     if (device) {
@@ -300,7 +304,10 @@ absl::StatusOr<MatchResult> RadixTree::MatchPrefix(
       result.host_hit_len += hit;
       result.last_host_node = child->id;
     }
-    if (keys) child->first_key = keys->At(pos / page);
+    if (keys) {
+      sketch_->Increment(keys->At(pos / page));
+      SetFirstKey(child, keys->At(pos / page));
+    }
     if (options.record_hit) {
       child->last_access_ns = now;
       ++child->hit_count;
@@ -311,9 +318,15 @@ absl::StatusOr<MatchResult> RadixTree::MatchPrefix(
         result.write_through_candidates.push_back(child->id);
       }
     }
-    if (hit < child->len()) break;
+    if (hit < child->len()) {
+      pos += hit;
+      break;
+    }
     pos += hit;
     node = child;
+  }
+  if (keys && pos < static_cast<int64_t>(tokens.size())) {
+    sketch_->Increment(keys->At(pos / page));
   }
   return result;
 }
@@ -367,14 +380,14 @@ absl::StatusOr<InsertResult> RadixTree::InsertImpl(
   };
   auto split = [&](Node* child, int64_t start, int64_t at) {
     Node* head = Split(child, at);
-    child->first_key = key_at(start + at);  // `child` is the tail now.
+    if (sketch_ != nullptr) SetFirstKey(child, key_at(start + at));  // Tail.
     return head;
   };
   auto new_leaf = [&](Node* parent, int64_t start, int64_t to) {
     Node* leaf = NewNode(
         parent, std::vector<int32_t>(key.begin() + start, key.begin() + to));
     leaf->priority = options.priority;
-    leaf->first_key = key_at(start);
+    if (sketch_ != nullptr) SetFirstKey(leaf, key_at(start));
     SetDevicePages(leaf, caller_pages(start, to));
     return leaf;
   };

@@ -324,6 +324,9 @@ class RadixTree {
   // A host copy of a node that is also on device, droppable now.
   bool HostRedundant(const Node* node, int64_t now) const;
   EvictionFacts FactsOf(const Node* node) const;
+  // Sets node->first_key and reads its frequency from the sketch (no-op
+  // without a sketch).
+  void SetFirstKey(Node* node, uint64_t key);
   EvictionKey KeyOf(const Node* node, EvictionTier tier) const;
   absl::StatusOr<InsertResult> InsertImpl(Node* root,
                                           absl::Span<const int32_t> key,

@@ -77,11 +77,21 @@ using CandidateHeap =
 
 }  // namespace
 
+void RadixTree::SetFirstKey(Node* node, uint64_t key) {
+  if (sketch_ == nullptr) return;
+  node->first_key = key;
+  node->frequency = static_cast<uint32_t>(sketch_->Estimate(key));
+  node->frequency_epoch = sketch_->agings();
+}
+
 EvictionFacts RadixTree::FactsOf(const Node* node) const {
   EvictionFacts facts{node->last_access_ns, node->created_ns, node->hit_count,
                       node->priority};
   if (sketch_ != nullptr) {
-    facts.frequency = static_cast<uint32_t>(sketch_->Estimate(node->first_key));
+    // The estimate when last read, halved for every aging since (as the
+    // sketch's counters were).
+    const int64_t agings = sketch_->agings() - node->frequency_epoch;
+    facts.frequency = agings >= 32 ? 0 : node->frequency >> agings;
   }
   return facts;
 }

@@ -1,0 +1,161 @@
+#include "bench/replay_lib.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <utility>
+
+#include "daemon/core/daemon_config.h"
+#include "daemon/engine/engine_options.h"
+#include "daemon/engine/hicache_engine.h"
+#include "daemon/transfer/faulty_transfer_engine.h"
+
+namespace hicache {
+namespace {
+
+double Percentile(std::vector<double>& samples, double q) {
+  if (samples.empty()) return 0;
+  std::sort(samples.begin(), samples.end());
+  return samples[std::min(samples.size() - 1,
+                          static_cast<size_t>(q * samples.size()))];
+}
+
+}  // namespace
+
+absl::StatusOr<ReplayOutcome> ReplayTrace(
+    const std::vector<TraceRequest>& trace, const ReplayConfig& config) {
+  const int64_t block = config.block_tokens;
+  const uint32_t page = config.page_size;
+  if (block <= 0 || block % page != 0) {
+    return absl::InvalidArgumentError(
+        "block_tokens must be a positive multiple of the page size");
+  }
+  const int64_t pages_per_block = block / page;
+  // The daemon's configuration of this replay, converted as hicached does.
+  DaemonConfig daemon;
+  daemon.page_size = page;
+  daemon.cp_size = 1;
+  daemon.kv_preset = "micro";
+  daemon.device_pages_per_rank = 1 + config.l1_blocks * pages_per_block;
+  daemon.host_pages_per_rank = config.l2_blocks * pages_per_block;
+  daemon.write_policy = config.write_policy;
+  daemon.write_through_threshold = config.write_through_threshold;
+  daemon.eviction_policy = config.eviction_policy;
+  daemon.transfer_workers = 1;
+  if (absl::Status valid = daemon.Validate(); !valid.ok()) return valid;
+  EngineOptions options = EngineOptionsFrom(daemon);
+  FaultyTransferEngine* slow = nullptr;
+  if (config.slow_backups_for > 0) {
+    options.wrap_transfer = [&slow](TransferListener* listener,
+                                    const TransferEngineFactory& backend) {
+      auto engine = std::make_unique<FaultyTransferEngine>(listener, backend);
+      engine->HoldWhen([](const TransferSite& site) {
+        return site.direction == TransferDirection::kDeviceToHost;
+      });
+      slow = engine.get();
+      return engine;
+    };
+  }
+  auto created = HiCacheEngine::Create(options);
+  if (!created.ok()) return created.status();
+  HiCacheEngine& e = **created;
+  ReplayOutcome out;
+  std::vector<double> latencies;
+  latencies.reserve(trace.size());
+  std::vector<int32_t> tokens;
+  const auto start = std::chrono::steady_clock::now();
+  for (const TraceRequest& request : trace) {
+    const auto request_start = std::chrono::steady_clock::now();
+    ++out.requests;
+    if (slow != nullptr && out.requests % config.slow_backups_for == 0) {
+      slow->ReleaseHeld();
+    }
+    TraceTokensInto(request, block, &tokens);
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    absl::StatusOr<LoadResult> load = e.LoadBack("", tokens);
+    if (!load.ok()) return load.status();
+    int64_t loaded = load->loaded_len;
+    if (load->op_id != 0) {
+      absl::StatusOr<bool> done;
+      while ((done = e.LoadDone(load->op_id)).ok() && !*done) {
+        e.WaitForTransfers();
+      }
+      if (!done.ok()) loaded = 0;  // A failed load is a miss.
+    }
+    out.blocks += static_cast<int64_t>(request.hash_ids.size());
+    out.l1_hit_blocks += load->device_len / block;
+    out.l12_hit_blocks += (load->device_len + loaded) / block;
+    const int64_t reuse = (load->device_len + loaded) / page;
+    std::vector<LogicalPage> pages(load->pages.begin(),
+                                   load->pages.begin() + reuse);
+    const int64_t need = (n + page - 1) / page - reuse;
+    absl::StatusOr<std::vector<LogicalPage>> fresh =
+        need > 0 ? e.Allocate(need) : std::vector<LogicalPage>{};
+    if (!fresh.ok()) {
+      ++out.failed_allocations;
+    } else {
+      pages.insert(pages.end(), fresh->begin(), fresh->end());
+      uint64_t op = 0;
+      if (need > 0 && config.write_policy == WritePolicy::kWriteThrough) {
+        auto ops = e.PrepareBackups({BackupSpec{*fresh, n - reuse * page}});
+        if (ops.ok() && (*ops)[0] != 0) {
+          op = (*ops)[0];
+          if (absl::Status s = e.StoreAllLayers(op); !s.ok()) return s;
+        }
+      }
+      absl::StatusOr<InsertResult> inserted = e.Insert("", tokens, pages);
+      if (!inserted.ok()) return inserted.status();
+      if (inserted->deferred) ++out.deferred_inserts;
+      // Deferred: wait for the conflicting backup to settle, then retry.
+      for (int retry = 0; inserted->deferred && retry < config.defer_retries;
+           ++retry) {
+        e.WaitForTransfers();
+        inserted = e.Insert("", tokens, pages);
+        if (!inserted.ok()) return inserted.status();
+        if (!inserted->deferred) ++out.deferred_retried;
+      }
+      if (inserted->deferred) {
+        // Give up: the backup goes, and so do the pages this request took.
+        ++out.deferred_gave_up;
+        if (op != 0) {
+          if (absl::Status s = e.RollbackBackup(op); !s.ok()) return s;
+        }
+        if (absl::Status s = e.Free(*fresh); !s.ok()) return s;
+      } else {
+        if (op != 0) {
+          if (absl::Status s = e.AttachBackup(op, inserted->node); !s.ok()) {
+            if (absl::Status r = e.RollbackBackup(op); !r.ok()) return r;
+          }
+        }
+        for (const auto* list :
+             {&inserted->duplicate_pages, &inserted->uncached_pages,
+              &inserted->released_pages}) {
+          if (list->empty()) continue;
+          if (absl::Status s = e.Free(*list); !s.ok()) return s;
+        }
+      }
+    }
+    if (load->op_id != 0) {
+      if (absl::Status s = e.FinishLoad(load->op_id); !s.ok()) return s;
+    } else if (absl::Status s = e.Unlock(load->node); !s.ok()) {
+      return s;
+    }
+    if (config.deterministic && slow == nullptr) e.WaitForTransfers();
+    latencies.push_back(std::chrono::duration<double, std::micro>(
+                            std::chrono::steady_clock::now() - request_start)
+                            .count());
+  }
+  if (slow != nullptr) slow->ReleaseHeld();
+  e.WaitForTransfers();
+  out.seconds = std::chrono::duration<double>(
+                    std::chrono::steady_clock::now() - start)
+                    .count();
+  out.request_p50_us = Percentile(latencies, 0.5);
+  out.request_p99_us = Percentile(latencies, 0.99);
+  out.stats = e.Stats();
+  out.leaked_pages = e.AllRequestPages();
+  if (absl::Status s = e.CheckInvariants(); !s.ok()) return s;
+  return out;
+}
+
+}  // namespace hicache

@@ -1,0 +1,71 @@
+#pragma once
+
+// In-process replay of a Mooncake-format trace through a HiCacheEngine, as a
+// scheduler drives it: load-back (match + host hits), allocate and "compute"
+// the rest, back up per layer (write_through), insert and attach, release.
+// Reports per block: L1 hit rate and L1+L2 hit rate (a request's walk stops
+// at its first block missing from both tiers).
+//
+// A deferred insert (a backup still in flight conflicts with it) is handled
+// as a real scheduler must: wait until the conflicting backup settles, then
+// insert again (up to `defer_retries` times); if it is still deferred, roll
+// the request's backup back and free the pages it allocated -- nothing it
+// holds is ever leaked. `leaked_pages` checks this at the end.
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "bench/mooncake_trace.h"
+#include "daemon/core/policies.h"
+#include "daemon/engine/engine_types.h"
+
+namespace hicache {
+
+struct ReplayConfig {
+  int64_t block_tokens = 512;  // Tokens per hash id.
+  int64_t l1_blocks = 6000;    // Device (L1) capacity in blocks.
+  int64_t l2_blocks = 12000;   // Host (L2) capacity in blocks.
+  uint32_t page_size = 64;
+  WritePolicy write_policy = WritePolicy::kWriteBack;
+  EvictionPolicy eviction_policy = EvictionPolicy::kTinyLfu;
+  uint32_t write_through_threshold = 2;
+  // Every backup settles (commits or rolls back) before the next request,
+  // so the figures depend on the trace and configuration only: two runs
+  // give identical numbers. Off: copies run on the transfer threads while
+  // later requests proceed, as in a daemon.
+  bool deterministic = true;
+  int defer_retries = 1;
+  // Test seam, "slow transfers": backup copy completions are held back and
+  // released only every `slow_backups_for` requests (and when a deferred
+  // insert waits), so backups stay in flight across requests. 0: off.
+  int64_t slow_backups_for = 0;
+};
+
+struct ReplayOutcome {
+  int64_t requests = 0;
+  int64_t blocks = 0;
+  int64_t l1_hit_blocks = 0;
+  int64_t l12_hit_blocks = 0;
+  int64_t deferred_inserts = 0;   // Inserts that came back deferred.
+  int64_t deferred_retried = 0;   // ... and then succeeded on a retry.
+  int64_t deferred_gave_up = 0;   // ... and were given up (pages freed).
+  int64_t failed_allocations = 0; // Requests that could not allocate.
+  int64_t leaked_pages = 0;       // Request pages still held at the end.
+  EngineStats stats;
+  double seconds = 0;
+  double request_p50_us = 0;  // Wall time of one request's engine calls.
+  double request_p99_us = 0;
+
+  double l1_rate() const { return blocks ? 1.0 * l1_hit_blocks / blocks : 0; }
+  double l12_rate() const {
+    return blocks ? 1.0 * l12_hit_blocks / blocks : 0;
+  }
+};
+
+// Replays `trace` on a fresh engine; also checks the engine's invariants at
+// the end (INTERNAL if they fail).
+absl::StatusOr<ReplayOutcome> ReplayTrace(
+    const std::vector<TraceRequest>& trace, const ReplayConfig& config);
+
+}  // namespace hicache
