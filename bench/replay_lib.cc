@@ -49,9 +49,6 @@ absl::StatusOr<ReplayOutcome> ReplayTrace(
     options.wrap_transfer = [&slow](TransferListener* listener,
                                     const TransferEngineFactory& backend) {
       auto engine = std::make_unique<FaultyTransferEngine>(listener, backend);
-      engine->HoldWhen([](const TransferSite& site) {
-        return site.direction == TransferDirection::kDeviceToHost;
-      });
       slow = engine.get();
       return engine;
     };
@@ -59,6 +56,20 @@ absl::StatusOr<ReplayOutcome> ReplayTrace(
   auto created = HiCacheEngine::Create(options);
   if (!created.ok()) return created.status();
   HiCacheEngine& e = **created;
+  auto hold_backups = [&slow] {
+    slow->HoldWhen([](const TransferSite& site) {
+      return site.direction == TransferDirection::kDeviceToHost;
+    });
+  };
+  if (slow != nullptr) hold_backups();
+  // Waits until every copy has completed: time passes for held backups too.
+  auto settle = [&] {
+    if (slow == nullptr) return e.WaitForTransfers();
+    slow->HoldWhen(nullptr);
+    slow->ReleaseHeld();
+    e.WaitForTransfers();
+    hold_backups();
+  };
   ReplayOutcome out;
   std::vector<double> latencies;
   latencies.reserve(trace.size());
@@ -77,9 +88,7 @@ absl::StatusOr<ReplayOutcome> ReplayTrace(
     int64_t loaded = load->loaded_len;
     if (load->op_id != 0) {
       absl::StatusOr<bool> done;
-      while ((done = e.LoadDone(load->op_id)).ok() && !*done) {
-        e.WaitForTransfers();
-      }
+      while ((done = e.LoadDone(load->op_id)).ok() && !*done) settle();
       if (!done.ok()) loaded = 0;  // A failed load is a miss.
     }
     out.blocks += static_cast<int64_t>(request.hash_ids.size());
@@ -109,7 +118,7 @@ absl::StatusOr<ReplayOutcome> ReplayTrace(
       // Deferred: wait for the conflicting backup to settle, then retry.
       for (int retry = 0; inserted->deferred && retry < config.defer_retries;
            ++retry) {
-        e.WaitForTransfers();
+        settle();
         inserted = e.Insert("", tokens, pages);
         if (!inserted.ok()) return inserted.status();
         if (!inserted->deferred) ++out.deferred_retried;
@@ -145,8 +154,7 @@ absl::StatusOr<ReplayOutcome> ReplayTrace(
                             std::chrono::steady_clock::now() - request_start)
                             .count());
   }
-  if (slow != nullptr) slow->ReleaseHeld();
-  e.WaitForTransfers();
+  settle();
   out.seconds = std::chrono::duration<double>(
                     std::chrono::steady_clock::now() - start)
                     .count();

@@ -91,8 +91,10 @@ struct DaemonConfig {
   // default's pools at a few MB.
   std::string kv_preset = "tiny";
   // Engine policies, parsed once from their flags (core/policies.h).
-  NamedPolicy<EvictionPolicy> eviction_policy = EvictionPolicy::kLru;
-  NamedPolicy<WritePolicy> write_policy = WritePolicy::kWriteThroughSelective;
+  // The best measured pair (docs/eviction.md): exclusive tiers with
+  // write-back demotion, TinyLFU on the host tier.
+  NamedPolicy<EvictionPolicy> eviction_policy = EvictionPolicy::kTinyLfu;
+  NamedPolicy<WritePolicy> write_policy = WritePolicy::kWriteBack;
   // Hits before a node is written through (write_through_selective).
   uint32_t write_through_threshold = 2;
   // Loads of fewer tokens are reported as misses (not worth a transfer).

@@ -2,6 +2,8 @@
 // at a hit and write-back of eviction victims, both asynchronous and attached
 // at once -- as opposed to the per-layer backups a scheduler prepares for a
 // forward pass (engine_ops.cc).
+#include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -88,20 +90,29 @@ std::vector<uint64_t> HiCacheEngine::StageWriteBackLocked(
     return false;
   };
   // Admission: a victim is demoted only if it would not displace a more
-  // frequent host node; computed once for the batch.
-  const int host_victim_class = tree_->HostVictimClass(/*redundant_first=*/true);
-  for (NodeId node : tree_->DeviceEvictionOrder(1 << 20)) {
+  // frequent host node; read once for the batch, and only when a victim
+  // does not fit the free host pages.
+  std::optional<int> host_victim_class;
+  std::vector<int64_t> host_free(layout_.cp_size());
+  for (Rank r = 0; r < layout_.cp_size(); ++r) {
+    host_free[r] = host_[r]->free_pages();
+  }
+  // Victims of other lanes come in between: list up to every lane's need
+  // times the lanes.
+  int64_t total_need = 0;
+  for (int64_t n : need) total_need += std::max<int64_t>(n, 0);
+  std::vector<NodeId> to_copy;
+  std::vector<int64_t> host_need(layout_.cp_size(), 0);
+  for (NodeId node : tree_->DeviceEvictionOrder(
+           1 << 20, total_need * static_cast<int64_t>(layout_.cp_size()))) {
     if (!short_lane()) break;
     absl::StatusOr<NodeInfo> info = tree_->Inspect(node);
     if (!info.ok()) continue;
-    for (LogicalPage p : info->device_pages) ++covered[layout_.LaneOf(p)];
+    std::vector<int64_t> pages(layout_.cp_size(), 0);
+    for (LogicalPage p : info->device_pages) ++pages[layout_.LaneOf(p)];
+    for (Rank l = 0; l < layout_.cp_size(); ++l) covered[l] += pages[l];
     if (info->tier == NodeTier::kBoth) {  // Already backed: keep it so.
       if (tree_->AddHostRef(node).ok()) held->push_back(node);
-      continue;
-    }
-    if (!info->pending_backup && !HostHasRoomLocked(info->device_pages) &&
-        !tree_->AdmitToHost(node, host_victim_class)) {
-      ++stats_.write_back_rejected;  // Evicted without a copy.
       continue;
     }
     if (info->pending_backup) {
@@ -115,22 +126,34 @@ std::vector<uint64_t> HiCacheEngine::StageWriteBackLocked(
       }
       continue;
     }
+    bool fits = true;
+    for (Rank r = 0; r < layout_.cp_size(); ++r) {
+      fits &= pages[r] <= host_free[r];
+    }
+    if (!fits) {
+      if (!host_victim_class) {
+        host_victim_class = tree_->HostVictimClass(/*redundant_first=*/true);
+      }
+      if (!tree_->AdmitToHost(node, *host_victim_class)) {
+        ++stats_.write_back_rejected;  // Evicted without a copy.
+        continue;
+      }
+    }
+    for (Rank r = 0; r < layout_.cp_size(); ++r) {
+      host_free[r] = std::max<int64_t>(0, host_free[r] - pages[r]);
+      host_need[r] += pages[r];
+    }
+    to_copy.push_back(node);
+  }
+  // One host eviction for the batch (each backup then finds its room).
+  EvictHostLocked(host_need);
+  for (NodeId node : to_copy) {
     if (const uint64_t id = StartBackupOfNodeLocked(node, /*write_back=*/true);
         id != 0) {
       staged.push_back(id);
     }
   }
   return staged;
-}
-
-bool HiCacheEngine::HostHasRoomLocked(
-    absl::Span<const LogicalPage> pages) const {
-  std::vector<int64_t> need(layout_.cp_size(), 0);
-  for (LogicalPage p : pages) ++need[layout_.LaneOf(p)];
-  for (Rank r = 0; r < layout_.cp_size(); ++r) {
-    if (need[r] > host_[r]->free_pages()) return false;
-  }
-  return true;
 }
 
 void HiCacheEngine::AwaitOpsLocked(absl::Span<const uint64_t> ops) {

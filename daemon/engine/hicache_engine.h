@@ -298,10 +298,6 @@ class HiCacheEngine : public TransferListener {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseHostRefsLocked(absl::Span<const NodeId> held)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether every rank has free host pages for its share of `pages` (their
-  // owner lanes) without evicting anything.
-  bool HostHasRoomLocked(absl::Span<const LogicalPage> pages) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits (mu_ released) until each op has committed, failed or ended, or
   // options_.write_back_wait has passed.
   void AwaitOpsLocked(absl::Span<const uint64_t> ops)

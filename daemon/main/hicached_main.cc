@@ -95,12 +95,23 @@ ABSL_FLAG(std::string, kv_preset, "tiny",
           "KV geometry: deepseek-v3.2, deepseek-v3.2-fp8, micro, tiny or "
           "tiny-draft.");
 ABSL_FLAG(hicache::EvictionPolicy, eviction_policy,
-          hicache::EvictionPolicy::kLru,
-          "Eviction order: lru, lfu, fifo, priority or slru.");
+          hicache::EvictionPolicy::kTinyLfu,
+          "Eviction order: lru, lfu, fifo, priority, slru or tinylfu. "
+          "tinylfu (default): the device tier is an LRU window; the host "
+          "tier keeps nodes a frequency sketch saw twice over nodes seen "
+          "once, and write-back admits a device victim only if it would not "
+          "displace a more frequent host node. Mooncake trace, L1 6000 + L2 "
+          "12000 blocks, write_back: tinylfu 57.9% L1+L2 hits (90.6% of the "
+          "offline bound), lru 54.9%, slru 55.1% (docs/eviction.md).");
 ABSL_FLAG(hicache::WritePolicy, write_policy,
-          hicache::WritePolicy::kWriteThroughSelective,
-          "When device KV is backed up: write_through, write_through_selective "
-          "or write_back.");
+          hicache::WritePolicy::kWriteBack,
+          "When device KV is copied to the host tier: write_through (every "
+          "new node, at once; the tiers overlap: 46.5% on the trace above "
+          "with lru), write_through_selective (at the --write_through_"
+          "threshold-th hit; 33.9%) or write_back (default: when evicted "
+          "from device; exclusive tiers, a host copy of a node back on device "
+          "is dropped first under host pressure; 54.9% with lru, 57.9% with "
+          "tinylfu).");
 ABSL_FLAG(uint32_t, default_lease_ms, 10000,
           "Session lease for clients that ask for none.");
 ABSL_FLAG(std::string, listen_tcp, "",

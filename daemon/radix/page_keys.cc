@@ -14,6 +14,11 @@ PageKeys::PageKeys(absl::string_view ns, absl::Span<const int32_t> tokens,
              page_size),
       seed_(XXH3_64bits(ns.data(), ns.size())) {}
 
+uint64_t PageKeys::Next(uint64_t previous, absl::Span<const int32_t> page) {
+  return XXH3_64bits_withSeed(page.data(), sizeof(int32_t) * page.size(),
+                              previous);
+}
+
 uint64_t PageKeys::At(int64_t page) {
   while (static_cast<int64_t>(keys_.size()) <= page) {
     const int64_t i = static_cast<int64_t>(keys_.size());
@@ -21,8 +26,7 @@ uint64_t PageKeys::At(int64_t page) {
     const int64_t count =
         std::min<int64_t>(page_size_, tokens_.size() - from);
     const uint64_t previous = keys_.empty() ? seed_ : keys_.back();
-    keys_.push_back(XXH3_64bits_withSeed(tokens_.data() + from,
-                                         sizeof(int32_t) * count, previous));
+    keys_.push_back(Next(previous, tokens_.subspan(from, count)));
   }
   return keys_[page];
 }

@@ -26,6 +26,8 @@ class PageKeys {
   int64_t size() const { return pages_; }
   // The key of page `page` (0 <= page < size()).
   uint64_t At(int64_t page);
+  // The key of a page with these tokens after a page keyed `previous`.
+  static uint64_t Next(uint64_t previous, absl::Span<const int32_t> page);
 
  private:
   absl::Span<const int32_t> tokens_;

@@ -251,7 +251,13 @@ absl::StatusOr<MatchResult> RadixTree::MatchPrefix(
     const MatchOptions& options) {
   MatchResult result;
   Node* node = Root(ns, /*create=*/false);
-  if (node == nullptr) return result;
+  if (node == nullptr) {
+    // A miss is an access too (the insert that follows starts here).
+    if (sketch_ != nullptr && options.record_hit && !tokens.empty()) {
+      sketch_->Increment(PageKeys(ns, tokens, options_.page_size).At(0));
+    }
+    return result;
+  }
   result.last_device_node = node->id;
   const int64_t now = options.record_hit ? NowNs() : 0;
   const int64_t page = options_.page_size;
@@ -289,7 +295,8 @@ absl::StatusOr<MatchResult> RadixTree::MatchPrefix(
       } else if (options.split_at_hit && child->host_ref == 0) {
         Node* tail = child;
         child = Split(child, hit);  // `hit` is a page boundary inside it.
-        if (keys) SetFirstKey(tail, keys->At((pos + hit) / page));
+        // The query matches the head: its page before the split keys it.
+        if (keys) KeySplitTail(tail, keys->At((pos + hit) / page - 1));
       }
     }
     if (device) {
@@ -304,10 +311,7 @@ absl::StatusOr<MatchResult> RadixTree::MatchPrefix(
       result.host_hit_len += hit;
       result.last_host_node = child->id;
     }
-    if (keys) {
-      sketch_->Increment(keys->At(pos / page));
-      SetFirstKey(child, keys->At(pos / page));
-    }
+    if (keys) RecordAccess(child, keys->At(pos / page));
     if (options.record_hit) {
       child->last_access_ns = now;
       ++child->hit_count;
@@ -380,7 +384,8 @@ absl::StatusOr<InsertResult> RadixTree::InsertImpl(
   };
   auto split = [&](Node* child, int64_t start, int64_t at) {
     Node* head = Split(child, at);
-    if (sketch_ != nullptr) SetFirstKey(child, key_at(start + at));  // Tail.
+    // `child` is the tail now; the key matches the head up to `at`.
+    if (sketch_ != nullptr) KeySplitTail(child, key_at(start + at - page));
     return head;
   };
   auto new_leaf = [&](Node* parent, int64_t start, int64_t to) {

@@ -84,6 +84,20 @@ void RadixTree::SetFirstKey(Node* node, uint64_t key) {
   node->frequency_epoch = sketch_->agings();
 }
 
+void RadixTree::RecordAccess(Node* node, uint64_t key) {
+  if (sketch_ == nullptr) return;
+  sketch_->Increment(key);
+  SetFirstKey(node, key);
+}
+
+void RadixTree::KeySplitTail(Node* tail, uint64_t head_last_key) {
+  if (sketch_ == nullptr) return;
+  const int64_t count = std::min<int64_t>(options_.page_size, tail->len());
+  SetFirstKey(tail, PageKeys::Next(head_last_key,
+                                   absl::MakeConstSpan(
+                                       tokens_.Data(tail->blocks[0]), count)));
+}
+
 EvictionFacts RadixTree::FactsOf(const Node* node) const {
   EvictionFacts facts{node->last_access_ns, node->created_ns, node->hit_count,
                       node->priority};
@@ -135,7 +149,8 @@ bool RadixTree::AdmitToHost(NodeId id, int host_victim_class) const {
          host_victim_class == std::numeric_limits<int>::max();
 }
 
-std::vector<NodeId> RadixTree::DeviceEvictionOrder(int64_t max_nodes) const {
+std::vector<NodeId> RadixTree::DeviceEvictionOrder(int64_t max_nodes,
+                                                   int64_t max_pages) const {
   // EvictDevice's first phase, simulated: leaves in policy order, and a
   // parent joins once its last device child has been taken.
   absl::flat_hash_map<const Node*, int64_t> device_children;
@@ -158,10 +173,13 @@ std::vector<NodeId> RadixTree::DeviceEvictionOrder(int64_t max_nodes) const {
     }
   }
   std::vector<NodeId> order;
-  while (!heap.empty() && static_cast<int64_t>(order.size()) < max_nodes) {
+  int64_t pages = 0;
+  while (!heap.empty() && static_cast<int64_t>(order.size()) < max_nodes &&
+         pages < max_pages) {
     const Node* node = heap.top().second;
     heap.pop();
     order.push_back(node->id);
+    pages += static_cast<int64_t>(node->device_pages.size());
     const Node* parent = node->parent;
     if (--device_children[parent] == 0 && !parent->is_root() &&
         parent->lock_ref == 0 && parent->pending == nullptr) {

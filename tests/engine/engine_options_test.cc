@@ -138,8 +138,8 @@ TEST(EngineOptionsTest, CarriesEveryConfigurationField) {
 TEST(EngineOptionsTest, DefaultsMatchTheDaemonsDefaults) {
   const DaemonConfig config;
   const EngineOptions o = EngineOptionsFrom(config);
-  EXPECT_EQ(o.write_policy, WritePolicy::kWriteThroughSelective);
-  EXPECT_EQ(o.eviction_policy, EvictionPolicy::kLru);
+  EXPECT_EQ(o.write_policy, WritePolicy::kWriteBack);
+  EXPECT_EQ(o.eviction_policy, EvictionPolicy::kTinyLfu);
   EXPECT_EQ(o.device_pages_per_rank, 4096);
   EXPECT_EQ(o.host_pages_per_rank, 16384);
   EXPECT_TRUE(o.served_ranks.empty());  // All ranks.

@@ -119,7 +119,7 @@ class ClientTest(unittest.TestCase):
 
     def test_admit_and_complete_one_round_trip_each(self):
         self.assertEqual(self.client.daemon_info().settings.write_policy,
-                         "write_through_selective")
+                         "write_back")
         tokens = list(range(2000, 2010))  # 10 tokens: 2 pages and a tail.
         with self.client.session("py-admit") as s:
             (a,) = s.admit([hicache.AdmitItem(tokens, reserve_tokens=7, mode="round_robin")])

@@ -50,9 +50,10 @@ class ReplayTest(unittest.TestCase):
         self.assertEqual(summary["write_policy"], "write_through")
         engine = subprocess.run(
             [os.environ["HICACHE_REPLAY_BIN"], f"--trace={self.trace}",
-             f"--l1_blocks={L1_BLOCKS}", f"--l2_blocks={L2_BLOCKS}", "--policies=lru"],
+             f"--l1_blocks={L1_BLOCKS}", f"--l2_blocks={L2_BLOCKS}", "--policies=lru",
+             "--write_policies=write_through"],
             check=True, capture_output=True, text=True).stdout
-        row = re.search(r"^lru\s+([\d.]+)%\s+([\d.]+)%", engine, re.M)
+        row = re.search(r"^write_through\s+lru\s+([\d.]+)%\s+([\d.]+)%", engine, re.M)
         self.assertIsNotNone(row, engine)
         l1, l12 = float(row.group(1)), float(row.group(2))
         # Backups complete asynchronously in both, so allow a small spread.

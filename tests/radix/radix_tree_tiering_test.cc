@@ -197,7 +197,7 @@ TEST_F(TieringTest,
 // frequency -- the sibling's miss count, unrelated to the tail's accesses --
 // and matching the original sequence again (which re-keys the tail by its
 // own first page) does not raise it but resets it.
-TEST_F(TieringTest, KnownBugInsertSplitTailTakesTheNewSiblingsFrequency) {
+TEST_F(TieringTest, InsertSplitTailKeepsTheNodesFrequency) {
   const std::vector<int32_t> a = Seq(0, 16);
   const NodeId n = Insert(a);
   Match(a);
@@ -230,7 +230,7 @@ TEST_F(TieringTest, KnownBugInsertSplitTailTakesTheNewSiblingsFrequency) {
 // the tail by the query's page at the split point, which is not the
 // tail's first page (the query diverges or ends in it): the tail gets the
 // query's miss count for that page.
-TEST_F(TieringTest, KnownBugMatchSplitAtHitTailTakesTheQuerysPage) {
+TEST_F(TieringTest, MatchSplitAtHitTailKeepsTheNodesFrequency) {
   const std::vector<int32_t> a = Seq(0, 16);
   const NodeId n = Insert(a);
   Match(a);
@@ -273,7 +273,7 @@ TEST_F(TieringTest, PeekSplitAtHitKeepsTheNodesFrequencyOnBothHalves) {
 // each of its pages, hit or not" -- except in a namespace that has no root yet
 // (a new tenant, or one dropped by DropNamespaceIfEmpty): MatchPrefix returns
 // before it feeds the sketch.
-TEST_F(TieringTest, KnownBugMissesInANamespaceWithoutRootAreCounted) {
+TEST_F(TieringTest, MissesInANamespaceWithoutRootAreCounted) {
   // In a namespace that exists, a miss counts.
   Insert(Seq(900, 4));
   EXPECT_EQ(Match(Seq(0, 8)).device_len, 0);

@@ -34,6 +34,9 @@ class ApiV11Test : public ::testing::Test {
     config.cp_size = 2;
     config.device_pages_per_rank = 8;
     config.host_pages_per_rank = 16;
+    // Written against write_through_selective (write-through at the
+    // second hit); the default is write_back.
+    config.write_policy = WritePolicy::kWriteThroughSelective;
     config.operator_uids = {static_cast<uint32_t>(getuid())};
     auto server = DaemonServer::Start(config, socket_, &clock_);
     ASSERT_TRUE(server.ok()) << server.status();
@@ -646,7 +649,7 @@ TEST(ApiV11SettingsTest, GetStatsReportsTheTunables) {
   v1::GetStatsResponse stats;
   ASSERT_TRUE(stub->GetStats(&ctx, v1::GetStatsRequest(), &stats).ok());
   const v1::EngineSettings& s = stats.settings();
-  EXPECT_EQ(s.write_policy(), "write_through_selective");
+  EXPECT_EQ(s.write_policy(), "write_back");
   EXPECT_EQ(s.write_through_threshold(), 3u);
   EXPECT_EQ(s.load_back_threshold_tokens(), 8);
   EXPECT_EQ(s.l1_free_room_pages(), 2);

@@ -42,6 +42,9 @@ class TrustTest : public ::testing::Test {
     config.host_pages_per_rank = 32;
     config.kv_preset = "tiny";
     config.default_lease_ms = 5000;
+    // Written against write_through_selective (an unbacked eviction
+    // removes the node); the default is write_back.
+    config.write_policy = WritePolicy::kWriteThroughSelective;
     if (tweak != nullptr) tweak(&config);
     auto server = DaemonServer::Start(config, socket_, &clock_);
     ASSERT_TRUE(server.ok()) << server.status();
