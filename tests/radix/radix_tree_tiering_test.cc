@@ -4,9 +4,10 @@
 // admission (HostVictimClass / AdmitToHost) and the cascading device
 // eviction order. P = 4 throughout; a fake clock orders accesses.
 //
-// Tests named *KnownBug* assert the documented behaviour and GTEST_SKIP
-// (with the reason) while the bug they found is present; they start to
-// assert for real once it is fixed.
+// Three of these found bugs, fixed in 3cd7fec: a split-off tail was keyed by
+// a page of the inserted key or the query instead of its own first page, and
+// misses in a namespace without a root were not counted. Their GTEST_SKIP
+// branches stay as guards.
 #include <climits>
 #include <numeric>
 #include <string>
@@ -190,7 +191,7 @@ TEST_F(TieringTest,
   EXPECT_EQ(Frequency(n), tail_after_one + 2);
 }
 
-// KNOWN BUG (9975713, still in 8f37df1): the insert that splits a node
+// Fixed in 3cd7fec (was 9975713, 8f37df1): the insert that splits a node
 // keys the tail by the *inserted* key's page at the split point
 // (InsertImpl's split(): SetFirstKey(child, key_at(start + at))). The key
 // diverges inside that page, so the tail takes its new sibling's key and
@@ -226,7 +227,7 @@ TEST_F(TieringTest, InsertSplitTailKeepsTheNodesFrequency) {
   EXPECT_GT(Frequency(n), tail);
 }
 
-// KNOWN BUG (9975713, still in 8f37df1): MatchPrefix(split_at_hit) keys
+// Fixed in 3cd7fec (was 9975713, 8f37df1): MatchPrefix(split_at_hit) keys
 // the tail by the query's page at the split point, which is not the
 // tail's first page (the query diverges or ends in it): the tail gets the
 // query's miss count for that page.
@@ -269,7 +270,7 @@ TEST_F(TieringTest, PeekSplitAtHitKeepsTheNodesFrequencyOnBothHalves) {
   EXPECT_EQ(Frequency(n), 3u);
 }
 
-// KNOWN BUG (9975713, still in 8f37df1): "a recorded query is one access of
+// Fixed in 3cd7fec (was 9975713, 8f37df1): "a recorded query is one access of
 // each of its pages, hit or not" -- except in a namespace that has no root yet
 // (a new tenant, or one dropped by DropNamespaceIfEmpty): MatchPrefix returns
 // before it feeds the sketch.
