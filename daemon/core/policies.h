@@ -29,11 +29,12 @@ enum class EvictionPolicy {
   kSlru,      // Segmented LRU: nodes hit once (probation) before nodes hit
               // again (protected segment); LRU inside each segment.
   kTinyLfu,   // Window TinyLFU across the tiers: the device tier is an LRU
-              // window; the host tier keeps what a frequency sketch of recent
-              // accesses (misses included) saw at least twice before what it
-              // saw once, LRU inside each; under write_back a device victim
-              // is demoted to the host tier only if that would not displace
-              // a more frequent host node (admission). docs/eviction.md.
+              // window; the host tier evicts the learned unshared ends of
+              // requests first, then what a frequency sketch of recent
+              // accesses (misses included) saw once, then what it saw again,
+              // LRU inside each; under write_back a device victim is demoted
+              // to the host tier only if that would not displace a more
+              // frequent host node (admission). docs/eviction.md.
 };
 
 // Every value, in declaration order (tests, help texts).

@@ -41,6 +41,9 @@ struct Node {
   // memory access per candidate).
   uint32_t frequency = 0;
   int64_t frequency_epoch = 0;
+  // The leaf holding the end of a finished insert's key, not matched since:
+  // its last TailLearner::TailPages() pages are the first host victims.
+  bool insert_end = false;
 
   int64_t len() const { return length; }
   bool on_device() const { return !device_pages.empty(); }

@@ -226,6 +226,7 @@ Node* RadixTree::Split(Node* node, int64_t at) {
   head->pin_ttl_ns = node->pin_ttl_ns;
   head->first_key = node->first_key;  // The tail's is set by the caller.
   head->frequency = node->frequency;
+  head->insert_end = false;  // The tail keeps the end.
   head->frequency_epoch = node->frequency_epoch;
   if (node->on_device()) {
     const int64_t pages = at >> page_shift_;
@@ -294,6 +295,9 @@ absl::StatusOr<MatchResult> RadixTree::MatchPrefix(
         result.tail_blocked = true;
       } else if (options.split_at_hit && child->host_ref == 0) {
         Node* tail = child;
+        if (keys && tail->children.empty()) {
+          tails_.Observe((tail->len() - hit + page - 1) / page);
+        }
         child = Split(child, hit);  // `hit` is a page boundary inside it.
         // The query matches the head: its page before the split keys it.
         if (keys) KeySplitTail(tail, keys->At((pos + hit) / page - 1));
@@ -383,6 +387,9 @@ absl::StatusOr<InsertResult> RadixTree::InsertImpl(
     return keys->At(token / page);
   };
   auto split = [&](Node* child, int64_t start, int64_t at) {
+    if (sketch_ != nullptr && child->children.empty()) {
+      tails_.Observe((child->len() - at + page - 1) / page);
+    }
     Node* head = Split(child, at);
     // `child` is the tail now; the key matches the head up to `at`.
     if (sketch_ != nullptr) KeySplitTail(child, key_at(start + at - page));
@@ -392,7 +399,10 @@ absl::StatusOr<InsertResult> RadixTree::InsertImpl(
     Node* leaf = NewNode(
         parent, std::vector<int32_t>(key.begin() + start, key.begin() + to));
     leaf->priority = options.priority;
-    if (sketch_ != nullptr) SetFirstKey(leaf, key_at(start));
+    if (sketch_ != nullptr) {
+      SetFirstKey(leaf, key_at(start));
+      leaf->insert_end = !options.unfinished;
+    }
     SetDevicePages(leaf, caller_pages(start, to));
     return leaf;
   };

@@ -19,6 +19,7 @@
 #include "daemon/radix/eviction_policy.h"
 #include "daemon/radix/frequency_sketch.h"
 #include "daemon/radix/page_keys.h"
+#include "daemon/radix/tail_learner.h"
 #include "daemon/radix/radix_node.h"
 #include "daemon/radix/token_store.h"
 
@@ -252,7 +253,14 @@ class RadixTree {
   // of nodes that are also on device -- redundant while the device copy
   // lives -- are dropped first, most recently used first (its device copy
   // will stay longest; not loaded or otherwise host-referenced, not pinned);
-  // the node stays on device and a later device eviction writes it back. They count in nodes_dropped, not nodes_removed.
+  // the node stays on device and a later device eviction writes it back.
+  // They count in nodes_dropped, not nodes_removed.
+  //
+  // Under tinylfu, the learned unshared ends of requests go next (before any
+  // other host-only node, least recently used first): the last
+  // TailLearner::TailPages() pages of each host-only leaf that ends a
+  // finished insert and was not matched since, split off at a page boundary
+  // (the rest of the leaf stays).
   HostEvictResult EvictHost(absl::Span<const int64_t> host_pages_needed_per_rank,
                             bool redundant_first = false);
 
@@ -280,6 +288,8 @@ class RadixTree {
   bool DropNamespaceIfEmpty(absl::string_view ns);
 
   TreeStats Stats() const;
+  // The learned unshared end of a request, in pages (0: none learned).
+  int64_t LearnedTailPages() const { return tails_.TailPages(); }
   std::vector<NodeInfo> Dump(const DumpFilter& filter) const;
   absl::StatusOr<NodeInfo> Inspect(NodeId node) const;
 
@@ -366,6 +376,9 @@ class RadixTree {
   int64_t pending_backups_ = 0;
   // Accesses of recent queries' pages (UsesFrequencySketch policies only).
   std::unique_ptr<FrequencySketch> sketch_;
+  // How long the unshared end of a cached request usually is (with the
+  // sketch only).
+  TailLearner tails_;
 };
 
 }  // namespace hicache

@@ -86,6 +86,7 @@ void RadixTree::SetFirstKey(Node* node, uint64_t key) {
 
 void RadixTree::RecordAccess(Node* node, uint64_t key) {
   if (sketch_ == nullptr) return;
+  node->insert_end = false;
   sketch_->Increment(key);
   SetFirstKey(node, key);
 }
@@ -421,9 +422,45 @@ HostEvictResult RadixTree::EvictHost(
     node->host.reset();
     ++result.nodes_dropped;
   }
+  // Learned unshared ends of requests, least recently used first. The heap
+  // keeps its entries: one whose node is gone is skipped below by its id.
+  if (const int64_t tail_pages = tails_.TailPages();
+      sketch_ != nullptr && tail_pages > 0 && !satisfied()) {
+    CandidateHeap ends;
+    std::vector<Node*> stack;
+    for (auto& [name, root] : roots_) stack.push_back(root.get());
+    while (!stack.empty()) {
+      Node* node = stack.back();
+      stack.pop_back();
+      if (node->insert_end && HostEvictable(node, now)) {
+        ends.push({{node->last_access_ns, 0, node->id}, node});
+      }
+      for (auto& [token, child] : node->children) stack.push_back(child);
+    }
+    while (!ends.empty() && !satisfied()) {
+      Node* end = ends.top().node;
+      ends.pop();
+      if (!helps(end)) continue;
+      const int64_t pages =
+          (end->len() + options_.page_size - 1) / options_.page_size;
+      if (pages > tail_pages) {
+        Split(end, (pages - tail_pages) * options_.page_size);
+        if (!helps(end)) continue;  // `end` is the tail now.
+      }
+      Node* parent = end->parent;
+      take_host_pages(end);
+      RemoveLeaf(end);
+      ++result.nodes_removed;
+      if (HostEvictable(parent, now)) {
+        heap.push({KeyOf(parent, EvictionTier::kHost), parent});
+      }
+    }
+  }
   while (!heap.empty() && !satisfied()) {
     Node* victim = heap.top().node;
+    const NodeId id = std::get<2>(heap.top().key);
     heap.pop();
+    if (Find(id) != victim || !HostEvictable(victim, now)) continue;
     if (!helps(victim)) continue;
     Node* parent = victim->parent;
     take_host_pages(victim);

@@ -96,7 +96,7 @@ TEST(ReplayTest, GivingUpOnADeferredInsertFreesItsPages) {
 
 // The goal on the Mooncake trace with L1 = 6000 and L2 = 12000
 // blocks (bench/traces/mooncake_synthetic.jsonl): the default pair
-// (write_back, tinylfu) reaches 57.95% L1+L2 (90.6% of the 63.96% offline
+// (write_back, tinylfu) reaches 58.21% L1+L2 (91.0% of the 63.96% offline
 // bound), with L1 no worse than LRU's 31.0%, and beats write-back LRU.
 TEST(ReplayTest, MooncakeHitRatesDoNotRegress) {
   const auto trace = Trace("bench/traces/mooncake_synthetic.jsonl");
@@ -112,7 +112,7 @@ TEST(ReplayTest, MooncakeHitRatesDoNotRegress) {
   const double bound =
       BeladyBound(BlockTrace::Build(trace), 18000).rate();
   EXPECT_NEAR(bound, 0.6396, 0.0001);
-  EXPECT_GE(tinylfu->l12_rate(), 0.5790);
+  EXPECT_GE(tinylfu->l12_rate(), 0.5800);
   EXPECT_GE(tinylfu->l12_rate(), 0.90 * bound);
   EXPECT_GE(tinylfu->l1_rate(), 0.3100);
   EXPECT_GE(lru->l12_rate(), 0.5480);  // Exclusive tiers alone.

@@ -673,3 +673,61 @@ INSTANTIATE_TEST_SUITE_P(Policies, EvictionOrderTest,
 
 }  // namespace
 }  // namespace hicache
+
+namespace hicache {
+namespace {
+
+// The learned unshared end: after enough requests that diverged 2 pages
+// before a cached leaf's end, host eviction takes the last 2 pages of a
+// host-only leaf that ended an insert (and was not matched since) before
+// any other host node, and keeps the rest of that leaf.
+TEST_F(TieringTest, HostEvictionTakesTheLearnedUnsharedEndFirst) {
+  for (int i = 0; i < TailLearner::kMinObservations; ++i) {
+    const int32_t base = 10000 + 100 * i;
+    Insert(Seq(base, 16));  // 4 pages.
+    // A request sharing 2 pages diverges: 2 pages of the leaf unshared.
+    Match(Cat(Seq(base, 8), {-1, -2, -3, -4}), {.split_at_hit = true});
+  }
+  ASSERT_EQ(tree_->LearnedTailPages(), 2);
+  // An older host-only node, matched once, and a newer request's leaf of 6
+  // pages, host-only too.
+  const NodeId older = Insert(Seq(500, 8));
+  Match(Seq(500, 8));
+  Backup(older);
+  Tick();
+  const NodeId end = Insert(Seq(700, 24));
+  Backup(end);
+  Tick();
+  tree_->EvictDeviceTokens(1 << 20);  // Everything host-only now.
+  ASSERT_EQ(Tier(end), NodeTier::kHost);
+  ASSERT_EQ(Tier(older), NodeTier::kHost);
+  const std::vector<int64_t> end_pages = HostPages(end);
+  const HostEvictResult r = tree_->EvictHost({2});
+  // Exactly the last 2 pages of `end` went; its first 4 pages stay.
+  EXPECT_THAT(r.freed_host_pages[0],
+              ElementsAre(end_pages[4], end_pages[5]));
+  EXPECT_FALSE(Gone(older));
+  const MatchResult m = Peek(Seq(700, 24));
+  EXPECT_EQ(m.host_hit_len, 16);
+}
+
+// A match clears the mark: a leaf someone asked for again is not an unshared
+// end any more, and is evicted by its frequency class and recency only.
+TEST_F(TieringTest, AMatchedLeafIsNoLongerAnUnsharedEnd) {
+  for (int i = 0; i < TailLearner::kMinObservations; ++i) {
+    const int32_t base = 10000 + 100 * i;
+    Insert(Seq(base, 16));
+    Match(Cat(Seq(base, 8), {-1, -2, -3, -4}), {.split_at_hit = true});
+  }
+  const NodeId end = Insert(Seq(700, 24));
+  Match(Seq(700, 24));
+  Backup(end);
+  tree_->EvictDeviceTokens(1 << 20);
+  const std::vector<int64_t> end_pages = HostPages(end);
+  const HostEvictResult r = tree_->EvictHost({2});
+  // The whole leaf (not split) is the first host victim now.
+  EXPECT_EQ(r.freed_host_pages[0].size(), end_pages.size());
+}
+
+}  // namespace
+}  // namespace hicache
