@@ -7,6 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/tokens.h"
 
 namespace hicache {
 namespace {
@@ -17,17 +18,8 @@ using ::testing::IsEmpty;
 
 constexpr uint32_t kP = 4;
 
-std::vector<int32_t> Seq(int32_t first, int n) {
-  std::vector<int32_t> v(n);
-  std::iota(v.begin(), v.end(), first);
-  return v;
-}
-
-std::vector<int32_t> Cat(std::vector<int32_t> a,
-                         const std::vector<int32_t>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
+using ::hicache::testing::Cat;
+using ::hicache::testing::Seq;
 
 class RadixTreeTest : public ::testing::Test {
  protected:

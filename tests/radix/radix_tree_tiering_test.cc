@@ -18,6 +18,7 @@
 #include "daemon/radix/radix_tree.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/tokens.h"
 
 namespace hicache {
 namespace {
@@ -27,17 +28,8 @@ using ::testing::ElementsAreArray;
 
 constexpr uint32_t kP = 4;
 
-std::vector<int32_t> Seq(int32_t first, int n) {
-  std::vector<int32_t> v(n);
-  std::iota(v.begin(), v.end(), first);
-  return v;
-}
-
-std::vector<int32_t> Cat(std::vector<int32_t> a,
-                         const std::vector<int32_t>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
+using ::hicache::testing::Cat;
+using ::hicache::testing::Seq;
 
 class TieringTest : public ::testing::Test {
  protected:

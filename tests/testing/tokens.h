@@ -20,4 +20,11 @@ inline std::vector<int32_t> Seq(int32_t first, int n) {
   return v;
 }
 
+// a followed by b.
+inline std::vector<int32_t> Cat(std::vector<int32_t> a,
+                                const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 }  // namespace hicache::testing
