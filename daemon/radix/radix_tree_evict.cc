@@ -387,6 +387,8 @@ HostEvictResult RadixTree::EvictHost(
   const int64_t now = NowNs();
   CandidateHeap heap;
   CandidateHeap redundant;  // Device nodes' host copies, MRU first.
+  CandidateHeap ends;       // Insert-end leaves (learned tails), LRU first.
+  const int64_t tail_pages = sketch_ != nullptr ? tails_.TailPages() : 0;
   std::vector<Node*> stack;
   for (auto& [name, root] : roots_) stack.push_back(root.get());
   while (!stack.empty()) {
@@ -394,6 +396,9 @@ HostEvictResult RadixTree::EvictHost(
     stack.pop_back();
     if (HostEvictable(node, now)) {
       heap.push({KeyOf(node, EvictionTier::kHost), node});
+      if (tail_pages > 0 && node->insert_end) {
+        ends.push({{node->last_access_ns, 0, node->id}, node});
+      }
     } else if (redundant_first && HostRedundant(node, now)) {
       // Most recently used first: its device copy stays longest.
       redundant.push({{-node->last_access_ns, 0, node->id}, node});
@@ -424,36 +429,22 @@ HostEvictResult RadixTree::EvictHost(
   }
   // Learned unshared ends of requests, least recently used first. The heap
   // keeps its entries: one whose node is gone is skipped below by its id.
-  if (const int64_t tail_pages = tails_.TailPages();
-      sketch_ != nullptr && tail_pages > 0 && !satisfied()) {
-    CandidateHeap ends;
-    std::vector<Node*> stack;
-    for (auto& [name, root] : roots_) stack.push_back(root.get());
-    while (!stack.empty()) {
-      Node* node = stack.back();
-      stack.pop_back();
-      if (node->insert_end && HostEvictable(node, now)) {
-        ends.push({{node->last_access_ns, 0, node->id}, node});
-      }
-      for (auto& [token, child] : node->children) stack.push_back(child);
+  while (!ends.empty() && !satisfied()) {
+    Node* end = ends.top().node;
+    ends.pop();
+    if (!helps(end)) continue;
+    const int64_t pages =
+        (end->len() + options_.page_size - 1) / options_.page_size;
+    if (pages > tail_pages) {
+      Split(end, (pages - tail_pages) * options_.page_size);
+      if (!helps(end)) continue;  // `end` is the tail now.
     }
-    while (!ends.empty() && !satisfied()) {
-      Node* end = ends.top().node;
-      ends.pop();
-      if (!helps(end)) continue;
-      const int64_t pages =
-          (end->len() + options_.page_size - 1) / options_.page_size;
-      if (pages > tail_pages) {
-        Split(end, (pages - tail_pages) * options_.page_size);
-        if (!helps(end)) continue;  // `end` is the tail now.
-      }
-      Node* parent = end->parent;
-      take_host_pages(end);
-      RemoveLeaf(end);
-      ++result.nodes_removed;
-      if (HostEvictable(parent, now)) {
-        heap.push({KeyOf(parent, EvictionTier::kHost), parent});
-      }
+    Node* parent = end->parent;
+    take_host_pages(end);
+    RemoveLeaf(end);
+    ++result.nodes_removed;
+    if (HostEvictable(parent, now)) {
+      heap.push({KeyOf(parent, EvictionTier::kHost), parent});
     }
   }
   while (!heap.empty() && !satisfied()) {
