@@ -30,6 +30,24 @@ absl::Status ErrnoError(int err, absl::string_view what) {
 
 }  // namespace
 
+absl::Status ShareSegmentWithGroup(int fd, absl::string_view name) {
+  // A setgid /dev/shm (or one a container runtime gave another group) would
+  // hand the segment to the directory's group: give it to ours.
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    return ErrnoError(errno, absl::StrCat("fstat ", name));
+  }
+  const gid_t group = getegid();
+  if (st.st_gid != group && fchown(fd, static_cast<uid_t>(-1), group) != 0) {
+    return ErrnoError(errno, absl::StrCat("fchown ", name, " to group ", group));
+  }
+  // shm_open applies the umask (0077 would leave 0600); set the mode exactly.
+  if (fchmod(fd, kShmPoolMode) != 0) {
+    return ErrnoError(errno, absl::StrCat("fchmod ", name));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<ShmPool>> ShmPool::Create(
     const std::string& name, uint64_t size_bytes, bool lock_memory) {
   if (name.size() < 2 || name[0] != '/' ||
@@ -43,7 +61,8 @@ absl::StatusOr<std::unique_ptr<ShmPool>> ShmPool::Create(
         absl::StrCat("pool ", name, " must have a positive size"));
   }
   const int fd =
-      shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+      shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
+               kShmPoolMode);
   if (fd < 0) return ErrnoError(errno, absl::StrCat("shm_open ", name));
   // From here on, undo the segment on every error path.
   auto fail = [&](absl::Status status) {
@@ -51,9 +70,8 @@ absl::StatusOr<std::unique_ptr<ShmPool>> ShmPool::Create(
     shm_unlink(name.c_str());
     return status;
   };
-  // shm_open applies the umask; make the mode exactly 0600.
-  if (fchmod(fd, 0600) != 0) {
-    return fail(ErrnoError(errno, absl::StrCat("fchmod ", name)));
+  if (absl::Status shared = ShareSegmentWithGroup(fd, name); !shared.ok()) {
+    return fail(std::move(shared));
   }
   if (ftruncate(fd, static_cast<off_t>(size_bytes)) != 0) {
     return fail(ErrnoError(

@@ -4,14 +4,29 @@
 #include <memory>
 #include <string>
 
+#include <sys/types.h>
+
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "daemon/pool/kv_pool.h"
 
 namespace hicache {
 
+// Mode of every shared-memory segment the daemon exports: read-write for
+// the daemon's user and group, nothing for others (docs/security.md).
+inline constexpr mode_t kShmPoolMode = 0660;
+
+// Gives the open segment `fd` (named `name`, for messages) the daemon's
+// effective group and mode exactly kShmPoolMode, whatever the umask or the
+// group of /dev/shm. The caller must own the segment.
+absl::Status ShareSegmentWithGroup(int fd, absl::string_view name);
+
 // A KV pool in a named POSIX shared-memory segment (shm_open + mmap), mode
-// 0600, owned by the daemon's user. Other processes of that user map it by
-// name (PoolExport). The destructor unmaps and unlinks the segment.
+// 0660 (kShmPoolMode), owned by the daemon's user and its effective group.
+// Processes of that user or in that group (the `hicache` group of
+// deploy/) map it by name (PoolExport); others cannot open it. The
+// destructor unmaps and unlinks the segment.
 class ShmPool final : public KvPool {
  public:
   // `name` must start with '/' and contain no other '/', at most 200 bytes.

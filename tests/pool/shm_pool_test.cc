@@ -8,6 +8,7 @@
 
 #include <cstring>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -29,7 +30,7 @@ bool SegmentExists(const std::string& name) {
   return true;
 }
 
-TEST(ShmPoolTest, CreatesAPrivateSegmentAndRemovesIt) {
+TEST(ShmPoolTest, CreatesAGroupSharedSegmentAndRemovesIt) {
   const std::string name = UniqueName("a");
   {
     auto pool = ShmPool::Create(name, 1 << 20, false);
@@ -41,12 +42,56 @@ TEST(ShmPoolTest, CreatesAPrivateSegmentAndRemovesIt) {
     ASSERT_GE(fd, 0);
     struct stat st {};
     ASSERT_EQ(fstat(fd, &st), 0);
-    EXPECT_EQ(st.st_mode & 0777, 0600u);
-    EXPECT_EQ(st.st_uid, getuid());
+    // docs/security.md: the daemon's user and group map the pools.
+    EXPECT_EQ(st.st_mode & 07777, 0660u);
+    EXPECT_EQ(st.st_uid, geteuid());
+    EXPECT_EQ(st.st_gid, getegid());
     EXPECT_EQ(st.st_size, 1 << 20);
     close(fd);
   }
   EXPECT_FALSE(SegmentExists(name));
+}
+
+// The umask applies to shm_open; a daemon started with umask 0077 (or 0022)
+// must still export 0660 segments, and a restrictive umask must not leak a
+// wider mode either.
+TEST(ShmPoolTest, ModeIsExactly0660WhateverTheUmask) {
+  for (const mode_t mask : {mode_t{0077}, mode_t{0022}, mode_t{0}}) {
+    const mode_t old = umask(mask);
+    const std::string name = UniqueName("umask");
+    auto pool = ShmPool::Create(name, 4096, false);
+    umask(old);
+    ASSERT_TRUE(pool.ok()) << pool.status();
+    struct stat st {};
+    const int fd = shm_open(name.c_str(), O_RDONLY, 0);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(fstat(fd, &st), 0);
+    close(fd);
+    EXPECT_EQ(st.st_mode & 07777, kShmPoolMode) << "umask " << mask;
+    EXPECT_EQ(st.st_gid, getegid()) << "umask " << mask;
+  }
+}
+
+// ShareSegmentWithGroup works on any open file the caller owns: the mode is
+// reset even from a wider one (0666 -> 0660).
+TEST(ShmPoolTest, ShareSegmentWithGroupNarrowsAWiderMode) {
+  const std::string name = UniqueName("wide");
+  const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(fchmod(fd, 0666), 0);
+  EXPECT_TRUE(ShareSegmentWithGroup(fd, name).ok());
+  struct stat st {};
+  ASSERT_EQ(fstat(fd, &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0660u);
+  EXPECT_EQ(st.st_gid, getegid());
+  close(fd);
+  shm_unlink(name.c_str());
+}
+
+TEST(ShmPoolTest, ShareSegmentWithGroupReportsABadDescriptor) {
+  const absl::Status status = ShareSegmentWithGroup(-1, "/none");
+  EXPECT_FALSE(status.ok());
+  EXPECT_THAT(status.message(), HasSubstr("/none"));
 }
 
 TEST(ShmPoolTest, AnotherProcessSeesTheSameBytes) {

@@ -210,9 +210,28 @@ absl::StatusOr<void*> SimCudaRuntime::DeviceMalloc(int device, size_t bytes) {
   };
   const std::string name = NewSegmentName();
   const int fd =
-      shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+      shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0660);
   if (fd < 0)
     return unreserve(ErrnoError(errno, absl::StrCat("shm_open ", name)));
+  // Like the daemon's ShmPool (daemon/pool/shm_pool.h): the simulated device
+  // memory is mapped by workers through IPC handles, so it is 0660 with the
+  // daemon's effective group, whatever the umask or the group of /dev/shm.
+  {
+    struct stat st {};
+    int err = 0;
+    if (fstat(fd, &st) != 0 ||
+        (st.st_gid != getegid() &&
+         fchown(fd, static_cast<uid_t>(-1), getegid()) != 0) ||
+        fchmod(fd, 0660) != 0) {
+      err = errno;
+    }
+    if (err != 0) {
+      close(fd);
+      shm_unlink(name.c_str());
+      return unreserve(
+          ErrnoError(err, absl::StrCat("sharing ", name, " with the group")));
+    }
+  }
   // Sparse: pages take memory only once written.
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     const int err = errno;
