@@ -528,6 +528,11 @@ absl::Status HiCacheEngine::SetFreeRoom(int64_t l1_pages, int64_t l2_pages) {
   return absl::OkStatus();
 }
 
+std::pair<int64_t, int64_t> HiCacheEngine::FreeRoomTargets() const {
+  MutexLock lock(&mu_);
+  return {l1_free_room_, l2_free_room_};
+}
+
 absl::StatusOr<std::pair<int64_t, int64_t>> HiCacheEngine::EvictPages(
     absl::Span<const int64_t> device_per_lane,
     absl::Span<const int64_t> host_per_rank) {
@@ -572,6 +577,11 @@ EngineStats HiCacheEngine::Stats() const {
 TreeStats HiCacheEngine::TreeStatistics() const {
   MutexLock lock(&mu_);
   return tree_->Stats();
+}
+
+std::vector<NamespaceUsage> HiCacheEngine::UsageByNamespace() const {
+  MutexLock lock(&mu_);
+  return tree_->UsageByNamespace();
 }
 
 std::string HiCacheEngine::AccountingString() const {

@@ -208,6 +208,8 @@ class HiCacheEngine : public TransferListener {
   // Changes the free-room targets (pages per lane / per rank).
   absl::Status SetFreeRoom(int64_t l1_pages, int64_t l2_pages)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The free-room targets in force: {L1 pages per lane, L2 pages per rank}.
+  std::pair<int64_t, int64_t> FreeRoomTargets() const ABSL_LOCKS_EXCLUDED(mu_);
   // Operator eviction: device pages per lane and host pages per rank (lists
   // shorter than C mean 0 for the rest). Returns the pages freed by this
   // call: {device, host}.
@@ -221,6 +223,9 @@ class HiCacheEngine : public TransferListener {
 
   EngineStats Stats() const ABSL_LOCKS_EXCLUDED(mu_);
   TreeStats TreeStatistics() const ABSL_LOCKS_EXCLUDED(mu_);
+  // RadixTree::UsageByNamespace under the engine lock (O(nodes)).
+  std::vector<NamespaceUsage> UsageByNamespace() const
+      ABSL_LOCKS_EXCLUDED(mu_);
   std::string AccountingString() const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t DeviceAvailable(Rank lane) const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t HostUsedPages(Rank rank) const ABSL_LOCKS_EXCLUDED(mu_);

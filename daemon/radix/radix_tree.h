@@ -133,6 +133,8 @@ struct NodeInfo {
   uint32_t hit_count = 0;
   int32_t priority = 0;
   int64_t pin_remaining_ms = 0;   // 0 = not pinned.
+  int64_t idle_ms = 0;            // Since the node's last access.
+  int64_t last_access_ns = 0;     // That access, on the tree's clock.
   std::vector<Rank> page_owners;  // Owner of every page.
   int64_t num_children = 0;
   // Inspect() only:
@@ -156,6 +158,14 @@ struct TreeStats {
   int64_t evictable_tokens = 0;  // device - protected.
   int64_t host_tokens = 0;       // Committed host copies.
   int64_t pending_backups = 0;
+};
+
+// What one namespace holds (RadixTree::UsageByNamespace).
+struct NamespaceUsage {
+  std::string ns;
+  int64_t nodes = 0;          // Excluding the root.
+  int64_t device_tokens = 0;  // Tokens of nodes on device.
+  int64_t host_tokens = 0;    // Tokens of nodes with a committed host copy.
 };
 
 // The logical radix tree over token ids: page-granular prefix matching and
@@ -288,6 +298,9 @@ class RadixTree {
   bool DropNamespaceIfEmpty(absl::string_view ns);
 
   TreeStats Stats() const;
+  // One entry per namespace the tree knows, in no particular order; walks
+  // every node (O(nodes), no allocation per node).
+  std::vector<NamespaceUsage> UsageByNamespace() const;
   // The learned unshared end of a request, in pages (0: none learned).
   int64_t LearnedTailPages() const { return tails_.TailPages(); }
   std::vector<NodeInfo> Dump(const DumpFilter& filter) const;

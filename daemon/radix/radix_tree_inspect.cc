@@ -22,6 +22,28 @@ TreeStats RadixTree::Stats() const {
   return stats;
 }
 
+std::vector<NamespaceUsage> RadixTree::UsageByNamespace() const {
+  std::vector<NamespaceUsage> out;
+  out.reserve(roots_.size());
+  std::vector<const Node*> stack;
+  for (const auto& [ns, root] : roots_) {
+    NamespaceUsage usage;
+    usage.ns = ns;
+    stack.assign(1, root.get());
+    while (!stack.empty()) {
+      const Node* node = stack.back();
+      stack.pop_back();
+      for (const auto& [token, child] : node->children) stack.push_back(child);
+      if (node->is_root()) continue;
+      ++usage.nodes;
+      if (node->on_device()) usage.device_tokens += node->len();
+      if (node->host != nullptr) usage.host_tokens += node->len();
+    }
+    out.push_back(std::move(usage));
+  }
+  return out;
+}
+
 NodeInfo RadixTree::Describe(const Node* node, int depth, int64_t start) const {
   NodeInfo info;
   info.id = node->id;
@@ -49,6 +71,8 @@ NodeInfo RadixTree::Describe(const Node* node, int depth, int64_t start) const {
   if (node->pin_expiry_ns > now) {
     info.pin_remaining_ms = (node->pin_expiry_ns - now) / 1000000;
   }
+  info.last_access_ns = node->last_access_ns;
+  info.idle_ms = std::max<int64_t>(0, now - node->last_access_ns) / 1000000;
   if (node->host != nullptr) {
     info.page_owners = node->host->page_owners();
   } else {

@@ -1,8 +1,11 @@
 // HiCacheService: the operator RPCs, which act across tenants.
+#include <algorithm>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/service/hicache_service.h"
@@ -60,6 +63,113 @@ void ToProto(const NodeInfo& n, v1::NodeInfo* out) {
   for (const auto& pages : n.host_pages) {
     ToProto(pages, 0, out->add_host_pages_by_rank());
   }
+  out->set_idle_ms(n.idle_ms);
+}
+
+// --- DumpTree paging --------------------------------------------------------
+// Nodes per page when the request names no limit, and the most it may ask.
+constexpr int64_t kDefaultTreePage = 1000;
+constexpr int64_t kMaxTreePage = 10000;
+// A page ends before its serialized nodes pass this (gRPC's default receive
+// limit is 4 MiB), unless it would otherwise be empty.
+constexpr size_t kTreePageBytes = size_t{2} << 20;
+
+// A continuation token: "HCT1", the sort, a fingerprint of the filter, then
+// the position: for tree order the index of the next node; for the sorted
+// orders the (key, id) of the last node returned. Web-safe base64 of 29
+// bytes. The position is only ever a lower bound, so any value a client
+// forges selects a (possibly empty) page; nothing in it is trusted further.
+constexpr char kTokenMagic[] = "HCT1";
+constexpr size_t kTokenBytes = 4 + 1 + 8 + 8 + 8;
+
+void Store64(char* out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(v >> (8 * i));
+}
+uint64_t Load64(const char* in) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) {
+    v |= uint64_t{static_cast<unsigned char>(in[i])} << (8 * i);
+  }
+  return v;
+}
+
+struct TreeCursor {
+  int64_t key = 0;  // Tree order: the next index. Sorted: the last key.
+  uint64_t id = 0;  // Sorted: the last node id.
+};
+
+// FNV-1a over the filter fields, so a token cannot resume another query.
+uint64_t FilterFingerprint(const v1::DumpTreeRequest& request) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](absl::string_view bytes) {
+    for (unsigned char c : bytes) {
+      h ^= c;
+      h *= 1099511628211ull;
+    }
+    h ^= 0xff;  // Field separator.
+    h *= 1099511628211ull;
+  };
+  mix(request.namespace_());
+  mix(request.all_namespaces() ? "1" : "0");
+  mix(request.prefix());
+  mix(absl::StrCat(request.max_depth() <= 0 ? -1 : request.max_depth()));
+  return h;
+}
+
+std::string EncodeTreeToken(const v1::DumpTreeRequest& request,
+                            const TreeCursor& cursor) {
+  char raw[kTokenBytes];
+  std::memcpy(raw, kTokenMagic, 4);
+  raw[4] = static_cast<char>(request.sort());
+  Store64(raw + 5, FilterFingerprint(request));
+  Store64(raw + 13, static_cast<uint64_t>(cursor.key));
+  Store64(raw + 21, cursor.id);
+  return absl::WebSafeBase64Escape(absl::string_view(raw, kTokenBytes));
+}
+
+absl::StatusOr<TreeCursor> DecodeTreeToken(const v1::DumpTreeRequest& request) {
+  std::string raw;
+  if (request.page_token().size() > 64 ||
+      !absl::WebSafeBase64Unescape(request.page_token(), &raw) ||
+      raw.size() != kTokenBytes || std::memcmp(raw.data(), kTokenMagic, 4) != 0) {
+    return absl::InvalidArgumentError(
+        "page_token is not a DumpTree continuation token; pass the "
+        "next_page_token of the previous page unchanged");
+  }
+  if (static_cast<unsigned char>(raw[4]) !=
+          static_cast<unsigned char>(request.sort()) ||
+      Load64(raw.data() + 5) !=
+          FilterFingerprint(request)) {
+    return absl::InvalidArgumentError(
+        "page_token belongs to another query: keep namespace, "
+        "all_namespaces, prefix, max_depth and sort as on the first page");
+  }
+  TreeCursor cursor;
+  cursor.key = static_cast<int64_t>(Load64(raw.data() + 13));
+  cursor.id = Load64(raw.data() + 21);
+  if (request.sort() == v1::TREE_SORT_UNSPECIFIED && cursor.key < 0) {
+    return absl::InvalidArgumentError("page_token holds a negative position");
+  }
+  return cursor;
+}
+
+// The sort key of a node: larger keys come first; ties go by ascending id.
+int64_t SortKey(v1::TreeSort sort, const NodeInfo& n) {
+  switch (sort) {
+    case v1::TREE_SORT_HITS:
+      return n.hit_count;
+    case v1::TREE_SORT_RECENCY:
+      return n.last_access_ns;
+    case v1::TREE_SORT_TOKENS:
+      return n.len;
+    default:
+      return 0;  // TREE_SORT_ID: the id alone.
+  }
+}
+
+// Strict "a comes before b" in a sorted order.
+bool Before(int64_t key_a, uint64_t id_a, int64_t key_b, uint64_t id_b) {
+  return key_a != key_b ? key_a > key_b : id_a < id_b;
 }
 
 }  // namespace
@@ -94,8 +204,15 @@ grpc::Status HiCacheService::SetFreeRoom(grpc::ServerContext* context,
   if (grpc::Status s = RequireOperator(caller, "SetFreeRoom"); !s.ok()) {
     return s;
   }
-  return ToGrpcStatus(engine_->SetFreeRoom(request.l1_pages_per_lane(),
-                                           request.l2_pages_per_rank()));
+  if (!request.read_only()) {
+    const absl::Status set = engine_->SetFreeRoom(request.l1_pages_per_lane(),
+                                                  request.l2_pages_per_rank());
+    if (!set.ok()) return ToGrpcStatus(set);
+  }
+  const auto [l1, l2] = engine_->FreeRoomTargets();
+  response->set_l1_pages_per_lane(l1);
+  response->set_l2_pages_per_rank(l2);
+  return grpc::Status::OK;
 }
 
 grpc::Status HiCacheService::Stats(grpc::ServerContext* context,
@@ -155,10 +272,68 @@ grpc::Status HiCacheService::DumpTree(grpc::ServerContext* context,
   filter.ns = request.namespace_();
   filter.all_namespaces = request.all_namespaces();
   filter.prefix = *std::move(prefix);
-  filter.max_depth = request.max_depth() == 0 ? -1 : request.max_depth();
-  filter.limit = request.limit() <= 0 ? -1 : request.limit();
-  for (const NodeInfo& n : engine_->Dump(filter))
-    ToProto(n, response->add_nodes());
+  filter.max_depth = request.max_depth() <= 0 ? -1 : request.max_depth();
+  if (!v1::TreeSort_IsValid(request.sort())) {
+    return Invalid(absl::StrCat("unknown sort ", request.sort()));
+  }
+  if (request.limit() < 0) return Invalid("limit must be >= 0");
+  const int64_t page =
+      request.limit() == 0 ? kDefaultTreePage
+                           : std::min(request.limit(), kMaxTreePage);
+  const v1::TreeSort sort = request.sort();
+  const bool tree_order = sort == v1::TREE_SORT_UNSPECIFIED;
+  std::optional<TreeCursor> cursor;
+  if (!request.page_token().empty()) {
+    absl::StatusOr<TreeCursor> decoded = DecodeTreeToken(request);
+    if (!decoded.ok()) return ToGrpcStatus(decoded.status());
+    cursor = *decoded;
+  }
+  // The whole matching set, sorted, then one page of it: sorting must see
+  // every node, not only the first `limit` (the engine lock is held only for
+  // the copy).
+  std::vector<NodeInfo> nodes = engine_->Dump(filter);
+  response->set_total_nodes(static_cast<int64_t>(nodes.size()));
+  size_t begin = 0;
+  if (!tree_order) {
+    std::sort(nodes.begin(), nodes.end(),
+              [sort](const NodeInfo& a, const NodeInfo& b) {
+                return Before(SortKey(sort, a), a.id, SortKey(sort, b), b.id);
+              });
+    if (cursor.has_value()) {
+      // First node strictly after the cursor; strictly increasing cursors
+      // make paging end even while the tree changes.
+      begin = std::partition_point(nodes.begin(), nodes.end(),
+                                   [&](const NodeInfo& n) {
+                                     return !Before(cursor->key, cursor->id,
+                                                    SortKey(sort, n), n.id);
+                                   }) -
+              nodes.begin();
+    }
+  } else if (cursor.has_value()) {
+    begin = static_cast<size_t>(
+        std::min<int64_t>(cursor->key, static_cast<int64_t>(nodes.size())));
+  }
+  size_t end = begin;
+  size_t bytes = 0;
+  while (end < nodes.size() && static_cast<int64_t>(end - begin) < page) {
+    v1::NodeInfo out;
+    ToProto(nodes[end], &out);
+    const size_t size = out.ByteSizeLong() + 8;  // + tag and length.
+    if (end > begin && bytes + size > kTreePageBytes) break;
+    bytes += size;
+    *response->add_nodes() = std::move(out);
+    ++end;
+  }
+  if (end < nodes.size()) {
+    TreeCursor next;
+    if (tree_order) {
+      next.key = static_cast<int64_t>(end);
+    } else {
+      next.key = SortKey(sort, nodes[end - 1]);
+      next.id = nodes[end - 1].id;
+    }
+    response->set_next_page_token(EncodeTreeToken(request, next));
+  }
   return grpc::Status::OK;
 }
 
