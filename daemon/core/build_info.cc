@@ -1,10 +1,7 @@
 #include "daemon/core/build_info.h"
 
 #include "absl/strings/str_cat.h"
-
-#ifndef HICACHE_VERSION
-#define HICACHE_VERSION "0.1.0"
-#endif
+#include "version/version.h"
 
 namespace hicache {
 namespace {
@@ -43,7 +40,8 @@ std::string BuildModeString() {
 
 const BuildInfo& GetBuildInfo() {
   static const BuildInfo* const kInfo = new BuildInfo{
-      .version = HICACHE_VERSION,
+      .version = std::string(Version()),
+      .git_revision = std::string(GitRevision()),
       .compiler = CompilerString(),
       .build_mode = BuildModeString(),
 #ifdef HICACHE_HAVE_CUDA

@@ -1,12 +1,20 @@
 // hicached: the hierarchical KV-cache daemon. See `hicached --help`.
 //
-// Exit codes: 0 after a clean shutdown on SIGTERM/SIGINT; 1 when the daemon
-// cannot start or fails while running (socket in use, cannot listen) or a flag
-// cannot be parsed; 2 when the flags parse but describe an invalid
-// configuration.
+// Exit codes: 0 after a clean shutdown on SIGTERM/SIGINT, and for --help and
+// --version; 1 when the daemon cannot start or fails while running (socket in
+// use, cannot listen, no GPU); 2 for every invalid configuration: an unknown
+// flag, a value that does not parse, an unreadable --flagfile, or flags that
+// parse but describe an invalid configuration (systemd's
+// RestartPreventExitStatus=2: restarting will not help).
+//
+// Configuration can come from a file: --flagfile=PATH reads one --flag=value
+// per line, '#' starts a comment line (absl flags; deploy/ has a commented
+// default). Flags on the command line after --flagfile override it.
 #include <pthread.h>
 #include <signal.h>
 
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -18,20 +26,24 @@
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/cpp/endpoint.h"
 #include "daemon/core/build_info.h"
+#include "daemon/core/check.h"
 #include "daemon/core/clock.h"
 #include "daemon/core/daemon_config.h"
 #include "daemon/core/log_format.h"
+#include "daemon/core/log_setup.h"
 #include "daemon/core/policies.h"
 #include "daemon/main/backend_factory.h"
 #include "daemon/main/daemon_server.h"
 #include "daemon/pool/host_budget.h"
-#include "spdlog/sinks/stdout_color_sinks.h"
+#include "absl/flags/usage_config.h"
 #include "spdlog/spdlog.h"
 #include "systemd/sd-daemon.h"
+#include "version/version.h"
 
 ABSL_FLAG(std::string, socket, "",
           "Unix socket to listen on (default: $XDG_RUNTIME_DIR/hicached.sock, "
@@ -265,31 +277,85 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   return config;
 }
 
-absl::Status SetUpLogging() {
-  auto logger = spdlog::stderr_color_mt("hicached");
-  spdlog::set_default_logger(logger);
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ [%t] %v");
-  const std::string level_name = absl::GetFlag(FLAGS_log_level);
-  const spdlog::level::level_enum level = spdlog::level::from_str(level_name);
-  if (level == spdlog::level::off && level_name != "off") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--log_level: unknown level '", level_name,
-        "'; expected trace, debug, info, warn, error, critical or off"));
+// absl's flag parser calls exit(1) on an unknown flag, a bad value or an
+// unreadable --flagfile, and exits by itself after --help and --version. While
+// it runs, this exit handler turns those exits into ours: 2 for an invalid
+// configuration, 0 for help and version (which print, then exit).
+enum class ParsePhase { kNotParsing, kParsing, kUsage };
+std::atomic<ParsePhase> parse_phase{ParsePhase::kNotParsing};
+
+void ExitCodeForFlagParsing() {
+  switch (parse_phase.load()) {
+    case ParsePhase::kNotParsing:
+      return;
+    case ParsePhase::kParsing:
+      std::fflush(nullptr);
+      std::_Exit(kExitBadConfig);
+    case ParsePhase::kUsage:
+      std::fflush(nullptr);
+      std::_Exit(0);
   }
-  spdlog::set_level(level);
-  return absl::OkStatus();
+}
+
+bool IsUsageFlag(absl::string_view arg) {
+  for (absl::string_view name :
+       {"help", "helpfull", "helpshort", "helppackage", "version",
+        "only_check_args"}) {
+    for (absl::string_view dashes : {"-", "--"}) {
+      if (arg == absl::StrCat(dashes, name)) return true;
+    }
+  }
+  return absl::StartsWith(arg, "--helpon=") ||
+         absl::StartsWith(arg, "--helpmatch=") ||
+         absl::StartsWith(arg, "-helpon=") ||
+         absl::StartsWith(arg, "-helpmatch=");
+}
+
+// Parses the command line (and any --flagfile); returns only when every flag
+// parsed and no usage flag was given.
+void ParseFlags(int argc, char** argv) {
+  absl::FlagsUsageConfig usage;
+  usage.version_string = [] {
+    return absl::StrCat("hicached ", VersionString(), "\n");
+  };
+  absl::SetFlagsUsageConfig(usage);
+  ParsePhase phase = ParsePhase::kParsing;
+  for (int i = 1; i < argc; ++i) {
+    if (absl::string_view(argv[i]) == "--") break;
+    if (IsUsageFlag(argv[i])) phase = ParsePhase::kUsage;
+  }
+  std::atexit(ExitCodeForFlagParsing);
+  parse_phase = phase;
+  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  parse_phase = ParsePhase::kNotParsing;
+  if (positional.size() > 1) {
+    std::fprintf(stderr,
+                 "ERROR: unexpected argument '%s' (hicached takes only "
+                 "flags; see --help)\n",
+                 positional[1]);
+    std::exit(kExitBadConfig);
+  }
 }
 
 int Run(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "hicached: hierarchical KV-cache daemon (device L1 + pinned host L2).\n"
-      "Usage: hicached [--socket=PATH] [--backend=cpu] [--cp_size=N] ...\n"
-      "Exit codes: 0 clean shutdown, 1 start-up or runtime failure, "
-      "2 invalid configuration.");
-  absl::ParseCommandLine(argc, argv);
+      "Usage: hicached [--flagfile=PATH] [--socket=PATH] [--backend=cpu] "
+      "[--cp_size=N] ...\n"
+      "--flagfile reads --flag=value lines ('#' comments); later flags "
+      "override it.\n"
+      "Exit codes: 0 clean shutdown (and --help, --version), 1 start-up or "
+      "runtime failure, 2 invalid configuration (unknown flag, bad value, "
+      "unreadable flagfile, inconsistent settings).");
+  ParseFlags(argc, argv);
 
-  if (absl::Status logging = SetUpLogging(); !logging.ok()) {
-    spdlog::error("{}", logging.message());
+  const LogOptions log_options{.level = absl::GetFlag(FLAGS_log_level),
+                               .format = absl::GetFlag(FLAGS_log_format)};
+  if (absl::Status logging = ConfigureLogging(log_options); !logging.ok()) {
+    // Say why in the chosen format, at the default level.
+    const absl::Status fallback = ConfigureLogging({.format = log_options.format});
+    HICACHE_CHECK(fallback.ok(), "the default log level is valid");
+    spdlog::error("invalid configuration: {}", logging.message());
     return kExitBadConfig;
   }
   absl::StatusOr<DaemonConfig> config = ConfigFromFlags();
@@ -312,6 +378,13 @@ int Run(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<DaemonServer>> server =
       DaemonServer::Start(*config, socket_path, Clock::Real());
   if (!server.ok()) {
+    // The checks that need the machine (a socket path that cannot be a unix
+    // socket, a preset the geometry rejects, an instance name) report
+    // INVALID_ARGUMENT: configuration, not circumstance.
+    if (absl::IsInvalidArgument(server.status())) {
+      spdlog::error("invalid configuration: {}", server.status().message());
+      return kExitBadConfig;
+    }
     spdlog::error("cannot start: {}", server.status().message());
     return kExitRuntimeError;
   }
@@ -321,10 +394,10 @@ int Run(int argc, char** argv) {
   }
   const BuildInfo& build = GetBuildInfo();
   spdlog::info(
-      "hicached {} ({}, {}) serving on {}: backend={} page_size={} cp_size={} "
+      "hicached {} ({}, {}, {}) serving on {}: backend={} page_size={} cp_size={} "
       "ranks=[{}] device_pages_per_rank={} host_pages_per_rank={} "
       "host_layout={} write_policy={} eviction_policy={}",
-      build.version, build.compiler, build.build_mode,
+      build.version, build.git_revision, build.compiler, build.build_mode,
       (*server)->listen_address(), BackendName(config->backend),
       config->page_size, config->cp_size,
       absl::StrJoin(config->EffectiveRanks(), ","),

@@ -26,6 +26,7 @@ v1::HostLayout ToProto(HostLayout layout) {
 
 void ToProto(const BuildInfo& build, v1::BuildInfo* out) {
   out->set_version(build.version);
+  out->set_git_revision(build.git_revision);
   out->set_compiler(build.compiler);
   out->set_build_mode(build.build_mode);
   out->set_cuda_support(build.cuda_support);

@@ -24,6 +24,12 @@ TEST(BuildInfoTest, CompilerAndModeAreNamed) {
 #endif
 }
 
+// Tests do not link //version:stamped: only hicached and hicachectl carry the
+// revision (tests/integration/daemon_process_test checks theirs).
+TEST(BuildInfoTest, RevisionIsUnstampedOutsideTheReleasedBinaries) {
+  EXPECT_EQ(GetBuildInfo().git_revision, "unstamped");
+}
+
 TEST(BuildInfoTest, SameObjectEveryTime) {
   EXPECT_EQ(&GetBuildInfo(), &GetBuildInfo());
 }

@@ -7,11 +7,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "hicache/v1/hicache.pb.h"
+#include "nlohmann/json.hpp"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/binaries.h"
@@ -159,7 +161,7 @@ TEST_F(DaemonProcessTest, BadFlagValuesExitNonZeroWithAClearMessage) {
       {{"--cp_size=2", "--ranks=0,5"}, 2, "served_ranks[1] = 5"},
       {{"--ranks=x"}, 2, "'x' is not a rank number"},
       {{"--log_level=loud"}, 2, "unknown level 'loud'"},
-      {{"--backend=tpu"}, 1, "unknown backend 'tpu'"},
+      {{"--backend=tpu"}, 2, "unknown backend 'tpu'"},
       {{"--gpus=0"}, 2, "gpus needs backend=cuda"},
       {{"--backend=cuda", "--cuda_runtime=fake"}, 2,
        "cuda_runtime must be 'real' or 'simulated'"},
@@ -179,12 +181,17 @@ TEST_F(DaemonProcessTest, BadFlagValuesExitNonZeroWithAClearMessage) {
       {{"--host_bytes_per_rank=100"}, 2,
        "host_bytes_per_rank = 100 holds no host page"},
       {{"--kv_preset=llama"}, 2, "unknown KV preset 'llama'"},
-      {{"--write_policy=write_sideways"}, 1,
+      {{"--write_policy=write_sideways"}, 2,
        "unknown write policy 'write_sideways'; expected write_through, "
        "write_through_selective or write_back"},
-      {{"--eviction_policy=mru"}, 1, "unknown eviction policy 'mru'"},
-      {{"--page_size=abc"}, 1, "page_size"},
-      {{"--no_such_flag"}, 1, "no_such_flag"},
+      {{"--eviction_policy=mru"}, 2, "unknown eviction policy 'mru'"},
+      {{"--page_size=abc"}, 2, "page_size"},
+      {{"--no_such_flag"}, 2, "no_such_flag"},
+      {{"--log_format=xml"}, 2, "expected 'text' or 'json'"},
+      {{"--flagfile=/nonexistent/hicached.flags"}, 2,
+       "/nonexistent/hicached.flags"},
+      {{"stray_argument"}, 2, "unexpected argument 'stray_argument'"},
+      {{"--instance=9lives"}, 2, "instance"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> argv = {DaemonPath(), "--socket=" + socket_};
@@ -235,6 +242,71 @@ TEST_F(DaemonProcessTest, CudaBackendWithoutAGpuExitsTwoAndSaysWhy) {
   ASSERT_TRUE(r.ok());
   EXPECT_NE(r->exit_code, 0);
   EXPECT_THAT(r->err, HasSubstr("/dev/shm has"));
+}
+
+TEST_F(DaemonProcessTest, VersionAndHelpExitZero) {
+  absl::StatusOr<RunResult> r = testing::Run({DaemonPath(), "--version"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 0) << r->err;
+  // "hicached 0.2.0 (<12 hex digits>[-dirty])", or "(unknown)" when built
+  // outside a git checkout.
+  EXPECT_THAT(r->out, ::testing::MatchesRegex(
+                          "hicached [0-9]+\\.[0-9]+\\.[0-9]+ "
+                          "\\(([0-9a-f]{12}(-dirty)?|unknown)\\)\n"));
+  r = testing::Run({DaemonPath(), "--help"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 0);
+  EXPECT_THAT(r->out + r->err, HasSubstr("--flagfile"));
+}
+
+// --flagfile: '#' comment lines, one --flag=value per line, later command-line
+// flags override it; the daemon reports the revision it was built from.
+TEST_F(DaemonProcessTest, FlagfileConfiguresTheDaemon) {
+  const std::string flagfile = dir_.Child("hicached.flags");
+  {
+    FILE* f = fopen(flagfile.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    fputs("# hicached configuration\n--page_size=32\n--cp_size=2\n", f);
+    fclose(f);
+  }
+  Subprocess daemon =
+      StartDaemon({"--flagfile=" + flagfile, "--cp_size=4"});
+  RunResult stats = Ctl(socket_, {"--json", "stats"});
+  ASSERT_EQ(stats.exit_code, 0) << stats.err;
+  const nlohmann::json json = nlohmann::json::parse(stats.out, nullptr,
+                                                    /*allow_exceptions=*/false);
+  ASSERT_FALSE(json.is_discarded()) << stats.out;
+  EXPECT_EQ(json["geometry"]["page_size_tokens"], 32) << stats.out;
+  EXPECT_EQ(json["geometry"]["cp_size"], 4) << stats.out;
+  EXPECT_THAT(json["build"]["git_revision"].get<std::string>(),
+              ::testing::MatchesRegex("[0-9a-f]{12}(-dirty)?|unknown"));
+  ASSERT_TRUE(daemon.Signal(SIGTERM).ok());
+  absl::StatusOr<int> code = daemon.Wait(absl::Seconds(20));
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 0);
+}
+
+// --log_format=json: every stderr line is one JSON object with a UTC
+// timestamp, including lines that quote client-supplied text.
+TEST_F(DaemonProcessTest, JsonLogsAreOneObjectPerLineInUtc) {
+  Subprocess daemon =
+      StartDaemon({"--log_format=json", "--log_level=debug"});
+  ASSERT_TRUE(daemon.Signal(SIGTERM).ok());
+  absl::StatusOr<int> code = daemon.Wait(absl::Seconds(20));
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 0);
+  const std::string err = daemon.Stderr();
+  int lines = 0;
+  for (absl::string_view line : absl::StrSplit(err, '\n', absl::SkipEmpty())) {
+    ++lines;
+    EXPECT_THAT(std::string(line),
+                ::testing::MatchesRegex(
+                    "\\{\"ts\":\"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:"
+                    "[0-9]{2}\\.[0-9]{3}Z\",\"level\":\"[a-z]+\",\"logger\":"
+                    "\"hicached\",\"thread\":[0-9]+,\"msg\":\".*\"\\}"));
+  }
+  EXPECT_GE(lines, 3) << err;
+  EXPECT_THAT(err, HasSubstr("\"msg\":\"hicached stopped\""));
 }
 
 TEST_F(DaemonProcessTest, CtlHelpDocumentsExitCodes) {

@@ -17,12 +17,14 @@ TEST(ProtoConvertTest, HostLayout) {
 
 TEST(ProtoConvertTest, BuildInfo) {
   BuildInfo build{.version = "1.2.3",
+                  .git_revision = "0123456789ab-dirty",
                   .compiler = "gcc 12.2.0",
                   .build_mode = "opt+asan",
                   .cuda_support = true};
   v1::BuildInfo out;
   ToProto(build, &out);
   EXPECT_EQ(out.version(), "1.2.3");
+  EXPECT_EQ(out.git_revision(), "0123456789ab-dirty");
   EXPECT_EQ(out.compiler(), "gcc 12.2.0");
   EXPECT_EQ(out.build_mode(), "opt+asan");
   EXPECT_TRUE(out.cuda_support());
