@@ -22,7 +22,7 @@ import re
 import sys
 
 LAYERS = ["core", "layout", "alloc", "pool", "transfer", "backend", "radix",
-          "engine", "service", "main"]
+          "engine", "service", "metrics", "main"]
 CACHE_LOGIC = set(LAYERS[:LAYERS.index("engine") + 1]) - {"backend"}
 FORBIDDEN_IN_CACHE_LOGIC = re.compile(
     r'^(grpc|grpcpp|google/protobuf|cuda|cuda_runtime|nccl|hicache/v1|'

@@ -1,10 +1,13 @@
 #include "daemon/core/daemon_config.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <initializer_list>
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
@@ -254,9 +257,49 @@ absl::Status DaemonConfig::Validate() const {
         " characters of [A-Za-z0-9_-] starting with a letter, got '",
         instance, "'"));
   }
+  if (!metrics_address.empty()) {
+    if (absl::Status s = CheckMetricsAddress(metrics_address); !s.ok()) {
+      return s;
+    }
+  }
   if (default_lease_ms == 0 || default_lease_ms > 86400000) {
     return absl::InvalidArgumentError(absl::StrCat(
         "default_lease_ms must be in [1, 86400000], got ", default_lease_ms));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckMetricsAddress(absl::string_view address) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics_address '", address, "' ", why,
+                     " (want IPV4:PORT or [IPV6]:PORT, e.g. 127.0.0.1:9464)"));
+  };
+  const size_t colon = address.rfind(':');
+  if (colon == absl::string_view::npos) return bad("has no port");
+  absl::string_view host = address.substr(0, colon);
+  const absl::string_view port = address.substr(colon + 1);
+  if (port.empty() || port.size() > 5 ||
+      !std::all_of(port.begin(), port.end(),
+                   [](char c) { return absl::ascii_isdigit(c); })) {
+    return bad("has no decimal port");
+  }
+  uint32_t number = 0;
+  if (!absl::SimpleAtoi(port, &number) || number > 65535) {
+    return bad("has a port outside [0, 65535]");
+  }
+  unsigned char parsed[16];
+  if (absl::ConsumePrefix(&host, "[")) {
+    if (!absl::ConsumeSuffix(&host, "]")) return bad("has an unclosed '['");
+    const std::string literal(host);
+    if (inet_pton(AF_INET6, literal.c_str(), parsed) != 1) {
+      return bad("does not name an IPv6 address");
+    }
+    return absl::OkStatus();
+  }
+  const std::string literal(host);
+  if (inet_pton(AF_INET, literal.c_str(), parsed) != 1) {
+    return bad("does not name an IPv4 address");
   }
   return absl::OkStatus();
 }

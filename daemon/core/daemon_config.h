@@ -50,6 +50,12 @@ bool IsValidInstanceId(absl::string_view id);
 // path always gives the same id; different paths give different ids.
 std::string DefaultInstanceId(absl::string_view canonical_socket_path);
 
+// The Prometheus endpoint address (--metrics_address): "IPV4:PORT" or
+// "[IPV6]:PORT" with an IP literal (no host names: the HTTP server does not
+// resolve them) and a decimal port in [0, 65535] (0 picks a free port).
+// OK, or INVALID_ARGUMENT saying what is wrong with `address`.
+absl::Status CheckMetricsAddress(absl::string_view address);
+
 // Static configuration of one daemon: backend and pool geometry. Plain value
 // type; Validate() before use.
 struct DaemonConfig {
@@ -118,6 +124,10 @@ struct DaemonConfig {
   // Shared-memory instance id (see IsValidInstanceId). Empty: derived from
   // the socket path by DefaultInstanceId().
   std::string instance;
+  // Prometheus /metrics over HTTP at this address (see CheckMetricsAddress);
+  // empty: no metrics endpoint. Plain HTTP without authentication: bind it
+  // to loopback or a scrape-only network.
+  std::string metrics_address;
 
   // Operators may act across tenants (evict, free room, tree dumps, session
   // lists, watch): root, these uids, members of these groups (unix socket

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "daemon/engine/hicache_engine.h"
 
 namespace hicache {
@@ -26,6 +27,10 @@ struct HiCacheEngine::Op {
   int64_t acked = 0;                       // (rank, step) completions.
   int64_t outstanding = 0;                 // Submitted, not yet completed.
   int64_t submit_ns = 0;
+  // For the observer (EngineObserver): when the op was made, and when each
+  // step was last submitted (empty until a step is submitted one by one).
+  int64_t start_ns = absl::GetCurrentTimeNanos();
+  std::vector<int64_t> step_submit_ns;
   // Backup: the node it is attached to.
   NodeId node = kNoNode;
   bool attached = false;

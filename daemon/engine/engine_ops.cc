@@ -1,5 +1,6 @@
 // HiCacheEngine: backups, load-back and transfer completions.
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -121,6 +122,10 @@ absl::Status HiCacheEngine::SubmitStepLocked(Op& op, uint32_t step,
   }
   const int64_t acks = static_cast<int64_t>(task.ranks.size());
   if (acks == 0) return absl::OkStatus();
+  if (options_.observer != nullptr) {
+    op.step_submit_ns.resize(geometry_.NumSteps(), 0);
+    op.step_submit_ns[step] = NowNs();
+  }
   op.outstanding += acks;
   outstanding_steps_ += acks;
   absl::Status submitted = transfer_->Submit(std::move(task));
@@ -338,6 +343,7 @@ void HiCacheEngine::OnStepDone(StepDone done) {
   const absl::Status& status = done.status;
   const uint64_t bytes = done.bytes;
   std::vector<PendingEvent> events;
+  std::optional<LayerCopyEvent> observed;
   {
     MutexLock lock(&mu_);
     ops_cv_.SignalAll();  // Writers waiting for staged write-backs recheck.
@@ -349,6 +355,25 @@ void HiCacheEngine::OnStepDone(StepDone done) {
     ++op.acked;
     ++stats_.steps_completed;
     stats_.step_latency_ns_total += NowNs() - op.submit_ns;
+    if (options_.observer != nullptr) {
+      const int64_t now = NowNs();
+      const int64_t submitted =
+          step < op.step_submit_ns.size() && op.step_submit_ns[step] != 0
+              ? op.step_submit_ns[step]
+              : op.submit_ns;
+      observed = LayerCopyEvent{
+          .kind = op.kind == Op::Kind::kBackup ? LayerCopyEvent::Kind::kBackup
+                                               : LayerCopyEvent::Kind::kLoad,
+          .write_back = op.write_back,
+          .rank = rank,
+          .step = step,
+          .num_steps = geometry_.NumSteps(),
+          .ok = status.ok(),
+          .bytes = bytes,
+          .since_start = absl::Nanoseconds(now - op.start_ns),
+          .since_submit = absl::Nanoseconds(now - submitted),
+      };
+    }
     if (done.direction == TransferDirection::kDeviceToHost) {
       stats_.bytes_to_host += bytes;
     } else {
@@ -377,6 +402,7 @@ void HiCacheEngine::OnStepDone(StepDone done) {
     }
     event_queue_.insert(event_queue_.end(), events.begin(), events.end());
   }
+  if (observed.has_value()) options_.observer->OnLayerCopy(*observed);
   DispatchPending();
 }
 

@@ -14,6 +14,7 @@
 #include "daemon/core/clock.h"
 #include "daemon/core/daemon_config.h"
 #include "daemon/core/policies.h"
+#include "daemon/engine/engine_observer.h"
 #include "daemon/layout/cp_layout.h"
 #include "daemon/pool/rank_pools.h"
 #include "daemon/radix/radix_tree.h"
@@ -62,6 +63,9 @@ struct EngineOptions {
   // it staged (the engine lock is released meanwhile) before it evicts
   // without them.
   absl::Duration write_back_wait = absl::Seconds(5);
+  // Per-layer copy timings (metrics); not owned, must outlive the engine.
+  // Null: none.
+  EngineObserver* observer = nullptr;
   // Test seam (fault injection): wraps the backend's transfer engine. Given
   // the engine's listener and a factory of the backend engine, returns the
   // transfer engine to use; a decorator builds the backend engine with

@@ -229,6 +229,22 @@ class SessionManager {
     int64_t pages = 0;
   };
   Totals totals() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Open sessions and their streams per role, and per namespace the open
+  // sessions and the device pages they hold (for metrics;
+  // session_census.cc).
+  struct NamespaceSessions {
+    int64_t sessions = 0;
+    int64_t pages = 0;
+  };
+  struct Census {
+    int64_t scheduler_sessions = 0;
+    int64_t worker_sessions = 0;
+    int64_t scheduler_streams = 0;
+    int64_t worker_streams = 0;
+    int64_t locks = 0;
+    absl::flat_hash_map<std::string, NamespaceSessions> namespaces;
+  };
+  Census TakeCensus() const ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<SessionInfo> List() const ABSL_LOCKS_EXCLUDED(mu_);
   // One session's info; NOT_FOUND for an unknown session.
   absl::StatusOr<SessionInfo> Info(const std::string& id) const

@@ -21,10 +21,12 @@
 #include "daemon/main/backend_factory.h"
 #include "daemon/main/connection_registry.h"
 #include "daemon/main/unix_listener.h"
+#include "daemon/metrics/daemon_metrics.h"
 #include "daemon/pool/host_budget.h"
 #include "daemon/pool/shm_instance.h"
 #include "daemon/service/hicache_service.h"
 #include "daemon/service/watch_broadcaster.h"
+#include "google/protobuf/descriptor.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
@@ -123,6 +125,23 @@ void LogPools(const HiCacheEngine& engine) {
                engine.layout().served_ranks().size());
 }
 
+// Every method path the server serves, for the RPC metrics' labels.
+std::vector<std::string> ServedMethods() {
+  std::vector<std::string> methods = {
+      "/grpc.health.v1.Health/Check",
+      "/grpc.health.v1.Health/Watch",
+      "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+  };
+  const google::protobuf::ServiceDescriptor* service =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+          "hicache.v1.HiCache");
+  for (int i = 0; service != nullptr && i < service->method_count(); ++i) {
+    methods.push_back(
+        absl::StrCat("/", service->full_name(), "/", service->method(i)->name()));
+  }
+  return methods;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
@@ -166,6 +185,16 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
                  instance, skipped);
   }
   daemon->listen_address_ = address;
+  if (!config.metrics_address.empty()) {
+    absl::StatusOr<std::unique_ptr<metrics::DaemonMetrics>> served =
+        metrics::DaemonMetrics::Start(config.metrics_address, ServedMethods());
+    if (!served.ok()) return served.status();
+    daemon->metrics_ = *std::move(served);
+    spdlog::info("Prometheus metrics on http://{}:{}/metrics",
+                 config.metrics_address.substr(
+                     0, config.metrics_address.rfind(':')),
+                 daemon->metrics_->port());
+  }
   daemon->watch_ = std::make_unique<service::WatchBroadcaster>();
   daemon->hub_ = std::make_unique<EventHub>();
   service::WatchBroadcaster* watch = daemon->watch_.get();
@@ -180,6 +209,9 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   engine_options.clock = clock;
   engine_options.backend = daemon->backend_.get();
   engine_options.shm_prefix = daemon->shm_->prefix();
+  if (daemon->metrics_ != nullptr) {
+    engine_options.observer = daemon->metrics_->engine_observer();
+  }
   absl::StatusOr<std::unique_ptr<HiCacheEngine>> engine =
       HiCacheEngine::Create(engine_options);
   if (!engine.ok()) return engine.status();
@@ -261,6 +293,13 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
     builder.AddListeningPort(config.listen_tcp, *credentials, &tcp_port);
   }
   builder.RegisterService(daemon->service_.get());
+  if (daemon->metrics_ != nullptr) {
+    std::vector<std::unique_ptr<
+        grpc::experimental::ServerInterceptorFactoryInterface>>
+        interceptors;
+    interceptors.push_back(daemon->metrics_->MakeInterceptorFactory());
+    builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  }
 
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || (!config.listen_tcp.empty() && tcp_port == 0)) {
@@ -278,6 +317,9 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   health->SetServingStatus(true);
   health->SetServingStatus(kHealthServiceName, true);
   daemon->server_ = std::move(server);
+  if (daemon->metrics_ != nullptr) {
+    daemon->metrics_->Watch(daemon->engine_.get(), daemon->sessions_.get());
+  }
   daemon->listener_->Start(daemon->server_.get());
   DaemonServer* raw = daemon.get();
   daemon->reaper_ = std::thread([raw] { raw->ReapLeases(); });
@@ -297,6 +339,7 @@ void DaemonServer::ReapLeases() {
 }
 
 DaemonServer::~DaemonServer() {
+  if (metrics_ != nullptr) metrics_->StopServing();
   Shutdown(absl::ZeroDuration());
   Wait();
   if (reaper_.joinable()) reaper_.join();
@@ -314,6 +357,10 @@ void DaemonServer::Shutdown(absl::Duration grace) {
   server_->GetHealthCheckService()->SetServingStatus(false);
   server_->Shutdown(std::chrono::system_clock::now() +
                     absl::ToChronoMilliseconds(grace));
+}
+
+int DaemonServer::metrics_port() const {
+  return metrics_ == nullptr ? 0 : metrics_->port();
 }
 
 void DaemonServer::Wait() {

@@ -23,6 +23,9 @@ class HiCacheEngine;
 class UnixListener;
 class SessionManager;
 class ShmInstance;
+namespace metrics {
+class DaemonMetrics;
+}  // namespace metrics
 namespace service {
 class WatchBroadcaster;
 class HiCacheService;
@@ -67,6 +70,9 @@ class DaemonServer {
   // The bound TCP port when listen_tcp was given (":0" picks one), else 0.
   int tcp_port() const { return tcp_port_; }
   SessionManager& sessions() const { return *sessions_; }
+  // The bound port of the Prometheus endpoint (config.metrics_address;
+  // port 0 picks one), or 0 when metrics are off.
+  int metrics_port() const;
 
  private:
   DaemonServer() = default;
@@ -78,6 +84,10 @@ class DaemonServer {
   // Declared before the engine: its lock outlives the pools' segments.
   std::unique_ptr<ShmInstance> shm_;
   std::string listen_address_;
+  // Before the engine and the gRPC server: the engine's observer and the
+  // RPC interceptors point into it. Its HTTP server is stopped first of all
+  // (~DaemonServer), while everything its collector reads still exists.
+  std::unique_ptr<metrics::DaemonMetrics> metrics_;
   int tcp_port_ = 0;
   std::unique_ptr<service::WatchBroadcaster> watch_;
   std::unique_ptr<EventHub> hub_;

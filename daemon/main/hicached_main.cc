@@ -136,6 +136,11 @@ ABSL_FLAG(std::string, tls_client_ca_file, "",
           "PEM CA bundle: require and verify client certificates (mTLS).");
 ABSL_FLAG(bool, insecure_tcp_for_testing, false,
           "Allow --listen_tcp without TLS. Never in production.");
+ABSL_FLAG(std::string, metrics_address, "",
+          "Serve Prometheus metrics over plain HTTP at IPV4:PORT or "
+          "[IPV6]:PORT (GET /metrics; port 0 picks one, logged at start), "
+          "e.g. 127.0.0.1:9464. Empty (default): no metrics endpoint. See "
+          "docs/metrics.md.");
 ABSL_FLAG(std::string, log_level, "info",
           "Log level: trace, debug, info, warn, error, critical or off.");
 ABSL_FLAG(double, shutdown_grace_seconds, 5,
@@ -236,6 +241,7 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   config.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
   config.insecure_tcp_for_testing =
       absl::GetFlag(FLAGS_insecure_tcp_for_testing);
+  config.metrics_address = absl::GetFlag(FLAGS_metrics_address);
   for (const auto& [flag, out] :
        {std::pair{absl::GetFlag(FLAGS_operator_uids), &config.operator_uids},
         std::pair{absl::GetFlag(FLAGS_operator_gids),

@@ -29,4 +29,12 @@ fi
 grep -q "daemon/engine/bad.cc:1: daemon/backend/cuda/cuda_backend.h (cache logic" "$tmp/out2"
 grep -q "only daemon/backend/cuda may use the CUDA kernels" "$tmp/out2"
 grep -q "CUDA toolkit headers belong in cuda_kernels" "$tmp/out2"
+# Metrics sit after the service: nothing before them may include them.
+mkdir -p "$tmp/daemon/service"
+printf '#include "daemon/metrics/daemon_metrics.h"\n' > "$tmp/daemon/service/bad.cc"
+if (cd "$tmp" && /usr/bin/python3 "$OLDPWD/$checker" daemon/service/bad.cc) > "$tmp/out3"; then
+  echo "checker accepted the service including metrics" >&2
+  exit 1
+fi
+grep -q "may not depend on later layer metrics" "$tmp/out3"
 echo "layering checker rejects violations: ok"

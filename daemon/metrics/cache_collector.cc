@@ -1,0 +1,251 @@
+#include "daemon/metrics/cache_collector.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/core/build_info.h"
+#include "daemon/metrics/label_values.h"
+
+namespace hicache::metrics {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+using Labels = std::vector<ClientMetric::Label>;
+
+// Builds the families of one scrape.
+class Families {
+ public:
+  // Starts a family; the samples that follow belong to it.
+  Families& Counter(std::string name, std::string help) {
+    return Start(std::move(name), std::move(help), MetricType::Counter);
+  }
+  Families& Gauge(std::string name, std::string help) {
+    return Start(std::move(name), std::move(help), MetricType::Gauge);
+  }
+  Families& Sample(double value, Labels labels = {}) {
+    ClientMetric metric;
+    metric.label = std::move(labels);
+    if (out_.back().type == MetricType::Counter) {
+      metric.counter.value = value;
+    } else {
+      metric.gauge.value = value;
+    }
+    out_.back().metric.push_back(std::move(metric));
+    return *this;
+  }
+  std::vector<MetricFamily> Take() { return std::move(out_); }
+
+ private:
+  Families& Start(std::string name, std::string help, MetricType type) {
+    MetricFamily family;
+    family.name = std::move(name);
+    family.help = std::move(help);
+    family.type = type;
+    out_.push_back(std::move(family));
+    return *this;
+  }
+
+  std::vector<MetricFamily> out_;
+};
+
+void AddEngine(const EngineStats& s, Families& f) {
+  f.Counter("hicache_match_calls_total", "Counted prefix matches.")
+      .Sample(s.match_calls);
+  f.Counter("hicache_query_tokens_total", "Tokens of the counted matches.")
+      .Sample(s.query_tokens);
+  const int64_t miss = std::max<int64_t>(
+      0, s.query_tokens - s.device_hit_tokens - s.host_hit_tokens);
+  f.Counter("hicache_hit_tokens_total",
+            "Matched tokens by where they were found: device (L1), host (L2, "
+            "loadable) or miss.")
+      .Sample(s.device_hit_tokens, {{"tier", "device"}})
+      .Sample(s.host_hit_tokens, {{"tier", "host"}})
+      .Sample(miss, {{"tier", "miss"}});
+
+  f.Counter("hicache_backups_started_total",
+            "Device-to-host backups started (scheduler, write-through and "
+            "write-back).")
+      .Sample(s.backups_started);
+  f.Counter("hicache_backups_committed_total",
+            "Backups whose host copy became visible.")
+      .Sample(s.backups_committed);
+  f.Counter("hicache_backups_rolled_back_total", "Backups abandoned.")
+      .Sample(s.backups_rolled_back);
+  f.Counter("hicache_backups_skipped_total",
+            "Backups not started: no host room even after host eviction.")
+      .Sample(s.backups_skipped_no_host);
+  f.Counter("hicache_backups_failed_total",
+            "Backups ended by a failed copy (never committed).")
+      .Sample(s.backups_failed);
+  f.Counter("hicache_write_back_backups_total",
+            "Backups of device eviction victims (write-back).")
+      .Sample(s.write_back_backups);
+  f.Counter("hicache_write_back_rejected_total",
+            "Write-back victims refused by host admission (dropped).")
+      .Sample(s.write_back_rejected);
+  f.Counter("hicache_fallback_backups_total",
+            "All-layer backups after the forward pass (no per-layer store).")
+      .Sample(s.fallback_backups);
+
+  f.Counter("hicache_loads_started_total", "Host-to-device loads started.")
+      .Sample(s.loads_started);
+  f.Counter("hicache_loads_done_total", "Loads whose every layer landed.")
+      .Sample(s.loads_done);
+  f.Counter("hicache_load_misses_total",
+            "Host hits not loaded (below threshold, over quota, no device "
+            "memory, load in flight).")
+      .Sample(s.load_misses);
+  f.Counter("hicache_loads_failed_total",
+            "Loads ended by a failed copy (a miss for the client).")
+      .Sample(s.loads_failed);
+  f.Counter("hicache_copy_failures_total",
+            "Failed layer copies (any direction).")
+      .Sample(s.copy_failures);
+  f.Counter("hicache_transfer_bytes_total",
+            "Bytes copied between the tiers (completed copies).")
+      .Sample(static_cast<double>(s.bytes_to_host), {{"direction", "to_host"}})
+      .Sample(static_cast<double>(s.bytes_to_device),
+              {{"direction", "to_device"}});
+  f.Counter("hicache_layer_copies_total",
+            "Completed (rank, layer) copies.")
+      .Sample(s.steps_completed);
+
+  f.Counter("hicache_evicted_pages_total", "Pages evicted, by tier.")
+      .Sample(s.device_evicted_pages, {{"tier", "device"}})
+      .Sample(s.host_evicted_pages, {{"tier", "host"}});
+  f.Counter("hicache_eviction_steps_total", "Eviction passes, by tier.")
+      .Sample(s.device_eviction_steps, {{"tier", "device"}})
+      .Sample(s.host_eviction_steps, {{"tier", "host"}});
+  f.Counter("hicache_device_victims_total",
+            "Device eviction victims: moved to the host tier or removed.")
+      .Sample(s.device_victims_to_host, {{"outcome", "to_host"}})
+      .Sample(s.device_victims_removed, {{"outcome", "removed"}});
+  f.Counter("hicache_host_copies_dropped_total",
+            "Redundant host copies of device nodes dropped for host room.")
+      .Sample(s.host_copies_dropped);
+  f.Counter("hicache_device_alloc_failures_total",
+            "Device allocations refused (RESOURCE_EXHAUSTED).")
+      .Sample(s.device_alloc_failures);
+}
+
+void AddPools(const HiCacheEngine& engine, Families& f) {
+  const uint32_t lanes = engine.layout().cp_size();
+  Families& device = f.Gauge(
+      "hicache_device_pages",
+      "Device (L1) pages per lane: used (allocated: tree, requests, loads) "
+      "or free (the reserved page 0 excluded).");
+  for (Rank lane = 0; lane < lanes; ++lane) {
+    const LaneCounts counts = engine.LaneCountsOf(lane);
+    const std::string label = absl::StrCat(lane);
+    device.Sample(counts.allocated, {{"lane", label}, {"state", "used"}});
+    device.Sample(counts.available(), {{"lane", label}, {"state", "free"}});
+  }
+  Families& host = f.Gauge("hicache_host_pages",
+                           "Host (L2) pages per rank: used or free.");
+  const int64_t capacity = engine.options().host_pages_per_rank;
+  for (Rank rank = 0; rank < lanes; ++rank) {
+    const int64_t used = engine.HostUsedPages(rank);
+    const std::string label = absl::StrCat(rank);
+    host.Sample(used, {{"rank", label}, {"state", "used"}});
+    host.Sample(capacity - used, {{"rank", label}, {"state", "free"}});
+  }
+  f.Gauge("hicache_page_tokens", "Tokens per page (P).")
+      .Sample(engine.layout().page_size());
+  f.Gauge("hicache_page_bytes",
+          "Bytes of one page on one rank, device tier (target and draft).")
+      .Sample(static_cast<double>(engine.geometry().BytesPerPage()));
+}
+
+void AddTree(const TreeStats& tree, Families& f) {
+  f.Gauge("hicache_tree_nodes", "Radix tree nodes (roots excluded).")
+      .Sample(tree.nodes);
+  f.Gauge("hicache_tree_tokens",
+          "Cached tokens by tier: on device, with a committed host copy.")
+      .Sample(tree.device_tokens, {{"tier", "device"}})
+      .Sample(tree.host_tokens, {{"tier", "host"}});
+  f.Gauge("hicache_tree_protected_tokens",
+          "Device tokens under a lock (not evictable).")
+      .Sample(tree.protected_tokens);
+  f.Gauge("hicache_pending_backups", "Backups in flight in the tree.")
+      .Sample(tree.pending_backups);
+  f.Gauge("hicache_namespaces", "Namespaces the tree holds.")
+      .Sample(tree.namespaces);
+}
+
+void AddSessions(const SessionManager::Census& census, Families& f) {
+  f.Gauge("hicache_sessions", "Open sessions by role.")
+      .Sample(census.scheduler_sessions, {{"role", "scheduler"}})
+      .Sample(census.worker_sessions, {{"role", "worker"}});
+  f.Gauge("hicache_session_streams",
+          "Open BackupSession/LoadBack streams by the role of their session.")
+      .Sample(census.scheduler_streams, {{"role", "scheduler"}})
+      .Sample(census.worker_streams, {{"role", "worker"}});
+  f.Gauge("hicache_session_locks", "Node locks held by sessions.")
+      .Sample(census.locks);
+}
+
+void AddNamespaces(std::vector<NamespaceRow> rows, size_t max_rows,
+                   Families& f) {
+  rows = TopNamespaces(std::move(rows), max_rows);
+  f.Gauge("hicache_namespace_tokens",
+          "Cached tokens of the largest namespaces by tier (the rest: "
+          "namespace=\"__other__\").");
+  for (const NamespaceRow& r : rows) {
+    f.Sample(r.device_tokens, {{"namespace", r.ns}, {"tier", "device"}});
+    f.Sample(r.host_tokens, {{"namespace", r.ns}, {"tier", "host"}});
+  }
+  f.Gauge("hicache_namespace_nodes", "Tree nodes of the largest namespaces.");
+  for (const NamespaceRow& r : rows) f.Sample(r.nodes, {{"namespace", r.ns}});
+  f.Gauge("hicache_namespace_sessions",
+          "Open sessions of the largest namespaces.");
+  for (const NamespaceRow& r : rows) {
+    f.Sample(r.sessions, {{"namespace", r.ns}});
+  }
+  f.Gauge("hicache_namespace_session_pages",
+          "Device pages held by the sessions of the largest namespaces "
+          "(allocated, not yet cached or freed).");
+  for (const NamespaceRow& r : rows) {
+    f.Sample(r.session_pages, {{"namespace", r.ns}});
+  }
+}
+
+}  // namespace
+
+std::vector<MetricFamily> CacheCollector::Collect() const {
+  Families f;
+  const BuildInfo& build = GetBuildInfo();
+  f.Gauge("hicache_build_info", "Build identity; the value is 1.")
+      .Sample(1, {{"version", build.version},
+                  {"revision", build.git_revision},
+                  {"backend", engine_->backend_name()}});
+  AddEngine(engine_->Stats(), f);
+  AddPools(*engine_, f);
+  AddTree(engine_->TreeStatistics(), f);
+  const SessionManager::Census census = sessions_->TakeCensus();
+  AddSessions(census, f);
+  absl::flat_hash_map<std::string, NamespaceRow> rows;
+  for (NamespaceUsage& usage : engine_->UsageByNamespace()) {
+    NamespaceRow& row = rows[usage.ns];
+    row.ns = std::move(usage.ns);
+    row.nodes = usage.nodes;
+    row.device_tokens = usage.device_tokens;
+    row.host_tokens = usage.host_tokens;
+  }
+  for (const auto& [ns, sessions] : census.namespaces) {
+    NamespaceRow& row = rows[ns];
+    row.ns = ns;
+    row.sessions = sessions.sessions;
+    row.session_pages = sessions.pages;
+  }
+  std::vector<NamespaceRow> list;
+  list.reserve(rows.size());
+  for (auto& [ns, row] : rows) list.push_back(std::move(row));
+  AddNamespaces(std::move(list), max_namespaces_, f);
+  return f.Take();
+}
+
+}  // namespace hicache::metrics

@@ -1,0 +1,64 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/time/time.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace hicache::metrics {
+
+// Per-RPC series, labelled by service and method (short names, e.g.
+// service="hicache.v1.HiCache", method="MatchPrefix") and gRPC code name:
+//   hicache_rpc_duration_seconds{service,method,code}  histogram, from the
+//       call's start to its status (a stream's whole life for streams)
+//   hicache_rpcs_total{service,method,code}             counter, finished
+//   hicache_rpcs_in_flight{service,method}              gauge, running now
+// Only the methods named at construction get their own labels; any other
+// path (a client probing random names) is counted as service="unknown",
+// method="unknown", so clients cannot create series.
+//
+// Thread-safe (prometheus-cpp metrics are); the registry must outlive it.
+class RpcMetrics {
+ public:
+  // `methods`: full paths, "/package.Service/Method".
+  RpcMetrics(prometheus::Registry& registry,
+             const std::vector<std::string>& methods);
+
+  // Buckets of the duration histogram, in seconds (50 us .. 60 s).
+  static const std::vector<double>& Buckets();
+
+  // One running call, from Begin to End.
+  struct Call {
+    const std::string* service = nullptr;
+    const std::string* method = nullptr;
+    prometheus::Gauge* in_flight = nullptr;
+  };
+  Call Begin(const char* path);
+  // `code`: a grpc::StatusCode value (unknown values are named by number).
+  void End(const Call& call, int code, absl::Duration elapsed);
+
+  // "OK", "INVALID_ARGUMENT", ... for a grpc::StatusCode value.
+  static std::string CodeName(int code);
+
+ private:
+  struct Method {
+    std::string service;
+    std::string method;
+    prometheus::Gauge* in_flight = nullptr;
+  };
+
+  prometheus::Family<prometheus::Histogram>& duration_;
+  prometheus::Family<prometheus::Counter>& total_;
+  prometheus::Family<prometheus::Gauge>& in_flight_;
+  // Immutable after construction: lookups need no lock.
+  absl::flat_hash_map<std::string, Method> methods_;
+  Method unknown_;
+};
+
+}  // namespace hicache::metrics
