@@ -4,24 +4,32 @@
     with hicache.Client() as client, client.session("scheduler") as s:
         hit = s.match([[1, 2, 3, 4]])[0]
 
-The gRPC stubs (packages ``hicache_proto`` and ``grpc_health``) are generated
-from proto/ at build time; put their directory on ``sys.path`` (Bazel's
-``//proto:py_stubs`` output ``bazel-bin/proto/py``).
+Install the wheel (tools/build_wheel; docs/python-client.md): its gRPC stubs,
+generated from proto/ when it was built, are ``hicache.v1`` and
+``hicache.grpc_health.v1``. From a checkout, put client/python and Bazel's
+``//proto:py_stubs`` output (``bazel-bin/proto/py``: packages
+``hicache_proto`` and ``grpc_health``) on ``sys.path`` instead.
 """
 
+from hicache._version import __version__  # noqa: F401
 from hicache.client import (  # noqa: F401
     AdmitItem,
     AdmitResult,
     BackupStream,
     Client,
     CompleteItem,
+    Handle,
     HiCacheError,
     LoadBackResult,
     MatchResult,
+    PageList,
     Pages,
+    READ_METHODS,
     Session,
+    StaleHandleError,
     default_socket_path,
     pack_tokens,
+    service_config,
 )
 from hicache.cuda import (  # noqa: F401
     CudaError,

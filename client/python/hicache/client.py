@@ -4,19 +4,26 @@ import array
 import collections
 import contextlib
 from collections import abc
+import json
 import os
+import re
 import queue
 import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Iterator, List, Optional, Sequence, Union
+from typing import Callable, Iterator, List, Optional, Sequence, Union
 
 import grpc
 
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from hicache_proto.v1 import hicache_pb2 as pb
-from hicache_proto.v1 import hicache_pb2_grpc as pb_grpc
+try:  # The installed wheel: stubs generated into the package at build time.
+    from hicache.grpc_health.v1 import health_pb2, health_pb2_grpc
+    from hicache.v1 import hicache_pb2 as pb
+    from hicache.v1 import hicache_pb2_grpc as pb_grpc
+except ImportError:  # A checkout: Bazel's //proto:py_stubs (bazel-bin/proto/py) on sys.path.
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from hicache_proto.v1 import hicache_pb2 as pb
+    from hicache_proto.v1 import hicache_pb2_grpc as pb_grpc
 
 
 class HiCacheError(Exception):
@@ -27,6 +34,17 @@ class HiCacheError(Exception):
         self.code = code
         self.details = details
         self.call = call
+
+
+class StaleHandleError(HiCacheError):
+    """A call named daemon state (node ids, lock handles, pages, backup or
+    load ids) obtained before its session was reopened. The daemon that
+    issued them is gone (or dropped the session when its lease lapsed): the
+    same numbers may name other state now, so the call is refused before it
+    is sent. Match or admit again."""
+
+    def __init__(self, details: str, call: str):
+        super().__init__(grpc.StatusCode.FAILED_PRECONDITION, details, call)
 
 
 def default_socket_path() -> str:
@@ -83,11 +101,92 @@ def _enum(table, value, what):
 _STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
-def _call(name, fn, request, timeout):
+def _call(name, fn, request, timeout, hint="", **kwargs):
     try:
-        return fn(request, timeout=timeout)
+        return fn(request, timeout=timeout, **kwargs)
     except grpc.RpcError as e:  # pylint: disable=no-member
-        raise HiCacheError(e.code(), e.details(), name) from None
+        code, details = e.code(), e.details()
+        if hint and code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            details = f"{details} ({hint})"
+        raise HiCacheError(code, details, name) from None
+
+
+# The RPCs gRPC itself retries (on UNAVAILABLE, with backoff) and lets wait
+# for a connection (waitForReady) -- the same set as the C++ client's
+# ServiceConfigJson() in client/cpp/endpoint.cc. Only reads and KeepAlive
+# (which just extends a lease) are here: a retried attempt of any other call
+# may run twice -- UNAVAILABLE can come after the daemon acted, e.g. when it
+# drains or restarts mid-call -- and Allocate, Insert, Admit, Complete, Free,
+# Lock, Unlock, Evict... are not idempotent (a second Allocate takes more
+# pages, a second Unlock releases another lock). MatchPrefix is not listed
+# either: with lock=True it takes locks, and a service config cannot tell a
+# peek apart; Session.match(peek=True) waits for the connection per call.
+READ_METHODS = (
+    ("grpc.health.v1.Health", "Check"),
+    ("hicache.v1.HiCache", "GetStats"),
+    ("hicache.v1.HiCache", "Stats"),
+    ("hicache.v1.HiCache", "GetLayout"),
+    ("hicache.v1.HiCache", "KeepAlive"),
+    ("hicache.v1.HiCache", "DumpTree"),
+    ("hicache.v1.HiCache", "InspectNode"),
+    ("hicache.v1.HiCache", "ListSessions"),
+)
+
+RETRY_POLICY = {
+    "maxAttempts": 5,
+    "initialBackoff": "0.05s",
+    "maxBackoff": "1s",
+    "backoffMultiplier": 2,
+    "retryableStatusCodes": ["UNAVAILABLE"],
+}
+
+
+def service_config(wait_for_ready: bool = True) -> str:
+    """The channel's gRPC service config (JSON): READ_METHODS retry on
+    UNAVAILABLE and, with `wait_for_ready`, wait (up to their deadline) for
+    a daemon that is not listening yet instead of failing at once."""
+    return json.dumps({"methodConfig": [{
+        "name": [{"service": service, "method": method} for service, method in READ_METHODS],
+        "waitForReady": wait_for_ready,
+        "retryPolicy": RETRY_POLICY,
+    }]})
+
+
+def _read_file(path: str, what: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise ValueError(f"{what}: cannot read {path}: {e.strerror}") from None
+
+
+# A daemon-issued id (node, lock handle, backup, load or fence id) is an int
+# of a subclass that names the session generation it came from; a call
+# naming one of an older generation raises StaleHandleError.
+class Handle(int):
+    """An int the daemon issued, tagged with its session's `generation`."""
+    __slots__ = ()
+    generation = -1
+
+
+_HANDLE_TYPES = {}
+
+
+def _handle_type(generation: int):
+    cls = _HANDLE_TYPES.get(generation)
+    if cls is None:
+        cls = _HANDLE_TYPES[generation] = type("Handle", (Handle,), {
+            "__slots__": (), "generation": generation})
+    return cls
+
+
+class PageList(list):
+    """A list of page ids tagged with its session's `generation`."""
+    __slots__ = ("generation",)
+
+    def __init__(self, pages=(), generation=-1):
+        super().__init__(pages)
+        self.generation = generation
 
 
 @dataclass
@@ -127,10 +226,14 @@ class Pages(abc.Sequence):
     Session.complete copies its parts into the request as they are. Slice or
     ``list()`` it for a list."""
 
-    __slots__ = ("parts",)
+    __slots__ = ("parts", "generation")
 
-    def __init__(self, *parts: Sequence[int]):
+    def __init__(self, *parts: Sequence[int], generation: Optional[int] = None):
         self.parts = parts
+        if generation is None:  # A part's, where one carries it (a PageList).
+            generation = next((g for g in (getattr(p, "generation", None) for p in parts)
+                               if g is not None and g >= 0), None)
+        self.generation = generation
 
     def __len__(self):
         return sum(len(part) for part in self.parts)
@@ -151,10 +254,10 @@ class Pages(abc.Sequence):
         raise IndexError("page index out of range")
 
     def __add__(self, other: Sequence[int]) -> "Pages":
-        return Pages(*self.parts, other)
+        return Pages(*self.parts, other, generation=self.generation)
 
     def __radd__(self, other: Sequence[int]) -> "Pages":
-        return Pages(other, *self.parts)
+        return Pages(other, *self.parts, generation=self.generation)
 
     def __eq__(self, other):
         if isinstance(other, abc.Sequence) and not isinstance(other, (str, bytes)):
@@ -197,10 +300,11 @@ class AdmitResult:
     pages: Sequence[int]  # The new pages, after device_pages.
     backup_id: int  # 0: no backup prepared (choice, host full, tail_blocked).
     tail_blocked: bool
+    generation: int = -1  # The session generation that issued it (Session).
 
     @property
     def request_pages(self) -> Pages:
-        return Pages(self.device_pages, self.pages)
+        return Pages(self.device_pages, self.pages, generation=self.generation)
 
 
 @dataclass
@@ -232,13 +336,70 @@ class LoadBackResult:
 
 
 class Client:
-    """A connection to one daemon (unix socket by default)."""
+    """A connection to one daemon: its unix socket (the default), or a TCP
+    `target` ("host:port") over TLS.
+
+    TLS (TCP targets only): the server is verified against `tls_ca_file`
+    or `root_certificates` (PEM bytes), else the system's roots;
+    `tls_server_name` overrides the name checked against its certificate.
+    `tls_cert_file` and `tls_key_file` present a client certificate (mTLS,
+    for a daemon started with --tls_client_ca_file). Plain TCP only with
+    `insecure_tcp_for_testing` (the daemon's --insecure_tcp_for_testing).
+
+    Retries and readiness are gRPC's, set in the channel's service config
+    (service_config()): reads and KeepAlive retry on UNAVAILABLE and, with
+    `wait_for_ready` (default), wait up to `timeout` for a daemon that is
+    not up yet; mutating calls are sent once and fail fast with UNAVAILABLE
+    when the daemon is unreachable. `channel_options` adds gRPC channel
+    arguments."""
 
     def __init__(self, socket_path: Optional[str] = None, target: Optional[str] = None,
-                 timeout: float = 10.0):
+                 timeout: float = 10.0, *, tls_ca_file: Optional[str] = None,
+                 root_certificates: Optional[bytes] = None,
+                 tls_cert_file: Optional[str] = None, tls_key_file: Optional[str] = None,
+                 tls_server_name: Optional[str] = None,
+                 insecure_tcp_for_testing: bool = False, wait_for_ready: bool = True,
+                 channel_options: Sequence[tuple] = ()):
+        if socket_path and target:
+            raise ValueError("give socket_path or target, not both")
         self.target = target or f"unix:{socket_path or default_socket_path()}"
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(self.target)
+        options = [("grpc.enable_retries", 1),
+                   ("grpc.service_config", service_config(wait_for_ready)),
+                   *channel_options]
+        tls_given = any(x is not None for x in (tls_ca_file, root_certificates, tls_cert_file,
+                                                tls_key_file, tls_server_name))
+        self.tls = False
+        if self.target.startswith(("unix:", "unix-abstract:")):
+            if tls_given or insecure_tcp_for_testing:
+                raise ValueError(f"{self.target} is a unix socket: TLS options and "
+                                 "insecure_tcp_for_testing apply to TCP targets only")
+            self._channel = grpc.insecure_channel(self.target, options=options)
+            self._hint = f"is hicached listening on {self.target[len('unix:'):]}?"
+        elif insecure_tcp_for_testing:
+            if tls_given:
+                raise ValueError("insecure_tcp_for_testing and TLS options exclude each other")
+            self._channel = grpc.insecure_channel(self.target, options=options)
+            self._hint = f"plain TCP to {self.target}: is hicached listening there without TLS?"
+        else:
+            if root_certificates is not None and tls_ca_file is not None:
+                raise ValueError("give tls_ca_file or root_certificates, not both")
+            if (tls_cert_file is None) != (tls_key_file is None):
+                raise ValueError("mTLS needs both tls_cert_file and tls_key_file")
+            if tls_ca_file is not None:
+                root_certificates = _read_file(tls_ca_file, "tls_ca_file")
+            key = _read_file(tls_key_file, "tls_key_file") if tls_key_file else None
+            chain = _read_file(tls_cert_file, "tls_cert_file") if tls_cert_file else None
+            credentials = grpc.ssl_channel_credentials(root_certificates, key, chain)
+            if tls_server_name:
+                options.append(("grpc.ssl_target_name_override", tls_server_name))
+            self._channel = grpc.secure_channel(self.target, credentials, options=options)
+            self.tls = True
+            self._hint = (f"TLS to {self.target}: is hicached listening there, does "
+                          "tls_ca_file hold the CA that signed its certificate, does the "
+                          "certificate name this host (tls_server_name), and, if the daemon "
+                          "requires client certificates, are tls_cert_file/tls_key_file set "
+                          "and signed by its --tls_client_ca_file?")
         self.stub = pb_grpc.HiCacheStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
 
@@ -251,68 +412,149 @@ class Client:
     def __exit__(self, *exc):
         self.close()
 
+    def call(self, name: str, request, timeout: Optional[float] = None, **kwargs):
+        """Calls the unary RPC `name` of the HiCache service; a failure
+        raises HiCacheError (with a hint where the daemon was not reached)."""
+        return _call(name, getattr(self.stub, name), request,
+                     self.timeout if timeout is None else timeout, self._hint, **kwargs)
+
+    def wait_until_ready(self, timeout: Optional[float] = None):
+        """Blocks until the channel is connected (the daemon is up), or
+        raises HiCacheError(DEADLINE_EXCEEDED) after `timeout` seconds."""
+        timeout = self.timeout if timeout is None else timeout
+        try:
+            grpc.channel_ready_future(self._channel).result(timeout=timeout)
+        except grpc.FutureTimeoutError:
+            raise HiCacheError(grpc.StatusCode.DEADLINE_EXCEEDED,
+                               f"not connected within {timeout}s ({self._hint})",
+                               "wait_until_ready") from None
+
     def health(self, service: str = "") -> str:
         """'SERVING', 'NOT_SERVING', ..."""
         response = _call("Check", self._health.Check,
-                         health_pb2.HealthCheckRequest(service=service), self.timeout)
+                         health_pb2.HealthCheckRequest(service=service), self.timeout,
+                         self._hint)
         return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
 
     def stats(self) -> pb.CacheStats:
-        return _call("Stats", self.stub.Stats, pb.GetStatsRequest(), self.timeout)
+        return self.call("Stats", pb.GetStatsRequest())
 
     def daemon_info(self) -> pb.GetStatsResponse:
-        return _call("GetStats", self.stub.GetStats, pb.GetStatsRequest(), self.timeout)
+        return self.call("GetStats", pb.GetStatsRequest())
 
     def layout(self) -> pb.GetLayoutResponse:
-        return _call("GetLayout", self.stub.GetLayout, pb.GetLayoutRequest(), self.timeout)
+        return self.call("GetLayout", pb.GetLayoutRequest())
 
     def evict(self, device_pages_per_lane=(), host_pages_per_rank=()) -> pb.EvictResponse:
-        return _call("Evict", self.stub.Evict,
-                     pb.EvictRequest(device_pages_per_lane=list(device_pages_per_lane),
-                                     host_pages_per_rank=list(host_pages_per_rank)),
-                     self.timeout)
+        return self.call("Evict", pb.EvictRequest(
+            device_pages_per_lane=list(device_pages_per_lane),
+            host_pages_per_rank=list(host_pages_per_rank)))
 
     def session(self, client_name: str, role: str = "scheduler", rank: int = 0,
-                namespace: str = "", lease_ms: int = 10000) -> "Session":
-        """Opens a session; use it as a context manager to close it."""
-        return Session(self, client_name, role, rank, namespace, lease_ms)
+                namespace: str = "", lease_ms: int = 10000, *,
+                on_reopen: Optional[Callable[["Session", str], None]] = None,
+                auto_reopen: bool = True) -> "Session":
+        """Opens a session; use it as a context manager to close it. See
+        Session for `on_reopen` and `auto_reopen`."""
+        return Session(self, client_name, role, rank, namespace, lease_ms,
+                       on_reopen=on_reopen, auto_reopen=auto_reopen)
+
+
+_SESSION_LOST = re.compile(r"session '[^']*' is unknown|^no session '|^session is unknown")
+
+
+def _session_lost(error: HiCacheError) -> bool:
+    """The daemon does not know the session: it restarted, or the lease
+    lapsed (either way every lock, page and id of the session is gone)."""
+    return error.code == grpc.StatusCode.NOT_FOUND and bool(_SESSION_LOST.search(error.details))
 
 
 class Session:
-    """An open session with a background keep-alive at a third of the lease."""
+    """An open session with a background keep-alive at a third of the lease.
+
+    Reopen: when the daemon no longer knows the session -- it restarted, or
+    the lease lapsed while the daemon was unreachable -- the session opens a
+    new one (same name, role, rank, namespace and lease) by itself, unless
+    `auto_reopen` is False. `id` changes, `generation` counts the reopens,
+    and `on_reopen(session, old_session_id)` is called once per reopen (on
+    the thread that noticed: a caller's or the keep-alive thread). Node ids,
+    lock handles, pages, backup, load and fence ids from before are invalid
+    (the daemon that issued them is gone, or freed them with the lease) --
+    drop every cached location in the callback. Values this session
+    returned carry their generation (Handle, PageList, AdmitResult's
+    request_pages, MatchResult...): a call naming an older one raises
+    StaleHandleError before anything is sent. A call naming no daemon state
+    (match, admit, allocate, load_back...) that found the session lost is
+    sent again on the new session; one that named state raises
+    StaleHandleError. Streams (backup_stream, subscribe) end with the daemon
+    and must be opened again."""
 
     def __init__(self, client: Client, client_name: str, role: str, rank: int,
-                 namespace: str, lease_ms: int):
+                 namespace: str, lease_ms: int, *,
+                 on_reopen: Optional[Callable[["Session", str], None]] = None,
+                 auto_reopen: bool = True):
         self.client = client
         roles = {"scheduler": pb.ROLE_SCHEDULER, "worker": pb.ROLE_WORKER}
         if role not in roles:
             raise ValueError(f"role must be 'scheduler' or 'worker', got {role!r}")
-        response = _call("OpenSession", client.stub.OpenSession,
-                         pb.OpenSessionRequest(client_name=client_name, role=roles[role],
-                                               rank=rank, namespace=namespace,
-                                               lease_ms=lease_ms),
-                         client.timeout)
+        self._open_request = pb.OpenSessionRequest(client_name=client_name, role=roles[role],
+                                                   rank=rank, namespace=namespace,
+                                                   lease_ms=lease_ms)
+        self.on_reopen = on_reopen
+        self.auto_reopen = auto_reopen
+        self.generation = 0
+        self.reopens = 0
+        self._reopen_lock = threading.Lock()
+        self._handle = _handle_type(0)
+        response = client.call("OpenSession", self._open_request)
         self.id = response.session_id
         self.lease_ms = response.lease_ms
         self._closed = threading.Event()
-        self._keep_alive = threading.Thread(target=self._keep_alive_loop, daemon=True)
+        self._keep_alive = threading.Thread(target=self._keep_alive_loop, daemon=True,
+                                            name="hicache-keep-alive")
         self._keep_alive.start()
 
     def _keep_alive_loop(self):
         while not self._closed.wait(self.lease_ms / 3000.0):
+            session = self.id
             try:
-                self.client.stub.KeepAlive(pb.KeepAliveRequest(session_id=self.id),
-                                           timeout=self.client.timeout)
-            except grpc.RpcError:  # pylint: disable=no-member
-                pass  # Reported by the next real call.
+                self.client.call("KeepAlive", pb.KeepAliveRequest(session_id=session))
+            except HiCacheError as e:
+                if self.auto_reopen and _session_lost(e) and not self._closed.is_set():
+                    try:
+                        self._reopen(session)
+                    except HiCacheError:
+                        pass  # The daemon is not back yet: the next beat tries again.
+                # Anything else is reported by the next real call.
+
+    def _reopen(self, lost_id: str):
+        """Opens a new session in place of `lost_id` (once: a thread that
+        finds it already replaced returns). OpenSession waits for the
+        daemon to be reachable (it is sent once, after the connection)."""
+        with self._reopen_lock:
+            if self.id != lost_id or self._closed.is_set():
+                return
+            response = self.client.call("OpenSession", self._open_request, wait_for_ready=True)
+            self.lease_ms = response.lease_ms
+            self.generation += 1
+            self._handle = _handle_type(self.generation)
+            self.reopens += 1
+            self.id = response.session_id
+            callback = self.on_reopen
+        if callback is not None:
+            callback(self, lost_id)
 
     def close(self) -> pb.CloseSessionResponse:
         if self._closed.is_set():
             return pb.CloseSessionResponse()
         self._closed.set()
         self._keep_alive.join()
-        return _call("CloseSession", self.client.stub.CloseSession,
-                     pb.CloseSessionRequest(session_id=self.id), self.client.timeout)
+        try:
+            return self.client.call("CloseSession", pb.CloseSessionRequest(session_id=self.id))
+        except HiCacheError as e:
+            if _session_lost(e):  # Already gone with the daemon (or the lease).
+                return pb.CloseSessionResponse()
+            raise
 
     def __enter__(self):
         return self
@@ -320,8 +562,46 @@ class Session:
     def __exit__(self, *exc):
         self.close()
 
-    def _rpc(self, name, request):
-        return _call(name, getattr(self.client.stub, name), request, self.client.timeout)
+    def _stale(self, name: str, handles=(), pages=()) -> None:
+        """Raises StaleHandleError if an id in `handles` (ints, or lists of
+        ints, each checked) or a page sequence in `pages` (its own tag only:
+        no walk over the pages) carries another generation than the
+        session's. Untagged values (plain ints and lists) are not checked."""
+        generation = self.generation
+        tags = [getattr(p, "generation", None) for p in pages]
+        for value in handles:
+            if isinstance(value, (list, tuple, abc.Sequence)) and not isinstance(value, Handle):
+                tags.extend(getattr(v, "generation", None) for v in value)
+            else:
+                tags.append(getattr(value, "generation", None))
+        for tag in tags:
+            if tag is not None and tag >= 0 and tag != generation:
+                raise StaleHandleError(
+                    f"names daemon state (node ids, lock handles, pages, backup or load ids) "
+                    f"of session generation {tag}; the session was reopened (now generation "
+                    f"{generation}, id '{self.id}') after the daemon restarted or the lease "
+                    f"lapsed: those are invalid, match or admit again", name)
+
+    def _rpc(self, name, request, handles=(), pages=()):
+        """One unary call on this session. `handles`, `pages`: the daemon
+        state the request names (see _stale). A call that names none is sent
+        again once the session was reopened; one that does raises
+        StaleHandleError."""
+        if handles or pages:
+            self._stale(name, handles, pages)
+        try:
+            return self.client.call(name, request)
+        except HiCacheError as e:
+            if not (self.auto_reopen and _session_lost(e)):
+                raise
+            self._reopen(request.session_id)
+            names_state = any(len(p) for p in pages) or any(
+                (len(h) if isinstance(h, abc.Sized) else h) for h in handles)
+            if names_state:
+                raise StaleHandleError(f"{e.details}; the session was reopened as '{self.id}', "
+                                       "and the ids this call names are invalid", name) from None
+            request.session_id = self.id
+            return self.client.call(name, request)
 
     def allocate(self, num_pages: int = 0, owners: Sequence[int] = (),
                  mode: str = "any") -> List[int]:
@@ -330,21 +610,36 @@ class Session:
         item = pb.AllocateItem(num_pages=num_pages, owners=list(owners),
                                mode=_enum(_MODES, mode, "mode"))
         response = self._rpc("Allocate", pb.AllocateRequest(session_id=self.id, items=[item]))
-        return list(response.allocations[0].pages)
+        return PageList(response.allocations[0].pages, self.generation)
 
     def free(self, pages: Sequence[int]):
-        self._rpc("Free", pb.FreeRequest(session_id=self.id, pages=list(pages)))
+        self._rpc("Free", pb.FreeRequest(session_id=self.id, pages=list(pages)), pages=(pages,))
 
     def match(self, requests: Sequence[Tokens], lock: bool = False, peek: bool = False,
               exact_tail: bool = False) -> List[MatchResult]:
         """Device and host hits per request. A query that ends exactly at a
         cached sub-page tail is floored to the page boundary unless
         `exact_tail` (then the tail is valid for reading only)."""
-        response = self._rpc("MatchPrefix", pb.MatchPrefixRequest(
+        request = pb.MatchPrefixRequest(
             session_id=self.id, lock=lock, peek=peek, exact_tail=exact_tail,
-            items=[pb.MatchItem(tokens=pack_tokens(t)) for t in requests]))
-        return [MatchResult(list(r.device.pages), r.device.valid_tokens, r.last_device_node,
-                            r.last_host_node, r.host_hit_tokens, r.lock_handle, r.tail_blocked)
+            items=[pb.MatchItem(tokens=pack_tokens(t)) for t in requests])
+        if peek and not lock:
+            # A peek changes nothing: let it wait for a daemon not up yet
+            # (the service config cannot single peeks out of MatchPrefix).
+            try:
+                response = self.client.call("MatchPrefix", request, wait_for_ready=True)
+            except HiCacheError as e:
+                if not (self.auto_reopen and _session_lost(e)):
+                    raise
+                self._reopen(request.session_id)
+                request.session_id = self.id
+                response = self.client.call("MatchPrefix", request, wait_for_ready=True)
+        else:
+            response = self._rpc("MatchPrefix", request)
+        generation, handle = self.generation, self._handle
+        return [MatchResult(PageList(r.device.pages, generation), r.device.valid_tokens,
+                            handle(r.last_device_node), handle(r.last_host_node),
+                            r.host_hit_tokens, handle(r.lock_handle), r.tail_blocked)
                 for r in response.results]
 
     def admit(self, items: Sequence[Union[AdmitItem, Tokens]]) -> List[AdmitResult]:
@@ -366,12 +661,15 @@ class Session:
             else:
                 add(tokens=pack_tokens(item))
         results = []
-        for r in self._rpc("Admit", request).results:
+        response = self._rpc("Admit", request)
+        generation, handle = self.generation, self._handle
+        for r in response.results:
             device = r.device
             results.append(AdmitResult(r.admitted, device.pages, device.valid_tokens,
-                                       r.lock_handle, r.last_device_node, r.host_hit_tokens,
-                                       r.last_host_node, r.load, r.pages, r.backup_id,
-                                       r.tail_blocked))
+                                       handle(r.lock_handle), handle(r.last_device_node),
+                                       r.host_hit_tokens, handle(r.last_host_node), r.load,
+                                       r.pages, handle(r.backup_id), r.tail_blocked,
+                                       generation))
         return results
 
     def complete(self, items: Sequence[CompleteItem]) -> List[pb.InsertResult]:
@@ -387,31 +685,38 @@ class Session:
         INVALID_ARGUMENT: hicache.replay then retries with backup_id=0)."""
         request = pb.CompleteRequest(session_id=self.id)
         add = request.items.add
+        handles, pages = [], []
         for item in items:
             added = add(tokens=pack_tokens(item.tokens), unfinished=item.unfinished,
                         backup_id=item.backup_id, lock_handles=item.lock_handles,
                         free_uncached=item.free_uncached)
             _put_pages(added.pages, item.pages)
             _put_pages(added.free_pages, item.free_pages)
-        return list(self._rpc("Complete", request).results)
+            handles.append(item.backup_id)
+            handles.append(item.lock_handles)
+            pages.append(item.pages)
+            pages.append(item.free_pages)
+        return list(self._rpc("Complete", request, handles, pages).results)
 
     def insert(self, tokens: Tokens, pages: Sequence[int], unfinished: bool = False,
                backup_id: int = 0) -> pb.InsertResult:
         response = self._rpc("Insert", pb.InsertRequest(session_id=self.id, items=[
             pb.InsertItem(tokens=pack_tokens(tokens), pages=list(pages),
-                          unfinished=unfinished, backup_id=backup_id)]))
+                          unfinished=unfinished, backup_id=backup_id)]),
+            (backup_id,), (pages,))
         return response.results[0]
 
     def lock(self, nodes: Sequence[int]) -> List[int]:
         """Locks each node once; returns one lock handle per node."""
-        response = self._rpc("Lock", pb.LockRequest(session_id=self.id, nodes=list(nodes)))
-        return list(response.lock_handles)
+        response = self._rpc("Lock", pb.LockRequest(session_id=self.id, nodes=list(nodes)),
+                             (nodes,))
+        return [self._handle(h) for h in response.lock_handles]
 
     def unlock(self, nodes: Sequence[int] = (), handles: Sequence[int] = ()):
         """Releases one lock per listed node, or exactly the locks `handles`
         (preferred: two requests that hit one node release independently)."""
         self._rpc("Unlock", pb.LockRequest(session_id=self.id, nodes=list(nodes),
-                                           lock_handles=list(handles)))
+                                           lock_handles=list(handles)), (nodes, handles))
 
     @contextlib.contextmanager
     def locked(self, nodes: Sequence[int]):
@@ -447,9 +752,11 @@ class Session:
             kind = event.WhichOneof("event")
             if kind == "started":
                 s = event.started
-                results[s.item] = LoadBackResult(s.load_id, list(s.locations.pages),
-                                                 s.device_tokens, s.loaded_tokens, s.node,
-                                                 s.miss_reason, lock_handle=s.lock_handle)
+                handle = self._handle
+                results[s.item] = LoadBackResult(
+                    handle(s.load_id), PageList(s.locations.pages, self.generation),
+                    s.device_tokens, s.loaded_tokens, handle(s.node), s.miss_reason,
+                    lock_handle=handle(s.lock_handle))
                 if s.load_id:
                     by_load[s.load_id] = results[s.item]
             elif kind == "layer_loaded":
@@ -458,12 +765,13 @@ class Session:
                 result = results[event.done.item]
                 result.ok = event.done.ok
                 if event.done.lock_handle:
-                    result.lock_handle = event.done.lock_handle
+                    result.lock_handle = self._handle(event.done.lock_handle)
         return [results[i] for i in range(len(requests))]
 
     def finish_load(self, load_id: int):
         """Abandons a load still running (its stream ends with done(ok=False))."""
-        self._rpc("FinishLoad", pb.FinishLoadRequest(session_id=self.id, load_id=load_id))
+        self._rpc("FinishLoad", pb.FinishLoadRequest(session_id=self.id, load_id=load_id),
+                  (load_id,))
 
     def subscribe(self):
         """A worker session's own events (pb.WorkerEvent): its rank's backup
@@ -480,10 +788,21 @@ class Session:
         return stream
 
     def _load_stream(self, request) -> Iterator[pb.LoadBackEvent]:
-        try:
-            yield from self.client.stub.LoadBack(request, timeout=self.client.timeout)
-        except grpc.RpcError as e:  # pylint: disable=no-member
-            raise HiCacheError(e.code(), e.details(), "LoadBack") from None
+        """The events of one LoadBack; sent again on a reopened session
+        when the daemon did not know this one (nothing was loaded)."""
+        for attempt in range(2):
+            started = False
+            try:
+                for event in self.client.stub.LoadBack(request, timeout=self.client.timeout):
+                    started = True
+                    yield event
+                return
+            except grpc.RpcError as e:  # pylint: disable=no-member
+                error = HiCacheError(e.code(), e.details(), "LoadBack")
+            if started or attempt or not (self.auto_reopen and _session_lost(error)):
+                raise error
+            self._reopen(request.session_id)
+            request.session_id = self.id
 
     def load_back_events(self, tokens: Tokens,
                          extend_tokens: int = 0) -> Iterator[pb.LoadBackEvent]:
@@ -503,12 +822,12 @@ class Session:
         """Registers a worker's "layer written" event (64 IPC handle bytes,
         e.g. hicache.LayerWrittenFence.handle) for `rank`; the fence id to
         name in layer_stored. CUDA backend only (FAILED_PRECONDITION else)."""
-        return self._rpc("RegisterFence", pb.RegisterFenceRequest(
-            session_id=self.id, rank=rank, event_handle=bytes(event_handle))).fence_id
+        return self._handle(self._rpc("RegisterFence", pb.RegisterFenceRequest(
+            session_id=self.id, rank=rank, event_handle=bytes(event_handle))).fence_id)
 
     def release_fence(self, fence_id: int):
         self._rpc("ReleaseFence", pb.ReleaseFenceRequest(session_id=self.id,
-                                                         fence_id=fence_id))
+                                                         fence_id=fence_id), (fence_id,))
 
 
 @dataclass
