@@ -1,0 +1,177 @@
+"""The wheel (tools/build_wheel) installs with pip and works against a real
+hicached:
+
+(a) in a venv with --system-site-packages, on Debian's python3-grpcio and
+    python3-protobuf (offline: pip installs the wheel alone);
+(b) in a plain venv, with the newest grpcio and protobuf from PyPI (skipped,
+    saying why, when PyPI cannot be reached). Downloads are cached in
+    ~/.cache/hicache/pip where that is writable.
+
+Each venv runs a smoke script from outside the checkout (no PYTHONPATH):
+health, open a session, admit, complete, match, the replay entry points.
+"""
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+from daemon_fixture import Daemon
+
+ROOT = os.getcwd()  # run_python_tests.sh starts in the runfiles root.
+PYTHON = "/usr/bin/python3"
+
+SMOKE = r'''
+import json, os, sys
+import google.protobuf, grpc
+import hicache
+from hicache.grpc_health.v1 import health_pb2  # noqa: F401 (shipped in the wheel)
+from hicache.v1 import hicache_pb2
+
+here = os.path.dirname(hicache.__file__)
+assert "site-packages" in here, here
+assert hicache_pb2.__file__.startswith(here), hicache_pb2.__file__
+base = int(sys.argv[2])  # Each venv its own tokens (one daemon for all).
+tokens = list(range(base, base + 10))  # 10 tokens: P = 4, two pages and a tail.
+with hicache.Client(sys.argv[1]) as client:
+    assert client.health() == "SERVING"
+    with client.session("wheel-smoke") as s:
+        (a,) = s.admit([hicache.AdmitItem(tokens, reserve_tokens=3)])
+        assert a.admitted and len(a.pages) == 4, a
+        (done,) = s.complete([hicache.CompleteItem(tokens, a.pages[:3],
+                                                   free_pages=a.pages[3:])])
+        assert not done.deferred and done.cached_tokens == 10, done
+        hit = s.match([tokens])[0]
+        assert hit.device_tokens == 8, hit
+        (b,) = s.admit([tokens])
+        assert b.device_tokens == 8 and b.lock_handle, b
+        s.complete([hicache.CompleteItem(tokens, b.request_pages,
+                                         lock_handles=[b.lock_handle])])
+    stats = client.stats()
+    assert stats.session_pages == 0 and stats.session_locks == 0, stats
+print(json.dumps({"hicache": hicache.__version__, "grpcio": grpc.__version__,
+                  "protobuf": google.protobuf.__version__, "module": hicache.__file__}))
+'''
+
+
+def _pip_cache():
+    """~/.cache/hicache/pip of the user (Bazel may point HOME elsewhere),
+    or None where it cannot be written (a sandbox)."""
+    home = pwd.getpwuid(os.getuid()).pw_dir
+    cache = os.path.join(home, ".cache", "hicache", "pip")
+    try:
+        os.makedirs(cache, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=cache)
+        probe.close()
+        return cache
+    except OSError:
+        return None
+
+
+def _clean_env():
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PYTHONHOME", "PIP_REQUIRE_VIRTUALENV")}
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return env
+
+
+def _run(args, timeout=300, **kwargs):
+    return subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=timeout, env=_clean_env(), **kwargs)
+
+
+class WheelTest(unittest.TestCase):
+    base = 0
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="hicache-wheel-", dir="/tmp")
+        built = _run([os.path.join(ROOT, "tools", "build_wheel"),
+                      os.path.join(cls.dir, "dist")])
+        if built.returncode != 0:
+            raise RuntimeError(f"tools/build_wheel failed:\n{built.stdout}")
+        cls.wheel = built.stdout.strip().splitlines()[-1]
+        cls.daemon = Daemon("--page_size=4", "--kv_preset=tiny-draft",
+                            "--device_pages_per_rank=32", "--host_pages_per_rank=32")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def _venv(self, name, *flags):
+        venv = os.path.join(self.dir, name)
+        made = _run([PYTHON, "-m", "venv", *flags, venv])
+        self.assertEqual(made.returncode, 0, made.stdout)
+        return venv
+
+    def _smoke(self, venv):
+        """Runs SMOKE and the replay entry points in `venv`; returns the
+        versions SMOKE reports."""
+        python = os.path.join(venv, "bin", "python")
+        script = os.path.join(self.dir, "smoke.py")
+        with open(script, "w", encoding="utf-8") as f:
+            f.write(SMOKE)
+        WheelTest.base += 1000
+        ran = _run([python, script, self.daemon.socket, str(self.base)], cwd=self.dir,
+                   timeout=120)
+        self.assertEqual(ran.returncode, 0, ran.stdout)
+        report = json.loads(ran.stdout.strip().splitlines()[-1])
+        self.assertTrue(report["module"].startswith(venv), report)
+        for entry in ([python, "-m", "hicache.replay", "--help"],
+                      [os.path.join(venv, "bin", "hicache-replay"), "--help"]):
+            help_run = _run(entry, cwd=self.dir, timeout=60)
+            self.assertEqual(help_run.returncode, 0, help_run.stdout)
+            self.assertIn("--trace", help_run.stdout)
+        return report
+
+    def test_wheel_contents(self):
+        import zipfile  # pylint: disable=import-outside-toplevel
+        with zipfile.ZipFile(self.wheel) as wheel:
+            names = set(wheel.namelist())
+        for name in ("hicache/__init__.py", "hicache/client.py", "hicache/replay.py",
+                     "hicache/v1/hicache_pb2.py", "hicache/v1/hicache_pb2_grpc.py",
+                     "hicache/grpc_health/v1/health_pb2.py",
+                     "hicache/grpc_health/v1/health_pb2_grpc.py"):
+            self.assertIn(name, names)
+        # Nothing outside the package (no top-level grpc_health to collide
+        # with grpcio-health-checking's).
+        tops = {n.split("/")[0] for n in names}
+        self.assertEqual({t for t in tops if not t.endswith(".dist-info")}, {"hicache"})
+
+    def test_debian_grpcio_and_protobuf(self):
+        venv = self._venv("debian", "--system-site-packages")
+        # Offline: the dependencies must be satisfied by Debian's packages.
+        installed = _run([os.path.join(venv, "bin", "pip"), "install", "--no-index",
+                          self.wheel])
+        self.assertEqual(installed.returncode, 0, installed.stdout)
+        report = self._smoke(venv)
+        print(f"\n  debian venv: {report}", file=sys.stderr)
+        self.assertTrue(report["grpcio"].startswith("1.51"), report)
+
+    def test_newest_grpcio_and_protobuf_from_pypi(self):
+        cache = _pip_cache()
+        cache_args = ["--cache-dir", cache] if cache else ["--no-cache-dir"]
+        venv = self._venv("pypi")
+        pip = os.path.join(venv, "bin", "pip")
+        probe = _run([pip, "download", "--no-deps", "--dest", os.path.join(self.dir, "probe"),
+                      "--timeout", "10", "--retries", "1", *cache_args, "protobuf"],
+                     timeout=120)
+        if probe.returncode != 0:
+            reason = probe.stdout.strip().splitlines()[-1:] or ["no output"]
+            print(f"\n  SKIP: PyPI is not reachable: {reason[0]}", file=sys.stderr)
+            self.skipTest(f"PyPI is not reachable: {reason[0]}")
+        installed = _run([pip, "install", "--upgrade", "--timeout", "30", *cache_args,
+                          self.wheel, "grpcio", "protobuf"], timeout=600)
+        self.assertEqual(installed.returncode, 0, installed.stdout)
+        report = self._smoke(venv)
+        print(f"\n  PyPI venv: {report}", file=sys.stderr)
+        self.assertGreaterEqual(int(report["protobuf"].split(".")[0]), 5, report)
+
+
+if __name__ == "__main__":
+    unittest.main()
