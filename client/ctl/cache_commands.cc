@@ -1,73 +1,29 @@
 #include "client/ctl/cache_commands.h"
 
-#include <algorithm>
 #include <chrono>
 #include <fstream>
-#include <map>
-#include <optional>
 #include <sstream>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
+#include "client/cpp/hicache_client.h"
 #include "client/ctl/cli.h"
 #include "client/ctl/output_format.h"
+#include "client/ctl/rpc_error.h"
 #include "grpcpp/client_context.h"
 
 namespace hicache::ctl {
 namespace {
 
-// --key=value / --key value options and positional arguments of a command.
-struct Args {
-  std::map<std::string, std::string> options;
-  std::vector<std::string> positional;
-  bool Has(const std::string& key) const { return options.count(key) > 0; }
-  std::string Get(const std::string& key,
-                  const std::string& fallback = "") const {
-    auto it = options.find(key);
-    return it == options.end() ? fallback : it->second;
-  }
-};
-
-// Flags that take no value.
-bool IsSwitch(const std::string& name) { return name == "--layers"; }
-
-std::optional<Args> Parse(const std::vector<std::string>& raw,
-                          std::ostream& err) {
-  Args args;
-  for (size_t i = 0; i < raw.size(); ++i) {
-    const std::string& a = raw[i];
-    if (a.rfind("--", 0) != 0) {
-      args.positional.push_back(a);
-      continue;
-    }
-    const size_t eq = a.find('=');
-    if (eq != std::string::npos) {
-      args.options[a.substr(0, eq)] = a.substr(eq + 1);
-    } else if (IsSwitch(a)) {
-      args.options[a] = "1";
-    } else if (i + 1 < raw.size()) {
-      args.options[a] = raw[++i];
-    } else {
-      err << "hicachectl: option '" << a << "' needs a value\n";
-      return std::nullopt;
-    }
-  }
-  return args;
-}
-
-bool ParseInt(const std::string& text, int64_t* value) {
-  return absl::SimpleAtoi(text, value);
-}
-
 // "1,2,3" or "1 2 3".
 std::optional<std::vector<int32_t>> ParseTokens(const std::string& text) {
   std::vector<int32_t> tokens;
   for (absl::string_view part :
-       absl::StrSplit(text, absl::ByAnyChar(", \n\t"), absl::SkipEmpty())) {
+       absl::StrSplit(text, absl::ByAnyChar(", \n\t\r"), absl::SkipEmpty())) {
     int32_t token = 0;
     if (!absl::SimpleAtoi(part, &token)) return std::nullopt;
     tokens.push_back(token);
@@ -86,16 +42,16 @@ void Deadline(grpc::ClientContext* ctx, absl::Duration timeout) {
 }
 
 int RpcError(const grpc::Status& status, const CommandContext& c) {
-  *c.err << "hicachectl: " << status.error_message() << " (code "
-         << status.error_code() << ")\n";
-  if (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-      status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-    *c.err
-        << "hicachectl: is hicached running at " << c.target
-        << "? Start it with 'tools/dev run', or point at it with --socket or "
-           "--target.\n";
-  }
+  *c.err << "hicachectl: "
+         << DescribeRpcError(status, c.target, c.socket_path, c.timeout)
+         << "\n";
   return kExitFailure;
+}
+
+int AbslError(const absl::Status& status, const CommandContext& c) {
+  return RpcError(grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                               std::string(status.message())),
+                  c);
 }
 
 int Usage(const CommandContext& c, const std::string& message) {
@@ -103,25 +59,24 @@ int Usage(const CommandContext& c, const std::string& message) {
   return kExitUsage;
 }
 
-int PrintJson(const google::protobuf::Message& message,
-              const CommandContext& c) {
-  auto json = ToJson(message);
-  if (!json.ok()) {
-    *c.err << "hicachectl: " << json.status().message() << "\n";
-    return kExitFailure;
-  }
-  *c.out << *json << "\n";
-  return kExitOk;
+void PrintJson(const Json& value, const CommandContext& c) {
+  *c.out << JsonLine(value) << "\n";
 }
 
 std::string Tokens(const google::protobuf::RepeatedField<int32_t>& tokens) {
   return absl::StrJoin(tokens, ",");
 }
 
+std::unique_ptr<v1::HiCache::Stub> Stub(const CommandContext& c) {
+  return v1::HiCache::NewStub(c.channel);
+}
+
 // A short-lived scheduler session for commands that need one.
 class TempSession {
  public:
-  TempSession(const CommandContext& c, const std::string& ns) : c_(c) {
+  TempSession(v1::HiCache::Stub* stub, const CommandContext& c,
+              const std::string& ns)
+      : stub_(stub), c_(c) {
     grpc::ClientContext ctx;
     Deadline(&ctx, c.timeout);
     v1::OpenSessionRequest request;
@@ -129,7 +84,7 @@ class TempSession {
     request.set_role(v1::ROLE_SCHEDULER);
     request.set_namespace_(ns);
     v1::OpenSessionResponse response;
-    status_ = c.stub->OpenSession(&ctx, request, &response);
+    status_ = stub_->OpenSession(&ctx, request, &response);
     id_ = response.session_id();
   }
   ~TempSession() {
@@ -139,102 +94,170 @@ class TempSession {
     v1::CloseSessionRequest request;
     request.set_session_id(id_);
     v1::CloseSessionResponse response;
-    c_.stub->CloseSession(&ctx, request, &response);
+    const grpc::Status closed = stub_->CloseSession(&ctx, request, &response);
+    // The lease expires anyway; say so rather than drop the error.
+    if (!closed.ok()) {
+      *c_.err << "hicachectl: warning: closing the temporary session failed ("
+              << GrpcCodeName(closed.error_code())
+              << "); the daemon drops it when its lease lapses\n";
+    }
   }
   const grpc::Status& status() const { return status_; }
   const std::string& id() const { return id_; }
 
  private:
+  v1::HiCache::Stub* stub_;
   const CommandContext& c_;
   grpc::Status status_;
   std::string id_;
 };
 
-int Tree(const Args& a, const CommandContext& c) {
-  v1::DumpTreeRequest request;
-  request.set_namespace_(a.Get("--ns"));
-  request.set_all_namespaces(!a.Has("--ns"));
-  int64_t depth = -1, limit = 0;
-  if ((a.Has("--depth") && !ParseInt(a.Get("--depth"), &depth)) ||
-      (a.Has("--limit") && !ParseInt(a.Get("--limit"), &limit))) {
-    return Usage(c, "--depth and --limit take integers");
+void PrintNodeLine(const v1::NodeInfo& n, bool indent, const CommandContext& c) {
+  std::vector<uint32_t> owners(n.page_owners().begin(), n.page_owners().end());
+  *c.out << std::string(indent ? 2 * std::max(0, n.depth() - 1) : 0, ' ')
+         << absl::StrFormat(
+                "#%d [%s%s%s] len=%d %s%s lock=%d host_ref=%d hits=%d%s "
+                "owners=%s%s\n",
+                n.id(), Tokens(n.head_tokens()), n.length() > 4 ? ".." : "",
+                n.length() > 4 ? Tokens(n.tail_tokens()) : "", n.length(),
+                n.tier(), n.pending_backup() ? "+pending" : "", n.lock_ref(),
+                n.host_ref(), n.hits(),
+                n.pin_remaining_ms() > 0
+                    ? absl::StrCat(" pin=", n.pin_remaining_ms(), "ms")
+                    : "",
+                CompactOwners(owners),
+                n.namespace_().empty() ? ""
+                                       : absl::StrCat(" ns=", n.namespace_()));
+}
+
+}  // namespace
+
+std::optional<v1::TreeSort> ParseTreeSort(const std::string& word) {
+  if (word == "tree") return v1::TREE_SORT_UNSPECIFIED;
+  if (word == "hits") return v1::TREE_SORT_HITS;
+  if (word == "recency") return v1::TREE_SORT_RECENCY;
+  if (word == "tokens" || word == "len") return v1::TREE_SORT_TOKENS;
+  if (word == "id") return v1::TREE_SORT_ID;
+  return std::nullopt;
+}
+
+int RunHealth(const HealthOptions& options, const CommandContext& c) {
+  client::HiCacheClient client(c.channel);
+  absl::StatusOr<client::ServingStatus> health =
+      client.CheckHealth(options.service, c.timeout);
+  if (!health.ok()) return AbslError(health.status(), c);
+  const char* name = client::ServingStatusName(*health);
+  if (c.json) {
+    Json doc = Json::object();
+    doc["status"] = name;
+    doc["service"] = options.service;
+    doc["target"] = c.target;
+    PrintJson(doc, c);
+  } else {
+    *c.out << name << "\n";
   }
-  request.set_max_depth(static_cast<int32_t>(depth));
-  request.set_limit(limit);
-  if (a.Has("--prefix")) {
-    auto prefix = ParseTokens(a.Get("--prefix"));
-    if (!prefix.has_value())
-      return Usage(c, "--prefix takes token ids like 1,2,3");
-    request.set_prefix(Pack(*prefix));
-  }
-  const std::string sort = a.Get("--sort", "tree");
-  if (sort != "tree" && sort != "hits" && sort != "len" && sort != "id") {
-    return Usage(c, "--sort is one of tree, hits, len, id");
+  return *health == client::ServingStatus::kServing ? kExitOk : kExitFailure;
+}
+
+int RunStats(const CommandContext& c) {
+  client::HiCacheClient client(c.channel);
+  absl::StatusOr<v1::GetStatsResponse> stats = client.GetStats(c.timeout);
+  if (!stats.ok()) return AbslError(stats.status(), c);
+  // Then the cache: pools per lane, hit rates, backups, loads, evictions.
+  if (!c.json) {
+    *c.out << FormatStatsHuman(*stats) << "\n";
+    return RunCacheStats(c);
   }
   grpc::ClientContext ctx;
   Deadline(&ctx, c.timeout);
-  v1::DumpTreeResponse response;
-  grpc::Status status = c.stub->DumpTree(&ctx, request, &response);
+  v1::CacheStats cache;
+  const grpc::Status status =
+      Stub(c)->Stats(&ctx, v1::GetStatsRequest(), &cache);
   if (!status.ok()) return RpcError(status, c);
-  std::vector<v1::NodeInfo> nodes(response.nodes().begin(),
-                                  response.nodes().end());
-  if (sort != "tree") {
-    std::stable_sort(nodes.begin(), nodes.end(),
-                     [&](const v1::NodeInfo& x, const v1::NodeInfo& y) {
-                       if (sort == "hits") return x.hits() > y.hits();
-                       if (sort == "len") return x.length() > y.length();
-                       return x.id() < y.id();
-                     });
+  Json doc = Json::object();
+  doc["daemon"] = ProtoToJson(*stats);
+  doc["cache"] = ProtoToJson(cache);
+  PrintJson(doc, c);
+  return kExitOk;
+}
+
+int RunTree(const TreeOptions& o, const CommandContext& c) {
+  std::optional<v1::TreeSort> sort = ParseTreeSort(o.sort);
+  if (!sort.has_value()) {
+    return Usage(c, "--sort is one of tree, hits, recency, tokens, id");
+  }
+  v1::DumpTreeRequest request;
+  request.set_namespace_(o.ns.value_or(""));
+  request.set_all_namespaces(!o.ns.has_value());
+  request.set_max_depth(o.depth);
+  request.set_limit(o.limit);
+  request.set_sort(*sort);
+  if (!o.prefix.empty()) {
+    auto prefix = ParseTokens(o.prefix);
+    if (!prefix.has_value()) {
+      return Usage(c, "--prefix takes token ids like 1,2,3");
+    }
+    request.set_prefix(Pack(*prefix));
+  }
+  request.set_page_token(o.page_token);
+  auto stub = Stub(c);
+  v1::DumpTreeResponse all;
+  for (;;) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx, c.timeout);
+    v1::DumpTreeResponse page;
+    const grpc::Status status = stub->DumpTree(&ctx, request, &page);
+    if (!status.ok()) return RpcError(status, c);
+    for (v1::NodeInfo& n : *page.mutable_nodes()) {
+      *all.add_nodes() = std::move(n);
+    }
+    all.set_total_nodes(page.total_nodes());
+    all.set_next_page_token(page.next_page_token());
+    if (!o.all || page.next_page_token().empty()) break;
+    if (page.next_page_token() == request.page_token()) {
+      *c.err << "hicachectl: the daemon returned the same page token twice; "
+                "stopping\n";
+      return kExitFailure;
+    }
+    request.set_page_token(page.next_page_token());
   }
   if (c.json) {
-    v1::DumpTreeResponse sorted;
-    for (const auto& n : nodes) *sorted.add_nodes() = n;
-    return PrintJson(sorted, c);
+    PrintJson(ProtoToJson(all), c);
+    return kExitOk;
   }
-  if (nodes.empty()) *c.out << "(empty)\n";
-  for (const v1::NodeInfo& n : nodes) {
-    std::vector<uint32_t> owners(n.page_owners().begin(),
-                                 n.page_owners().end());
-    *c.out << std::string(sort == "tree" ? 2 * (n.depth() - 1) : 0, ' ')
-           << absl::StrFormat(
-                  "#%d [%s%s%s] len=%d %s%s lock=%d host_ref=%d hits=%d%s "
-                  "owners=%s%s\n",
-                  n.id(), Tokens(n.head_tokens()), n.length() > 4 ? ".." : "",
-                  n.length() > 4 ? Tokens(n.tail_tokens()) : "", n.length(),
-                  n.tier(), n.pending_backup() ? "+pending" : "", n.lock_ref(),
-                  n.host_ref(), n.hits(),
-                  n.pin_remaining_ms() > 0
-                      ? absl::StrCat(" pin=", n.pin_remaining_ms(), "ms")
-                      : "",
-                  CompactOwners(owners),
-                  n.namespace_().empty()
-                      ? ""
-                      : absl::StrCat(" ns=", n.namespace_()));
+  if (all.nodes().empty()) *c.out << "(empty)\n";
+  for (const v1::NodeInfo& n : all.nodes()) {
+    PrintNodeLine(n, *sort == v1::TREE_SORT_UNSPECIFIED, c);
+  }
+  if (!all.next_page_token().empty()) {
+    *c.out << "(" << all.nodes_size() << " of " << all.total_nodes()
+           << " nodes shown; next page: --page_token="
+           << all.next_page_token() << ", or --all for every page)\n";
   }
   return kExitOk;
 }
 
-int Node(const Args& a, const CommandContext& c) {
-  int64_t id = 0;
-  if (a.positional.size() != 1 || !ParseInt(a.positional[0], &id) || id <= 0) {
-    return Usage(c, "node takes one node id");
-  }
+int RunNode(uint64_t node, const CommandContext& c) {
+  if (node == 0) return Usage(c, "node takes a node id > 0");
   grpc::ClientContext ctx;
   Deadline(&ctx, c.timeout);
   v1::InspectNodeRequest request;
-  request.set_node(id);
+  request.set_node(node);
   v1::NodeInfo n;
-  grpc::Status status = c.stub->InspectNode(&ctx, request, &n);
+  const grpc::Status status = Stub(c)->InspectNode(&ctx, request, &n);
   if (!status.ok()) return RpcError(status, c);
-  if (c.json) return PrintJson(n, c);
+  if (c.json) {
+    PrintJson(ProtoToJson(n), c);
+    return kExitOk;
+  }
   *c.out << absl::StrFormat(
       "node %d (parent %d, namespace '%s', depth %d)\ntokens   %d..%d (%d)\n"
       "tier     %s%s\nlock     %d, host_ref %d, hits %d, priority %d, pin "
-      "%dms\n",
+      "%dms, idle %dms\n",
       n.id(), n.parent(), n.namespace_(), n.depth(), n.start(),
       n.start() + n.length(), n.length(), n.tier(),
       n.pending_backup() ? " (backup in flight)" : "", n.lock_ref(),
-      n.host_ref(), n.hits(), n.priority(), n.pin_remaining_ms());
+      n.host_ref(), n.hits(), n.priority(), n.pin_remaining_ms(), n.idle_ms());
   for (int i = 0; i < n.page_owners_size(); ++i) {
     *c.out << absl::StrFormat("page %-3d owner %d", i, n.page_owners(i));
     if (i < n.device_pages_size()) *c.out << " device " << n.device_pages(i);
@@ -247,22 +270,26 @@ int Node(const Args& a, const CommandContext& c) {
   return kExitOk;
 }
 
-int Match(const Args& a, const CommandContext& c) {
+int RunMatch(const MatchOptions& o, const CommandContext& c) {
+  if (!o.file.empty() && !o.tokens.empty()) {
+    return Usage(c, "match takes token ids or --file F, not both");
+  }
   std::string text;
-  if (a.Has("--file")) {
-    std::ifstream in(a.Get("--file"));
-    if (!in) return Usage(c, "cannot read " + a.Get("--file"));
+  if (!o.file.empty()) {
+    std::ifstream in(o.file);
+    if (!in) return Usage(c, "--file: cannot read '" + o.file + "'");
     std::stringstream buffer;
     buffer << in.rdbuf();
     text = buffer.str();
   } else {
-    text = absl::StrJoin(a.positional, ",");
+    text = absl::StrJoin(o.tokens, ",");
   }
   auto tokens = ParseTokens(text);
   if (!tokens.has_value() || tokens->empty()) {
     return Usage(c, "match takes token ids (1,2,3) or --file F");
   }
-  TempSession session(c, a.Get("--ns"));
+  auto stub = Stub(c);
+  TempSession session(stub.get(), c, o.ns);
   if (!session.status().ok()) return RpcError(session.status(), c);
   grpc::ClientContext ctx;
   Deadline(&ctx, c.timeout);
@@ -271,33 +298,44 @@ int Match(const Args& a, const CommandContext& c) {
   request.set_peek(true);  // Inspection: counts no hit, starts no backup.
   request.add_items()->set_tokens(Pack(*tokens));
   v1::MatchPrefixResponse response;
-  grpc::Status status = c.stub->MatchPrefix(&ctx, request, &response);
+  const grpc::Status status = stub->MatchPrefix(&ctx, request, &response);
   if (!status.ok()) return RpcError(status, c);
-  if (c.json) return PrintJson(response, c);
+  if (response.results_size() != 1) {
+    *c.err << "hicachectl: the daemon answered " << response.results_size()
+           << " results for one query\n";
+    return kExitFailure;
+  }
+  if (c.json) {
+    PrintJson(ProtoToJson(response), c);
+    return kExitOk;
+  }
   const v1::MatchResult& r = response.results(0);
   *c.out << absl::StrFormat(
       "query     %d tokens\ndevice    %d tokens in %d pages (node %d)\n"
       "host      %d more tokens (node %d)\nmiss      %d tokens\n",
       tokens->size(), r.device().valid_tokens(), r.device().pages_size(),
       r.last_device_node(), r.host_hit_tokens(), r.last_host_node(),
-      tokens->size() - r.device().valid_tokens() - r.host_hit_tokens());
+      static_cast<int64_t>(tokens->size()) - r.device().valid_tokens() -
+          r.host_hit_tokens());
   return kExitOk;
 }
 
-int CacheStatsCommand(const CommandContext& c) {
+int RunCacheStats(const CommandContext& c) {
   grpc::ClientContext ctx;
   Deadline(&ctx, c.timeout);
   v1::CacheStats s;
-  grpc::Status status = c.stub->Stats(&ctx, v1::GetStatsRequest(), &s);
+  const grpc::Status status = Stub(c)->Stats(&ctx, v1::GetStatsRequest(), &s);
   if (!status.ok()) return RpcError(status, c);
-  if (c.json) return PrintJson(s, c);
+  if (c.json) {
+    PrintJson(ProtoToJson(s), c);
+    return kExitOk;
+  }
   auto pct = [](int64_t part, int64_t whole) {
     return whole == 0 ? 0.0 : 100.0 * part / whole;
   };
   *c.out << absl::StrFormat(
       "tree       %d nodes; device %d tokens (%d locked, %d evictable); host "
-      "%d "
-      "tokens; %d backups in flight\n"
+      "%d tokens; %d backups in flight\n"
       "hits       %d queries, %d tokens: device %.1f%%, host %.1f%%\n"
       "backups    %d started, %d committed, %d rolled back, %d skipped (host "
       "full)\n"
@@ -323,14 +361,17 @@ int CacheStatsCommand(const CommandContext& c) {
   return kExitOk;
 }
 
-int Sessions(const CommandContext& c) {
+int RunSessions(const CommandContext& c) {
   grpc::ClientContext ctx;
   Deadline(&ctx, c.timeout);
   v1::ListSessionsResponse response;
-  grpc::Status status =
-      c.stub->ListSessions(&ctx, v1::ListSessionsRequest(), &response);
+  const grpc::Status status =
+      Stub(c)->ListSessions(&ctx, v1::ListSessionsRequest(), &response);
   if (!status.ok()) return RpcError(status, c);
-  if (c.json) return PrintJson(response, c);
+  if (c.json) {
+    PrintJson(ProtoToJson(response), c);
+    return kExitOk;
+  }
   if (response.sessions().empty()) *c.out << "(no sessions)\n";
   for (const v1::SessionSummary& s : response.sessions()) {
     *c.out << absl::StrFormat(
@@ -341,120 +382,133 @@ int Sessions(const CommandContext& c) {
   return kExitOk;
 }
 
-int Evict(const Args& a, const CommandContext& c) {
-  v1::EvictRequest request;
-  for (const auto& [flag, field] :
-       {std::pair{"--device", request.mutable_device_pages_per_lane()},
-        std::pair{"--host", request.mutable_host_pages_per_rank()}}) {
-    if (!a.Has(flag)) continue;
-    for (absl::string_view part : absl::StrSplit(a.Get(flag), ',')) {
-      int64_t n = 0;
-      if (!absl::SimpleAtoi(part, &n) || n < 0) {
-        return Usage(
-            c, absl::StrCat(flag, " takes page counts per lane, e.g. 8,8"));
-      }
-      field->Add(n);
-    }
-  }
-  if (request.device_pages_per_lane().empty() &&
-      request.host_pages_per_rank().empty()) {
+int RunEvict(const EvictOptions& o, const CommandContext& c) {
+  if (o.device.empty() && o.host.empty()) {
     return Usage(c, "evict needs --device N[,N...] and/or --host N[,N...]");
+  }
+  v1::EvictRequest request;
+  for (int64_t n : o.device) {
+    if (n < 0) return Usage(c, "--device takes page counts >= 0, e.g. 8,8");
+    request.add_device_pages_per_lane(n);
+  }
+  for (int64_t n : o.host) {
+    if (n < 0) return Usage(c, "--host takes page counts >= 0, e.g. 8,8");
+    request.add_host_pages_per_rank(n);
   }
   grpc::ClientContext ctx;
   Deadline(&ctx, c.timeout);
   v1::EvictResponse response;
-  grpc::Status status = c.stub->Evict(&ctx, request, &response);
+  const grpc::Status status = Stub(c)->Evict(&ctx, request, &response);
   if (!status.ok()) return RpcError(status, c);
-  if (c.json) return PrintJson(response, c);
+  if (c.json) {
+    PrintJson(ProtoToJson(response), c);
+    return kExitOk;
+  }
   *c.out << "evicted " << response.device_pages_freed() << " device pages, "
          << response.host_pages_freed() << " host pages\n";
   return kExitOk;
 }
 
-int Pin(const Args& a, const CommandContext& c, bool pin) {
-  int64_t node = 0, ttl = 0;
-  if (a.positional.size() != 1 || !ParseInt(a.positional[0], &node) ||
-      node <= 0) {
-    return Usage(
-        c, pin ? "pin takes a node id and --ttl-ms" : "unpin takes a node id");
-  }
-  if (pin && (!ParseInt(a.Get("--ttl-ms"), &ttl) || ttl <= 0)) {
-    return Usage(c,
-                 "pin needs --ttl-ms with a positive number of milliseconds");
+int RunPin(const PinOptions& o, const CommandContext& c) {
+  const bool pin = o.ttl_ms > 0;
+  if (o.node == 0) return Usage(c, "pin/unpin take a node id > 0");
+  if (o.ttl_ms < 0 || o.ttl_ms > UINT32_MAX) {
+    return Usage(c, "--ttl-ms takes 1..4294967295 milliseconds");
   }
   // Pins act in one namespace: the node's (--ns, default "").
-  TempSession session(c, a.Get("--ns"));
+  auto stub = Stub(c);
+  TempSession session(stub.get(), c, o.ns);
   if (!session.status().ok()) return RpcError(session.status(), c);
   grpc::ClientContext ctx;
   Deadline(&ctx, c.timeout);
   v1::PinRequest request;
   request.set_session_id(session.id());
-  request.set_node(node);
-  request.set_ttl_ms(static_cast<uint32_t>(pin ? ttl : 0));
+  request.set_node(o.node);
+  request.set_ttl_ms(static_cast<uint32_t>(o.ttl_ms));
   v1::PinResponse response;
-  grpc::Status status = c.stub->Pin(&ctx, request, &response);
+  const grpc::Status status = stub->Pin(&ctx, request, &response);
   if (!status.ok()) return RpcError(status, c);
-  if (c.json) return PrintJson(response, c);
-  *c.out << (pin ? absl::StrCat("pinned node ", node, " for ", ttl, " ms")
-                 : absl::StrCat("unpinned node ", node))
+  if (c.json) {
+    PrintJson(ProtoToJson(response), c);
+    return kExitOk;
+  }
+  *c.out << (pin ? absl::StrCat("pinned node ", o.node, " for ", o.ttl_ms,
+                                " ms")
+                 : absl::StrCat("unpinned node ", o.node))
          << "\n";
   return kExitOk;
 }
 
-int FreeRoom(const Args& a, const CommandContext& c) {
-  int64_t l1 = 0, l2 = 0;
-  if (!ParseInt(a.Get("--l1", "0"), &l1) ||
-      !ParseInt(a.Get("--l2", "0"), &l2) || l1 < 0 || l2 < 0) {
+int RunFreeRoom(const FreeRoomOptions& o, const CommandContext& c) {
+  if ((o.l1.has_value() && *o.l1 < 0) || (o.l2.has_value() && *o.l2 < 0)) {
     return Usage(c, "free-room takes --l1 PAGES and --l2 PAGES (>= 0)");
   }
-  grpc::ClientContext ctx;
-  Deadline(&ctx, c.timeout);
+  auto stub = Stub(c);
+  auto call = [&](const v1::SetFreeRoomRequest& request,
+                  v1::SetFreeRoomResponse* response) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx, c.timeout);
+    return stub->SetFreeRoom(&ctx, request, response);
+  };
   v1::SetFreeRoomRequest request;
-  request.set_l1_pages_per_lane(l1);
-  request.set_l2_pages_per_rank(l2);
   v1::SetFreeRoomResponse response;
-  grpc::Status status = c.stub->SetFreeRoom(&ctx, request, &response);
-  if (!status.ok()) return RpcError(status, c);
-  if (c.json) return PrintJson(response, c);
-  *c.out << "free-room targets: L1 " << l1 << " pages per lane, L2 " << l2
+  const bool change = o.l1.has_value() || o.l2.has_value();
+  if (!change || !o.l1.has_value() || !o.l2.has_value()) {
+    // Read the targets in force (and keep the one not given).
+    v1::SetFreeRoomRequest read;
+    read.set_read_only(true);
+    const grpc::Status status = call(read, &response);
+    if (!status.ok()) return RpcError(status, c);
+  }
+  if (change) {
+    request.set_l1_pages_per_lane(o.l1.value_or(response.l1_pages_per_lane()));
+    request.set_l2_pages_per_rank(o.l2.value_or(response.l2_pages_per_rank()));
+    const grpc::Status status = call(request, &response);
+    if (!status.ok()) return RpcError(status, c);
+  }
+  if (c.json) {
+    PrintJson(ProtoToJson(response), c);
+    return kExitOk;
+  }
+  *c.out << "free-room targets: L1 " << response.l1_pages_per_lane()
+         << " pages per lane, L2 " << response.l2_pages_per_rank()
          << " pages per rank\n";
   return kExitOk;
 }
 
-int Watch(const Args& a, const CommandContext& c) {
-  int64_t count = -1;
-  if (a.Has("--count") && (!ParseInt(a.Get("--count"), &count) || count <= 0)) {
+int RunWatch(const WatchOptions& o, const CommandContext& c) {
+  if (o.count == 0 || o.count < -1) {
     return Usage(c, "--count takes a positive number of events");
   }
   grpc::ClientContext ctx;
   v1::WatchRequest request;
-  request.set_include_layer_events(a.Has("--layers"));
-  auto stream = c.stub->Watch(&ctx, request);
+  request.set_include_layer_events(o.layers);
+  auto stub = Stub(c);
+  auto stream = stub->Watch(&ctx, request);
   v1::CacheEvent event;
   int64_t seen = 0;
-  while ((count < 0 || seen < count) && stream->Read(&event)) {
+  while ((o.count < 0 || seen < o.count) && stream->Read(&event)) {
     ++seen;
     if (c.json) {
-      PrintJson(event, c);
+      *c.out << JsonLine(ProtoToJson(event)) << std::endl;
       continue;
     }
     *c.out << absl::StrFormat("%d %s", event.unix_ms(), event.kind());
     if (event.op() != 0) *c.out << " op=" << event.op();
     if (event.node() != 0) *c.out << " node=" << event.node();
-    if (!event.session_id().empty())
+    if (!event.session_id().empty()) {
       *c.out << " session=" << event.session_id();
+    }
     if (!event.detail().empty()) *c.out << " " << event.detail();
     *c.out << std::endl;
   }
   ctx.TryCancel();
-  grpc::Status status = stream->Finish();
-  if (count > 0 && seen == count) return kExitOk;
+  const grpc::Status status = stream->Finish();
+  if (o.count > 0 && seen == o.count) return kExitOk;
   return status.ok() || status.error_code() == grpc::StatusCode::CANCELLED
              ? kExitOk
              : RpcError(status, c);
 }
-
-}  // namespace
 
 std::string CompactOwners(const std::vector<uint32_t>& owners) {
   std::vector<std::string> runs;
@@ -466,57 +520,6 @@ std::string CompactOwners(const std::vector<uint32_t>& owners) {
     i = j;
   }
   return runs.empty() ? "-" : absl::StrJoin(runs, ",");
-}
-
-bool IsCacheCommand(const std::string& command) {
-  for (const char* name : {"tree", "node", "match", "cache-stats", "sessions",
-                           "evict", "pin", "unpin", "free-room", "watch"}) {
-    if (command == name) return true;
-  }
-  return false;
-}
-
-int RunCacheCommand(const std::string& command,
-                    const std::vector<std::string>& raw,
-                    const CommandContext& c) {
-  std::optional<Args> args = Parse(raw, *c.err);
-  if (!args.has_value()) return kExitUsage;
-  if (command == "tree") return Tree(*args, c);
-  if (command == "node") return Node(*args, c);
-  if (command == "match") return Match(*args, c);
-  if (command == "cache-stats") return CacheStatsCommand(c);
-  if (command == "sessions") return Sessions(c);
-  if (command == "evict") return Evict(*args, c);
-  if (command == "pin") return Pin(*args, c, true);
-  if (command == "unpin") return Pin(*args, c, false);
-  if (command == "free-room") return FreeRoom(*args, c);
-  if (command == "watch") return Watch(*args, c);
-  return Usage(c, "unknown command '" + command + "'");
-}
-
-std::string CacheCommandsUsage() {
-  return "  tree [--ns NS] [--prefix T,T,..] [--depth N] [--limit N]\n"
-         "       [--sort tree|hits|len|id]\n"
-         "                     The radix tree: id, tokens, length, tier, "
-         "locks,\n"
-         "                     hits, pin, page owners per lane (0x3 = three "
-         "pages\n"
-         "                     of rank 0).\n"
-         "  node ID            One node: every page's owner and host pages.\n"
-         "  match T,T,..|--file F [--ns NS]\n"
-         "                     What a request would hit, per tier.\n"
-         "  cache-stats        Tree, hit rates, backups, loads, evictions, "
-         "pools\n"
-         "                     per lane, sessions.\n"
-         "  sessions           Open sessions.\n"
-         "  evict --device N[,N..] [--host N[,N..]]\n"
-         "                     Evict pages per lane / per rank.\n"
-         "  pin ID --ttl-ms MS [--ns NS] | unpin ID [--ns NS]\n"
-         "                     Protect a node's host copy.\n"
-         "  free-room --l1 PAGES --l2 PAGES\n"
-         "                     Free-room targets after pressure.\n"
-         "  watch [--layers] [--count N]\n"
-         "                     Live cache events.\n";
 }
 
 }  // namespace hicache::ctl

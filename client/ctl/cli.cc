@@ -1,242 +1,407 @@
 #include "client/ctl/cli.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <exception>
+#include <limits>
 #include <memory>
-#include <optional>
 
-#include "absl/status/statusor.h"
-#include "absl/strings/match.h"
+#include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "client/cpp/endpoint.h"
-#include "client/cpp/hicache_client.h"
 #include "client/ctl/cache_commands.h"
-#include "client/ctl/output_format.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
+#include "client/ctl/connection.h"
+#include "version/version.h"
 
 namespace hicache::ctl {
 namespace {
 
-struct Options {
-  std::string socket;  // --socket; empty = default path.
-  std::string target;  // --target; overrides --socket.
+constexpr char kFooter[] =
+    "Global options (--socket, --target, --json, --timeout, --tls_*, ...) go "
+    "before or\nafter the command. With --json every command prints exactly "
+    "one JSON document\n(watch: one JSON object per line); 64-bit counters "
+    "are numbers up to 2^53,\nstrings beyond. See docs/hicachectl.md.\n"
+    "\n"
+    "Exit codes:\n"
+    "  0  success (for health: the daemon is SERVING)\n"
+    "  1  the daemon is unreachable, returned an error, or is not serving\n"
+    "  2  bad command line\n"
+    "\n"
+    "Examples:\n"
+    "  hicachectl health\n"
+    "  hicachectl --socket=/run/hicached/hicached.sock stats\n"
+    "  hicachectl stats --json | python3 -m json.tool\n"
+    "  hicachectl tree --sort hits --limit 5\n"
+    "  hicachectl tree --all --json > tree.json\n"
+    "  hicachectl match 1,2,3,4 --ns tenant-a\n"
+    "  hicachectl free-room                  # show the targets\n"
+    "  hicachectl free-room --l1 64          # change L1, keep L2\n"
+    "  hicachectl watch --count 10 --json\n"
+    "  hicachectl --target=node7:50051 --tls_ca_file=ca.pem health\n";
+
+// "hicachectl 0.2.0 (1ac4859e1f2a)": the version and the git revision
+// (//version; "unstamped" unless the binary links //version:stamped).
+std::string VersionText() {
+  return absl::StrCat("hicachectl ", hicache::VersionString());
+}
+
+// Values checked before conversion, with messages that say what is wanted
+// (CLI11 prefixes the option's name).
+CLI::Validator IntRange(int64_t lo, int64_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        int64_t value = 0;
+        if (absl::SimpleAtoi(text, &value) && value >= lo && value <= hi) {
+          return "";
+        }
+        if (hi == std::numeric_limits<int64_t>::max()) {
+          return absl::StrCat("wants an integer >= ", lo, ", got '", text,
+                              "'");
+        }
+        return absl::StrCat("wants an integer in [", lo, ", ", hi, "], got '",
+                            text, "'");
+      },
+      "");
+}
+
+// Seconds: more than 0, at most a day (deadlines further out overflow).
+CLI::Validator TimeoutSeconds() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        double value = 0;
+        if (absl::SimpleAtod(text, &value) && value > 0 && value <= 86400) {
+          return "";
+        }
+        return absl::StrCat(
+            "wants a number of seconds in (0, 86400], got '", text, "'");
+      },
+      "");
+}
+
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+
+struct Globals {
+  ConnectionOptions connection;
   bool json = false;
-  bool insecure_tcp = false;
-  absl::Duration timeout = absl::Seconds(5);
-  std::string command;
-  std::vector<std::string> command_args;
+  double timeout_seconds = 5;
 };
 
-// Parses the command line. Returns nullopt after writing a message to `err`.
-std::optional<Options> ParseArgs(const std::vector<std::string>& args,
-                                 std::ostream& err, bool* help) {
-  Options options;
-  *help = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (!options.command.empty()) {
-      options.command_args.push_back(arg);
-      continue;
-    }
-    if (arg == "-h" || arg == "--help" || arg == "help") {
-      *help = true;
-      return options;
-    }
-    if (!absl::StartsWith(arg, "-")) {
-      options.command = arg;
-      continue;
-    }
-    std::string name = arg;
-    std::optional<std::string> value;
-    if (const size_t eq = arg.find('='); eq != std::string::npos) {
-      name = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-    }
-    if (name == "--json") {
-      options.json = true;
-      continue;
-    }
-    if (name == "--insecure_tcp_for_testing") {
-      options.insecure_tcp = true;
-      continue;
-    }
-    if (name != "--socket" && name != "--target" && name != "--timeout") {
-      err << "hicachectl: unknown option '" << name
-          << "'; run 'hicachectl --help' for the list\n";
-      return std::nullopt;
-    }
-    if (!value.has_value()) {
-      if (i + 1 >= args.size()) {
-        err << "hicachectl: option '" << name << "' needs a value\n";
-        return std::nullopt;
-      }
-      value = args[++i];
-    }
-    if (name == "--socket") {
-      options.socket = *value;
-    } else if (name == "--target") {
-      options.target = *value;
-    } else {
-      double seconds = 0;
-      if (!absl::SimpleAtod(*value, &seconds) || !(seconds > 0)) {
-        err << "hicachectl: --timeout must be a positive number of seconds, "
-               "got '"
-            << *value << "'\n";
-        return std::nullopt;
-      }
-      options.timeout = absl::Seconds(seconds);
-    }
-  }
-  if (options.command.empty()) {
+// Every command's options, bound to the parser.
+struct Commands {
+  HealthOptions health;
+  TreeOptions tree;
+  std::string tree_ns;
+  uint64_t node = 0;
+  MatchOptions match;
+  EvictOptions evict;
+  PinOptions pin;
+  PinOptions unpin;
+  int64_t l1 = 0, l2 = 0;
+  WatchOptions watch;
+  std::string help_topic;
+};
+
+// Options every command shares, so that they may follow it as well.
+void AddGlobals(CLI::App& app, Globals& g) {
+  app.add_option("--socket", g.connection.socket,
+                 absl::StrCat("Daemon unix socket (default ",
+                              client::DefaultSocketPath(),
+                              ": $XDG_RUNTIME_DIR/hicached.sock or "
+                              "/tmp/hicached.sock)"))
+      ->type_name("PATH");
+  app.add_option("--target", g.connection.target,
+                 "Any gRPC target (unix:/run/h.sock, host:port); overrides "
+                 "--socket")
+      ->type_name("ADDR");
+  app.add_flag("--json", g.json,
+               "Machine-readable output: one JSON document");
+  app.add_option("--timeout", g.timeout_seconds,
+                 "Per-call deadline in seconds (default 5)")
+      ->type_name("SECONDS")
+      ->check(TimeoutSeconds());
+  app.add_flag("--insecure_tcp_for_testing", g.connection.insecure_tcp,
+               "Allow a plain-TCP host:port target (tests only)");
+  app.add_option("--tls_ca_file", g.connection.tls_ca_file,
+                 "PEM CA that signed the daemon's TCP certificate (default: "
+                 "the system roots)")
+      ->type_name("FILE");
+  app.add_option("--tls_cert_file", g.connection.tls_cert_file,
+                 "PEM client certificate for mTLS (with --tls_key_file)")
+      ->type_name("FILE");
+  app.add_option("--tls_key_file", g.connection.tls_key_file,
+                 "PEM private key of --tls_cert_file")
+      ->type_name("FILE");
+  app.add_option("--tls_server_name", g.connection.tls_server_name,
+                 "Name the daemon's certificate must carry (default: the "
+                 "target's host)")
+      ->type_name("NAME");
+}
+
+CLI::App* AddCommand(CLI::App& app, const std::string& name,
+                     const std::string& description) {
+  CLI::App* sub = app.add_subcommand(name, description);
+  // Options this command does not know fall through to the global ones.
+  sub->fallthrough();
+  sub->set_version_flag("--version", VersionText(),
+                        "Print the version and git revision, then exit");
+  return sub;
+}
+
+void AddCommands(CLI::App& app, Commands& c) {
+  CLI::App* health = AddCommand(
+      app, "health",
+      "gRPC health of the daemon (or of SERVICE, e.g. hicache.v1.HiCache); "
+      "prints SERVING when healthy");
+  health->add_option("service", c.health.service, "Service name")
+      ->type_name("SERVICE");
+
+  AddCommand(app, "stats",
+             "Build, backend, pool geometry and uptime, then the cache "
+             "statistics");
+
+  CLI::App* tree = AddCommand(
+      app, "tree",
+      "The radix tree, one page at a time: id, tokens, length, tier, locks, "
+      "hits, pin, page owners per lane (0x3 = three pages of rank 0). The "
+      "daemon sorts, then cuts the page");
+  tree->add_option("--ns", c.tree_ns, "Only this namespace (default: all)")
+      ->type_name("NS");
+  tree->add_option("--prefix", c.tree.prefix,
+                   "Only nodes under these tokens (1,2,3)")
+      ->type_name("T,T,..");
+  tree->add_option("--depth", c.tree.depth, "Levels below the root (-1 = all)")
+      ->type_name("N")
+      ->check(IntRange(-1, 1 << 30));
+  tree->add_option("--limit", c.tree.limit,
+                   "Nodes per page (default: the daemon's, 1000; at most "
+                   "10000)")
+      ->type_name("N")
+      ->check(IntRange(1, 10000));
+  tree->add_option("--sort", c.tree.sort,
+                   "tree (default: depth first), hits, recency, tokens, id")
+      ->type_name("ORDER")
+      ->check(CLI::IsMember({"tree", "hits", "recency", "tokens", "id", "len"}));
+  tree->add_option("--page_token", c.tree.page_token,
+                   "Continue where the previous page ended")
+      ->type_name("TOKEN");
+  tree->add_flag("--all", c.tree.all, "Follow the pages to the end");
+
+  CLI::App* node = AddCommand(
+      app, "node", "One node: every page's owner and host pages");
+  node->add_option("id", c.node, "Node id")->required()->type_name("ID")
+      ->check(IntRange(1, kInt64Max));
+
+  CLI::App* match = AddCommand(
+      app, "match", "What a request would hit, per tier (a peek: no hit "
+                    "is counted)");
+  match->add_option("tokens", c.match.tokens, "Token ids: 1,2,3 or 1 2 3")
+      ->type_name("T,T,..");
+  match->add_option("--file", c.match.file, "Read the token ids from FILE")
+      ->type_name("FILE");
+  match->add_option("--ns", c.match.ns, "Namespace (default \"\")")
+      ->type_name("NS");
+
+  AddCommand(app, "cache-stats",
+             "Tree, hit rates, backups, loads, evictions, pools per lane, "
+             "sessions");
+  AddCommand(app, "sessions", "Open sessions");
+
+  CLI::App* evict = AddCommand(app, "evict",
+                               "Evict pages per lane (device) / per rank "
+                               "(host)");
+  evict->add_option("--device", c.evict.device, "Pages per lane")
+      ->type_name("N[,N..]")
+      ->delimiter(',')
+      ->check(IntRange(0, kInt64Max));
+  evict->add_option("--host", c.evict.host, "Pages per rank")
+      ->type_name("N[,N..]")
+      ->delimiter(',')
+      ->check(IntRange(0, kInt64Max));
+
+  CLI::App* pin = AddCommand(app, "pin", "Protect a node's host copy");
+  pin->add_option("id", c.pin.node, "Node id")->required()->type_name("ID")
+      ->check(IntRange(1, kInt64Max));
+  pin->add_option("--ttl-ms,--ttl_ms", c.pin.ttl_ms, "How long, in ms")
+      ->required()
+      ->type_name("MS")
+      ->check(IntRange(1, UINT32_MAX));
+  pin->add_option("--ns", c.pin.ns, "The node's namespace (default \"\")")
+      ->type_name("NS");
+
+  CLI::App* unpin = AddCommand(app, "unpin", "End a node's pin");
+  unpin->add_option("id", c.unpin.node, "Node id")->required()->type_name("ID")
+      ->check(IntRange(1, kInt64Max));
+  unpin->add_option("--ns", c.unpin.ns, "The node's namespace (default \"\")")
+      ->type_name("NS");
+
+  CLI::App* free_room = AddCommand(
+      app, "free-room",
+      "Free-room targets kept after pressure. Without options: show them; "
+      "an option not given keeps its value");
+  free_room->add_option("--l1", c.l1, "Device pages kept free per lane")
+      ->type_name("PAGES")
+      ->check(IntRange(0, kInt64Max));
+  free_room->add_option("--l2", c.l2, "Host pages kept free per rank")
+      ->type_name("PAGES")
+      ->check(IntRange(0, kInt64Max));
+
+  CLI::App* watch = AddCommand(
+      app, "watch",
+      "Live cache events (with --json: one JSON object per line)");
+  watch->add_flag("--layers", c.watch.layers, "Also every per-layer step");
+  watch->add_option("--count", c.watch.count, "Stop after N events")
+      ->type_name("N")
+      ->check(IntRange(1, kInt64Max));
+
+  CLI::App* help = app.add_subcommand("help", "This text, or a command's");
+  help->add_option("command", c.help_topic, "Command")->type_name("COMMAND");
+}
+
+// The parser for one invocation; `globals` and `commands` receive the values.
+std::unique_ptr<CLI::App> BuildApp(Globals& globals, Commands& commands) {
+  auto app = std::make_unique<CLI::App>(
+      "hicachectl: inspect and operate a hicached KV-cache daemon.",
+      "hicachectl");
+  app->require_subcommand(0, 1);
+  app->set_version_flag("--version", VersionText(),
+                        "Print the version and git revision, then exit");
+  app->footer(kFooter);
+  app->get_formatter()->column_width(34);
+  AddGlobals(*app, globals);
+  AddCommands(*app, commands);
+  return app;
+}
+
+int Dispatch(CLI::App& app, const Globals& g, Commands& cmds,
+             std::ostream& out, std::ostream& err) {
+  const std::vector<CLI::App*> chosen = app.get_subcommands();
+  if (chosen.empty()) {
     err << "hicachectl: missing command; run 'hicachectl --help'\n";
-    return std::nullopt;
+    return kExitUsage;
   }
-  return options;
-}
-
-std::string ResolveTarget(const Options& options) {
-  if (!options.target.empty()) return options.target;
-  return client::UnixTarget(options.socket.empty() ? client::DefaultSocketPath()
-                                                   : options.socket);
-}
-
-int ReportRpcError(const absl::Status& status, const std::string& target,
-                   std::ostream& err) {
-  err << "hicachectl: " << status.message() << "\n";
-  if (status.code() == absl::StatusCode::kUnavailable ||
-      status.code() == absl::StatusCode::kDeadlineExceeded) {
-    err << "hicachectl: is hicached running at " << target
-        << "? Start it with 'tools/dev run', or point at it with --socket "
-           "or --target.\n";
-  }
-  return kExitFailure;
-}
-
-int RunHealth(client::HiCacheClient& client, const Options& options,
-              const std::string& target, std::ostream& out, std::ostream& err) {
-  const std::string service =
-      options.command_args.empty() ? "" : options.command_args[0];
-  absl::StatusOr<client::ServingStatus> health =
-      client.CheckHealth(service, options.timeout);
-  if (!health.ok()) return ReportRpcError(health.status(), target, err);
-  const char* name = client::ServingStatusName(*health);
-  if (options.json) {
-    out << "{\"status\":\"" << name << "\",\"service\":\"" << service
-        << "\",\"target\":\"" << target << "\"}\n";
-  } else {
-    out << name << "\n";
-  }
-  return *health == client::ServingStatus::kServing ? kExitOk : kExitFailure;
-}
-
-int RunStats(client::HiCacheClient& client, const Options& options,
-             const std::string& target, std::ostream& out, std::ostream& err) {
-  absl::StatusOr<v1::GetStatsResponse> stats = client.GetStats(options.timeout);
-  if (!stats.ok()) return ReportRpcError(stats.status(), target, err);
-  if (!options.json) {
-    out << FormatStatsHuman(*stats) << "\n";
-  } else {
-    absl::StatusOr<std::string> json = ToJson(*stats);
-    if (!json.ok()) {
-      err << "hicachectl: " << json.status().message() << "\n";
-      return kExitFailure;
+  const std::string name = chosen.front()->get_name();
+  if (name == "help") {
+    if (cmds.help_topic.empty()) {
+      out << app.help();
+      return kExitOk;
     }
-    out << *json << "\n";
+    for (CLI::App* sub : app.get_subcommands({})) {
+      if (sub->get_name() == cmds.help_topic) {
+        out << sub->help();
+        return kExitOk;
+      }
+    }
+    err << "hicachectl: help: unknown command '" << cmds.help_topic
+        << "'; run 'hicachectl --help'\n";
+    return kExitUsage;
   }
-  // Then the cache: pools per lane, hit rates, backups, loads, evictions.
-  auto stub = v1::HiCache::NewStub(
-      grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
-  CommandContext context{stub.get(),      target, options.json,
-                         options.timeout, &out,   &err};
-  return RunCacheCommand("cache-stats", {}, context);
+  absl::StatusOr<Connection> connection = Connect(g.connection);
+  if (!connection.ok()) {
+    err << "hicachectl: " << connection.status().message() << "\n";
+    return kExitUsage;
+  }
+  CommandContext c;
+  c.channel = connection->channel;
+  c.target = connection->target;
+  c.socket_path = connection->socket_path;
+  c.json = g.json;
+  c.timeout = absl::Seconds(g.timeout_seconds);
+  c.out = &out;
+  c.err = &err;
+  if (name == "health") return RunHealth(cmds.health, c);
+  if (name == "stats") return RunStats(c);
+  if (name == "tree") {
+    if (chosen.front()->count("--ns") > 0) cmds.tree.ns = cmds.tree_ns;
+    return RunTree(cmds.tree, c);
+  }
+  if (name == "node") return RunNode(cmds.node, c);
+  if (name == "match") return RunMatch(cmds.match, c);
+  if (name == "cache-stats") return RunCacheStats(c);
+  if (name == "sessions") return RunSessions(c);
+  if (name == "evict") return RunEvict(cmds.evict, c);
+  if (name == "pin") return RunPin(cmds.pin, c);
+  if (name == "unpin") {
+    cmds.unpin.ttl_ms = 0;
+    return RunPin(cmds.unpin, c);
+  }
+  if (name == "free-room") {
+    FreeRoomOptions options;
+    if (chosen.front()->count("--l1") > 0) options.l1 = cmds.l1;
+    if (chosen.front()->count("--l2") > 0) options.l2 = cmds.l2;
+    return RunFreeRoom(options, c);
+  }
+  if (name == "watch") return RunWatch(cmds.watch, c);
+  err << "hicachectl: unknown command '" << name << "'\n";
+  return kExitUsage;
+}
+
+// A parse error as one or two lines: what was wrong, then where to look.
+int ReportParseError(const CLI::App& app, const CLI::ParseError& e,
+                     std::ostream& err) {
+  const std::vector<CLI::App*> chosen = app.get_subcommands();
+  std::string what = e.what();
+  if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::ExtrasError)) {
+    // "The following argument(s) were not expected: a b": name them plainly;
+    // before any command, a stray word was meant as a command.
+    const size_t colon = what.find(": ");
+    const std::string first =
+        colon == std::string::npos
+            ? ""
+            : what.substr(colon + 2, what.find(' ', colon + 2) - colon - 2);
+    if (!first.empty() && first[0] == '-') {
+      what = absl::StrCat("unknown option '", first, "'");
+    } else if (!first.empty() && chosen.empty()) {
+      what = absl::StrCat("unknown command '", first, "'");
+    } else if (!first.empty()) {
+      what = absl::StrCat("unexpected argument '", first, "' for ",
+                          chosen.front()->get_name());
+    }
+  }
+  err << "hicachectl: " << what << "\n"
+      << "hicachectl: run 'hicachectl "
+      << (chosen.empty() ? "" : chosen.front()->get_name() + " ")
+      << "--help' for the options\n";
+  return kExitUsage;
 }
 
 }  // namespace
 
 std::string UsageText() {
-  return absl::StrCat(
-      "hicachectl: inspect and operate a hicached KV-cache daemon.\n"
-      "\n"
-      "Usage: hicachectl [options] <command> [args]\n"
-      "\n"
-      "Commands:\n"
-      "  health [SERVICE]   gRPC health of the daemon (or of SERVICE, e.g.\n"
-      "                     hicache.v1.HiCache). Prints SERVING when healthy.\n"
-      "  stats              Build, backend, pool geometry and uptime, then "
-      "the\n"
-      "                     cache statistics (with --json: two JSON "
-      "objects).\n",
-      CacheCommandsUsage(),
-      "\n"
-      "Options:\n"
-      "  --socket=PATH      Daemon unix socket (default: ",
-      client::DefaultSocketPath(),
-      ",\n"
-      "                     i.e. $XDG_RUNTIME_DIR/hicached.sock or "
-      "/tmp/hicached.sock).\n"
-      "  --target=ADDR      Any gRPC target, e.g. unix:/run/h.sock; overrides "
-      "--socket.\n"
-      "  --json             Machine-readable output (one JSON object).\n"
-      "  --timeout=SECONDS  Per-call deadline (default 5).\n"
-      "  --insecure_tcp_for_testing  Allow a plain-TCP host:port target.\n"
-      "  -h, --help         This text.\n"
-      "\n"
-      "Exit codes:\n"
-      "  0  success (for health: the daemon is SERVING)\n"
-      "  1  the daemon is unreachable, returned an error, or is not serving\n"
-      "  2  bad command line\n"
-      "\n"
-      "Examples:\n"
-      "  hicachectl health\n"
-      "  hicachectl --socket=/run/hicached/hicached.sock stats\n"
-      "  hicachectl stats --json | python3 -m json.tool\n"
-      "  hicachectl tree --depth 2 --sort hits\n"
-      "  hicachectl match 1,2,3,4 --ns tenant-a\n"
-      "  hicachectl watch --count 10\n");
+  Globals globals;
+  Commands commands;
+  return BuildApp(globals, commands)->help();
 }
 
 int RunCli(const std::vector<std::string>& args, std::ostream& out,
            std::ostream& err) {
-  bool help = false;
-  std::optional<Options> options = ParseArgs(args, err, &help);
-  if (help) {
-    out << UsageText();
+  Globals globals;
+  Commands commands;
+  std::unique_ptr<CLI::App> app;
+  try {
+    app = BuildApp(globals, commands);
+  } catch (const std::exception& e) {  // A bug in the option table.
+    err << "hicachectl: internal error: " << e.what() << "\n";
+    return kExitFailure;
+  }
+  // CLI11 wants argv order reversed in a vector.
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  try {
+    app->parse(reversed);
+  } catch (const CLI::Success& e) {  // --help, --version.
+    app->exit(e, out, err);
     return kExitOk;
+  } catch (const CLI::ParseError& e) {
+    return ReportParseError(*app, e, err);
   }
-  if (!options.has_value()) return kExitUsage;
-
-  const std::string target = ResolveTarget(*options);
-  absl::StatusOr<std::unique_ptr<client::HiCacheClient>> client =
-      client::HiCacheClient::Create(target, options->insecure_tcp);
-  if (!client.ok()) {
-    err << "hicachectl: " << client.status().message() << "\n";
-    return kExitUsage;
+  try {
+    return Dispatch(*app, globals, commands, out, err);
+  } catch (const std::exception& e) {  // Never let one escape main().
+    err << "hicachectl: internal error: " << e.what() << "\n";
+    return kExitFailure;
   }
-  if (options->command == "health") {
-    if (options->command_args.size() > 1) {
-      err << "hicachectl: health takes at most one argument (a service name)\n";
-      return kExitUsage;
-    }
-    return RunHealth(**client, *options, target, out, err);
-  }
-  if (options->command == "stats") {
-    if (!options->command_args.empty()) {
-      err << "hicachectl: stats takes no arguments\n";
-      return kExitUsage;
-    }
-    return RunStats(**client, *options, target, out, err);
-  }
-  if (IsCacheCommand(options->command)) {
-    auto stub = v1::HiCache::NewStub(
-        grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
-    CommandContext context{stub.get(),       target, options->json,
-                           options->timeout, &out,   &err};
-    return RunCacheCommand(options->command, options->command_args, context);
-  }
-  err << "hicachectl: unknown command '" << options->command
-      << "'; run 'hicachectl --help' for the list\n";
-  return kExitUsage;
 }
 
 }  // namespace hicache::ctl

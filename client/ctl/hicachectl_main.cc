@@ -1,4 +1,5 @@
-// hicachectl: command-line tool for hicached. See `hicachectl --help`.
+// hicachectl: command-line tool for hicached. See `hicachectl --help` and
+// docs/hicachectl.md.
 #include <iostream>
 #include <string>
 #include <vector>

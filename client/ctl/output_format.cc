@@ -1,15 +1,20 @@
 #include "client/ctl/output_format.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "google/protobuf/util/json_util.h"
 
 namespace hicache::ctl {
 namespace {
+
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
 
 std::string BackendText(v1::Backend backend) {
   switch (backend) {
@@ -33,6 +38,77 @@ std::string HostLayoutText(v1::HostLayout layout) {
   }
 }
 
+Json Int64Json(int64_t v) {
+  if (v >= -kMaxExactJsonInteger && v <= kMaxExactJsonInteger) return v;
+  return absl::StrCat(v);
+}
+
+Json Uint64Json(uint64_t v) {
+  if (v <= static_cast<uint64_t>(kMaxExactJsonInteger)) return v;
+  return absl::StrCat(v);
+}
+
+Json DoubleJson(double v) {
+  // JSON has no NaN or infinities; protobuf's JSON mapping spells them so.
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
+  return v;
+}
+
+// One value of `field`: element `index` of a repeated field, or the single
+// value when index < 0.
+Json FieldValue(const Message& m, const Reflection* r,
+                const FieldDescriptor* f, int index) {
+  const bool rep = index >= 0;
+  switch (f->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+      return rep ? r->GetRepeatedInt32(m, f, index) : r->GetInt32(m, f);
+    case FieldDescriptor::CPPTYPE_UINT32:
+      return rep ? r->GetRepeatedUInt32(m, f, index) : r->GetUInt32(m, f);
+    case FieldDescriptor::CPPTYPE_INT64:
+      return Int64Json(rep ? r->GetRepeatedInt64(m, f, index)
+                           : r->GetInt64(m, f));
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return Uint64Json(rep ? r->GetRepeatedUInt64(m, f, index)
+                            : r->GetUInt64(m, f));
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      return DoubleJson(rep ? r->GetRepeatedDouble(m, f, index)
+                            : r->GetDouble(m, f));
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      return DoubleJson(rep ? r->GetRepeatedFloat(m, f, index)
+                            : r->GetFloat(m, f));
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return rep ? r->GetRepeatedBool(m, f, index) : r->GetBool(m, f);
+    case FieldDescriptor::CPPTYPE_ENUM: {
+      const int number =
+          rep ? r->GetRepeatedEnumValue(m, f, index) : r->GetEnumValue(m, f);
+      const auto* value = f->enum_type()->FindValueByNumber(number);
+      if (value == nullptr) return number;  // Unknown to this build.
+      return value->name();
+    }
+    case FieldDescriptor::CPPTYPE_STRING: {
+      const std::string s =
+          rep ? r->GetRepeatedString(m, f, index) : r->GetString(m, f);
+      if (f->type() == FieldDescriptor::TYPE_BYTES) {
+        return absl::Base64Escape(s);
+      }
+      return s;
+    }
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      return ProtoToJson(rep ? r->GetRepeatedMessage(m, f, index)
+                             : r->GetMessage(m, f));
+  }
+  return nullptr;
+}
+
+// A map entry's key as a JSON object key.
+std::string MapKey(const Message& entry) {
+  const Reflection* r = entry.GetReflection();
+  const FieldDescriptor* key = entry.GetDescriptor()->map_key();
+  const Json value = FieldValue(entry, r, key, -1);
+  return value.is_string() ? value.get<std::string>() : value.dump();
+}
+
 }  // namespace
 
 std::string FormatUptime(absl::Duration uptime) {
@@ -51,8 +127,11 @@ std::string FormatStatsHuman(const v1::GetStatsResponse& stats) {
   const v1::BuildInfo& build = stats.build();
   const v1::PoolGeometry& geo = stats.geometry();
   std::string out;
-  absl::StrAppendFormat(&out, "hicached %s (%s, %s, cuda %s, api %s)\n",
-                        build.version(), build.compiler(), build.build_mode(),
+  absl::StrAppendFormat(&out, "hicached %s (git %s, %s, %s, cuda %s, api %s)\n",
+                        build.version(),
+                        build.git_revision().empty() ? "unknown"
+                                                     : build.git_revision(),
+                        build.compiler(), build.build_mode(),
                         build.cuda_support() ? "compiled in" : "not compiled",
                         build.proto_package());
   absl::StrAppendFormat(&out, "%-14s %d\n", "pid:", stats.pid());
@@ -76,19 +155,39 @@ std::string FormatStatsHuman(const v1::GetStatsResponse& stats) {
   return out;
 }
 
-absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;
-  options.always_print_enums_as_ints = false;
-  std::string json;
-  const auto status =
-      google::protobuf::util::MessageToJsonString(message, &json, options);
-  if (!status.ok()) {
-    return absl::InternalError(
-        absl::StrCat("cannot render JSON: ", status.ToString()));
+Json ProtoToJson(const Message& message) {
+  const google::protobuf::Descriptor* d = message.GetDescriptor();
+  const Reflection* r = message.GetReflection();
+  Json object = Json::object();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    if (f->is_map()) {
+      Json map = Json::object();
+      for (int j = 0; j < r->FieldSize(message, f); ++j) {
+        const Message& entry = r->GetRepeatedMessage(message, f, j);
+        map[MapKey(entry)] = FieldValue(
+            entry, entry.GetReflection(),
+            entry.GetDescriptor()->map_value(), -1);
+      }
+      object[f->name()] = std::move(map);
+    } else if (f->is_repeated()) {
+      Json array = Json::array();
+      for (int j = 0; j < r->FieldSize(message, f); ++j) {
+        array.push_back(FieldValue(message, r, f, j));
+      }
+      object[f->name()] = std::move(array);
+    } else if (f->real_containing_oneof() != nullptr &&
+               !r->HasField(message, f)) {
+      continue;  // Only the oneof member that is set.
+    } else {
+      object[f->name()] = FieldValue(message, r, f, -1);
+    }
   }
-  return json;
+  return object;
+}
+
+std::string JsonLine(const Json& value) {
+  return value.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 }  // namespace hicache::ctl

@@ -2,11 +2,16 @@
 
 #include <string>
 
-#include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "google/protobuf/message.h"
 #include "hicache/v1/hicache.pb.h"
+#include "nlohmann/json.hpp"
 
 namespace hicache::ctl {
+
+// hicachectl's JSON value type: objects keep their fields in insertion
+// (proto field) order.
+using Json = nlohmann::ordered_json;
 
 // Human-readable multi-line summary of GetStats, ending in '\n'.
 std::string FormatStatsHuman(const v1::GetStatsResponse& stats);
@@ -14,7 +19,19 @@ std::string FormatStatsHuman(const v1::GetStatsResponse& stats);
 // "3d 4h 5m 6s" style: the two most significant non-zero units, "0s" minimum.
 std::string FormatUptime(absl::Duration uptime);
 
-// One-line JSON of any message, proto field names kept, defaults included.
-absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message);
+// Largest magnitude a double holds exactly for every integer up to it.
+inline constexpr int64_t kMaxExactJsonInteger = int64_t{1} << 53;
+
+// Any message as JSON: proto field names, every field (defaults included),
+// enums by name, bytes as base64. 64-bit integers are JSON numbers when
+// |value| <= 2^53 (a double holds them exactly) and decimal strings
+// otherwise; protobuf's JSON parser accepts both forms, so the output parses
+// back into the message. Unset oneof members are left out; map fields
+// become objects.
+Json ProtoToJson(const google::protobuf::Message& message);
+
+// `value` on one line (no newline at the end). Never throws: invalid UTF-8
+// in strings is replaced by U+FFFD.
+std::string JsonLine(const Json& value);
 
 }  // namespace hicache::ctl

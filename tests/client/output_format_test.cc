@@ -1,7 +1,10 @@
 #include "client/ctl/output_format.h"
 
+#include <limits>
+
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 
 namespace hicache::ctl {
@@ -13,6 +16,7 @@ v1::GetStatsResponse SampleStats() {
   v1::GetStatsResponse stats;
   stats.mutable_build()->set_version("0.1.0");
   stats.mutable_build()->set_compiler("gcc 12.2.0");
+  stats.mutable_build()->set_git_revision("0123abcd");
   stats.mutable_build()->set_build_mode("opt");
   stats.mutable_build()->set_proto_package("hicache.v1");
   stats.set_backend(v1::BACKEND_CPU);
@@ -43,7 +47,7 @@ TEST(OutputFormatTest, Uptime) {
 
 TEST(OutputFormatTest, HumanStatsNamesEveryField) {
   const std::string text = FormatStatsHuman(SampleStats());
-  EXPECT_THAT(text, HasSubstr("hicached 0.1.0 (gcc 12.2.0, opt"));
+  EXPECT_THAT(text, HasSubstr("hicached 0.1.0 (git 0123abcd, gcc 12.2.0, opt"));
   EXPECT_THAT(text, HasSubstr("pid:           77"));
   EXPECT_THAT(text, HasSubstr("unix:/tmp/h.sock"));
   EXPECT_THAT(text, HasSubstr("uptime:        1h 2m"));
@@ -54,23 +58,88 @@ TEST(OutputFormatTest, HumanStatsNamesEveryField) {
   EXPECT_THAT(text, HasSubstr("16384 per rank, page_first"));
 }
 
-TEST(OutputFormatTest, JsonRoundTrips) {
+TEST(OutputFormatTest, JsonRoundTripsThroughProtobufsParser) {
   const v1::GetStatsResponse stats = SampleStats();
-  absl::StatusOr<std::string> json = ToJson(stats);
-  ASSERT_TRUE(json.ok());
-  EXPECT_EQ(json->find('\n'), std::string::npos);
-  EXPECT_THAT(*json, HasSubstr("\"page_size_tokens\":64"));
-  EXPECT_THAT(*json, HasSubstr("\"backend\":\"BACKEND_CPU\""));
+  const std::string json = JsonLine(ProtoToJson(stats));
+  EXPECT_EQ(json.find('\n'), std::string::npos);
+  EXPECT_THAT(json, HasSubstr("\"page_size_tokens\":64"));
+  EXPECT_THAT(json, HasSubstr("\"backend\":\"BACKEND_CPU\""));
+  EXPECT_THAT(json, HasSubstr("\"pid\":77"));  // int64: a number.
   v1::GetStatsResponse parsed;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(*json, &parsed).ok());
-  EXPECT_EQ(parsed.SerializeAsString(), stats.SerializeAsString());
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json, &parsed).ok());
+  // Unset messages print as objects of defaults (a stable shape for jq), so
+  // the parsed message has them set: equivalent, not byte-identical.
+  EXPECT_TRUE(
+      google::protobuf::util::MessageDifferencer::Equivalent(parsed, stats));
 }
 
 TEST(OutputFormatTest, JsonIncludesDefaults) {
-  v1::GetStatsResponse empty;
-  absl::StatusOr<std::string> json = ToJson(empty);
-  ASSERT_TRUE(json.ok());
-  EXPECT_THAT(*json, HasSubstr("\"uptime_seconds\":0"));
+  const Json json = ProtoToJson(v1::GetStatsResponse());
+  EXPECT_EQ(json["uptime_seconds"], 0.0);
+  EXPECT_EQ(json["pid"], 0);
+  EXPECT_EQ(json["listen_address"], "");
+  EXPECT_TRUE(json["geometry"]["served_ranks"].is_array());
+  EXPECT_EQ(json["backend"], "BACKEND_UNSPECIFIED");
+}
+
+// 64-bit counters: numbers while a double holds them exactly (|v| <= 2^53),
+// decimal strings beyond, so that no JSON reader rounds them.
+TEST(OutputFormatTest, SixtyFourBitCountersAreNumbersWhereExact) {
+  v1::CacheStats stats;
+  stats.set_bytes_to_host(int64_t{1} << 53);
+  stats.set_bytes_to_device((int64_t{1} << 53) + 1);
+  stats.set_nodes(-(int64_t{1} << 53));
+  stats.set_query_tokens(-(int64_t{1} << 53) - 1);
+  stats.set_match_calls(std::numeric_limits<int64_t>::max());
+  const Json json = ProtoToJson(stats);
+  EXPECT_TRUE(json["bytes_to_host"].is_number_integer());
+  EXPECT_EQ(json["bytes_to_host"].get<int64_t>(), int64_t{1} << 53);
+  EXPECT_EQ(json["bytes_to_device"], "9007199254740993");
+  EXPECT_EQ(json["nodes"].get<int64_t>(), -(int64_t{1} << 53));
+  EXPECT_EQ(json["query_tokens"], "-9007199254740993");
+  EXPECT_EQ(json["match_calls"], "9223372036854775807");
+  EXPECT_EQ(json["sessions"], 0);
+
+  v1::NodeInfo node;  // uint64 and repeated int64.
+  node.set_id(std::numeric_limits<uint64_t>::max());
+  node.set_parent(42);
+  node.add_device_pages(7);
+  node.add_device_pages(int64_t{1} << 60);
+  const std::string line = JsonLine(ProtoToJson(node));
+  EXPECT_THAT(line, HasSubstr("\"id\":\"18446744073709551615\""));
+  EXPECT_THAT(line, HasSubstr("\"parent\":42"));
+  EXPECT_THAT(line, HasSubstr("\"device_pages\":[7,\"1152921504606846976\"]"));
+  // Still the same message for protobuf's own parser.
+  v1::NodeInfo parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(line, &parsed).ok());
+  EXPECT_EQ(parsed.SerializeAsString(), node.SerializeAsString());
+  v1::CacheStats parsed_stats;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
+                  JsonLine(ProtoToJson(stats)), &parsed_stats)
+                  .ok());
+  EXPECT_EQ(parsed_stats.SerializeAsString(), stats.SerializeAsString());
+}
+
+// Strings are escaped by the JSON library, not by hand: quotes, backslashes,
+// control characters and invalid UTF-8 still give one valid document.
+TEST(OutputFormatTest, StringsAreEscaped) {
+  v1::SessionSummary session;
+  session.set_client_name("a\"b\\c\n\x01");
+  session.set_namespace_(std::string("bad\xff utf8"));
+  const std::string line = JsonLine(ProtoToJson(session));
+  EXPECT_EQ(line.find('\n'), std::string::npos);
+  const Json parsed = Json::parse(line);
+  EXPECT_EQ(parsed["client_name"], "a\"b\\c\n\x01");
+  EXPECT_EQ(parsed["namespace"], "bad\xEF\xBF\xBD utf8");  // U+FFFD.
+}
+
+TEST(OutputFormatTest, BytesAreBase64AndOneofsOnlyWhenSet) {
+  v1::DumpTreeRequest request;
+  request.set_prefix(std::string("\x01\x00\x00\x00", 4));
+  request.set_sort(v1::TREE_SORT_HITS);
+  const Json json = ProtoToJson(request);
+  EXPECT_EQ(json["prefix"], "AQAAAA==");
+  EXPECT_EQ(json["sort"], "TREE_SORT_HITS");
 }
 
 }  // namespace

@@ -1,0 +1,76 @@
+#include "client/ctl/rpc_error.h"
+
+#include <sys/stat.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace hicache::ctl {
+
+std::string GrpcCodeName(grpc::StatusCode code) {
+  const int n = static_cast<int>(code);
+  if (n < 0 || n > 16) return absl::StrCat("CODE_", n);
+  // gRPC and absl share the canonical codes and their names.
+  return absl::StatusCodeToString(static_cast<absl::StatusCode>(n));
+}
+
+std::string DescribeRpcError(const grpc::Status& status,
+                             const std::string& target,
+                             const std::string& socket_path,
+                             absl::Duration timeout) {
+  const std::string code = GrpcCodeName(status.error_code());
+  const std::string& message = status.error_message();
+  switch (status.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE: {
+      if (!socket_path.empty()) {
+        struct stat st;
+        const bool exists = ::stat(socket_path.c_str(), &st) == 0;
+        // An existing socket nobody answers on: a stale file, or one this
+        // user may not connect to; gRPC's message tells which.
+        return absl::StrCat(
+            code, ": no daemon ", exists ? "answering " : "", "at ",
+            socket_path,
+            exists ? absl::StrCat(" (", message, ")") : " (no such socket)",
+            "; is hicached running? check --socket or --target");
+      }
+      return absl::StrCat(code, ": cannot reach a daemon at ", target, ": ",
+                          message,
+                          " (is hicached listening on TCP there? check "
+                          "--target and the --tls_* options)");
+    }
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return absl::StrCat(code, ": no answer from ", target, " within ",
+                          absl::FormatDuration(timeout),
+                          " (is hicached running and not stuck? raise "
+                          "--timeout for slow calls)");
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return absl::StrCat(code, ": ", message,
+                          " (operator RPCs need root or hicached "
+                          "--operator_uids/--operator_gids; see "
+                          "docs/security.md)");
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return absl::StrCat(code, ": ", message,
+                          " (the daemon rejected this client's identity; "
+                          "check --tls_cert_file and --tls_key_file)");
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return absl::StrCat(code, ": ", message,
+                          " (the daemon refused the arguments; see "
+                          "'hicachectl <command> --help')");
+    case grpc::StatusCode::NOT_FOUND:
+      return absl::StrCat(code, ": ", message,
+                          " (it may have been evicted or closed; list nodes "
+                          "with 'hicachectl tree')");
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return absl::StrCat(code, ": ", message,
+                          " (the daemon or the reply hit a limit; for tree, "
+                          "use a smaller --limit)");
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return absl::StrCat(code, ": ", message,
+                          " (the daemon is older than this hicachectl; "
+                          "upgrade hicached)");
+    default:
+      return absl::StrCat(code, ": ", message);
+  }
+}
+
+}  // namespace hicache::ctl
