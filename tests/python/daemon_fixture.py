@@ -11,11 +11,21 @@ import hicache
 
 
 class Daemon:
-    def __init__(self, *flags):
+    """A hicached on `socket` (a fresh temporary one unless given). kill()
+    and start() restart it on the same socket (a daemon restart)."""
+
+    def __init__(self, *flags, socket=None, start=True):
         self.dir = tempfile.mkdtemp(prefix="hicache-py-", dir="/tmp")
-        self.socket = os.path.join(self.dir, "d.sock")
+        self.socket = socket or os.path.join(self.dir, "d.sock")
+        self.flags = flags
+        self.process = None
+        if start:
+            self.start()
+
+    def start(self):
         self.process = subprocess.Popen(
-            [os.environ["HICACHED"], f"--socket={self.socket}", "--log_level=warn", *flags],
+            [os.environ["HICACHED"], f"--socket={self.socket}", "--log_level=warn",
+             *self.flags],
             stderr=subprocess.PIPE)
         deadline = time.time() + 20
         while time.time() < deadline:
@@ -30,6 +40,11 @@ class Daemon:
                 raise RuntimeError(self.process.stderr.read().decode())
             time.sleep(0.05)
         raise RuntimeError("hicached did not start")
+
+    def kill(self):
+        """SIGKILL: the daemon dies as in a crash (the socket file stays)."""
+        self.process.kill()
+        self.process.wait(timeout=30)
 
     def stop(self):
         self.process.send_signal(signal.SIGTERM)

@@ -5,6 +5,7 @@ import collections
 import contextlib
 from collections import abc
 import json
+import logging
 import os
 import re
 import queue
@@ -386,8 +387,12 @@ class Client:
                 raise ValueError("give tls_ca_file or root_certificates, not both")
             if (tls_cert_file is None) != (tls_key_file is None):
                 raise ValueError("mTLS needs both tls_cert_file and tls_key_file")
+            roots_from = "the system roots (no tls_ca_file given)"
+            if root_certificates is not None:
+                roots_from = "root_certificates"
             if tls_ca_file is not None:
                 root_certificates = _read_file(tls_ca_file, "tls_ca_file")
+                roots_from = tls_ca_file
             key = _read_file(tls_key_file, "tls_key_file") if tls_key_file else None
             chain = _read_file(tls_cert_file, "tls_cert_file") if tls_cert_file else None
             credentials = grpc.ssl_channel_credentials(root_certificates, key, chain)
@@ -395,11 +400,15 @@ class Client:
                 options.append(("grpc.ssl_target_name_override", tls_server_name))
             self._channel = grpc.secure_channel(self.target, credentials, options=options)
             self.tls = True
-            self._hint = (f"TLS to {self.target}: is hicached listening there, does "
-                          "tls_ca_file hold the CA that signed its certificate, does the "
-                          "certificate name this host (tls_server_name), and, if the daemon "
-                          "requires client certificates, are tls_cert_file/tls_key_file set "
-                          "and signed by its --tls_client_ca_file?")
+            self._hint = (
+                f"TLS to {self.target}: is hicached listening there, did the CA in "
+                f"{roots_from} "
+                "sign its certificate, and does that certificate name the host "
+                "(else set tls_server_name)? " + (
+                    "Is the client certificate (tls_cert_file) signed by the daemon's "
+                    "--tls_client_ca_file?" if tls_cert_file else
+                    "If the daemon requires client certificates (--tls_client_ca_file), "
+                    "set tls_cert_file and tls_key_file."))
         self.stub = pb_grpc.HiCacheStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
 
@@ -525,6 +534,9 @@ class Session:
                         self._reopen(session)
                     except HiCacheError:
                         pass  # The daemon is not back yet: the next beat tries again.
+                    except Exception:  # pylint: disable=broad-except
+                        # on_reopen raised: keep the session alive anyway.
+                        logging.getLogger("hicache").exception("on_reopen failed")
                 # Anything else is reported by the next real call.
 
     def _reopen(self, lost_id: str):
