@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -288,15 +289,12 @@ absl::Status CheckMetricsAddress(absl::string_view address) {
   if (!absl::SimpleAtoi(port, &number) || number > 65535) {
     return bad("has a port outside [0, 65535]");
   }
-  unsigned char parsed[16];
-  if (absl::ConsumePrefix(&host, "[")) {
-    if (!absl::ConsumeSuffix(&host, "]")) return bad("has an unclosed '['");
-    const std::string literal(host);
-    if (inet_pton(AF_INET6, literal.c_str(), parsed) != 1) {
-      return bad("does not name an IPv6 address");
-    }
-    return absl::OkStatus();
+  if (absl::StartsWith(host, "[")) {
+    // Debian's civetweb (under prometheus-cpp) is built without IPv6.
+    return bad("is IPv6, which the metrics HTTP server does not serve; use "
+               "an IPv4 address (0.0.0.0 for every interface)");
   }
+  unsigned char parsed[4];
   const std::string literal(host);
   if (inet_pton(AF_INET, literal.c_str(), parsed) != 1) {
     return bad("does not name an IPv4 address");

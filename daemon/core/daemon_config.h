@@ -50,9 +50,10 @@ bool IsValidInstanceId(absl::string_view id);
 // path always gives the same id; different paths give different ids.
 std::string DefaultInstanceId(absl::string_view canonical_socket_path);
 
-// The Prometheus endpoint address (--metrics_address): "IPV4:PORT" or
-// "[IPV6]:PORT" with an IP literal (no host names: the HTTP server does not
-// resolve them) and a decimal port in [0, 65535] (0 picks a free port).
+// The Prometheus endpoint address (--metrics_address): "IPV4:PORT", an IPv4
+// literal (no host names: the HTTP server does not resolve them; no IPv6:
+// Debian's civetweb is built without it) and a decimal port in [0, 65535]
+// (0 picks a free port).
 // OK, or INVALID_ARGUMENT saying what is wrong with `address`.
 absl::Status CheckMetricsAddress(absl::string_view address);
 

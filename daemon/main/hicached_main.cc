@@ -137,8 +137,8 @@ ABSL_FLAG(std::string, tls_client_ca_file, "",
 ABSL_FLAG(bool, insecure_tcp_for_testing, false,
           "Allow --listen_tcp without TLS. Never in production.");
 ABSL_FLAG(std::string, metrics_address, "",
-          "Serve Prometheus metrics over plain HTTP at IPV4:PORT or "
-          "[IPV6]:PORT (GET /metrics; port 0 picks one, logged at start), "
+          "Serve Prometheus metrics over plain HTTP at IPV4:PORT "
+          "(GET /metrics; port 0 picks one, logged at start), "
           "e.g. 127.0.0.1:9464. Empty (default): no metrics endpoint. See "
           "docs/metrics.md.");
 ABSL_FLAG(std::string, log_level, "info",

@@ -36,7 +36,8 @@ absl::StatusOr<std::unique_ptr<DaemonMetrics>> DaemonMetrics::Start(
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat(
         "cannot serve metrics on ", address,
-        " (metrics_address): is the port in use? (", e.what(), ")"));
+        " (metrics_address): in use, or not an address of this host? (",
+        e.what(), ")"));
   }
   const std::vector<int> ports = exposer->GetListeningPorts();
   if (ports.empty()) {

@@ -190,5 +190,33 @@ TEST(DaemonConfigTest, DefaultInstanceIdIsStableValidAndPathSpecific) {
       "/tmp/" + std::string(300, 'n') + ".sock")));
 }
 
+TEST(DaemonConfigTest, MetricsAddressIsAnIpLiteralAndAPort) {
+  for (const char* good : {"127.0.0.1:9464", "0.0.0.0:9464", "127.0.0.1:0",
+                           "10.1.2.3:65535"}) {
+    EXPECT_TRUE(CheckMetricsAddress(good).ok()) << good;
+    DaemonConfig config;
+    config.metrics_address = good;
+    EXPECT_TRUE(config.Validate().ok()) << good;
+  }
+  for (const char* bad :
+       {"localhost:9464", "127.0.0.1", "127.0.0.1:", "127.0.0.1:65536",
+        "127.0.0.1:-1", "127.0.0.1:9464s", "127.0.0.1:0x10", ":9464", "9464",
+        "[::1:9464", "::1:9464", "1.2.3:9464", "127.0.0.1:9464,8080",
+        "127.0.0.1:123456", "[127.0.0.1]:9464",
+        // No IPv6: the HTTP server under prometheus-cpp is built without it.
+        "[::1]:9464", "[::]:0"}) {
+    absl::Status status = CheckMetricsAddress(bad);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(status.message(), HasSubstr("metrics_address")) << bad;
+    EXPECT_THAT(status.message(), HasSubstr(bad)) << bad;
+    DaemonConfig config;
+    config.metrics_address = bad;
+    EXPECT_EQ(config.Validate().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+  DaemonConfig off;  // Empty: no endpoint, valid.
+  EXPECT_TRUE(off.Validate().ok());
+}
+
 }  // namespace
 }  // namespace hicache
