@@ -16,7 +16,9 @@
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "hicache/v1/hicache.pb.h"
+#include "nlohmann/json.hpp"
 #include "tests/testing/temp_dir.h"
+#include "version/version.h"
 
 namespace hicache::ctl {
 namespace {
@@ -29,6 +31,19 @@ struct CliResult {
   std::string out;
   std::string err;
 };
+
+using Json = nlohmann::json;
+
+// `text` must be exactly one JSON document (and a newline).
+Json ParseOneDocument(const std::string& text) {
+  EXPECT_FALSE(text.empty());
+  if (text.empty()) return Json();
+  EXPECT_EQ(text.back(), '\n');
+  EXPECT_EQ(text.find('\n'), text.size() - 1) << "more than one line: " << text;
+  Json doc = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  EXPECT_FALSE(doc.is_discarded()) << text;
+  return doc;
+}
 
 CliResult Cli(std::vector<std::string> args) {
   std::ostringstream out, err;
@@ -73,8 +88,40 @@ TEST_F(CliTest, HealthOfUnknownServiceFails) {
 TEST_F(CliTest, HealthJson) {
   CliResult r = Cli({"--json", "--socket=" + socket_, "health"});
   EXPECT_EQ(r.code, kExitOk);
-  EXPECT_THAT(r.out, HasSubstr("\"status\":\"SERVING\""));
-  EXPECT_THAT(r.out, HasSubstr("\"target\":\"unix:" + socket_ + "\""));
+  const Json doc = ParseOneDocument(r.out);
+  EXPECT_EQ(doc["status"], "SERVING");
+  EXPECT_EQ(doc["target"], "unix:" + socket_);
+}
+
+// Issue 14: health's JSON was concatenated by hand, so a quote broke it.
+TEST_F(CliTest, HealthJsonEscapesTheServiceName) {
+  const std::string service = "evil\"},{\"status\":\"SERVING\\";
+  CliResult r = Cli({"--json", "--socket=" + socket_, "health", service});
+  EXPECT_EQ(r.code, kExitFailure);
+  const Json doc = ParseOneDocument(r.out);
+  EXPECT_EQ(doc["status"], "SERVICE_UNKNOWN");
+  EXPECT_EQ(doc["service"], service);
+}
+
+// Issue 14: flags after the command were ignored or misparsed ("tree --json"
+// failed, "health --json" asked for a service named "--json").
+TEST_F(CliTest, GlobalFlagsAfterTheCommand) {
+  CliResult r = Cli({"health", "--json", "--socket=" + socket_});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(ParseOneDocument(r.out)["status"], "SERVING");
+  r = Cli({"health", "--socket", socket_, "--timeout", "2", "--json"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(ParseOneDocument(r.out)["service"], "");
+  r = Cli({"tree", "--json", "--socket=" + socket_});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_TRUE(ParseOneDocument(r.out)["nodes"].is_array());
+  r = Cli({"--json", "stats", "--socket=" + socket_});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  ParseOneDocument(r.out);
+  // Mixed: one before, one after.
+  r = Cli({"--socket=" + socket_, "cache-stats", "--json"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_TRUE(ParseOneDocument(r.out)["lanes"].is_array());
 }
 
 TEST_F(CliTest, StatsHumanAndJson) {
@@ -85,21 +132,24 @@ TEST_F(CliTest, StatsHumanAndJson) {
 
   r = Cli({"--socket=" + socket_, "--json", "stats"});
   ASSERT_EQ(r.code, kExitOk) << r.err;
-  // Two JSON objects, one per line: the daemon, then the cache.
-  const std::vector<std::string> lines =
-      absl::StrSplit(r.out, '\n', absl::SkipEmpty());
-  ASSERT_EQ(lines.size(), 2u) << r.out;
+  // One JSON document: the daemon and the cache.
+  const Json doc = ParseOneDocument(r.out);
   v1::GetStatsResponse stats;
-  ASSERT_TRUE(
-      google::protobuf::util::JsonStringToMessage(lines[0], &stats).ok())
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
+                  doc["daemon"].dump(), &stats)
+                  .ok())
       << r.out;
   v1::CacheStats cache;
   ASSERT_TRUE(
-      google::protobuf::util::JsonStringToMessage(lines[1], &cache).ok());
+      google::protobuf::util::JsonStringToMessage(doc["cache"].dump(), &cache)
+          .ok());
   EXPECT_EQ(cache.lanes_size(), 4);
   EXPECT_EQ(stats.geometry().cp_size(), 4u);
   EXPECT_EQ(stats.geometry().served_ranks_size(), 2);
   EXPECT_EQ(stats.pid(), getpid());
+  // 64-bit counters that fit are numbers, not strings.
+  EXPECT_TRUE(doc["daemon"]["pid"].is_number_integer());
+  EXPECT_TRUE(doc["cache"]["nodes"].is_number_integer());
 }
 
 TEST_F(CliTest, TargetOverridesSocket) {
@@ -128,6 +178,41 @@ class CacheCliTest : public CliTest {
     *insert.mutable_items(0)->mutable_pages() = pages.allocations(0).pages();
     node_ = session_->Insert(insert)->results(0).node();
   }
+  // Caches tokens first..first+count-1 as one new node; returns its id.
+  uint64_t InsertNode(int32_t first, int32_t count) {
+    v1::AllocateItem item;
+    item.set_num_pages((count + 63) / 64);
+    auto pages = session_->Allocate({item});
+    EXPECT_TRUE(pages.ok()) << pages.status();
+    std::vector<int32_t> tokens(count);
+    for (int32_t i = 0; i < count; ++i) tokens[i] = first + i;
+    v1::InsertRequest insert;
+    insert.add_items()->set_tokens(client::PackTokens(tokens));
+    *insert.mutable_items(0)->mutable_pages() = pages->allocations(0).pages();
+    auto inserted = session_->Insert(insert);
+    EXPECT_TRUE(inserted.ok()) << inserted.status();
+    return inserted->results(0).node();
+  }
+  // Counts a hit on the node holding first..first+count-1.
+  void Hit(int32_t first, int32_t count) {
+    std::vector<int32_t> tokens(count);
+    for (int32_t i = 0; i < count; ++i) tokens[i] = first + i;
+    auto matched = session_->MatchPrefix({tokens});
+    ASSERT_TRUE(matched.ok()) << matched.status();
+  }
+  std::vector<uint64_t> TreeIds(const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"--socket=" + socket_, "--json", "tree"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    CliResult r = Cli(args);
+    EXPECT_EQ(r.code, kExitOk) << r.err;
+    std::vector<uint64_t> ids;
+    const Json doc = ParseOneDocument(r.out);
+    for (const Json& n : doc["nodes"]) {
+      ids.push_back(n["id"].get<uint64_t>());
+    }
+    return ids;
+  }
+
   std::unique_ptr<client::Session> session_;
   uint64_t node_ = 0;
 };
@@ -142,7 +227,8 @@ TEST_F(CacheCliTest, Tree) {
   r = Cli({"--socket=" + socket_, "--json", "tree", "--sort", "hits", "--limit",
            "5"});
   EXPECT_EQ(r.code, kExitOk);
-  EXPECT_THAT(r.out, HasSubstr("\"length\":\"100\""));
+  // A JSON number: it fits a double exactly.
+  EXPECT_EQ(ParseOneDocument(r.out)["nodes"][0]["length"], 100);
   r = Cli({"--socket=" + socket_, "tree", "--prefix", "1,2,3"});
   EXPECT_EQ(r.out, "(empty)\n");
   EXPECT_EQ(Cli({"--socket=" + socket_, "tree", "--sort", "size"}).code,
@@ -229,6 +315,135 @@ TEST_F(CacheCliTest, WatchPrintsLiveEvents) {
   EXPECT_THAT(r.out, HasSubstr("session_closed"));
 }
 
+// Issue 14: "tree --sort hits --limit 5" sorted only the first 5 nodes. The
+// daemon now sorts every matching node, then cuts the page.
+TEST_F(CacheCliTest, TreeSortsBeforeItLimits) {
+  const uint64_t a = InsertNode(100000, 64);   // Recently used.
+  const uint64_t b = InsertNode(200000, 192);  // Longest.
+  const uint64_t c = InsertNode(300000, 128);  // Most hits.
+  for (int i = 0; i < 3; ++i) Hit(300000, 128);
+  absl::SleepFor(absl::Milliseconds(5));
+  Hit(100000, 64);
+  EXPECT_EQ(TreeIds({"--sort", "tokens", "--limit", "1"}),
+            std::vector<uint64_t>{b});
+  EXPECT_EQ(TreeIds({"--sort", "hits", "--limit", "1"}),
+            std::vector<uint64_t>{c});
+  EXPECT_EQ(TreeIds({"--sort", "recency", "--limit", "1"}),
+            std::vector<uint64_t>{a});
+  EXPECT_EQ(TreeIds({"--sort", "id", "--limit", "2"}),
+            (std::vector<uint64_t>{node_, a}));
+  EXPECT_EQ(TreeIds({"--sort", "hits", "--limit", "2"}),
+            (std::vector<uint64_t>{c, a}));
+  // Sorted listings are flat (no tree indentation) and still readable.
+  CliResult r = Cli({"--socket=" + socket_, "tree", "--sort", "hits"});
+  EXPECT_THAT(r.out, HasSubstr(absl::StrCat("#", c, " [300000,")));
+  EXPECT_THAT(r.out, HasSubstr("hits=3"));
+}
+
+TEST_F(CacheCliTest, TreePagesThroughContinuationTokens) {
+  const std::vector<uint64_t> added = {InsertNode(100000, 64),
+                                       InsertNode(200000, 64),
+                                       InsertNode(300000, 64)};
+  std::vector<uint64_t> expected = {node_};
+  expected.insert(expected.end(), added.begin(), added.end());
+  // Page by page, by hand.
+  std::vector<uint64_t> seen;
+  std::string token;
+  for (int page = 0; page < 10; ++page) {
+    std::vector<std::string> args = {"--socket=" + socket_, "--json", "tree",
+                                     "--sort", "id", "--limit", "1"};
+    if (!token.empty()) args.push_back("--page_token=" + token);
+    CliResult r = Cli(args);
+    ASSERT_EQ(r.code, kExitOk) << r.err;
+    const Json doc = ParseOneDocument(r.out);
+    EXPECT_EQ(doc["total_nodes"], 4);
+    ASSERT_EQ(doc["nodes"].size(), 1u);
+    seen.push_back(doc["nodes"][0]["id"].get<uint64_t>());
+    token = doc["next_page_token"].get<std::string>();
+    if (token.empty()) break;
+  }
+  EXPECT_EQ(seen, expected);
+  // --all follows the tokens; still one document.
+  EXPECT_EQ(TreeIds({"--sort", "id", "--limit", "1", "--all"}), expected);
+  EXPECT_EQ(TreeIds({"--all", "--limit", "3"}).size(), 4u);  // Tree order.
+  // The human listing says how to go on.
+  CliResult r = Cli({"--socket=" + socket_, "tree", "--limit", "2"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("(2 of 4 nodes shown; next page: --page_token="));
+}
+
+TEST_F(CacheCliTest, TreeRejectsForeignAndGarbageTokens) {
+  InsertNode(100000, 64);
+  CliResult r = Cli({"--socket=" + socket_, "tree", "--page_token", "garbage"});
+  EXPECT_EQ(r.code, kExitFailure);
+  EXPECT_THAT(r.err, HasSubstr("INVALID_ARGUMENT: page_token"));
+  // A token of a hits listing cannot continue an id listing.
+  r = Cli({"--socket=" + socket_, "--json", "tree", "--sort", "hits",
+           "--limit", "1"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  const std::string token =
+      ParseOneDocument(r.out)["next_page_token"].get<std::string>();
+  ASSERT_FALSE(token.empty());
+  r = Cli({"--socket=" + socket_, "tree", "--sort", "id", "--page_token",
+           token});
+  EXPECT_EQ(r.code, kExitFailure);
+  EXPECT_THAT(r.err, HasSubstr("another query"));
+  r = Cli({"--socket=" + socket_, "tree", "--sort", "hits", "--ns", "x",
+           "--page_token", token});
+  EXPECT_EQ(r.code, kExitFailure);
+  r = Cli({"--socket=" + socket_, "tree", "--sort", "hits", "--page_token",
+           token});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+}
+
+// Issue 14: "free-room" without arguments reset both targets to 0. It now
+// reads them (SetFreeRoom with read_only) and changes nothing.
+TEST_F(CacheCliTest, FreeRoomWithoutArgumentsShowsTheTargets) {
+  CliResult r = Cli({"--socket=" + socket_, "free-room"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out, "free-room targets: L1 0 pages per lane, L2 0 pages per "
+                   "rank\n");
+  r = Cli({"--socket=" + socket_, "free-room", "--l1", "4", "--l2", "8"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  for (int i = 0; i < 2; ++i) {  // Reading twice changes nothing.
+    r = Cli({"--socket=" + socket_, "free-room"});
+    EXPECT_EQ(r.code, kExitOk) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("L1 4 pages per lane, L2 8 pages per rank"));
+  }
+  // One target given: the other keeps its value.
+  r = Cli({"--socket=" + socket_, "free-room", "--l2", "5", "--json"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  const Json doc = ParseOneDocument(r.out);
+  EXPECT_EQ(doc["l1_pages_per_lane"], 4);
+  EXPECT_EQ(doc["l2_pages_per_rank"], 5);
+  r = Cli({"--socket=" + socket_, "free-room", "--l1", "0"});
+  EXPECT_THAT(r.out, HasSubstr("L1 0 pages per lane, L2 5 pages per rank"));
+  // The daemon's range check is an RPC error that names its code.
+  r = Cli({"--socket=" + socket_, "free-room", "--l1", "999999999"});
+  EXPECT_EQ(r.code, kExitFailure);
+  EXPECT_THAT(r.err, HasSubstr("INVALID_ARGUMENT: free-room targets"));
+  EXPECT_THAT(Cli({"--socket=" + socket_, "free-room"}).out,
+              HasSubstr("L1 0 pages per lane, L2 5 pages per rank"));
+}
+
+TEST_F(CacheCliTest, RpcErrorsNameTheirCode) {
+  CliResult r = Cli({"--socket=" + socket_, "node", "999999"});
+  EXPECT_EQ(r.code, kExitFailure);
+  EXPECT_THAT(r.err, HasSubstr("hicachectl: NOT_FOUND: "));
+  EXPECT_THAT(r.err, HasSubstr("hicachectl tree"));
+}
+
+TEST_F(CacheCliTest, WatchJsonIsOneObjectPerLine) {
+  std::thread closer([this] {
+    absl::SleepFor(absl::Milliseconds(300));
+    (void)session_->Close();
+  });
+  CliResult r = Cli({"--socket=" + socket_, "watch", "--count", "1", "--json"});
+  closer.join();
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(ParseOneDocument(r.out)["kind"], "session_closed");
+}
+
 TEST(CliUsageTest, HelpExitsZeroAndDocumentsExitCodes) {
   for (const char* flag : {"--help", "-h", "help"}) {
     CliResult r = Cli({flag});
@@ -248,26 +463,104 @@ TEST(CliUsageTest, UsageErrorsExitTwo) {
   r = Cli({"--colour", "stats"});
   EXPECT_EQ(r.code, kExitUsage);
   EXPECT_THAT(r.err, HasSubstr("unknown option '--colour'"));
+  r = Cli({"stats", "--colour"});  // After the command too.
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("unknown option '--colour'"));
+  r = Cli({"tree", "--layers"});  // Another command's option.
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("'--layers'"));
   EXPECT_EQ(Cli({"stats", "extra"}).code, kExitUsage);
   EXPECT_EQ(Cli({"health", "a", "b"}).code, kExitUsage);
   EXPECT_EQ(Cli({"--socket"}).code, kExitUsage);
-  r = Cli({"--timeout=-1", "health"});
-  EXPECT_EQ(r.code, kExitUsage);
-  EXPECT_THAT(r.err, HasSubstr("--timeout"));
+  EXPECT_EQ(Cli({"health", "--socket"}).code, kExitUsage);
+  EXPECT_EQ(Cli({"node"}).code, kExitUsage);
+  EXPECT_EQ(Cli({"pin", "5"}).code, kExitUsage);  // --ttl-ms is required.
+  EXPECT_EQ(Cli({"unpin", "x"}).code, kExitUsage);
+  // Bad values name their option.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"--timeout=-1", "health"}, "--timeout"},
+      {{"health", "--timeout", "soon"}, "--timeout"},
+      {{"health", "--timeout", "1e300"}, "--timeout"},
+      {{"tree", "--limit", "abc"}, "--limit"},
+      {{"tree", "--limit", "0"}, "--limit"},
+      {{"tree", "--limit", "10001"}, "--limit"},
+      {{"tree", "--depth", "-2"}, "--depth"},
+      {{"tree", "--sort", "size"}, "--sort"},
+      {{"evict", "--device", "1,x"}, "--device"},
+      {{"evict", "--device", "-1"}, "--device"},
+      {{"pin", "5", "--ttl-ms", "0"}, "--ttl-ms"},
+      {{"pin", "5", "--ttl-ms", "4294967296"}, "--ttl-ms"},
+      {{"free-room", "--l1", "-3"}, "--l1"},
+      {{"watch", "--count", "0"}, "--count"},
+      {{"node", "0"}, "id"},
+  };
+  for (const auto& [args, flag] : bad) {
+    r = Cli(args);
+    EXPECT_EQ(r.code, kExitUsage) << absl::StrJoin(args, " ");
+    EXPECT_THAT(r.err, HasSubstr(flag)) << absl::StrJoin(args, " ");
+  }
 }
 
-TEST(CliUsageTest, PlainTcpIsRefusedWithoutTheTestingFlag) {
-  CliResult r = Cli({"--target=127.0.0.1:1", "health"});
+TEST(CliUsageTest, VersionOnEveryCommand) {
+  const std::string expected =
+      absl::StrCat("hicachectl ", hicache::VersionString(), "\n");
+  CliResult r = Cli({"--version"});
+  EXPECT_EQ(r.code, kExitOk);
+  EXPECT_EQ(r.out, expected);
+  for (const char* command :
+       {"health", "stats", "tree", "node", "match", "cache-stats", "sessions",
+        "evict", "pin", "unpin", "free-room", "watch"}) {
+    // Even where required arguments are missing: nothing is contacted.
+    r = Cli({command, "--version"});
+    EXPECT_EQ(r.code, kExitOk) << command << ": " << r.err;
+    EXPECT_EQ(r.out, expected) << command;
+  }
+}
+
+TEST(CliUsageTest, CommandHelp) {
+  CliResult r = Cli({"tree", "--help"});
+  EXPECT_EQ(r.code, kExitOk);
+  EXPECT_THAT(r.out, HasSubstr("--page_token"));
+  EXPECT_THAT(r.out, HasSubstr("--all"));
+  r = Cli({"help", "free-room"});
+  EXPECT_EQ(r.code, kExitOk);
+  EXPECT_THAT(r.out, HasSubstr("--l1"));
+  EXPECT_EQ(Cli({"help", "nope"}).code, kExitUsage);
+}
+
+TEST(CliUsageTest, TcpTargetsUseTlsUnlessTold) {
+  // TLS by default: a refused TCP connection is an RPC error, exit 1.
+  CliResult r = Cli({"--target=127.0.0.1:1", "--timeout=0.5", "health"});
+  EXPECT_EQ(r.code, kExitFailure);
+  EXPECT_THAT(r.err, HasSubstr("UNAVAILABLE: cannot reach a daemon at "
+                               "127.0.0.1:1"));
+  EXPECT_THAT(r.err, HasSubstr("--tls_"));
+  // Contradictions and unreadable files are command-line errors.
+  r = Cli({"--target=127.0.0.1:1", "--tls_cert_file=/etc/hostname", "health"});
   EXPECT_EQ(r.code, kExitUsage);
-  EXPECT_THAT(r.err, HasSubstr("TLS"));
+  EXPECT_THAT(r.err, HasSubstr("--tls_key_file"));
+  r = Cli({"--target=127.0.0.1:1", "--insecure_tcp_for_testing",
+           "--tls_ca_file=/etc/hostname", "health"});
+  EXPECT_EQ(r.code, kExitUsage);
+  r = Cli({"--target=127.0.0.1:1", "--tls_ca_file=/nonexistent.pem", "health"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("--tls_ca_file: cannot read '/nonexistent.pem'"));
+  r = Cli({"--socket=/tmp/x.sock", "--tls_ca_file=/etc/hostname", "health"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("TCP targets only"));
 }
 
 TEST(CliUsageTest, UnreachableDaemonExitsOneWithAdvice) {
   testing::TempDir dir;
-  CliResult r =
-      Cli({"--timeout=0.5", "--socket=" + dir.Child("none.sock"), "health"});
+  const std::string socket = dir.Child("none.sock");
+  CliResult r = Cli({"--timeout=0.5", "--socket=" + socket, "health"});
   EXPECT_EQ(r.code, kExitFailure);
-  EXPECT_THAT(r.err, HasSubstr("is hicached running"));
+  EXPECT_THAT(r.err, HasSubstr("UNAVAILABLE: no daemon at " + socket +
+                               " (no such socket)"));
+  EXPECT_THAT(r.err, HasSubstr("is hicached running? check --socket"));
+  r = Cli({"--timeout=0.5", "--socket=" + socket, "tree", "--json"});
+  EXPECT_EQ(r.code, kExitFailure);
+  EXPECT_EQ(r.out, "");  // No half document on errors.
 }
 
 }  // namespace
