@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace hicache::client {
 
@@ -13,5 +14,37 @@ std::string DefaultSocketPath();
 
 // The gRPC target for a unix socket path: "unix:" + path.
 std::string UnixTarget(absl::string_view socket_path);
+
+// A gRPC method: its full service name and method name.
+struct MethodName {
+  absl::string_view service;  // e.g. "hicache.v1.HiCache".
+  absl::string_view method;   // e.g. "GetStats".
+};
+
+// The methods gRPC itself retries (on UNAVAILABLE, with backoff) and lets
+// wait for a connection: the reads (health Check, GetStats, Stats,
+// GetLayout, DumpTree, InspectNode, ListSessions) and KeepAlive, which only
+// extends a lease. The same set as READ_METHODS in the Python client
+// (client/python/hicache/client.py).
+//
+// No other method is listed: a retried attempt may run twice (UNAVAILABLE
+// can come after the daemon acted, e.g. when it drains or restarts
+// mid-call), and Allocate, Free, Insert, Admit, Complete, Lock, Unlock,
+// Evict, OpenSession... are not idempotent (a second Allocate takes more
+// pages, a second Unlock releases another lock). MatchPrefix is not listed
+// either: with lock=true it takes locks, and a service config cannot tell
+// requests apart; Session sets wait_for_ready per call on the lock-free ones.
+absl::Span<const MethodName> RetriedReadMethods();
+
+// The attempts (first one included) of a retried read.
+inline constexpr int kReadMaxAttempts = 5;
+
+// The gRPC service config (JSON) of every client channel: the
+// RetriedReadMethods() retry on UNAVAILABLE (kReadMaxAttempts, backoff
+// 50 ms doubling up to 1 s) and, with `wait_for_ready`, wait up to their
+// deadline for a daemon that is not listening yet instead of failing at
+// once. Every other method is sent once and fails fast with UNAVAILABLE
+// when the daemon cannot be reached.
+std::string ServiceConfigJson(bool wait_for_ready = true);
 
 }  // namespace hicache::client

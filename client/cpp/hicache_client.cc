@@ -1,11 +1,17 @@
 #include "client/cpp/hicache_client.h"
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "client/cpp/endpoint.h"
+#include "grpc/grpc.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -24,6 +30,18 @@ void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
                         absl::ToChronoMilliseconds(timeout));
 }
 
+absl::StatusOr<std::string> ReadPem(const std::string& path,
+                                    absl::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": cannot read ", path, ": ", std::strerror(errno)));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 }  // namespace
 
 const char* ServingStatusName(ServingStatus status) {
@@ -40,20 +58,80 @@ const char* ServingStatusName(ServingStatus status) {
   return "UNKNOWN";
 }
 
-absl::StatusOr<std::unique_ptr<HiCacheClient>> HiCacheClient::Create(
-    const std::string& target, bool insecure_tcp) {
+grpc::ChannelArguments HiCacheClient::ChannelArgs(bool wait_for_ready) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 1);
+  args.SetServiceConfigJSON(ServiceConfigJson(wait_for_ready));
+  return args;
+}
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> HiCacheClient::NewChannel(
+    const std::string& target, const ChannelOptions& options) {
   if (target.empty()) {
     return absl::InvalidArgumentError("target must not be empty");
   }
-  const bool is_unix = absl::StartsWith(target, "unix:");
-  if (!is_unix && !insecure_tcp) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "target '", target,
-        "' is not a unix socket; TCP needs TLS, which this client does not "
-        "support yet (pass --insecure_tcp_for_testing only for tests)"));
+  grpc::ChannelArguments args = ChannelArgs(options.wait_for_ready);
+  const bool tls_given =
+      !options.tls_ca_file.empty() || !options.tls_cert_file.empty() ||
+      !options.tls_key_file.empty() || !options.tls_server_name.empty();
+  if (absl::StartsWith(target, "unix:")) {
+    if (tls_given || options.insecure_tcp) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "target '", target,
+          "' is a unix socket: TLS options and insecure TCP apply to TCP "
+          "targets only"));
+    }
+    return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
+                                     args);
   }
-  return std::make_unique<HiCacheClient>(
-      grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  if (options.insecure_tcp) {
+    if (tls_given) {
+      return absl::InvalidArgumentError(
+          "insecure TCP and TLS options exclude each other");
+    }
+    return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
+                                     args);
+  }
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "mTLS needs both tls_cert_file and tls_key_file");
+  }
+  grpc::SslCredentialsOptions ssl;
+  if (!options.tls_ca_file.empty()) {
+    absl::StatusOr<std::string> roots =
+        ReadPem(options.tls_ca_file, "tls_ca_file");
+    if (!roots.ok()) return roots.status();
+    ssl.pem_root_certs = *std::move(roots);
+  }
+  if (!options.tls_cert_file.empty()) {
+    absl::StatusOr<std::string> cert =
+        ReadPem(options.tls_cert_file, "tls_cert_file");
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key =
+        ReadPem(options.tls_key_file, "tls_key_file");
+    if (!key.ok()) return key.status();
+    ssl.pem_cert_chain = *std::move(cert);
+    ssl.pem_private_key = *std::move(key);
+  }
+  if (!options.tls_server_name.empty()) {
+    args.SetSslTargetNameOverride(options.tls_server_name);
+  }
+  return grpc::CreateCustomChannel(target, grpc::SslCredentials(ssl), args);
+}
+
+absl::StatusOr<std::unique_ptr<HiCacheClient>> HiCacheClient::Create(
+    const std::string& target, const ChannelOptions& options) {
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      NewChannel(target, options);
+  if (!channel.ok()) return channel.status();
+  return std::make_unique<HiCacheClient>(*std::move(channel));
+}
+
+absl::StatusOr<std::unique_ptr<HiCacheClient>> HiCacheClient::Create(
+    const std::string& target, bool insecure_tcp) {
+  ChannelOptions options;
+  options.insecure_tcp = insecure_tcp && !absl::StartsWith(target, "unix:");
+  return Create(target, options);
 }
 
 HiCacheClient::HiCacheClient(std::shared_ptr<grpc::Channel> channel)

@@ -27,23 +27,6 @@ void Deadline(grpc::ClientContext* context) {
                         std::chrono::seconds(30));
 }
 
-// Calls `rpc` (a fresh context each time) up to 3 times while the daemon is
-// UNAVAILABLE (restarting, socket not yet there). Only for idempotent calls.
-template <typename Rpc>
-grpc::Status WithRetries(Rpc rpc) {
-  grpc::Status status;
-  absl::Duration backoff = absl::Milliseconds(50);
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    grpc::ClientContext context;
-    Deadline(&context);
-    status = rpc(&context);
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return status;
-    absl::SleepFor(backoff);
-    backoff *= 2;
-  }
-  return status;
-}
-
 // One unary call with a fresh context and the 30 s deadline; `call(context,
 // &response)` makes it.
 template <typename Response, typename Call>
@@ -212,16 +195,12 @@ absl::StatusOr<v1::CloseSessionResponse> Session::Close() {
 }
 
 absl::StatusOr<v1::GetLayoutResponse> Session::GetLayout() {
-  v1::GetLayoutResponse response;
-  if (absl::Status s = FromGrpc(WithRetries([&](grpc::ClientContext* c) {
-                                  return stub_->GetLayout(
-                                      c, v1::GetLayoutRequest(), &response);
-                                }),
-                                "GetLayout");
-      !s.ok()) {
-    return s;
-  }
-  return response;
+  // Retried by gRPC on UNAVAILABLE where the stub's channel carries the
+  // client service config (HiCacheClient::NewChannel).
+  return Unary<v1::GetLayoutResponse>(
+      "GetLayout", [&](grpc::ClientContext* c, auto* r) {
+        return stub_->GetLayout(c, v1::GetLayoutRequest(), r);
+      });
 }
 
 absl::StatusOr<v1::AllocateResponse> Session::Allocate(
@@ -258,19 +237,19 @@ absl::StatusOr<v1::MatchPrefixResponse> Session::MatchPrefix(
     request.add_items()->set_tokens(PackTokens(tokens));
   }
   v1::MatchPrefixResponse response;
-  auto call = [&](grpc::ClientContext* c) {
-    response.Clear();
-    return stub_->MatchPrefix(c, request, &response);
-  };
-  grpc::Status status;
-  if (options.lock) {  // Not idempotent: one attempt.
-    grpc::ClientContext context;
-    Deadline(&context);
-    status = call(&context);
-  } else {
-    status = WithRetries(call);
+  grpc::ClientContext context;
+  Deadline(&context);
+  // Without a lock a match changes nothing but hit counts: it may wait for
+  // a daemon that is restarting (the request is sent once connected). A
+  // locking one fails fast. Neither is retried once sent (see
+  // RetriedReadMethods() in client/cpp/endpoint.h).
+  if (!options.lock) context.set_wait_for_ready(true);
+  if (absl::Status s =
+          FromGrpc(stub_->MatchPrefix(&context, request, &response),
+                   "MatchPrefix");
+      !s.ok()) {
+    return s;
   }
-  if (absl::Status s = FromGrpc(status, "MatchPrefix"); !s.ok()) return s;
   return response;
 }
 

@@ -167,8 +167,11 @@ class BackupStream;
 
 // An open session with a background keep-alive. Close() (or destruction)
 // ends it; a process that dies without closing is cleaned up by the daemon
-// when the lease lapses. Idempotent calls (GetLayout, a Match without lock)
-// are retried while the daemon is UNAVAILABLE. Thread-safe.
+// when the lease lapses. Retries are gRPC's, from the stub's channel: made
+// by HiCacheClient::NewChannel, its service config retries GetLayout and
+// KeepAlive on UNAVAILABLE; a Match without lock waits for the connection
+// (wait_for_ready); nothing that changes the daemon's state is retried.
+// Thread-safe.
 //
 // Roles: scheduler sessions make every call here; worker sessions keep
 // alive, read the layout, register fences, Subscribe, and open their own

@@ -2,7 +2,11 @@
 
 #include <stdlib.h>
 
+#include <set>
+#include <string>
+
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace hicache::client {
 namespace {
@@ -39,6 +43,41 @@ TEST_F(EndpointTest, FallsBackToTmp) {
 
 TEST_F(EndpointTest, UnixTarget) {
   EXPECT_EQ(UnixTarget("/tmp/a.sock"), "unix:/tmp/a.sock");
+}
+
+// The service config is JSON naming exactly the retried reads, each retried
+// on UNAVAILABLE only, and never a call that changes the daemon's state.
+TEST(ServiceConfigTest, RetriesOnlyTheReads) {
+  const nlohmann::json config = nlohmann::json::parse(ServiceConfigJson());
+  ASSERT_EQ(config["methodConfig"].size(), 1u);
+  const nlohmann::json& method = config["methodConfig"][0];
+  std::set<std::string> names;
+  for (const auto& name : method["name"]) {
+    names.insert(name["service"].get<std::string>() + "/" +
+                 name["method"].get<std::string>());
+  }
+  EXPECT_EQ(names.size(), RetriedReadMethods().size());
+  for (const char* read :
+       {"grpc.health.v1.Health/Check", "hicache.v1.HiCache/GetStats",
+        "hicache.v1.HiCache/Stats", "hicache.v1.HiCache/GetLayout",
+        "hicache.v1.HiCache/KeepAlive", "hicache.v1.HiCache/DumpTree",
+        "hicache.v1.HiCache/InspectNode", "hicache.v1.HiCache/ListSessions"}) {
+    EXPECT_TRUE(names.contains(read)) << read;
+  }
+  for (const char* mutating :
+       {"Allocate", "Free", "Insert", "Admit", "Complete", "Lock", "Unlock",
+        "MatchPrefix", "OpenSession", "CloseSession", "Evict", "Pin",
+        "SetFreeRoom", "FinishLoad", "RegisterFence", "ReleaseFence"}) {
+    EXPECT_FALSE(names.contains(std::string("hicache.v1.HiCache/") + mutating))
+        << mutating;
+  }
+  EXPECT_EQ(method["waitForReady"], true);
+  const nlohmann::json& retry = method["retryPolicy"];
+  EXPECT_EQ(retry["maxAttempts"], kReadMaxAttempts);
+  EXPECT_EQ(retry["retryableStatusCodes"], nlohmann::json({"UNAVAILABLE"}));
+  EXPECT_EQ(nlohmann::json::parse(ServiceConfigJson(false))["methodConfig"][0]
+                                                            ["waitForReady"],
+            false);
 }
 
 }  // namespace
