@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "daemon/core/build_info.h"
 #include "daemon/metrics/label_values.h"
 
@@ -215,6 +216,16 @@ void AddNamespaces(std::vector<NamespaceRow> rows, size_t max_rows,
 
 }  // namespace
 
+std::vector<NamespaceUsage> CacheCollector::UsageByNamespace() const {
+  MutexLock lock(&mu_);
+  const absl::Time now = absl::Now();
+  if (now - usage_time_ >= namespace_interval_) {
+    usage_ = engine_->UsageByNamespace();
+    usage_time_ = now;
+  }
+  return usage_;
+}
+
 std::vector<MetricFamily> CacheCollector::Collect() const {
   Families f;
   const BuildInfo& build = GetBuildInfo();
@@ -228,7 +239,7 @@ std::vector<MetricFamily> CacheCollector::Collect() const {
   const SessionManager::Census census = sessions_->TakeCensus();
   AddSessions(census, f);
   absl::flat_hash_map<std::string, NamespaceRow> rows;
-  for (NamespaceUsage& usage : engine_->UsageByNamespace()) {
+  for (NamespaceUsage& usage : UsageByNamespace()) {
     NamespaceRow& row = rows[usage.ns];
     row.ns = std::move(usage.ns);
     row.nodes = usage.nodes;

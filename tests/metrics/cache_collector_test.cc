@@ -178,5 +178,35 @@ TEST_F(CacheCollectorTest, ManyNamespacesAreCappedAndSummed) {
   EXPECT_EQ(Value("hicache_namespaces"), 8);
 }
 
+TEST_F(CacheCollectorTest, TheTreeWalkRunsAtMostOncePerInterval) {
+  auto insert = [&](const std::string& ns) {
+    auto pages = rig_.engine().Allocate(1);
+    ASSERT_TRUE(pages.ok()) << pages.status();
+    ASSERT_TRUE(rig_.engine().Insert(ns, testing::Tokens(0, 4), *pages).ok());
+  };
+  auto namespaces = [](const CacheCollector& collector) {
+    std::set<std::string> out;
+    for (const prometheus::MetricFamily& family : collector.Collect()) {
+      if (family.name != "hicache_namespace_nodes") continue;
+      for (const auto& metric : family.metric) {
+        out.insert(metric.label.at(0).value);
+      }
+    }
+    return out;
+  };
+  CacheCollector slow(&rig_.engine(), &rig_.sessions(), 20, absl::Hours(1));
+  CacheCollector fast(&rig_.engine(), &rig_.sessions(), 20,
+                      absl::ZeroDuration());
+  insert("first");
+  EXPECT_EQ(namespaces(slow), std::set<std::string>{"first"});
+  insert("second");
+  // Scraping in a loop reuses the last walk...
+  EXPECT_EQ(namespaces(slow), std::set<std::string>{"first"});
+  // ...while the other series stay current.
+  Scrape();
+  EXPECT_EQ(Value("hicache_namespaces"), 2);
+  EXPECT_EQ(namespaces(fast), (std::set<std::string>{"first", "second"}));
+}
+
 }  // namespace
 }  // namespace hicache::metrics

@@ -60,6 +60,16 @@ class MetricsDaemon:
     def scrape(self):
         return parse(self.scrape_text())
 
+    def scrape_until(self, predicate, timeout=10.0):
+        """Scrapes until predicate(samples) holds (the namespace series are
+        refreshed at most once a second); returns the last samples."""
+        deadline = time.time() + timeout
+        while True:
+            samples, _ = self.scrape()
+            if predicate(samples) or time.time() > deadline:
+                return samples
+            time.sleep(0.1)
+
     def stop(self):
         self.process.send_signal(signal.SIGTERM)
         code = self.process.wait(timeout=30)

@@ -102,7 +102,8 @@ class MetricsDaemonTest(unittest.TestCase):
             self.assertTrue(result.backup_attached)
             self.assertEqual(stream.wait_committed(backup), result.node)
             self.assertEqual(s.match([tokens])[0].device_tokens, 12)
-            cached, _ = self.daemon.scrape()
+            cached = self.daemon.scrape_until(lambda samples: value(
+                samples, "hicache_namespace_tokens", namespace="metrics-ns", tier="device") == 12)
             self.assertEqual(value(cached, "hicache_namespace_tokens", namespace="metrics-ns",
                                    tier="device"), 12)
             self.assertEqual(value(cached, "hicache_namespace_sessions", namespace="metrics-ns"), 1)
@@ -175,7 +176,9 @@ class NamespaceCardinalityTest(unittest.TestCase):
                 tokens = list(range(1000 * i, 1000 * i + 4 * (60 - i)))
                 pages = s.allocate(num_pages=len(tokens) // 4)
                 s.insert(tokens, pages)
-        samples, _ = self.daemon.scrape()
+        samples = self.daemon.scrape_until(
+            lambda samples: value(samples, "hicache_namespace_nodes", namespace="__other__")
+            == len(names) - 20)
         series = {dict(labels)["namespace"]
                   for (name, labels) in samples if name == "hicache_namespace_tokens"}
         self.assertEqual(len(series), 21, sorted(series))
@@ -191,16 +194,22 @@ class NamespaceCardinalityTest(unittest.TestCase):
 
     def test_z_odd_bytes_are_escaped(self):  # After test_top_namespaces_and_other.
         raw = 'x"\\\ny\u00e9'
-        with self.client.session("metrics-odd", namespace=raw) as s:
-            pages = s.allocate(num_pages=200)
-            s.insert(list(range(5000, 5000 + 200 * 4)), pages)
-            text = self.daemon.scrape_text()
         # The daemon's escaping (printable ASCII kept, '\\' doubled, other bytes \xHH),
         # then the exposition format's (backslash, quote, newline).
         label = "".join("\\\\" if c == 0x5C else chr(c) if 0x20 <= c < 0x7F else f"\\x{c:02x}"
                         for c in raw.encode())
         exposed = label.replace("\\", "\\\\").replace('"', '\\"')
-        self.assertIn(f'hicache_namespace_nodes{{namespace="{exposed}"}} 1', text)
+        expected = f'hicache_namespace_nodes{{namespace="{exposed}"}} 1'
+        with self.client.session("metrics-odd", namespace=raw) as s:
+            pages = s.allocate(num_pages=200)
+            s.insert(list(range(5000, 5000 + 200 * 4)), pages)
+            deadline = time.time() + 10
+            text = self.daemon.scrape_text()
+            while expected not in text and time.time() < deadline:
+                time.sleep(0.1)
+                text = self.daemon.scrape_text()
+        self.assertIn(expected, text)
+        parse(text)  # The raw newline did not split a line.
 
 
 class ExitCodeTest(unittest.TestCase):
