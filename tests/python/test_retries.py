@@ -135,6 +135,21 @@ class RetriesTest(unittest.TestCase):
                 starter.join()
                 daemon.stop()
 
+    def test_a_session_opened_before_the_daemon_is_up_waits_for_it(self):
+        daemon = Daemon("--page_size=4", "--kv_preset=tiny-draft",
+                        "--device_pages_per_rank=16", "--host_pages_per_rank=16",
+                        socket=self.socket, start=False)
+        starter = threading.Timer(0.5, daemon.start)
+        starter.start()
+        try:
+            with hicache.Client(self.socket, timeout=30) as client, \
+                    client.session("early") as s:
+                self.assertEqual(len(s.allocate(num_pages=2)), 2)
+                self.assertEqual(s.match([[1, 2, 3, 4]])[0].device_tokens, 0)
+        finally:
+            starter.join()
+            daemon.stop()
+
     def test_without_wait_for_ready_a_read_fails_once_its_retries_are_spent(self):
         with hicache.Client(self.socket, timeout=30, wait_for_ready=False) as client:
             start = time.monotonic()

@@ -121,7 +121,8 @@ def _call(name, fn, request, timeout, hint="", **kwargs):
 # Lock, Unlock, Evict... are not idempotent (a second Allocate takes more
 # pages, a second Unlock releases another lock). MatchPrefix is not listed
 # either: with lock=True it takes locks, and a service config cannot tell a
-# peek apart; Session.match(peek=True) waits for the connection per call.
+# lock-free match apart; Session.match(lock=False) waits for the connection
+# per call (wait_for_ready only delays the first send: never a retry).
 READ_METHODS = (
     ("grpc.health.v1.Health", "Check"),
     ("hicache.v1.HiCache", "GetStats"),
@@ -165,9 +166,13 @@ def _read_file(path: str, what: str) -> bytes:
 # of a subclass that names the session generation it came from; a call
 # naming one of an older generation raises StaleHandleError.
 class Handle(int):
-    """An int the daemon issued, tagged with its session's `generation`."""
+    """An int the daemon issued, tagged with its session's `generation`.
+    Pickled or copied, it is a plain int (no longer checked)."""
     __slots__ = ()
     generation = -1
+
+    def __reduce__(self):
+        return int, (int(self),)
 
 
 _HANDLE_TYPES = {}
@@ -350,9 +355,10 @@ class Client:
     Retries and readiness are gRPC's, set in the channel's service config
     (service_config()): reads and KeepAlive retry on UNAVAILABLE and, with
     `wait_for_ready` (default), wait up to `timeout` for a daemon that is
-    not up yet; mutating calls are sent once and fail fast with UNAVAILABLE
-    when the daemon is unreachable. `channel_options` adds gRPC channel
-    arguments."""
+    not up yet, as do OpenSession and lock-free matches (sent once
+    connected); every other call that changes state is sent once and fails
+    fast with UNAVAILABLE when the daemon is unreachable. `channel_options`
+    adds gRPC channel arguments."""
 
     def __init__(self, socket_path: Optional[str] = None, target: Optional[str] = None,
                  timeout: float = 10.0, *, tls_ca_file: Optional[str] = None,
@@ -365,6 +371,7 @@ class Client:
             raise ValueError("give socket_path or target, not both")
         self.target = target or f"unix:{socket_path or default_socket_path()}"
         self.timeout = timeout
+        self.wait_for_ready = wait_for_ready
         options = [("grpc.enable_retries", 1),
                    ("grpc.service_config", service_config(wait_for_ready)),
                    *channel_options]
@@ -515,7 +522,10 @@ class Session:
         self.reopens = 0
         self._reopen_lock = threading.Lock()
         self._handle = _handle_type(0)
-        response = client.call("OpenSession", self._open_request)
+        # Sent once, but (with the client's wait_for_ready) only once the
+        # daemon is reachable: waiting never resends.
+        response = client.call("OpenSession", self._open_request,
+                               wait_for_ready=client.wait_for_ready)
         self.id = response.session_id
         self.lease_ms = response.lease_ms
         self._closed = threading.Event()
@@ -594,7 +604,7 @@ class Session:
                     f"{generation}, id '{self.id}') after the daemon restarted or the lease "
                     f"lapsed: those are invalid, match or admit again", name)
 
-    def _rpc(self, name, request, handles=(), pages=()):
+    def _rpc(self, name, request, handles=(), pages=(), **kwargs):
         """One unary call on this session. `handles`, `pages`: the daemon
         state the request names (see _stale). A call that names none is sent
         again once the session was reopened; one that does raises
@@ -602,7 +612,7 @@ class Session:
         if handles or pages:
             self._stale(name, handles, pages)
         try:
-            return self.client.call(name, request)
+            return self.client.call(name, request, **kwargs)
         except HiCacheError as e:
             if not (self.auto_reopen and _session_lost(e)):
                 raise
@@ -613,7 +623,7 @@ class Session:
                 raise StaleHandleError(f"{e.details}; the session was reopened as '{self.id}', "
                                        "and the ids this call names are invalid", name) from None
             request.session_id = self.id
-            return self.client.call(name, request)
+            return self.client.call(name, request, **kwargs)
 
     def allocate(self, num_pages: int = 0, owners: Sequence[int] = (),
                  mode: str = "any") -> List[int]:
@@ -635,19 +645,10 @@ class Session:
         request = pb.MatchPrefixRequest(
             session_id=self.id, lock=lock, peek=peek, exact_tail=exact_tail,
             items=[pb.MatchItem(tokens=pack_tokens(t)) for t in requests])
-        if peek and not lock:
-            # A peek changes nothing: let it wait for a daemon not up yet
-            # (the service config cannot single peeks out of MatchPrefix).
-            try:
-                response = self.client.call("MatchPrefix", request, wait_for_ready=True)
-            except HiCacheError as e:
-                if not (self.auto_reopen and _session_lost(e)):
-                    raise
-                self._reopen(request.session_id)
-                request.session_id = self.id
-                response = self.client.call("MatchPrefix", request, wait_for_ready=True)
-        else:
-            response = self._rpc("MatchPrefix", request)
+        # Without a lock a match changes nothing but hit counts: let it wait
+        # for a daemon that is not up yet (sent once connected; the service
+        # config cannot single these out of MatchPrefix).
+        response = self._rpc("MatchPrefix", request, wait_for_ready=True if not lock else None)
         generation, handle = self.generation, self._handle
         return [MatchResult(PageList(r.device.pages, generation), r.device.valid_tokens,
                             handle(r.last_device_node), handle(r.last_host_node),
