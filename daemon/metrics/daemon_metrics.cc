@@ -31,8 +31,10 @@ absl::StatusOr<std::unique_ptr<DaemonMetrics>> DaemonMetrics::Start(
   // prometheus-cpp reports a failed bind by throwing; nothing leaves here.
   try {
     exposer = std::make_unique<prometheus::Exposer>(
+        // Two threads; a client that connects and says nothing holds one
+        // for at most the request timeout.
         std::vector<std::string>{"listening_ports", address, "num_threads",
-                                 "2"});
+                                 "2", "request_timeout_ms", "5000"});
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat(
         "cannot serve metrics on ", address,

@@ -8,6 +8,9 @@
 #include <unistd.h>
 
 #include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -67,6 +70,27 @@ TEST(DaemonMetricsTest, ServesEverySeriesOverHttpOnAPickedPort) {
   (*metrics)->StopServing();
   (*metrics)->StopServing();  // Idempotent.
   EXPECT_EQ(HttpGet(port, "/metrics"), "");
+}
+
+TEST(DaemonMetricsTest, SilentClientsDoNotBlockScrapesForLong) {
+  auto metrics = DaemonMetrics::Start("127.0.0.1:0", {});
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  const int port = (*metrics)->port();
+  // More idle connections than the server has threads.
+  std::vector<int> idle;
+  for (int i = 0; i < 3; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    idle.push_back(fd);
+  }
+  const absl::Time start = absl::Now();
+  EXPECT_THAT(HttpGet(port, "/metrics"), HasSubstr("200 OK"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  for (int fd : idle) close(fd);
 }
 
 TEST(DaemonMetricsTest, APortInUseIsUnavailableNamingTheAddress) {
