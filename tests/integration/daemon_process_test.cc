@@ -91,9 +91,12 @@ TEST_F(DaemonProcessTest, HealthStatsAndCleanSigtermShutdown) {
 
   RunResult json = Ctl(socket_, {"--json", "stats"});
   ASSERT_EQ(json.exit_code, 0) << json.err;
-  v1::GetStatsResponse parsed;  // The first of the two JSON lines.
+  v1::GetStatsResponse parsed;  // One document: {"daemon": .., "cache": ..}.
+  const nlohmann::json doc = nlohmann::json::parse(json.out, nullptr,
+                                                   /*allow_exceptions=*/false);
+  ASSERT_FALSE(doc.is_discarded()) << json.out;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
-                  json.out.substr(0, json.out.find('\n')), &parsed)
+                  doc["daemon"].dump(), &parsed)
                   .ok())
       << json.out;
   EXPECT_EQ(parsed.pid(), daemon.pid());
@@ -273,9 +276,10 @@ TEST_F(DaemonProcessTest, FlagfileConfiguresTheDaemon) {
       StartDaemon({"--flagfile=" + flagfile, "--cp_size=4"});
   RunResult stats = Ctl(socket_, {"--json", "stats"});
   ASSERT_EQ(stats.exit_code, 0) << stats.err;
-  const nlohmann::json json = nlohmann::json::parse(stats.out, nullptr,
-                                                    /*allow_exceptions=*/false);
-  ASSERT_FALSE(json.is_discarded()) << stats.out;
+  const nlohmann::json doc = nlohmann::json::parse(stats.out, nullptr,
+                                                   /*allow_exceptions=*/false);
+  ASSERT_FALSE(doc.is_discarded()) << stats.out;
+  const nlohmann::json& json = doc["daemon"];  // hicachectl: daemon + cache.
   EXPECT_EQ(json["geometry"]["page_size_tokens"], 32) << stats.out;
   EXPECT_EQ(json["geometry"]["cp_size"], 4) << stats.out;
   EXPECT_THAT(json["build"]["git_revision"].get<std::string>(),

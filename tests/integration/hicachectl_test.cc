@@ -1,0 +1,155 @@
+// The real hicachectl binary against the real hicached (issue 14): --version
+// with the stamped git revision, global flags after the command, one JSON
+// document per invocation, free-room read path, tree paging, errors that
+// name the gRPC code and say what to do, and the documented exit codes.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/binaries.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/temp_dir.h"
+
+namespace hicache {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
+using testing::CtlPath;
+using testing::DaemonPath;
+using testing::RunResult;
+using testing::Subprocess;
+
+RunResult RunBinary(std::vector<std::string> argv) {
+  absl::StatusOr<RunResult> result = testing::Run(argv);
+  EXPECT_TRUE(result.ok()) << result.status();
+  return result.ok() ? *result : RunResult{};
+}
+
+// `text` is exactly one JSON document on one line.
+nlohmann::json OneDocument(const std::string& text) {
+  EXPECT_EQ(text.find('\n'), text.size() - 1) << text;
+  nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
+  EXPECT_FALSE(doc.is_discarded()) << text;
+  return doc;
+}
+
+class HicachectlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    chmod(dir_.path().c_str(), 0755);  // Another user may reach the socket.
+    absl::StatusOr<Subprocess> daemon = Subprocess::Start(
+        {DaemonPath(), "--socket=" + socket_, "--l1_free_room_pages=7",
+         "--l2_free_room_pages=9"});
+    ASSERT_TRUE(daemon.ok()) << daemon.status();
+    daemon_.emplace(*std::move(daemon));
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (absl::Now() < deadline && daemon_->Running()) {
+      if (Ctl({"--timeout=1", "health"}).exit_code == 0) return;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    FAIL() << "hicached did not become healthy:\n" << daemon_->Stderr();
+  }
+
+  RunResult Ctl(std::vector<std::string> args) {
+    std::vector<std::string> argv = {CtlPath()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.push_back("--socket=" + socket_);  // Globals go after, too.
+    return RunBinary(argv);
+  }
+
+  testing::TempDir dir_;
+  const std::string socket_ = dir_.Child("hicached.sock");
+  std::optional<Subprocess> daemon_;
+};
+
+TEST_F(HicachectlTest, VersionCarriesTheGitRevision) {
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"--version"}, {"tree", "--version"},
+        {"free-room", "--version"}, {"node", "--version"}}) {
+    args.insert(args.begin(), CtlPath());
+    RunResult r = RunBinary(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(r.out, MatchesRegex("hicachectl [0-9]+\\.[0-9]+\\.[0-9]+ "
+                                    "\\(([0-9a-f]{12}(-dirty)?|unknown)\\)\n"));
+  }
+}
+
+TEST_F(HicachectlTest, OneJsonDocumentWithFlagsAfterTheCommand) {
+  RunResult r = Ctl({"health", "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(OneDocument(r.out)["status"], "SERVING");
+  r = Ctl({"stats", "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json stats = OneDocument(r.out);
+  EXPECT_TRUE(stats["daemon"]["pid"].is_number_integer());
+  EXPECT_EQ(stats["daemon"]["settings"]["l1_free_room_pages"], 7);
+  EXPECT_TRUE(stats["cache"]["lanes"].is_array());
+  r = Ctl({"tree", "--json", "--sort", "hits", "--limit", "5"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json tree = OneDocument(r.out);
+  EXPECT_EQ(tree["nodes"], nlohmann::json::array());
+  EXPECT_EQ(tree["next_page_token"], "");
+  EXPECT_EQ(tree["total_nodes"], 0);
+}
+
+TEST_F(HicachectlTest, FreeRoomWithoutArgumentsChangesNothing) {
+  for (int i = 0; i < 2; ++i) {
+    RunResult r = Ctl({"free-room"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out,
+              "free-room targets: L1 7 pages per lane, L2 9 pages per rank\n");
+  }
+  RunResult r = Ctl({"free-room", "--l1", "3", "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(OneDocument(r.out),
+            nlohmann::json::parse(
+                R"({"l1_pages_per_lane":3,"l2_pages_per_rank":9})"));
+}
+
+TEST_F(HicachectlTest, ExitCodesAndMessages) {
+  RunResult r = Ctl({"stats", "--colour"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("unknown option '--colour'"));
+  r = Ctl({"tree", "--limit", "many"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--limit"));
+  r = Ctl({"tree", "--page_token", "not-a-token"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("INVALID_ARGUMENT: page_token"));
+  r = Ctl({"node", "424242"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("NOT_FOUND"));
+  const std::string missing = dir_.Child("none.sock");
+  r = RunBinary({CtlPath(), "health", "--timeout=0.5", "--socket=" + missing});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("UNAVAILABLE: no daemon at " + missing));
+  EXPECT_THAT(r.err, HasSubstr("is hicached running? check --socket"));
+}
+
+// A non-operator's operator RPC: the code in words and where to look.
+TEST_F(HicachectlTest, PermissionDeniedSaysWhatToDo) {
+  if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0) {
+    GTEST_SKIP() << "needs root and setpriv to run hicachectl as another user";
+  }
+  chmod(socket_.c_str(), 0666);
+  RunResult r = RunBinary({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
+                     "--clear-groups", CtlPath(), "--socket=" + socket_,
+                     "tree"});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_THAT(r.err, HasSubstr("hicachectl: PERMISSION_DENIED: DumpTree is an "
+                               "operator RPC"));
+  EXPECT_THAT(r.err, HasSubstr("--operator_uids"));
+  EXPECT_THAT(r.err, HasSubstr("docs/security.md"));
+}
+
+}  // namespace
+}  // namespace hicache
