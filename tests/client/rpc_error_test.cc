@@ -1,0 +1,67 @@
+#include "client/ctl/rpc_error.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/temp_dir.h"
+
+namespace hicache::ctl {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+std::string Describe(grpc::StatusCode code, const std::string& message,
+                     const std::string& socket = "") {
+  return DescribeRpcError(grpc::Status(code, message),
+                          socket.empty() ? "host:1" : "unix:" + socket, socket,
+                          absl::Seconds(5));
+}
+
+TEST(RpcErrorTest, CodesInWords) {
+  EXPECT_EQ(GrpcCodeName(grpc::StatusCode::PERMISSION_DENIED),
+            "PERMISSION_DENIED");
+  EXPECT_EQ(GrpcCodeName(grpc::StatusCode::UNAVAILABLE), "UNAVAILABLE");
+  EXPECT_EQ(GrpcCodeName(grpc::StatusCode::DATA_LOSS), "DATA_LOSS");
+  EXPECT_EQ(GrpcCodeName(static_cast<grpc::StatusCode>(99)), "CODE_99");
+}
+
+TEST(RpcErrorTest, EachCodeSaysWhatToDo) {
+  EXPECT_EQ(Describe(grpc::StatusCode::PERMISSION_DENIED,
+                     "DumpTree is an operator RPC"),
+            "PERMISSION_DENIED: DumpTree is an operator RPC (operator RPCs "
+            "need root or hicached --operator_uids/--operator_gids; see "
+            "docs/security.md)");
+  EXPECT_THAT(Describe(grpc::StatusCode::DEADLINE_EXCEEDED, "x"),
+              HasSubstr("DEADLINE_EXCEEDED: no answer from host:1 within 5s"));
+  EXPECT_THAT(Describe(grpc::StatusCode::UNAUTHENTICATED, "no cert"),
+              HasSubstr("--tls_cert_file"));
+  EXPECT_THAT(Describe(grpc::StatusCode::NOT_FOUND, "node 9"),
+              StartsWith("NOT_FOUND: node 9 ("));
+  EXPECT_THAT(Describe(grpc::StatusCode::RESOURCE_EXHAUSTED, "big"),
+              HasSubstr("--limit"));
+  EXPECT_THAT(Describe(grpc::StatusCode::UNIMPLEMENTED, "?"),
+              HasSubstr("upgrade hicached"));
+  EXPECT_EQ(Describe(grpc::StatusCode::INTERNAL, "boom"), "INTERNAL: boom");
+  EXPECT_THAT(Describe(grpc::StatusCode::UNAVAILABLE, "refused"),
+              HasSubstr("UNAVAILABLE: cannot reach a daemon at host:1: "
+                        "refused"));
+}
+
+TEST(RpcErrorTest, UnavailableUnixSocketSaysWhetherItExists) {
+  testing::TempDir dir;
+  const std::string missing = dir.Child("none.sock");
+  EXPECT_EQ(Describe(grpc::StatusCode::UNAVAILABLE, "connect failed", missing),
+            "UNAVAILABLE: no daemon at " + missing +
+                " (no such socket); is hicached running? check --socket or "
+                "--target");
+  // A file that is there but answers nobody: a stale socket, or one this
+  // user may not open; gRPC's reason is kept.
+  EXPECT_EQ(Describe(grpc::StatusCode::UNAVAILABLE, "Permission denied",
+                     dir.path()),
+            "UNAVAILABLE: no daemon answering at " + dir.path() +
+                " (Permission denied); is hicached running? check --socket "
+                "or --target");
+}
+
+}  // namespace
+}  // namespace hicache::ctl
