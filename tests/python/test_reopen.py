@@ -72,6 +72,13 @@ class ReopenTest(unittest.TestCase):
                                                          lock_handles=[hit.lock_handle])]),
                 lambda: s.complete([hicache.CompleteItem(list(range(300, 310)),
                                                          admitted.request_pages)]),
+                # The admit's own page views, their slices and sums keep the tag.
+                lambda: s.complete([hicache.CompleteItem(list(range(300, 310)),
+                                                         admitted.pages)]),
+                lambda: s.insert(list(range(300, 308)), admitted.pages[:2]),
+                lambda: s.free(admitted.pages[2:] + []),
+                lambda: s.free([] + held[:1]),
+                lambda: s.insert(tokens, hit.device_pages[:1] + held[:1]),
             ]
             for call in stale:
                 with self.assertRaises(hicache.StaleHandleError) as raised:

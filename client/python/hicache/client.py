@@ -186,13 +186,32 @@ def _handle_type(generation: int):
     return cls
 
 
+def _oldest(*values) -> int:
+    """The oldest generation any of `values` carries (-1: none)."""
+    tags = [g for g in (getattr(v, "generation", None) for v in values)
+            if g is not None and g >= 0]
+    return min(tags) if tags else -1
+
+
 class PageList(list):
-    """A list of page ids tagged with its session's `generation`."""
+    """A list of page ids tagged with its session's `generation`; slices
+    and sums keep the tag (the oldest, when two are joined)."""
     __slots__ = ("generation",)
 
     def __init__(self, pages=(), generation=-1):
         super().__init__(pages)
         self.generation = generation
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return PageList(list.__getitem__(self, index), self.generation)
+        return list.__getitem__(self, index)
+
+    def __add__(self, other):
+        return PageList(list.__add__(self, list(other)), _oldest(self, other))
+
+    def __radd__(self, other):
+        return PageList(list(other) + list(self), _oldest(self, other))
 
 
 @dataclass
@@ -250,7 +269,9 @@ class Pages(abc.Sequence):
 
     def __getitem__(self, index):
         if isinstance(index, slice):
-            return list(self)[index]
+            parts = self.parts
+            pages = parts[0][index] if len(parts) == 1 else list(self)[index]
+            return PageList(pages, -1 if self.generation is None else self.generation)
         if index < 0:
             index += len(self)
         for part in self.parts:
@@ -260,10 +281,10 @@ class Pages(abc.Sequence):
         raise IndexError("page index out of range")
 
     def __add__(self, other: Sequence[int]) -> "Pages":
-        return Pages(*self.parts, other, generation=self.generation)
+        return Pages(*self.parts, other, generation=_oldest(self, other))
 
     def __radd__(self, other: Sequence[int]) -> "Pages":
-        return Pages(other, *self.parts, generation=self.generation)
+        return Pages(other, *self.parts, generation=_oldest(self, other))
 
     def __eq__(self, other):
         if isinstance(other, abc.Sequence) and not isinstance(other, (str, bytes)):
@@ -274,6 +295,11 @@ class Pages(abc.Sequence):
 
     def __repr__(self):
         return f"Pages({list(self)})"
+
+
+def _parts(pages):
+    """The parts of a Pages, or (pages,) of any other sequence."""
+    return pages.parts if isinstance(pages, Pages) else (pages,)
 
 
 def _put_pages(field, pages):
@@ -291,10 +317,12 @@ def _put_pages(field, pages):
 @dataclass
 class AdmitResult:
     """What Admit did for one item. The request's pages are
-    ``device_pages + pages`` (``request_pages``). Both page lists are the
-    response's own repeated fields, not copies: read-only sequences (len,
-    index, slice, iterate, ``==`` with a list; ``list()`` copies them), and
-    complete() takes them -- or a Pages of them -- without converting."""
+    ``device_pages + pages`` (``request_pages``). Both page lists are
+    Pages views of the response's own repeated fields, not copies, tagged
+    with the session generation: read-only sequences (len, index, iterate,
+    ``==`` with a list; a slice is a tagged PageList; ``list()`` copies
+    them), and complete() takes them -- or a Pages of them -- without
+    converting."""
     admitted: bool  # False: nothing held (no room); retry later.
     device_pages: Sequence[int]  # The page-aligned device hit, locked.
     device_tokens: int
@@ -310,7 +338,8 @@ class AdmitResult:
 
     @property
     def request_pages(self) -> Pages:
-        return Pages(self.device_pages, self.pages, generation=self.generation)
+        return Pages(*_parts(self.device_pages), *_parts(self.pages),
+                     generation=self.generation)
 
 
 @dataclass
@@ -678,11 +707,12 @@ class Session:
         generation, handle = self.generation, self._handle
         for r in response.results:
             device = r.device
-            results.append(AdmitResult(r.admitted, device.pages, device.valid_tokens,
-                                       handle(r.lock_handle), handle(r.last_device_node),
-                                       r.host_hit_tokens, handle(r.last_host_node), r.load,
-                                       r.pages, handle(r.backup_id), r.tail_blocked,
-                                       generation))
+            results.append(AdmitResult(r.admitted, Pages(device.pages, generation=generation),
+                                       device.valid_tokens, handle(r.lock_handle),
+                                       handle(r.last_device_node), r.host_hit_tokens,
+                                       handle(r.last_host_node), r.load,
+                                       Pages(r.pages, generation=generation),
+                                       handle(r.backup_id), r.tail_blocked, generation))
         return results
 
     def complete(self, items: Sequence[CompleteItem]) -> List[pb.InsertResult]:
