@@ -61,12 +61,13 @@ RpcMetrics::RpcMetrics(prometheus::Registry& registry,
     absl::string_view rest = path;
     if (!rest.empty() && rest.front() == '/') rest.remove_prefix(1);
     const size_t slash = rest.find('/');
-    Method method;
-    method.service = std::string(rest.substr(0, slash));
-    method.method =
-        slash == absl::string_view::npos ? "" : std::string(rest.substr(slash + 1));
-    method.in_flight = &in_flight_.Add(
-        {{"service", method.service}, {"method", method.method}});
+    auto method = std::make_unique<Method>();
+    method->service = std::string(rest.substr(0, slash));
+    method->method = slash == absl::string_view::npos
+                         ? ""
+                         : std::string(rest.substr(slash + 1));
+    method->in_flight = &in_flight_.Add(
+        {{"service", method->service}, {"method", method->method}});
     methods_[path] = std::move(method);
   }
   unknown_.service = "unknown";
@@ -77,18 +78,36 @@ RpcMetrics::RpcMetrics(prometheus::Registry& registry,
 
 RpcMetrics::Call RpcMetrics::Begin(const char* path) {
   auto it = path == nullptr ? methods_.end() : methods_.find(path);
-  Method& method = it == methods_.end() ? unknown_ : it->second;
-  method.in_flight->Increment();
-  return Call{&method.service, &method.method, method.in_flight};
+  Method* method = it == methods_.end() ? &unknown_ : it->second.get();
+  method->in_flight->Increment();
+  return Call{method};
 }
 
 void RpcMetrics::End(const Call& call, int code, absl::Duration elapsed) {
-  call.in_flight->Decrement();
-  const prometheus::Labels labels = {{"service", *call.service},
-                                     {"method", *call.method},
-                                     {"code", CodeName(code)}};
-  duration_.Add(labels, Buckets()).Observe(absl::ToDoubleSeconds(elapsed));
-  total_.Add(labels).Increment();
+  Method& method = *call.method;
+  method.in_flight->Decrement();
+  prometheus::Histogram* duration = nullptr;
+  prometheus::Counter* total = nullptr;
+  const bool cached = code >= 0 && code < Method::kCodes;
+  if (cached) {
+    duration = method.duration[code].load(std::memory_order_acquire);
+    total = method.total[code].load(std::memory_order_acquire);
+  }
+  if (duration == nullptr || total == nullptr) {
+    // Family::Add returns the existing series for known labels, so threads
+    // that race here store the same pointers.
+    const prometheus::Labels labels = {{"service", method.service},
+                                       {"method", method.method},
+                                       {"code", CodeName(code)}};
+    duration = &duration_.Add(labels, Buckets());
+    total = &total_.Add(labels);
+    if (cached) {
+      method.duration[code].store(duration, std::memory_order_release);
+      method.total[code].store(total, std::memory_order_release);
+    }
+  }
+  duration->Observe(absl::ToDoubleSeconds(elapsed));
+  total->Increment();
 }
 
 }  // namespace hicache::metrics

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <atomic>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -33,11 +35,10 @@ class RpcMetrics {
   // Buckets of the duration histogram, in seconds (50 us .. 60 s).
   static const std::vector<double>& Buckets();
 
+  struct Method;
   // One running call, from Begin to End.
   struct Call {
-    const std::string* service = nullptr;
-    const std::string* method = nullptr;
-    prometheus::Gauge* in_flight = nullptr;
+    Method* method = nullptr;
   };
   Call Begin(const char* path);
   // `code`: a grpc::StatusCode value (unknown values are named by number).
@@ -46,18 +47,24 @@ class RpcMetrics {
   // "OK", "INVALID_ARGUMENT", ... for a grpc::StatusCode value.
   static std::string CodeName(int code);
 
- private:
+ // The series of one method. After the first call with a code, End finds
+  // its series without the family's lock or a label lookup.
   struct Method {
+    static constexpr int kCodes = 17;  // grpc::StatusCode 0..16.
     std::string service;
     std::string method;
     prometheus::Gauge* in_flight = nullptr;
+    std::atomic<prometheus::Histogram*> duration[kCodes] = {};
+    std::atomic<prometheus::Counter*> total[kCodes] = {};
   };
+
+ private:
 
   prometheus::Family<prometheus::Histogram>& duration_;
   prometheus::Family<prometheus::Counter>& total_;
   prometheus::Family<prometheus::Gauge>& in_flight_;
   // Immutable after construction: lookups need no lock.
-  absl::flat_hash_map<std::string, Method> methods_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Method>> methods_;
   Method unknown_;
 };
 

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon/metrics/rpc_interceptor.h"
@@ -97,6 +98,28 @@ TEST(RpcMetricsTest, UnknownPathsShareOneSeries) {
   for (const auto& family : registry.Collect()) series += family.metric.size();
   // In flight: Get and unknown; total and duration: one each.
   EXPECT_EQ(series, 4u);
+}
+
+TEST(RpcMetricsTest, ConcurrentCallsAreAllCounted) {
+  prometheus::Registry registry;
+  RpcMetrics metrics(registry, {"/pkg.Svc/Get"});
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&metrics, t] {
+      for (int i = 0; i < 1000; ++i) {
+        metrics.End(metrics.Begin("/pkg.Svc/Get"), (t + i) % 2 == 0 ? 0 : 14,
+                    absl::Microseconds(i));
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(Sample(registry, "hicache_rpcs_total",
+                   {{"method", "Get"}, {"code", "OK"}}),
+            4000);
+  EXPECT_EQ(Sample(registry, "hicache_rpc_duration_seconds_count",
+                   {{"method", "Get"}, {"code", "UNAVAILABLE"}}),
+            4000);
+  EXPECT_EQ(Sample(registry, "hicache_rpcs_in_flight", {{"method", "Get"}}), 0);
 }
 
 TEST(RpcMetricsTest, CodeNames) {
