@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# The hicached .deb, end to end without root: tools/build_deb packages the
+# Bazel-built daemon, CLI and C++ client SDK; the test reads the package with
+# dpkg-deb -I/-c, unpacks it with dpkg -x into a temporary root, runs the
+# daemon with the packaged flagfile and the packaged hicachectl against it,
+# compiles and links a client program with the unpacked headers and library
+# found through the packaged pkg-config file, and stops the daemon with
+# SIGTERM (exit 0). lintian runs only where installed.
+set -euo pipefail
+
+ws="${TEST_SRCDIR}/${TEST_WORKSPACE}"
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+for tool in dpkg-deb dpkg pkg-config g++; do
+  command -v "${tool}" >/dev/null || fail "${tool} is not installed (tools/dev deps)"
+done
+
+# Unix socket paths are short (108 bytes): not under TEST_TMPDIR.
+tmp="$(mktemp -d /tmp/hicache-deb.XXXXXX)"
+daemon_pid=""
+cleanup() {
+  if [[ -n "${daemon_pid}" ]] && kill -0 "${daemon_pid}" 2>/dev/null; then
+    kill -KILL "${daemon_pid}" 2>/dev/null || true
+  fi
+  rm -rf "${tmp}"
+}
+trap cleanup EXIT
+
+# --- Build ---------------------------------------------------------------------
+deb="$("${ws}/tools/build_deb" \
+  --hicached "${ws}/daemon/hicached" \
+  --hicachectl "${ws}/client/hicachectl" \
+  --client-lib "${ws}/packaging/libhicache_client.a" \
+  --client-headers "${ws}/packaging/hicache_client_include.tar" \
+  "${tmp}/dist")"
+[[ -f "${deb}" ]] || fail "build_deb printed '${deb}', not a file"
+echo "built ${deb}"
+
+# --- Control: name, version, dependencies, conffiles, scripts -------------------
+field() { dpkg-deb -f "${deb}" "$1"; }
+[[ "$(field Package)" == hicached ]] || fail "Package: $(field Package)"
+daemon_version="$("${ws}/daemon/hicached" --version | grep -oE '[0-9]+\.[0-9]+\.[0-9]+' | head -n 1)"
+[[ "$(field Version)" == "${daemon_version}-1" ]] ||
+  fail "Version: $(field Version), the daemon reports ${daemon_version}"
+[[ "$(field Architecture)" == "$(dpkg --print-architecture)" ]] || fail "Architecture: $(field Architecture)"
+depends="$(field Depends)"
+for lib in libgrpc++ libprotobuf libabsl libspdlog libsystemd0 libxxhash0 \
+           libprometheus-cpp-core libprometheus-cpp-pull libc6; do
+  grep -q "${lib}" <<<"${depends}" || fail "Depends: lacks ${lib}: ${depends}"
+done
+grep -q 'adduser | passwd' <<<"${depends}" || fail "Depends: lacks adduser | passwd"
+
+info="$(dpkg-deb -I "${deb}")"
+for member in control conffiles postinst prerm postrm; do
+  grep -qE "^ +[0-9]+ bytes, +[0-9]+ lines +\*? +${member}\b" <<<"${info}" ||
+    fail "control archive lacks ${member}:"$'\n'"${info}"
+done
+ctl="${tmp}/control"
+dpkg-deb -e "${deb}" "${ctl}"
+[[ "$(cat "${ctl}/conffiles")" == $'/etc/default/hicached\n/etc/hicached/hicached.flags' ]] ||
+  fail "conffiles: $(cat "${ctl}/conffiles")"
+for script in postinst prerm postrm; do
+  [[ -x "${ctl}/${script}" ]] || fail "${script} is not executable"
+  sh -n "${ctl}/${script}" || fail "${script}: syntax error"
+  # Never starts or enables the service by itself.
+  if grep -vE '^[[:space:]]*#' "${ctl}/${script}" |
+     grep -E 'systemctl +(start|enable|restart|reload-or-restart)'; then
+    fail "${script} starts or enables hicached"
+  fi
+done
+grep -q 'getent passwd hicache' "${ctl}/postinst" || fail "postinst creates no hicache user"
+grep -q -- '--system' "${ctl}/postinst" || fail "postinst: the user is not a system user"
+grep -q '/run/systemd/system' "${ctl}/postinst" || fail "postinst does not check that systemd runs"
+# Unknown maintainer-script actions fail; known no-op ones succeed (run
+# without root: they must not touch the system for these).
+"${ctl}/postinst" abort-upgrade >/dev/null || fail "postinst abort-upgrade failed"
+"${ctl}/prerm" upgrade 2.0 >/dev/null || fail "prerm upgrade failed"
+"${ctl}/postrm" upgrade 2.0 >/dev/null || fail "postrm upgrade failed"
+if "${ctl}/postinst" bogus 2>/dev/null; then fail "postinst accepted 'bogus'"; fi
+
+# --- Contents ---------------------------------------------------------------------
+contents="$(dpkg-deb -c "${deb}")"
+echo "${contents}"
+multiarch="$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)"
+for path in ./usr/bin/hicached ./usr/bin/hicachectl \
+    ./lib/systemd/system/hicached.service ./etc/default/hicached \
+    ./etc/hicached/hicached.flags \
+    "./usr/lib/${multiarch}/libhicache_client.a" \
+    "./usr/lib/${multiarch}/pkgconfig/hicache-client.pc" \
+    ./usr/include/hicache/client/cpp/hicache_client.h \
+    ./usr/include/hicache/client/cpp/hicache_session.h \
+    ./usr/include/hicache/hicache/v1/hicache.pb.h \
+    ./usr/include/hicache/hicache/v1/hicache.grpc.pb.h \
+    ./usr/include/hicache/grpc/health/v1/health.grpc.pb.h; do
+  grep -qE " ${path//./\\.}\$" <<<"${contents}" || fail "the package lacks ${path}"
+done
+if awk '{print $2}' <<<"${contents}" | grep -v '^root/root$'; then
+  fail "files not owned by root/root"
+fi
+grep -qE '^-rwxr-xr-x .* \./usr/bin/hicached$' <<<"${contents}" || fail "hicached is not 0755"
+
+# --- Unpack -------------------------------------------------------------------------
+root="${tmp}/root"
+dpkg -x "${deb}" "${root}"
+cmp "${root}/lib/systemd/system/hicached.service" "${ws}/deploy/systemd/hicached.service" ||
+  fail "the packaged unit differs from deploy/systemd/hicached.service"
+cmp "${root}/etc/hicached/hicached.flags" "${ws}/deploy/hicached.flags" ||
+  fail "the packaged flagfile differs from deploy/hicached.flags"
+grep -q '^ExecStart=/usr/bin/hicached --flagfile=/etc/hicached/hicached.flags' \
+  "${root}/lib/systemd/system/hicached.service" || fail "the unit does not run the packaged flagfile"
+
+# --- Run the daemon and the CLI from the unpacked root ---------------------------------
+sock="${tmp}/s.sock"
+# Started as systemd would (Type=notify): the daemon is ready when it sends
+# READY=1 to NOTIFY_SOCKET; the listener blocks until then (no polling).
+notify="${tmp}/notify.sock"
+mkfifo "${tmp}/bound"
+/usr/bin/python3 "${ws}/tests/packaging/notify_listener.py" "${notify}" "${tmp}/bound" 60 \
+  >"${tmp}/notify.log" 2>&1 &
+listener_pid=$!
+read -r _ <"${tmp}/bound"
+# The packaged flagfile, with the socket, pool sizes and metrics port moved
+# out of the way (later flags win).
+NOTIFY_SOCKET="${notify}" "${root}/usr/bin/hicached" \
+  --flagfile="${root}/etc/hicached/hicached.flags" \
+  --socket="${sock}" --instance="debtest$$" --metrics_address=127.0.0.1:0 \
+  --device_pages_per_rank=64 --host_pages_per_rank=128 \
+  >"${tmp}/daemon.log" 2>&1 &
+daemon_pid=$!
+wait "${listener_pid}" || {
+  cat "${tmp}/notify.log" "${tmp}/daemon.log" >&2
+  fail "hicached sent no READY=1"
+}
+health="$("${root}/usr/bin/hicachectl" --socket="${sock}" --timeout=10 health)" || {
+  cat "${tmp}/daemon.log" >&2
+  fail "hicachectl health failed"
+}
+[[ "${health}" == SERVING ]] || fail "health printed '${health}'"
+"${root}/usr/bin/hicachectl" --socket="${sock}" stats | grep -q "${daemon_version}" ||
+  fail "stats does not show version ${daemon_version}"
+mode="$(stat -c %a "${sock}")"
+[[ "${mode}" == 660 ]] || fail "socket mode ${mode}, want 660"
+# The pools the daemon exports are 0660 (docs/security.md).
+pools=(/dev/shm/hicache-debtest$$-*)
+[[ -e "${pools[0]}" ]] || fail "no pool segments /dev/shm/hicache-debtest$$-*"
+for pool in "${pools[@]}"; do
+  [[ "$(stat -c %a "${pool}")" == 660 ]] || fail "${pool} has mode $(stat -c %a "${pool}")"
+done
+
+# --- The C++ client SDK through pkg-config --------------------------------------------
+export PKG_CONFIG_SYSROOT_DIR="${root}"
+export PKG_CONFIG_PATH="${root}/usr/lib/${multiarch}/pkgconfig"
+pkg-config --exists --print-errors hicache-client || fail "pkg-config cannot resolve hicache-client"
+[[ "$(pkg-config --modversion hicache-client)" == "${daemon_version}" ]] ||
+  fail "hicache-client.pc version $(pkg-config --modversion hicache-client)"
+read -r -a cflags <<<"$(pkg-config --cflags hicache-client)"
+read -r -a libs <<<"$(pkg-config --libs hicache-client)"
+grep -q -- "-I${root}/usr/include/hicache" <<<"${cflags[*]}" ||
+  fail "cflags do not point into the unpacked root: ${cflags[*]}"
+# Every installed header compiles on its own with only these flags.
+while IFS= read -r header; do
+  rel="${header#"${root}/usr/include/hicache/"}"
+  printf '#include "%s"\n' "${rel}" >"${tmp}/one_header.cc"
+  g++ -std=c++20 -fsyntax-only "${cflags[@]}" "${tmp}/one_header.cc" ||
+    fail "installed header ${rel} does not compile alone"
+done < <(find "${root}/usr/include/hicache" -name '*.h' | sort)
+g++ -std=c++20 -O1 -o "${tmp}/client_smoke" "${ws}/tests/packaging/client_smoke.cc" \
+  "${cflags[@]}" "${libs[@]}" || fail "linking against the packaged SDK failed"
+smoke="$("${tmp}/client_smoke" "${sock}")" || fail "client_smoke failed"
+[[ "${smoke}" == "SERVING ${daemon_version}" ]] || fail "client_smoke printed '${smoke}'"
+
+# --- SIGTERM: exit 0, socket removed -----------------------------------------------------
+kill -TERM "${daemon_pid}"
+rc=0
+wait "${daemon_pid}" || rc=$?
+daemon_pid=""
+[[ "${rc}" -eq 0 ]] || { cat "${tmp}/daemon.log" >&2; fail "hicached exited ${rc} after SIGTERM"; }
+[[ ! -e "${sock}" ]] || fail "the socket outlived the daemon"
+if compgen -G "/dev/shm/hicache-debtest$$-*" >/dev/null; then
+  fail "pool segments outlived the daemon"
+fi
+
+# --- lintian (optional) -----------------------------------------------------------------
+if command -v lintian >/dev/null; then
+  echo "lintian (informational):"
+  lintian --no-tag-display-limit "${deb}" || true
+else
+  echo "lintian is not installed: skipped"
+fi
+echo "PASS"
