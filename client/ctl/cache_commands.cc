@@ -444,34 +444,45 @@ int RunFreeRoom(const FreeRoomOptions& o, const CommandContext& c) {
     return Usage(c, "free-room takes --l1 PAGES and --l2 PAGES (>= 0)");
   }
   auto stub = Stub(c);
-  auto call = [&](const v1::SetFreeRoomRequest& request,
-                  v1::SetFreeRoomResponse* response) {
+  // The targets in force, or nullopt after printing why. Read through Stats
+  // (a pure read): a daemon too old to report them leaves them unset.
+  v1::SetFreeRoomResponse targets;
+  if (!o.l1.has_value() || !o.l2.has_value()) {
     grpc::ClientContext ctx;
     Deadline(&ctx, c.timeout);
-    return stub->SetFreeRoom(&ctx, request, response);
-  };
-  v1::SetFreeRoomRequest request;
-  v1::SetFreeRoomResponse response;
-  const bool change = o.l1.has_value() || o.l2.has_value();
-  if (!change || !o.l1.has_value() || !o.l2.has_value()) {
-    // Read the targets in force (and keep the one not given).
-    v1::SetFreeRoomRequest read;
-    read.set_read_only(true);
-    const grpc::Status status = call(read, &response);
+    v1::CacheStats stats;
+    const grpc::Status status =
+        stub->Stats(&ctx, v1::GetStatsRequest(), &stats);
     if (!status.ok()) return RpcError(status, c);
+    if (!stats.free_room_reported()) {
+      *c.err << "hicachectl: this hicached does not report its free-room "
+                "targets (it is older than hicachectl); upgrade it, or set "
+                "both with --l1 and --l2\n";
+      return kExitFailure;
+    }
+    targets.set_l1_pages_per_lane(stats.l1_free_room_pages());
+    targets.set_l2_pages_per_rank(stats.l2_free_room_pages());
   }
-  if (change) {
-    request.set_l1_pages_per_lane(o.l1.value_or(response.l1_pages_per_lane()));
-    request.set_l2_pages_per_rank(o.l2.value_or(response.l2_pages_per_rank()));
-    const grpc::Status status = call(request, &response);
+  if (o.l1.has_value() || o.l2.has_value()) {
+    // An option not given keeps the value just read.
+    v1::SetFreeRoomRequest request;
+    request.set_l1_pages_per_lane(o.l1.value_or(targets.l1_pages_per_lane()));
+    request.set_l2_pages_per_rank(o.l2.value_or(targets.l2_pages_per_rank()));
+    grpc::ClientContext ctx;
+    Deadline(&ctx, c.timeout);
+    v1::SetFreeRoomResponse response;
+    const grpc::Status status = stub->SetFreeRoom(&ctx, request, &response);
     if (!status.ok()) return RpcError(status, c);
+    // What was set is what is in force (older daemons answer nothing).
+    targets.set_l1_pages_per_lane(request.l1_pages_per_lane());
+    targets.set_l2_pages_per_rank(request.l2_pages_per_rank());
   }
   if (c.json) {
-    PrintJson(ProtoToJson(response), c);
+    PrintJson(ProtoToJson(targets), c);
     return kExitOk;
   }
-  *c.out << "free-room targets: L1 " << response.l1_pages_per_lane()
-         << " pages per lane, L2 " << response.l2_pages_per_rank()
+  *c.out << "free-room targets: L1 " << targets.l1_pages_per_lane()
+         << " pages per lane, L2 " << targets.l2_pages_per_rank()
          << " pages per rank\n";
   return kExitOk;
 }

@@ -204,11 +204,9 @@ grpc::Status HiCacheService::SetFreeRoom(grpc::ServerContext* context,
   if (grpc::Status s = RequireOperator(caller, "SetFreeRoom"); !s.ok()) {
     return s;
   }
-  if (!request.read_only()) {
-    const absl::Status set = engine_->SetFreeRoom(request.l1_pages_per_lane(),
-                                                  request.l2_pages_per_rank());
-    if (!set.ok()) return ToGrpcStatus(set);
-  }
+  const absl::Status set = engine_->SetFreeRoom(request.l1_pages_per_lane(),
+                                                request.l2_pages_per_rank());
+  if (!set.ok()) return ToGrpcStatus(set);
   const auto [l1, l2] = engine_->FreeRoomTargets();
   response->set_l1_pages_per_lane(l1);
   response->set_l2_pages_per_rank(l2);
@@ -254,6 +252,10 @@ grpc::Status HiCacheService::Stats(grpc::ServerContext* context,
     lane->set_host_free(engine_->options().host_pages_per_rank -
                         engine_->HostUsedPages(r));
   }
+  const auto [l1_free_room, l2_free_room] = engine_->FreeRoomTargets();
+  out->set_l1_free_room_pages(l1_free_room);
+  out->set_l2_free_room_pages(l2_free_room);
+  out->set_free_room_reported(true);
   const SessionManager::Totals totals = sessions_->totals();
   out->set_sessions(totals.sessions);
   out->set_session_locks(totals.locks);

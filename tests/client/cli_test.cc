@@ -397,13 +397,19 @@ TEST_F(CacheCliTest, TreeRejectsForeignAndGarbageTokens) {
 }
 
 // Issue 14: "free-room" without arguments reset both targets to 0. It now
-// reads them (SetFreeRoom with read_only) and changes nothing.
+// reads them (CacheStats, a pure read) and changes nothing.
 TEST_F(CacheCliTest, FreeRoomWithoutArgumentsShowsTheTargets) {
   CliResult r = Cli({"--socket=" + socket_, "free-room"});
   EXPECT_EQ(r.code, kExitOk) << r.err;
   EXPECT_EQ(r.out, "free-room targets: L1 0 pages per lane, L2 0 pages per "
                    "rank\n");
   r = Cli({"--socket=" + socket_, "free-room", "--l1", "4", "--l2", "8"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  r = Cli({"--socket=" + socket_, "--json", "cache-stats"});
+  const Json stats = ParseOneDocument(r.out);
+  EXPECT_EQ(stats["l1_free_room_pages"], 4);
+  EXPECT_EQ(stats["l2_free_room_pages"], 8);
+  EXPECT_EQ(stats["free_room_reported"], true);
   EXPECT_EQ(r.code, kExitOk) << r.err;
   for (int i = 0; i < 2; ++i) {  // Reading twice changes nothing.
     r = Cli({"--socket=" + socket_, "free-room"});
