@@ -172,7 +172,7 @@ void AddCommands(CLI::App& app, Commands& c) {
   tree->add_option("--prefix", c.tree.prefix,
                    "Only nodes under these tokens (1,2,3)")
       ->type_name("T,T,..");
-  tree->add_option("--depth", c.tree.depth, "Levels below the root (-1 = all)")
+  tree->add_option("--depth", c.tree.depth, "Levels below the root (-1 or 0 = all)")
       ->type_name("N")
       ->check(IntRange(-1, 1 << 30));
   tree->add_option("--limit", c.tree.limit,
@@ -266,6 +266,9 @@ std::unique_ptr<CLI::App> BuildApp(Globals& globals, Commands& commands) {
       "hicachectl: inspect and operate a hicached KV-cache daemon.",
       "hicachectl");
   app->require_subcommand(0, 1);
+  // A repeated option takes its last value (a wrapper's default, then the
+  // user's), as hicached's flags do. Commands inherit this.
+  app->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app->set_version_flag("--version", VersionText(),
                         "Print the version and git revision, then exit");
   app->footer(kFooter);
