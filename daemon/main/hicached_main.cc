@@ -143,6 +143,10 @@ ABSL_FLAG(std::string, metrics_address, "",
           "docs/metrics.md.");
 ABSL_FLAG(std::string, log_level, "info",
           "Log level: trace, debug, info, warn, error, critical or off.");
+ABSL_FLAG(hicache::LogFormat, log_format, hicache::LogFormat::kText,
+          "Log lines on stderr: 'text' (2026-12-01T09:43:43.123Z info [tid] "
+          "message) or 'json' (one object per line: ts, level, logger, "
+          "thread, msg). Timestamps are UTC either way.");
 ABSL_FLAG(double, shutdown_grace_seconds, 5,
           "On SIGTERM/SIGINT, how long running RPCs may finish before they "
           "are cancelled.");
