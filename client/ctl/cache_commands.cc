@@ -1,5 +1,6 @@
 #include "client/ctl/cache_commands.h"
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>

@@ -1,6 +1,5 @@
 #include "client/ctl/cli.h"
 
-#include <algorithm>
 #include <cstdint>
 #include <exception>
 #include <limits>
@@ -9,7 +8,6 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "client/cpp/endpoint.h"
 #include "client/ctl/cache_commands.h"
