@@ -62,6 +62,12 @@ grpc::ChannelArguments HiCacheClient::ChannelArgs(bool wait_for_ready) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 1);
   args.SetServiceConfigJSON(ServiceConfigJson(wait_for_ready));
+  // Reconnect within about a second of a daemon coming back (gRPC's default
+  // backoff grows to 120 s); calls waiting for ready wait for this too. As
+  // RECONNECT_BACKOFF in the Python client.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   return args;
 }
 

@@ -138,6 +138,7 @@ TEST(HiCacheClientTest, AReadWaitsForAStartingDaemonAMutationDoesNot) {
   late.join();
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(300));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(4));  // Reconnect backoff <= 1 s.
   EXPECT_EQ(stats->geometry().page_size_tokens(), 4u);
   EXPECT_EQ(*(*client)->CheckHealth(), client::ServingStatus::kServing);
 }

@@ -114,7 +114,9 @@ class RetriesTest(unittest.TestCase):
         daemon = Daemon("--page_size=4", "--kv_preset=tiny-draft",
                         "--device_pages_per_rank=16", "--host_pages_per_rank=16",
                         socket=self.socket, start=False)
-        with hicache.Client(self.socket, timeout=30) as client:
+        client = hicache.Client(self.socket, timeout=30)
+        starter = threading.Timer(1.0, daemon.start)
+        try:
             # Nothing listens yet: a mutating call with a short deadline is
             # not retried, nor does it wait for the socket.
             start = time.monotonic()
@@ -122,17 +124,22 @@ class RetriesTest(unittest.TestCase):
                 client.call("Allocate", pb.AllocateRequest(session_id="x"), timeout=2)
             self.assertEqual(raised.exception.code, grpc.StatusCode.UNAVAILABLE)
             self.assertLess(time.monotonic() - start, 1.5)
-            starter = threading.Timer(1.0, daemon.start)
             starter.start()
-            try:
-                start = time.monotonic()
-                info = client.daemon_info()  # Issued before the socket exists.
-                waited = time.monotonic() - start
-                self.assertGreater(waited, 0.5)
-                self.assertEqual(info.geometry.page_size_tokens, 4)
-                self.assertEqual(client.health(), "SERVING")
-            finally:
+            start = time.monotonic()
+            info = client.daemon_info()  # Issued before the socket exists.
+            waited = time.monotonic() - start
+            self.assertGreater(waited, 0.5)
+            # Found again within about a second (RECONNECT_BACKOFF), not
+            # after gRPC's default backoff (up to minutes).
+            self.assertLess(waited, 4)
+            self.assertEqual(info.geometry.page_size_tokens, 4)
+            self.assertEqual(client.health(), "SERVING")
+        finally:
+            client.close()  # Before the daemon drains its connections.
+            starter.cancel()
+            if starter.is_alive():
                 starter.join()
+            if daemon.process is not None:
                 daemon.stop()
 
     def test_a_session_opened_before_the_daemon_is_up_waits_for_it(self):
@@ -148,7 +155,8 @@ class RetriesTest(unittest.TestCase):
                 self.assertEqual(s.match([[1, 2, 3, 4]])[0].device_tokens, 0)
         finally:
             starter.join()
-            daemon.stop()
+            if daemon.process is not None:
+                daemon.stop()
 
     def test_without_wait_for_ready_a_read_fails_once_its_retries_are_spent(self):
         with hicache.Client(self.socket, timeout=30, wait_for_ready=False) as client:

@@ -143,6 +143,17 @@ RETRY_POLICY = {
 }
 
 
+# Reconnect within about a second of a daemon coming back (gRPC's default
+# backoff grows to 120 s): calls that wait for ready wait for this too. The
+# daemon is local or one per node with few clients, so retrying often is
+# cheap. The same as the C++ client's HiCacheClient::ChannelArgs().
+RECONNECT_BACKOFF = {
+    "grpc.initial_reconnect_backoff_ms": 100,
+    "grpc.min_reconnect_backoff_ms": 100,
+    "grpc.max_reconnect_backoff_ms": 1000,
+}
+
+
 def service_config(wait_for_ready: bool = True) -> str:
     """The channel's gRPC service config (JSON): READ_METHODS retry on
     UNAVAILABLE and, with `wait_for_ready`, wait (up to their deadline) for
@@ -403,7 +414,7 @@ class Client:
         self.wait_for_ready = wait_for_ready
         options = [("grpc.enable_retries", 1),
                    ("grpc.service_config", service_config(wait_for_ready)),
-                   *channel_options]
+                   *RECONNECT_BACKOFF.items(), *channel_options]
         tls_given = any(x is not None for x in (tls_ca_file, root_certificates, tls_cert_file,
                                                 tls_key_file, tls_server_name))
         self.tls = False
