@@ -6,9 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/cpp/endpoint.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
-#include "grpcpp/support/channel_arguments.h"
+#include "client/cpp/hicache_client.h"
 
 namespace hicache::ctl {
 namespace {
@@ -48,52 +46,47 @@ absl::StatusOr<Connection> Connect(const ConnectionOptions& options) {
                        !options.tls_cert_file.empty() ||
                        !options.tls_key_file.empty() ||
                        !options.tls_server_name.empty();
-  const bool is_unix = absl::StartsWith(c.target, "unix:") ||
-                       absl::StartsWith(c.target, "unix-abstract:");
-  if (is_unix) {
-    if (any_tls) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--tls_* options apply to TCP targets only; ", c.target,
-          " is a unix socket (the daemon's unix listener is not TLS)"));
-    }
-    c.channel = grpc::CreateChannel(c.target, grpc::InsecureChannelCredentials());
-    return c;
+  const bool is_unix = absl::StartsWith(c.target, "unix:");
+  if (is_unix && any_tls) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tls_* options apply to TCP targets only; ", c.target,
+        " is a unix socket (the daemon's unix listener is not TLS)"));
   }
-  if (options.insecure_tcp) {
-    if (any_tls) {
-      return absl::InvalidArgumentError(
-          "--insecure_tcp_for_testing and --tls_* options contradict each "
-          "other: choose one");
-    }
-    c.channel = grpc::CreateChannel(c.target, grpc::InsecureChannelCredentials());
-    return c;
+  if (options.insecure_tcp && any_tls) {
+    return absl::InvalidArgumentError(
+        "--insecure_tcp_for_testing and --tls_* options contradict each "
+        "other: choose one");
   }
   if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
     return absl::InvalidArgumentError(
         "--tls_cert_file and --tls_key_file go together (mTLS needs both)");
   }
-  grpc::SslCredentialsOptions ssl;
-  if (!options.tls_ca_file.empty()) {
-    absl::StatusOr<std::string> ca = ReadPem(options.tls_ca_file, "--tls_ca_file");
-    if (!ca.ok()) return ca.status();
-    ssl.pem_root_certs = *std::move(ca);
+  // Unreadable files are named by their flag here; the client library then
+  // reads them again to build the credentials.
+  for (const auto& [path, flag] :
+       {std::pair{options.tls_ca_file, "--tls_ca_file"},
+        std::pair{options.tls_cert_file, "--tls_cert_file"},
+        std::pair{options.tls_key_file, "--tls_key_file"}}) {
+    if (path.empty()) continue;
+    absl::StatusOr<std::string> pem = ReadPem(path, flag);
+    if (!pem.ok()) return pem.status();
   }
-  if (!options.tls_cert_file.empty()) {
-    absl::StatusOr<std::string> cert =
-        ReadPem(options.tls_cert_file, "--tls_cert_file");
-    if (!cert.ok()) return cert.status();
-    absl::StatusOr<std::string> key =
-        ReadPem(options.tls_key_file, "--tls_key_file");
-    if (!key.ok()) return key.status();
-    ssl.pem_cert_chain = *std::move(cert);
-    ssl.pem_private_key = *std::move(key);
+  client::ChannelOptions channel_options;
+  channel_options.tls_ca_file = options.tls_ca_file;
+  channel_options.tls_cert_file = options.tls_cert_file;
+  channel_options.tls_key_file = options.tls_key_file;
+  channel_options.tls_server_name = options.tls_server_name;
+  // (--insecure_tcp_for_testing is moot for a unix socket.)
+  channel_options.insecure_tcp = options.insecure_tcp && !is_unix;
+  // A command-line tool fails fast when no daemon listens (reads are still
+  // retried on UNAVAILABLE by the service config).
+  channel_options.wait_for_ready = false;
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      client::HiCacheClient::NewChannel(c.target, channel_options);
+  if (!channel.ok()) {
+    return absl::InvalidArgumentError(channel.status().message());
   }
-  grpc::ChannelArguments args;
-  if (!options.tls_server_name.empty()) {
-    args.SetSslTargetNameOverride(options.tls_server_name);
-  }
-  c.channel = grpc::CreateCustomChannel(c.target, grpc::SslCredentials(ssl),
-                                        args);
+  c.channel = *std::move(channel);
   return c;
 }
 

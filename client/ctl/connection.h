@@ -26,7 +26,9 @@ struct Connection {
   std::shared_ptr<grpc::Channel> channel;
 };
 
-// Builds the channel (connects lazily; never blocks). Unix targets are plain
+// Builds the channel with client::HiCacheClient::NewChannel (connects
+// lazily; never blocks; reads retried on UNAVAILABLE by the service config,
+// without waiting for a daemon that is not there). Unix targets are plain
 // (the daemon authenticates unix peers by their credentials); a TCP target
 // uses TLS with --tls_ca_file (or the system roots) and, with
 // --tls_cert_file and --tls_key_file, a client certificate; plain TCP only

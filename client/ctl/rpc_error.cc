@@ -20,11 +20,13 @@ std::string DescribeRpcError(const grpc::Status& status,
                              absl::Duration timeout) {
   const std::string code = GrpcCodeName(status.error_code());
   const std::string& message = status.error_message();
+  struct stat st;
+  const bool socket_missing =
+      !socket_path.empty() && ::stat(socket_path.c_str(), &st) != 0;
   switch (status.error_code()) {
     case grpc::StatusCode::UNAVAILABLE: {
       if (!socket_path.empty()) {
-        struct stat st;
-        const bool exists = ::stat(socket_path.c_str(), &st) == 0;
+        const bool exists = !socket_missing;
         // An existing socket nobody answers on: a stale file, or one this
         // user may not connect to; gRPC's message tells which.
         return absl::StrCat(
@@ -39,10 +41,21 @@ std::string DescribeRpcError(const grpc::Status& status,
                           "--target and the --tls_* options)");
     }
     case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return absl::StrCat(code, ": no answer from ", target, " within ",
-                          absl::FormatDuration(timeout),
-                          " (is hicached running and not stuck? raise "
-                          "--timeout for slow calls)");
+      // Reads retry on UNAVAILABLE until the deadline: a missing daemon can
+      // end here too.
+      if (socket_missing) {
+        return absl::StrCat(code, ": no daemon at ", socket_path,
+                            " (no such socket); is hicached running? check "
+                            "--socket or --target");
+      }
+      return absl::StrCat(
+          code, ": no answer from ", target, " within ",
+          absl::FormatDuration(timeout),
+          socket_path.empty()
+              ? " (is hicached listening on TCP there? check --target and "
+                "the --tls_* options; raise --timeout for slow calls)"
+              : " (is hicached running and not stuck? raise --timeout for "
+                "slow calls)");
     case grpc::StatusCode::PERMISSION_DENIED:
       return absl::StrCat(code, ": ", message,
                           " (operator RPCs need root or hicached "

@@ -54,6 +54,11 @@ TEST(RpcErrorTest, UnavailableUnixSocketSaysWhetherItExists) {
             "UNAVAILABLE: no daemon at " + missing +
                 " (no such socket); is hicached running? check --socket or "
                 "--target");
+  // Reads retry on UNAVAILABLE until the deadline: the same advice.
+  EXPECT_EQ(Describe(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline", missing),
+            "DEADLINE_EXCEEDED: no daemon at " + missing +
+                " (no such socket); is hicached running? check --socket or "
+                "--target");
   // A file that is there but answers nobody: a stale socket, or one this
   // user may not open; gRPC's reason is kept.
   EXPECT_EQ(Describe(grpc::StatusCode::UNAVAILABLE, "Permission denied",
