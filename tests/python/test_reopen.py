@@ -149,5 +149,31 @@ class ReopenTest(unittest.TestCase):
             self.assertEqual(s.generation, 1)
 
 
+class TaggingTest(unittest.TestCase):
+    """The generation tags on ids and page lists, without a daemon."""
+
+    def test_handles_are_ints_that_pickle_as_plain_ints(self):
+        import pickle  # pylint: disable=import-outside-toplevel
+        handle = hicache.client._handle_type(3)(7)  # pylint: disable=protected-access
+        self.assertEqual((handle, handle.generation, handle + 1), (7, 3, 8))
+        self.assertEqual({handle: 1}[7], 1)
+        plain = pickle.loads(pickle.dumps(handle))
+        self.assertIs(type(plain), int)
+        self.assertEqual(plain, 7)
+
+    def test_page_lists_keep_the_oldest_tag(self):
+        old, new = hicache.PageList([1, 2, 3], 0), hicache.PageList([4], 1)
+        self.assertEqual(old[1:].generation, 0)
+        self.assertEqual((new + old).generation, 0)
+        self.assertEqual(([9] + new).generation, 1)
+        self.assertEqual(new + [5], [4, 5])
+        pages = hicache.Pages(new, [7])
+        self.assertEqual(pages.generation, 1)
+        self.assertEqual((pages + old).generation, 0)
+        self.assertEqual(pages[1:], [7])
+        self.assertEqual(pages[1:].generation, 1)
+        self.assertIsNone(hicache.Pages([1], [2]).generation)
+
+
 if __name__ == "__main__":
     unittest.main()

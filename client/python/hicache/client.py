@@ -558,15 +558,15 @@ class Session:
                                                    lease_ms=lease_ms)
         self.on_reopen = on_reopen
         self.auto_reopen = auto_reopen
-        self.generation = 0
         self.reopens = 0
         self._reopen_lock = threading.Lock()
-        self._handle = _handle_type(0)
         # Sent once, but (with the client's wait_for_ready) only once the
         # daemon is reachable: waiting never resends.
         response = client.call("OpenSession", self._open_request,
                                wait_for_ready=client.wait_for_ready)
-        self.id = response.session_id
+        # (session id, generation, Handle type of that generation): replaced
+        # as one by a reopen, so a call reads a consistent triple.
+        self._current = (response.session_id, 0, _handle_type(0))
         self.lease_ms = response.lease_ms
         self._closed = threading.Event()
         self._keep_alive = threading.Thread(target=self._keep_alive_loop, daemon=True,
@@ -598,10 +598,9 @@ class Session:
                 return
             response = self.client.call("OpenSession", self._open_request, wait_for_ready=True)
             self.lease_ms = response.lease_ms
-            self.generation += 1
-            self._handle = _handle_type(self.generation)
+            generation = self.generation + 1
+            self._current = (response.session_id, generation, _handle_type(generation))
             self.reopens += 1
-            self.id = response.session_id
             callback = self.on_reopen
         if callback is not None:
             callback(self, lost_id)
@@ -618,18 +617,28 @@ class Session:
                 return pb.CloseSessionResponse()
             raise
 
+    @property
+    def id(self) -> str:
+        """The session id (a new one after each reopen)."""
+        return self._current[0]
+
+    @property
+    def generation(self) -> int:
+        """How many times the session was reopened: ids the session returns
+        carry it, and calls refuse ids of another generation."""
+        return self._current[1]
+
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
 
-    def _stale(self, name: str, handles=(), pages=()) -> None:
+    def _stale(self, name: str, handles, pages, generation: int) -> None:
         """Raises StaleHandleError if an id in `handles` (ints, or lists of
         ints, each checked) or a page sequence in `pages` (its own tag only:
         no walk over the pages) carries another generation than the
         session's. Untagged values (plain ints and lists) are not checked."""
-        generation = self.generation
         tags = [getattr(p, "generation", None) for p in pages]
         for value in handles:
             if isinstance(value, (list, tuple, abc.Sequence)) and not isinstance(value, Handle):
@@ -644,26 +653,33 @@ class Session:
                     f"{generation}, id '{self.id}') after the daemon restarted or the lease "
                     f"lapsed: those are invalid, match or admit again", name)
 
-    def _rpc(self, name, request, handles=(), pages=(), **kwargs):
-        """One unary call on this session. `handles`, `pages`: the daemon
-        state the request names (see _stale). A call that names none is sent
-        again once the session was reopened; one that does raises
+    def _rpc_tagged(self, name, request, handles=(), pages=(), **kwargs):
+        """One unary call on this session: (response, generation, Handle
+        type) of the session that answered. `handles`, `pages`: the daemon
+        state the request names (see _stale). A call that names none is
+        sent again once the session was reopened; one that does raises
         StaleHandleError."""
+        session, generation, handle = self._current
         if handles or pages:
-            self._stale(name, handles, pages)
+            self._stale(name, handles, pages, generation)
+        request.session_id = session
         try:
-            return self.client.call(name, request, **kwargs)
+            return self.client.call(name, request, **kwargs), generation, handle
         except HiCacheError as e:
             if not (self.auto_reopen and _session_lost(e)):
                 raise
-            self._reopen(request.session_id)
+            self._reopen(session)
             names_state = any(len(p) for p in pages) or any(
                 (len(h) if isinstance(h, abc.Sized) else h) for h in handles)
             if names_state:
                 raise StaleHandleError(f"{e.details}; the session was reopened as '{self.id}', "
                                        "and the ids this call names are invalid", name) from None
-            request.session_id = self.id
-            return self.client.call(name, request, **kwargs)
+            session, generation, handle = self._current
+            request.session_id = session
+            return self.client.call(name, request, **kwargs), generation, handle
+
+    def _rpc(self, name, request, handles=(), pages=(), **kwargs):
+        return self._rpc_tagged(name, request, handles, pages, **kwargs)[0]
 
     def allocate(self, num_pages: int = 0, owners: Sequence[int] = (),
                  mode: str = "any") -> List[int]:
@@ -671,8 +687,8 @@ class Session:
         ('any', 'zigzag', 'round_robin')."""
         item = pb.AllocateItem(num_pages=num_pages, owners=list(owners),
                                mode=_enum(_MODES, mode, "mode"))
-        response = self._rpc("Allocate", pb.AllocateRequest(session_id=self.id, items=[item]))
-        return PageList(response.allocations[0].pages, self.generation)
+        response, generation, _ = self._rpc_tagged("Allocate", pb.AllocateRequest(items=[item]))
+        return PageList(response.allocations[0].pages, generation)
 
     def free(self, pages: Sequence[int]):
         self._rpc("Free", pb.FreeRequest(session_id=self.id, pages=list(pages)), pages=(pages,))
@@ -688,8 +704,8 @@ class Session:
         # Without a lock a match changes nothing but hit counts: let it wait
         # for a daemon that is not up yet (sent once connected; the service
         # config cannot single these out of MatchPrefix).
-        response = self._rpc("MatchPrefix", request, wait_for_ready=True if not lock else None)
-        generation, handle = self.generation, self._handle
+        response, generation, handle = self._rpc_tagged(
+            "MatchPrefix", request, wait_for_ready=True if not lock else None)
         return [MatchResult(PageList(r.device.pages, generation), r.device.valid_tokens,
                             handle(r.last_device_node), handle(r.last_host_node),
                             r.host_hit_tokens, handle(r.lock_handle), r.tail_blocked)
@@ -714,8 +730,7 @@ class Session:
             else:
                 add(tokens=pack_tokens(item))
         results = []
-        response = self._rpc("Admit", request)
-        generation, handle = self.generation, self._handle
+        response, generation, handle = self._rpc_tagged("Admit", request)
         for r in response.results:
             device = r.device
             results.append(AdmitResult(r.admitted, Pages(device.pages, generation=generation),
@@ -762,9 +777,9 @@ class Session:
 
     def lock(self, nodes: Sequence[int]) -> List[int]:
         """Locks each node once; returns one lock handle per node."""
-        response = self._rpc("Lock", pb.LockRequest(session_id=self.id, nodes=list(nodes)),
-                             (nodes,))
-        return [self._handle(h) for h in response.lock_handles]
+        response, _, handle = self._rpc_tagged("Lock", pb.LockRequest(nodes=list(nodes)),
+                                               (nodes,))
+        return [handle(h) for h in response.lock_handles]
 
     def unlock(self, nodes: Sequence[int] = (), handles: Sequence[int] = ()):
         """Releases one lock per listed node, or exactly the locks `handles`
@@ -802,13 +817,12 @@ class Session:
                              f"for {len(requests)} requests")
         items = [pb.LoadItem(tokens=pack_tokens(t), extend_tokens=e)
                  for t, e in zip(requests, extend_tokens)]
-        for event in self._load_stream(pb.LoadBackRequest(session_id=self.id, items=items)):
+        for event, generation, handle in self._load_stream(pb.LoadBackRequest(items=items)):
             kind = event.WhichOneof("event")
             if kind == "started":
                 s = event.started
-                handle = self._handle
                 results[s.item] = LoadBackResult(
-                    handle(s.load_id), PageList(s.locations.pages, self.generation),
+                    handle(s.load_id), PageList(s.locations.pages, generation),
                     s.device_tokens, s.loaded_tokens, handle(s.node), s.miss_reason,
                     lock_handle=handle(s.lock_handle))
                 if s.load_id:
@@ -819,7 +833,7 @@ class Session:
                 result = results[event.done.item]
                 result.ok = event.done.ok
                 if event.done.lock_handle:
-                    result.lock_handle = self._handle(event.done.lock_handle)
+                    result.lock_handle = handle(event.done.lock_handle)
         return [results[i] for i in range(len(requests))]
 
     def finish_load(self, load_id: int):
@@ -841,22 +855,24 @@ class Session:
             raise HiCacheError(grpc.StatusCode.INTERNAL, "no subscribed marker", "Subscribe")
         return stream
 
-    def _load_stream(self, request) -> Iterator[pb.LoadBackEvent]:
-        """The events of one LoadBack; sent again on a reopened session
-        when the daemon did not know this one (nothing was loaded)."""
+    def _load_stream(self, request):
+        """(event, generation, Handle type) of one LoadBack; sent again on
+        a reopened session when the daemon did not know this one (nothing
+        was loaded)."""
         for attempt in range(2):
+            session, generation, handle = self._current
+            request.session_id = session
             started = False
             try:
                 for event in self.client.stub.LoadBack(request, timeout=self.client.timeout):
                     started = True
-                    yield event
+                    yield event, generation, handle
                 return
             except grpc.RpcError as e:  # pylint: disable=no-member
                 error = HiCacheError(e.code(), e.details(), "LoadBack")
             if started or attempt or not (self.auto_reopen and _session_lost(error)):
                 raise error
-            self._reopen(request.session_id)
-            request.session_id = self.id
+            self._reopen(session)
 
     def load_back_events(self, tokens: Tokens,
                          extend_tokens: int = 0) -> Iterator[pb.LoadBackEvent]:
@@ -876,8 +892,9 @@ class Session:
         """Registers a worker's "layer written" event (64 IPC handle bytes,
         e.g. hicache.LayerWrittenFence.handle) for `rank`; the fence id to
         name in layer_stored. CUDA backend only (FAILED_PRECONDITION else)."""
-        return self._handle(self._rpc("RegisterFence", pb.RegisterFenceRequest(
-            session_id=self.id, rank=rank, event_handle=bytes(event_handle))).fence_id)
+        response, _, handle = self._rpc_tagged("RegisterFence", pb.RegisterFenceRequest(
+            rank=rank, event_handle=bytes(event_handle)))
+        return handle(response.fence_id)
 
     def release_fence(self, fence_id: int):
         self._rpc("ReleaseFence", pb.ReleaseFenceRequest(session_id=self.id,
