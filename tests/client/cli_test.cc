@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "hicache/v1/hicache.pb.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 #include "version/version.h"
 
@@ -577,6 +578,71 @@ TEST(CliUsageTest, UnreachableDaemonExitsOneWithAdvice) {
   r = Cli({"--timeout=0.5", "--socket=" + socket, "tree", "--json"});
   EXPECT_EQ(r.code, kExitFailure);
   EXPECT_EQ(r.out, "");  // No half document on errors.
+}
+
+// hicachectl over the daemon's TCP TLS listener: server verified against
+// --tls_ca_file, client certificate for mTLS, operator role by the
+// certificate's common name (--operator_cert_names).
+TEST(CliTlsTest, MutualTlsAgainstTheDaemonsTcpListener) {
+  testing::TempDir dir;
+  const std::string d = dir.path();
+  const std::string script = absl::StrCat(
+      "set -e; cd ", d, "; ",
+      "O=/usr/bin/openssl; K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
+      "-nodes'; ",
+      "$O req -x509 $K -keyout ca.key -out ca.pem -subj /CN=test-ca -days 1; ",
+      "$O req $K -keyout server.key -out server.csr -subj /CN=localhost; ",
+      "printf 'subjectAltName=DNS:localhost\\n' > san.ext; ",
+      "$O x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+      "-out server.pem -days 1 -extfile san.ext; ",
+      "for cn in ctl-operator someone; do "
+      "$O req $K -keyout $cn.key -out $cn.csr -subj /CN=$cn; "
+      "$O x509 -req -in $cn.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+      "-out $cn.pem -days 1; done");
+  auto made = testing::Run({"/bin/sh", "-c", script});
+  if (!made.ok() || made->exit_code != 0) {
+    GTEST_SKIP() << "openssl could not make certificates here: "
+                 << (made.ok() ? made->err : made.status().ToString());
+  }
+  DaemonConfig config;
+  config.listen_tcp = "127.0.0.1:0";
+  config.tls_cert_file = d + "/server.pem";
+  config.tls_key_file = d + "/server.key";
+  config.tls_client_ca_file = d + "/ca.pem";
+  config.operator_cert_names = {"ctl-operator"};
+  auto server =
+      DaemonServer::Start(config, dir.Child("d.sock"), Clock::Real());
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string target = absl::StrCat("127.0.0.1:", (*server)->tcp_port());
+  auto as = [&](const std::string& cn, std::vector<std::string> args) {
+    std::vector<std::string> argv = {
+        "--target=" + target, "--tls_ca_file=" + d + "/ca.pem",
+        "--tls_server_name=localhost", "--timeout=5"};
+    if (!cn.empty()) {
+      argv.push_back("--tls_cert_file=" + d + "/" + cn + ".pem");
+      argv.push_back("--tls_key_file=" + d + "/" + cn + ".key");
+    }
+    argv.insert(argv.end(), args.begin(), args.end());
+    return Cli(argv);
+  };
+  CliResult r = as("ctl-operator", {"health"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out, "SERVING\n");
+  r = as("ctl-operator", {"tree", "--json"});  // An operator RPC.
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(ParseOneDocument(r.out)["total_nodes"], 0);
+  r = as("someone", {"tree"});
+  EXPECT_EQ(r.code, kExitFailure);
+  EXPECT_THAT(r.err, HasSubstr("PERMISSION_DENIED"));
+  EXPECT_THAT(r.err, HasSubstr("docs/security.md"));
+  // Without a client certificate the daemon (which asks for one) refuses
+  // the handshake; without the CA the daemon's certificate is not trusted.
+  r = as("", {"--timeout=2", "health"});
+  EXPECT_EQ(r.code, kExitFailure);
+  r = Cli({"--target=" + target, "--timeout=2",
+           "--tls_cert_file=" + d + "/ctl-operator.pem",
+           "--tls_key_file=" + d + "/ctl-operator.key", "health"});
+  EXPECT_EQ(r.code, kExitFailure);
 }
 
 }  // namespace
