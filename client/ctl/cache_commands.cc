@@ -212,6 +212,13 @@ int RunTree(const TreeOptions& o, const CommandContext& c) {
     for (v1::NodeInfo& n : *page.mutable_nodes()) {
       *all.add_nodes() = std::move(n);
     }
+    if (page.nodes_size() > 0 && page.total_nodes() == 0) {
+      // A daemon from before paging: it neither sorts nor pages (and
+      // returns every node when no --limit is given).
+      *c.err << "hicachectl: warning: this hicached does not sort or page "
+                "the tree (it is older than hicachectl); nodes are in tree "
+                "order\n";
+    }
     all.set_total_nodes(page.total_nodes());
     all.set_next_page_token(page.next_page_token());
     if (!o.all || page.next_page_token().empty()) break;
