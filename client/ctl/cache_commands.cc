@@ -113,7 +113,8 @@ class TempSession {
   std::string id_;
 };
 
-void PrintNodeLine(const v1::NodeInfo& n, bool indent, const CommandContext& c) {
+void PrintNodeLine(const v1::NodeInfo& n, bool indent,
+                   const CommandContext& c) {
   std::vector<uint32_t> owners(n.page_owners().begin(), n.page_owners().end());
   *c.out << std::string(indent ? 2 * std::max(0, n.depth() - 1) : 0, ' ')
          << absl::StrFormat(
@@ -239,8 +240,8 @@ int RunTree(const TreeOptions& o, const CommandContext& c) {
   }
   if (!all.next_page_token().empty()) {
     *c.out << "(" << all.nodes_size() << " of " << all.total_nodes()
-           << " nodes shown; next page: --page_token="
-           << all.next_page_token() << ", or --all for every page)\n";
+           << " nodes shown; next page: --page_token=" << all.next_page_token()
+           << ", or --all for every page)\n";
   }
   return kExitOk;
 }

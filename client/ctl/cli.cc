@@ -56,8 +56,7 @@ CLI::Validator IntRange(int64_t lo, int64_t hi) {
           return "";
         }
         if (hi == std::numeric_limits<int64_t>::max()) {
-          return absl::StrCat("wants an integer >= ", lo, ", got '", text,
-                              "'");
+          return absl::StrCat("wants an integer >= ", lo, ", got '", text, "'");
         }
         return absl::StrCat("wants an integer in [", lo, ", ", hi, "], got '",
                             text, "'");
@@ -73,8 +72,8 @@ CLI::Validator TimeoutSeconds() {
         if (absl::SimpleAtod(text, &value) && value > 0 && value <= 86400) {
           return "";
         }
-        return absl::StrCat(
-            "wants a number of seconds in (0, 86400], got '", text, "'");
+        return absl::StrCat("wants a number of seconds in (0, 86400], got '",
+                            text, "'");
       },
       "");
 }
@@ -114,8 +113,7 @@ void AddGlobals(CLI::App& app, Globals& g) {
                  "Any gRPC target (unix:/run/h.sock, host:port); overrides "
                  "--socket")
       ->type_name("ADDR");
-  app.add_flag("--json", g.json,
-               "Machine-readable output: one JSON document");
+  app.add_flag("--json", g.json, "Machine-readable output: one JSON document");
   app.add_option("--timeout", g.timeout_seconds,
                  "Per-call deadline in seconds (default 5)")
       ->type_name("SECONDS")
@@ -170,7 +168,8 @@ void AddCommands(CLI::App& app, Commands& c) {
   tree->add_option("--prefix", c.tree.prefix,
                    "Only nodes under these tokens (1,2,3)")
       ->type_name("T,T,..");
-  tree->add_option("--depth", c.tree.depth, "Levels below the root (-1 or 0 = all)")
+  tree->add_option("--depth", c.tree.depth,
+                   "Levels below the root (-1 or 0 = all)")
       ->type_name("N")
       ->check(IntRange(-1, 1 << 30));
   tree->add_option("--limit", c.tree.limit,
@@ -181,20 +180,24 @@ void AddCommands(CLI::App& app, Commands& c) {
   tree->add_option("--sort", c.tree.sort,
                    "tree (default: depth first), hits, recency, tokens, id")
       ->type_name("ORDER")
-      ->check(CLI::IsMember({"tree", "hits", "recency", "tokens", "id", "len"}));
+      ->check(
+          CLI::IsMember({"tree", "hits", "recency", "tokens", "id", "len"}));
   tree->add_option("--page_token", c.tree.page_token,
                    "Continue where the previous page ended")
       ->type_name("TOKEN");
   tree->add_flag("--all", c.tree.all, "Follow the pages to the end");
 
-  CLI::App* node = AddCommand(
-      app, "node", "One node: every page's owner and host pages");
-  node->add_option("id", c.node, "Node id")->required()->type_name("ID")
+  CLI::App* node =
+      AddCommand(app, "node", "One node: every page's owner and host pages");
+  node->add_option("id", c.node, "Node id")
+      ->required()
+      ->type_name("ID")
       ->check(IntRange(1, kInt64Max));
 
-  CLI::App* match = AddCommand(
-      app, "match", "What a request would hit, per tier (a peek: no hit "
-                    "is counted)");
+  CLI::App* match =
+      AddCommand(app, "match",
+                 "What a request would hit, per tier (a peek: no hit "
+                 "is counted)");
   match->add_option("tokens", c.match.tokens, "Token ids: 1,2,3 or 1 2 3")
       ->type_name("T,T,..");
   match->add_option("--file", c.match.file, "Read the token ids from FILE")
@@ -220,7 +223,9 @@ void AddCommands(CLI::App& app, Commands& c) {
       ->check(IntRange(0, kInt64Max));
 
   CLI::App* pin = AddCommand(app, "pin", "Protect a node's host copy");
-  pin->add_option("id", c.pin.node, "Node id")->required()->type_name("ID")
+  pin->add_option("id", c.pin.node, "Node id")
+      ->required()
+      ->type_name("ID")
       ->check(IntRange(1, kInt64Max));
   pin->add_option("--ttl-ms,--ttl_ms", c.pin.ttl_ms, "How long, in ms")
       ->required()
@@ -230,7 +235,9 @@ void AddCommands(CLI::App& app, Commands& c) {
       ->type_name("NS");
 
   CLI::App* unpin = AddCommand(app, "unpin", "End a node's pin");
-  unpin->add_option("id", c.unpin.node, "Node id")->required()->type_name("ID")
+  unpin->add_option("id", c.unpin.node, "Node id")
+      ->required()
+      ->type_name("ID")
       ->check(IntRange(1, kInt64Max));
   unpin->add_option("--ns", c.unpin.ns, "The node's namespace (default \"\")")
       ->type_name("NS");
@@ -246,9 +253,9 @@ void AddCommands(CLI::App& app, Commands& c) {
       ->type_name("PAGES")
       ->check(IntRange(0, kInt64Max));
 
-  CLI::App* watch = AddCommand(
-      app, "watch",
-      "Live cache events (with --json: one JSON object per line)");
+  CLI::App* watch =
+      AddCommand(app, "watch",
+                 "Live cache events (with --json: one JSON object per line)");
   watch->add_flag("--layers", c.watch.layers, "Also every per-layer step");
   watch->add_option("--count", c.watch.count, "Stop after N events")
       ->type_name("N")
@@ -276,8 +283,8 @@ std::unique_ptr<CLI::App> BuildApp(Globals& globals, Commands& commands) {
   return app;
 }
 
-int Dispatch(CLI::App& app, const Globals& g, Commands& cmds,
-             std::ostream& out, std::ostream& err) {
+int Dispatch(CLI::App& app, const Globals& g, Commands& cmds, std::ostream& out,
+             std::ostream& err) {
   const std::vector<CLI::App*> chosen = app.get_subcommands();
   if (chosen.empty()) {
     err << "hicachectl: missing command; run 'hicachectl --help'\n";

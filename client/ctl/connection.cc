@@ -34,18 +34,17 @@ absl::StatusOr<Connection> Connect(const ConnectionOptions& options) {
   if (!options.target.empty()) {
     c.target = options.target;
   } else {
-    c.socket_path = options.socket.empty() ? client::DefaultSocketPath()
-                                           : options.socket;
+    c.socket_path =
+        options.socket.empty() ? client::DefaultSocketPath() : options.socket;
     c.target = client::UnixTarget(c.socket_path);
   }
   if (absl::StartsWith(c.target, "unix:") && c.socket_path.empty()) {
     c.socket_path = c.target.substr(5);
     if (absl::StartsWith(c.socket_path, "//")) c.socket_path.erase(0, 2);
   }
-  const bool any_tls = !options.tls_ca_file.empty() ||
-                       !options.tls_cert_file.empty() ||
-                       !options.tls_key_file.empty() ||
-                       !options.tls_server_name.empty();
+  const bool any_tls =
+      !options.tls_ca_file.empty() || !options.tls_cert_file.empty() ||
+      !options.tls_key_file.empty() || !options.tls_server_name.empty();
   const bool is_unix = absl::StartsWith(c.target, "unix:");
   if (is_unix && any_tls) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -10,19 +10,19 @@ namespace hicache::ctl {
 
 // Where and how hicachectl reaches the daemon (the global flags).
 struct ConnectionOptions {
-  std::string socket;  // --socket; empty = client::DefaultSocketPath().
-  std::string target;  // --target; any gRPC target, overrides --socket.
-  bool insecure_tcp = false;     // --insecure_tcp_for_testing.
-  std::string tls_ca_file;       // --tls_ca_file: PEM roots for the server.
-  std::string tls_cert_file;     // --tls_cert_file: client cert (mTLS).
-  std::string tls_key_file;      // --tls_key_file: its private key.
-  std::string tls_server_name;   // --tls_server_name: expected server name.
+  std::string socket;         // --socket; empty = client::DefaultSocketPath().
+  std::string target;         // --target; any gRPC target, overrides --socket.
+  bool insecure_tcp = false;  // --insecure_tcp_for_testing.
+  std::string tls_ca_file;    // --tls_ca_file: PEM roots for the server.
+  std::string tls_cert_file;  // --tls_cert_file: client cert (mTLS).
+  std::string tls_key_file;   // --tls_key_file: its private key.
+  std::string tls_server_name;  // --tls_server_name: expected server name.
 };
 
 // A channel and the target it was made for.
 struct Connection {
-  std::string target;              // e.g. "unix:/run/hicached/hicached.sock".
-  std::string socket_path;         // The unix socket path; "" for TCP.
+  std::string target;       // e.g. "unix:/run/hicached/hicached.sock".
+  std::string socket_path;  // The unix socket path; "" for TCP.
   std::shared_ptr<grpc::Channel> channel;
 };
 

@@ -57,8 +57,8 @@ Json DoubleJson(double v) {
 
 // One value of `field`: element `index` of a repeated field, or the single
 // value when index < 0.
-Json FieldValue(const Message& m, const Reflection* r,
-                const FieldDescriptor* f, int index) {
+Json FieldValue(const Message& m, const Reflection* r, const FieldDescriptor* f,
+                int index) {
   const bool rep = index >= 0;
   switch (f->cpp_type()) {
     case FieldDescriptor::CPPTYPE_INT32:
@@ -127,13 +127,12 @@ std::string FormatStatsHuman(const v1::GetStatsResponse& stats) {
   const v1::BuildInfo& build = stats.build();
   const v1::PoolGeometry& geo = stats.geometry();
   std::string out;
-  absl::StrAppendFormat(&out, "hicached %s (git %s, %s, %s, cuda %s, api %s)\n",
-                        build.version(),
-                        build.git_revision().empty() ? "unknown"
-                                                     : build.git_revision(),
-                        build.compiler(), build.build_mode(),
-                        build.cuda_support() ? "compiled in" : "not compiled",
-                        build.proto_package());
+  absl::StrAppendFormat(
+      &out, "hicached %s (git %s, %s, %s, cuda %s, api %s)\n", build.version(),
+      build.git_revision().empty() ? "unknown" : build.git_revision(),
+      build.compiler(), build.build_mode(),
+      build.cuda_support() ? "compiled in" : "not compiled",
+      build.proto_package());
   absl::StrAppendFormat(&out, "%-14s %d\n", "pid:", stats.pid());
   absl::StrAppendFormat(&out, "%-14s %s\n",
                         "listening:", stats.listen_address());
@@ -165,9 +164,8 @@ Json ProtoToJson(const Message& message) {
       Json map = Json::object();
       for (int j = 0; j < r->FieldSize(message, f); ++j) {
         const Message& entry = r->GetRepeatedMessage(message, f, j);
-        map[MapKey(entry)] = FieldValue(
-            entry, entry.GetReflection(),
-            entry.GetDescriptor()->map_value(), -1);
+        map[MapKey(entry)] = FieldValue(entry, entry.GetReflection(),
+                                        entry.GetDescriptor()->map_value(), -1);
       }
       object[f->name()] = std::move(map);
     } else if (f->is_repeated()) {

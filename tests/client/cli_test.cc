@@ -136,9 +136,9 @@ TEST_F(CliTest, StatsHumanAndJson) {
   // One JSON document: the daemon and the cache.
   const Json doc = ParseOneDocument(r.out);
   v1::GetStatsResponse stats;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
-                  doc["daemon"].dump(), &stats)
-                  .ok())
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(doc["daemon"].dump(), &stats)
+          .ok())
       << r.out;
   v1::CacheStats cache;
   ASSERT_TRUE(
@@ -342,17 +342,21 @@ TEST_F(CacheCliTest, TreeSortsBeforeItLimits) {
 }
 
 TEST_F(CacheCliTest, TreePagesThroughContinuationTokens) {
-  const std::vector<uint64_t> added = {InsertNode(100000, 64),
-                                       InsertNode(200000, 64),
-                                       InsertNode(300000, 64)};
+  const std::vector<uint64_t> added = {
+      InsertNode(100000, 64), InsertNode(200000, 64), InsertNode(300000, 64)};
   std::vector<uint64_t> expected = {node_};
   expected.insert(expected.end(), added.begin(), added.end());
   // Page by page, by hand.
   std::vector<uint64_t> seen;
   std::string token;
   for (int page = 0; page < 10; ++page) {
-    std::vector<std::string> args = {"--socket=" + socket_, "--json", "tree",
-                                     "--sort", "id", "--limit", "1"};
+    std::vector<std::string> args = {"--socket=" + socket_,
+                                     "--json",
+                                     "tree",
+                                     "--sort",
+                                     "id",
+                                     "--limit",
+                                     "1"};
     if (!token.empty()) args.push_back("--page_token=" + token);
     CliResult r = Cli(args);
     ASSERT_EQ(r.code, kExitOk) << r.err;
@@ -370,7 +374,8 @@ TEST_F(CacheCliTest, TreePagesThroughContinuationTokens) {
   // The human listing says how to go on.
   CliResult r = Cli({"--socket=" + socket_, "tree", "--limit", "2"});
   EXPECT_EQ(r.code, kExitOk) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("(2 of 4 nodes shown; next page: --page_token="));
+  EXPECT_THAT(r.out,
+              HasSubstr("(2 of 4 nodes shown; next page: --page_token="));
 }
 
 TEST_F(CacheCliTest, TreeRejectsForeignAndGarbageTokens) {
@@ -379,21 +384,21 @@ TEST_F(CacheCliTest, TreeRejectsForeignAndGarbageTokens) {
   EXPECT_EQ(r.code, kExitFailure);
   EXPECT_THAT(r.err, HasSubstr("INVALID_ARGUMENT: page_token"));
   // A token of a hits listing cannot continue an id listing.
-  r = Cli({"--socket=" + socket_, "--json", "tree", "--sort", "hits",
-           "--limit", "1"});
+  r = Cli({"--socket=" + socket_, "--json", "tree", "--sort", "hits", "--limit",
+           "1"});
   ASSERT_EQ(r.code, kExitOk) << r.err;
   const std::string token =
       ParseOneDocument(r.out)["next_page_token"].get<std::string>();
   ASSERT_FALSE(token.empty());
-  r = Cli({"--socket=" + socket_, "tree", "--sort", "id", "--page_token",
-           token});
+  r = Cli(
+      {"--socket=" + socket_, "tree", "--sort", "id", "--page_token", token});
   EXPECT_EQ(r.code, kExitFailure);
   EXPECT_THAT(r.err, HasSubstr("another query"));
   r = Cli({"--socket=" + socket_, "tree", "--sort", "hits", "--ns", "x",
            "--page_token", token});
   EXPECT_EQ(r.code, kExitFailure);
-  r = Cli({"--socket=" + socket_, "tree", "--sort", "hits", "--page_token",
-           token});
+  r = Cli(
+      {"--socket=" + socket_, "tree", "--sort", "hits", "--page_token", token});
   EXPECT_EQ(r.code, kExitOk) << r.err;
 }
 
@@ -402,8 +407,9 @@ TEST_F(CacheCliTest, TreeRejectsForeignAndGarbageTokens) {
 TEST_F(CacheCliTest, FreeRoomWithoutArgumentsShowsTheTargets) {
   CliResult r = Cli({"--socket=" + socket_, "free-room"});
   EXPECT_EQ(r.code, kExitOk) << r.err;
-  EXPECT_EQ(r.out, "free-room targets: L1 0 pages per lane, L2 0 pages per "
-                   "rank\n");
+  EXPECT_EQ(r.out,
+            "free-room targets: L1 0 pages per lane, L2 0 pages per "
+            "rank\n");
   r = Cli({"--socket=" + socket_, "free-room", "--l1", "4", "--l2", "8"});
   EXPECT_EQ(r.code, kExitOk) << r.err;
   r = Cli({"--socket=" + socket_, "--json", "cache-stats"});
@@ -541,11 +547,11 @@ TEST(CliUsageTest, TcpTargetsUseTlsUnlessTold) {
   EXPECT_EQ(r.code, kExitFailure);
   // UNAVAILABLE, or DEADLINE_EXCEEDED when gRPC's retries of the read
   // outlast --timeout: either way the target and the TLS options are named.
-  EXPECT_THAT(r.err, ::testing::AnyOf(
-                         HasSubstr("UNAVAILABLE: cannot reach a daemon at "
-                                   "127.0.0.1:1"),
-                         HasSubstr("DEADLINE_EXCEEDED: no answer from "
-                                   "127.0.0.1:1")));
+  EXPECT_THAT(
+      r.err, ::testing::AnyOf(HasSubstr("UNAVAILABLE: cannot reach a daemon at "
+                                        "127.0.0.1:1"),
+                              HasSubstr("DEADLINE_EXCEEDED: no answer from "
+                                        "127.0.0.1:1")));
   EXPECT_THAT(r.err, HasSubstr("--tls_"));
   // Contradictions and unreadable files are command-line errors.
   r = Cli({"--target=127.0.0.1:1", "--tls_cert_file=/etc/hostname", "health"});
@@ -556,7 +562,8 @@ TEST(CliUsageTest, TcpTargetsUseTlsUnlessTold) {
   EXPECT_EQ(r.code, kExitUsage);
   r = Cli({"--target=127.0.0.1:1", "--tls_ca_file=/nonexistent.pem", "health"});
   EXPECT_EQ(r.code, kExitUsage);
-  EXPECT_THAT(r.err, HasSubstr("--tls_ca_file: cannot read '/nonexistent.pem'"));
+  EXPECT_THAT(r.err,
+              HasSubstr("--tls_ca_file: cannot read '/nonexistent.pem'"));
   r = Cli({"--socket=/tmp/x.sock", "--tls_ca_file=/etc/hostname", "health"});
   EXPECT_EQ(r.code, kExitUsage);
   EXPECT_THAT(r.err, HasSubstr("TCP targets only"));
@@ -610,8 +617,7 @@ TEST(CliTlsTest, MutualTlsAgainstTheDaemonsTcpListener) {
   config.tls_key_file = d + "/server.key";
   config.tls_client_ca_file = d + "/ca.pem";
   config.operator_cert_names = {"ctl-operator"};
-  auto server =
-      DaemonServer::Start(config, dir.Child("d.sock"), Clock::Real());
+  auto server = DaemonServer::Start(config, dir.Child("d.sock"), Clock::Real());
   ASSERT_TRUE(server.ok()) << server.status();
   const std::string target = absl::StrCat("127.0.0.1:", (*server)->tcp_port());
   auto as = [&](const std::string& cn, std::vector<std::string> args) {

@@ -61,11 +61,11 @@ TEST(RpcErrorTest, UnavailableUnixSocketSaysWhetherItExists) {
                 "--target");
   // A file that is there but answers nobody: a stale socket, or one this
   // user may not open; gRPC's reason is kept.
-  EXPECT_EQ(Describe(grpc::StatusCode::UNAVAILABLE, "Permission denied",
-                     dir.path()),
-            "UNAVAILABLE: no daemon answering at " + dir.path() +
-                " (Permission denied); is hicached running? check --socket "
-                "or --target");
+  EXPECT_EQ(
+      Describe(grpc::StatusCode::UNAVAILABLE, "Permission denied", dir.path()),
+      "UNAVAILABLE: no daemon answering at " + dir.path() +
+          " (Permission denied); is hicached running? check --socket "
+          "or --target");
 }
 
 }  // namespace

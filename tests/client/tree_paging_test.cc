@@ -39,16 +39,15 @@ class TreePagingTest : public ::testing::Test {
     auto server = DaemonServer::Start(config, *socket_, Clock::Real());
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = server->release();
-    stub_ = v1::HiCache::NewStub(grpc::CreateChannel(
-                                     client::UnixTarget(*socket_),
-                                     grpc::InsecureChannelCredentials()))
+    stub_ = v1::HiCache::NewStub(
+                grpc::CreateChannel(client::UnixTarget(*socket_),
+                                    grpc::InsecureChannelCredentials()))
                 .release();
-    auto shared = std::shared_ptr<v1::HiCache::Stub>(v1::HiCache::NewStub(
-        grpc::CreateChannel(client::UnixTarget(*socket_),
-                            grpc::InsecureChannelCredentials())));
-    auto session = client::Session::Open(shared, "paging-test",
-                                         v1::ROLE_SCHEDULER, 0, "",
-                                         absl::Seconds(600));
+    auto shared = std::shared_ptr<v1::HiCache::Stub>(
+        v1::HiCache::NewStub(grpc::CreateChannel(
+            client::UnixTarget(*socket_), grpc::InsecureChannelCredentials())));
+    auto session = client::Session::Open(
+        shared, "paging-test", v1::ROLE_SCHEDULER, 0, "", absl::Seconds(600));
     ASSERT_TRUE(session.ok()) << session.status();
     session_ = session->release();
     InsertNodes(0, kNodes);
@@ -237,8 +236,8 @@ TEST_F(TreePagingTest, PagingAChangingTreeEnds) {
       std::vector<std::vector<int32_t>> queries;
       for (int i = 0; i < 50; ++i) {
         const int node = (pages * 997 + i * 131) % kNodes;
-        queries.push_back({4 * node + 1, 4 * node + 2, 4 * node + 3,
-                           4 * node + 4});
+        queries.push_back(
+            {4 * node + 1, 4 * node + 2, 4 * node + 3, 4 * node + 4});
       }
       ASSERT_TRUE(session_->MatchPrefix(queries).ok());
       grpc::ClientContext ctx;

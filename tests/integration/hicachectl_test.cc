@@ -21,10 +21,10 @@
 namespace hicache {
 namespace {
 
-using ::testing::HasSubstr;
-using ::testing::MatchesRegex;
 using testing::CtlPath;
 using testing::DaemonPath;
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
 using testing::RunResult;
 using testing::Subprocess;
 
@@ -46,9 +46,9 @@ class HicachectlTest : public ::testing::Test {
  protected:
   void SetUp() override {
     chmod(dir_.path().c_str(), 0755);  // Another user may reach the socket.
-    absl::StatusOr<Subprocess> daemon = Subprocess::Start(
-        {DaemonPath(), "--socket=" + socket_, "--l1_free_room_pages=7",
-         "--l2_free_room_pages=9"});
+    absl::StatusOr<Subprocess> daemon =
+        Subprocess::Start({DaemonPath(), "--socket=" + socket_,
+                           "--l1_free_room_pages=7", "--l2_free_room_pages=9"});
     ASSERT_TRUE(daemon.ok()) << daemon.status();
     daemon_.emplace(*std::move(daemon));
     const absl::Time deadline = absl::Now() + absl::Seconds(20);
@@ -72,9 +72,10 @@ class HicachectlTest : public ::testing::Test {
 };
 
 TEST_F(HicachectlTest, VersionCarriesTheGitRevision) {
-  for (std::vector<std::string> args :
-       {std::vector<std::string>{"--version"}, {"tree", "--version"},
-        {"free-room", "--version"}, {"node", "--version"}}) {
+  for (std::vector<std::string> args : {std::vector<std::string>{"--version"},
+                                        {"tree", "--version"},
+                                        {"free-room", "--version"},
+                                        {"node", "--version"}}) {
     args.insert(args.begin(), CtlPath());
     RunResult r = RunBinary(args);
     EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -131,7 +132,8 @@ TEST_F(HicachectlTest, ExitCodesAndMessages) {
   const std::string missing = dir_.Child("none.sock");
   r = RunBinary({CtlPath(), "health", "--timeout=0.5", "--socket=" + missing});
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.err, HasSubstr("no daemon at " + missing + " (no such socket)"));
+  EXPECT_THAT(r.err,
+              HasSubstr("no daemon at " + missing + " (no such socket)"));
   EXPECT_THAT(r.err, HasSubstr("is hicached running? check --socket"));
 }
 
@@ -141,9 +143,9 @@ TEST_F(HicachectlTest, PermissionDeniedSaysWhatToDo) {
     GTEST_SKIP() << "needs root and setpriv to run hicachectl as another user";
   }
   chmod(socket_.c_str(), 0666);
-  RunResult r = RunBinary({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
-                     "--clear-groups", CtlPath(), "--socket=" + socket_,
-                     "tree"});
+  RunResult r =
+      RunBinary({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
+                 "--clear-groups", CtlPath(), "--socket=" + socket_, "tree"});
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_THAT(r.err, HasSubstr("hicachectl: PERMISSION_DENIED: DumpTree is an "
                                "operator RPC"));
