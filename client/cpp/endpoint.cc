@@ -41,8 +41,8 @@ std::string ServiceConfigJson(bool wait_for_ready) {
                         m.method, "\"}");
       });
   return absl::StrCat(
-      "{\"methodConfig\":[{\"name\":[", names, "],\"waitForReady\":",
-      wait_for_ready ? "true" : "false",
+      "{\"methodConfig\":[{\"name\":[", names,
+      "],\"waitForReady\":", wait_for_ready ? "true" : "false",
       ",\"retryPolicy\":{\"maxAttempts\":", kReadMaxAttempts,
       ",\"initialBackoff\":\"0.05s\",\"maxBackoff\":\"1s\","
       "\"backoffMultiplier\":2,\"retryableStatusCodes\":[\"UNAVAILABLE\"]}}]}");

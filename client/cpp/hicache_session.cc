@@ -244,9 +244,8 @@ absl::StatusOr<v1::MatchPrefixResponse> Session::MatchPrefix(
   // locking one fails fast. Neither is retried once sent (see
   // RetriedReadMethods() in client/cpp/endpoint.h).
   if (!options.lock) context.set_wait_for_ready(true);
-  if (absl::Status s =
-          FromGrpc(stub_->MatchPrefix(&context, request, &response),
-                   "MatchPrefix");
+  if (absl::Status s = FromGrpc(
+          stub_->MatchPrefix(&context, request, &response), "MatchPrefix");
       !s.ok()) {
     return s;
   }

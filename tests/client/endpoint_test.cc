@@ -75,8 +75,8 @@ TEST(ServiceConfigTest, RetriesOnlyTheReads) {
   const nlohmann::json& retry = method["retryPolicy"];
   EXPECT_EQ(retry["maxAttempts"], kReadMaxAttempts);
   EXPECT_EQ(retry["retryableStatusCodes"], nlohmann::json({"UNAVAILABLE"}));
-  EXPECT_EQ(nlohmann::json::parse(ServiceConfigJson(false))["methodConfig"][0]
-                                                            ["waitForReady"],
+  EXPECT_EQ(nlohmann::json::parse(
+                ServiceConfigJson(false))["methodConfig"][0]["waitForReady"],
             false);
 }
 
