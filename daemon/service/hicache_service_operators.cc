@@ -278,9 +278,9 @@ grpc::Status HiCacheService::DumpTree(grpc::ServerContext* context,
   if (!v1::TreeSort_IsValid(request.sort())) {
     return Invalid(absl::StrCat("unknown sort ", request.sort()));
   }
-  if (request.limit() < 0) return Invalid("limit must be >= 0");
-  const int64_t page =
-      request.limit() == 0 ? kDefaultTreePage
+  // limit <= 0 is the default page (before paging, it meant "every node").
+  const int64_t page = request.limit() <= 0
+                           ? kDefaultTreePage
                            : std::min(request.limit(), kMaxTreePage);
   const v1::TreeSort sort = request.sort();
   const bool tree_order = sort == v1::TREE_SORT_UNSPECIFIED;
