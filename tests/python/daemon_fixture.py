@@ -23,10 +23,14 @@ class Daemon:
             self.start()
 
     def start(self):
-        self.process = subprocess.Popen(
-            [os.environ["HICACHED"], f"--socket={self.socket}", "--log_level=warn",
-             *self.flags],
-            stderr=subprocess.PIPE)
+        # The log goes to a file: a pipe nobody reads would block the daemon
+        # once it fills.
+        self.log_path = os.path.join(self.dir, "hicached.log")
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [os.environ["HICACHED"], f"--socket={self.socket}", "--log_level=warn",
+                 *self.flags],
+                stderr=log)
         deadline = time.time() + 20
         while time.time() < deadline:
             if os.path.exists(self.socket):
@@ -37,9 +41,17 @@ class Daemon:
                 except hicache.HiCacheError:
                     pass
             if self.process.poll() is not None:
-                raise RuntimeError(self.process.stderr.read().decode())
+                raise RuntimeError(self.log())
             time.sleep(0.05)
         raise RuntimeError("hicached did not start")
+
+    def log(self, tail: int = 4000) -> str:
+        """The end of the daemon's log (stderr)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read()[-tail:].decode(errors="replace")
+        except OSError:
+            return ""
 
     def kill(self):
         """SIGKILL: the daemon dies as in a crash (the socket file stays)."""

@@ -8,7 +8,8 @@ hicached:
     ~/.cache/hicache/pip where that is writable.
 
 Each venv runs a smoke script from outside the checkout (no PYTHONPATH):
-health, open a session, admit, complete, match, the replay entry points.
+health, open a session, admit, complete, match; then a short replay
+(python -m hicache.replay) and the hicache-replay command.
 """
 
 import json
@@ -119,14 +120,23 @@ class WheelTest(unittest.TestCase):
         WheelTest.base += 1000
         ran = _run([python, script, self.daemon.socket, str(self.base)], cwd=self.dir,
                    timeout=120)
-        self.assertEqual(ran.returncode, 0, ran.stdout)
+        self.assertEqual(ran.returncode, 0,
+                         f"{ran.stdout}\n(hicached exit status: {self.daemon.process.poll()}; "
+                         f"its log:\n{self.daemon.log()})")
         report = json.loads(ran.stdout.strip().splitlines()[-1])
         self.assertTrue(report["module"].startswith(venv), report)
-        for entry in ([python, "-m", "hicache.replay", "--help"],
-                      [os.path.join(venv, "bin", "hicache-replay"), "--help"]):
-            help_run = _run(entry, cwd=self.dir, timeout=60)
-            self.assertEqual(help_run.returncode, 0, help_run.stdout)
-            self.assertIn("--trace", help_run.stdout)
+        # The replay tool runs from the installed package, against the daemon.
+        replay = _run([python, "-m", "hicache.replay", "--socket", self.daemon.socket,
+                       "--conversations", "4", "--turns", "3", "--system-tokens", "8",
+                       "--user-tokens", "4", "--output-tokens", "4", "--requests", "12",
+                       "--seed", str(self.base), "--json"], cwd=self.dir, timeout=120)
+        self.assertEqual(replay.returncode, 0, replay.stdout)
+        summary = json.loads(replay.stdout[replay.stdout.index("{"):])
+        self.assertEqual((summary["requests"], summary["held_pages_at_end"]), (12, 0))
+        help_run = _run([os.path.join(venv, "bin", "hicache-replay"), "--help"], cwd=self.dir,
+                        timeout=60)
+        self.assertEqual(help_run.returncode, 0, help_run.stdout)
+        self.assertIn("--trace", help_run.stdout)
         return report
 
     def test_wheel_contents(self):
