@@ -22,7 +22,10 @@ absl::StatusOr<std::unique_ptr<LoadFenceWaiter>> LoadFenceWaiter::Create(
 
 LoadFenceWaiter::~LoadFenceWaiter() {
   absl::MutexLock lock(&mu_);
-  for (const auto& [bytes, event] : events_) {
+  for (const auto& entry : events_) {
+    // Destroying an event that the driver already lost cannot be helped
+    // here; the waiter is going away either way.
+    const CudaEvent event = entry.second;
     (void)cuda_->OnDevice(device_, [&] { return cuda_->EventDestroy(event); });
   }
 }
@@ -32,14 +35,22 @@ absl::Status LoadFenceWaiter::Wait(absl::string_view fence, CudaStream stream) {
   absl::StatusOr<CudaIpcHandle> handle = ToIpcHandle(fence, "load fence");
   if (!handle.ok()) return handle.status();
   absl::MutexLock lock(&mu_);
-  return cuda_->OnDevice(device_, [&]() -> absl::Status {
-    auto it = events_.find(fence);
-    if (it == events_.end()) {
+  auto it = events_.find(fence);
+  if (it == events_.end()) {
+    // The first wait on this fence opens its event (kept for later waits).
+    CudaEvent opened{};
+    absl::Status open = cuda_->OnDevice(device_, [&]() -> absl::Status {
       absl::StatusOr<CudaEvent> event = cuda_->IpcOpenEventHandle(*handle);
       if (!event.ok()) return event.status();
-      it = events_.emplace(std::string(fence), *event).first;
-    }
-    return cuda_->StreamWaitEvent(stream, it->second);
+      opened = *event;
+      return absl::OkStatus();
+    });
+    if (!open.ok()) return open;
+    it = events_.emplace(std::string(fence), opened).first;
+  }
+  const CudaEvent event = it->second;
+  return cuda_->OnDevice(device_, [&]() -> absl::Status {
+    return cuda_->StreamWaitEvent(stream, event);
   });
 }
 
