@@ -265,10 +265,12 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
           .max_backlog = static_cast<size_t>(config.max_stream_backlog)});
   // The unix socket is accepted by our own listener, which records each
   // peer's credentials for roles and bounds the connections.
+  DaemonServer* const self = daemon.get();
   absl::StatusOr<std::unique_ptr<UnixListener>> listener = UnixListener::Bind(
       socket_path,
       {.max_connections = static_cast<int>(
-           std::min<int64_t>(config.max_connections, 1 << 20))},
+           std::min<int64_t>(config.max_connections, 1 << 20)),
+       .on_fatal = [self](const absl::Status& status) { self->Fail(status); }},
       daemon->connections_.get());
   if (!listener.ok()) return listener.status();
   daemon->listener_ = *std::move(listener);
@@ -343,6 +345,25 @@ DaemonServer::~DaemonServer() {
   Shutdown(absl::ZeroDuration());
   Wait();
   if (reaper_.joinable()) reaper_.join();
+  std::thread failer;
+  {
+    MutexLock lock(&mu_);
+    failer = std::move(failer_);
+  }
+  if (failer.joinable()) failer.join();
+}
+
+void DaemonServer::Fail(const absl::Status& status) {
+  MutexLock lock(&mu_);
+  if (!failure_.ok() || shut_down_) return;
+  failure_ = status;
+  // Running RPCs get a second: the daemon is going away either way.
+  failer_ = std::thread([this] { Shutdown(absl::Seconds(1)); });
+}
+
+absl::Status DaemonServer::failure() const {
+  MutexLock lock(&mu_);
+  return failure_;
 }
 
 void DaemonServer::Shutdown(absl::Duration grace) {

@@ -63,6 +63,11 @@ class DaemonServer {
   // Blocks until the server has shut down.
   void Wait();
 
+  // OK, or why the daemon stopped by itself: the unix-socket listener broke
+  // (it can take no new connection), so it shut down as after Shutdown(), and
+  // hicached exits 1 for its supervisor to restart it.
+  absl::Status failure() const ABSL_LOCKS_EXCLUDED(mu_);
+
   const std::string& listen_address() const { return listen_address_; }
   const SocketGuard& socket() const { return *socket_; }
   const ShmInstance& shm_instance() const { return *shm_; }
@@ -79,6 +84,9 @@ class DaemonServer {
   static absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>>
   TcpCredentials(const DaemonConfig& config);
   void ReapLeases() ABSL_LOCKS_EXCLUDED(mu_);
+  // The listener failed for good (on its accept thread): records `status`
+  // and shuts down from another thread, as Shutdown() joins the listener.
+  void Fail(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
 
   std::unique_ptr<SocketGuard> socket_;
   // Declared before the engine: its lock outlives the pools' segments.
@@ -103,8 +111,11 @@ class DaemonServer {
   // Declared after server_: destroyed (stopped) before it.
   std::unique_ptr<UnixListener> listener_;
 
-  Mutex mu_;
+  mutable Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  // Runs Shutdown() after a listener failure; joined by the destructor.
+  std::thread failer_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace hicache

@@ -419,17 +419,31 @@ int Run(int argc, char** argv) {
   const absl::Duration grace =
       absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds));
   DaemonServer* daemon = server->get();
-  std::thread signal_waiter([&shutdown_signals, daemon, grace] {
+  std::atomic<bool> stopped_by_failure{false};
+  std::thread signal_waiter([&shutdown_signals, &stopped_by_failure, daemon,
+                             grace] {
     int signal_number = 0;
     sigwait(&shutdown_signals, &signal_number);
+    if (stopped_by_failure) return;
     spdlog::info("received {}, shutting down (grace {})",
                  strsignal(signal_number), absl::FormatDuration(grace));
     sd_notify(0, "STOPPING=1");
     daemon->Shutdown(grace);
   });
   (*server)->Wait();
+  const absl::Status failure = (*server)->failure();
+  if (!failure.ok()) {
+    // The daemon stopped by itself; wake the waiter, which then finds the
+    // server already shut down.
+    stopped_by_failure = true;
+    pthread_kill(signal_waiter.native_handle(), SIGTERM);
+  }
   signal_waiter.join();
   server->reset();
+  if (!failure.ok()) {
+    spdlog::error("hicached stopped: {}", std::string(failure.message()));
+    return kExitRuntimeError;
+  }
   spdlog::info("hicached stopped");
   return 0;
 }

@@ -121,7 +121,7 @@ void UnixListener::ShedOne() {
     close(spare_fd_);
     spare_fd_ = -1;
   }
-  const int fd = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  const int fd = options_.accept(fd_, SOCK_CLOEXEC);
   if (fd >= 0) {
     close(fd);
     CountRefused();
@@ -134,8 +134,9 @@ void UnixListener::ShedOne() {
 
 void UnixListener::AcceptLoop(grpc::Server* server) {
   bool warned_fds = false;
+  bool warned_memory = false;
   while (true) {
-    const int fd = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    const int fd = options_.accept(fd_, SOCK_CLOEXEC | SOCK_NONBLOCK);
     {
       MutexLock lock(&mu_);
       if (stopping_) {
@@ -158,11 +159,27 @@ void UnixListener::AcceptLoop(grpc::Server* server) {
           errno == EPROTO) {
         continue;
       }
-      spdlog::error("accept on the unix socket failed: {}",
-                    std::strerror(errno));
+      if (errno == ENOBUFS || errno == ENOMEM) {
+        // The kernel is short of socket memory: the pending connection
+        // waits in the backlog, so retry shortly instead of giving up.
+        if (!warned_memory) {
+          spdlog::warn("accept on the unix socket: {}; retrying",
+                       std::strerror(errno));
+          warned_memory = true;
+        }
+        absl::SleepFor(absl::Milliseconds(10));
+        continue;
+      }
+      const absl::Status failure = absl::UnavailableError(
+          absl::StrCat("accept on the unix socket failed: ",
+                       std::strerror(errno),
+                       "; no new connection can be served"));
+      spdlog::error("{}", std::string(failure.message()));
+      if (options_.on_fatal) options_.on_fatal(failure);
       return;
     }
     warned_fds = false;
+    warned_memory = false;
     if (registry_->size() >= static_cast<size_t>(options_.max_connections) &&
         registry_->Sweep() >= static_cast<size_t>(options_.max_connections)) {
       spdlog::warn("refusing a connection: {} are open (--max_connections)",

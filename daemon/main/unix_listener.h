@@ -1,5 +1,9 @@
 #pragma once
 
+#include <sys/socket.h>
+
+#include <functional>
+
 #include <memory>
 #include <string>
 #include <thread>
@@ -19,7 +23,10 @@ namespace hicache {
 // of connections, and survives descriptor exhaustion: when accept() fails
 // with EMFILE/ENFILE, a spare descriptor is released to accept and close the
 // pending connection, so the listener never wedges and accepts again as soon
-// as descriptors are free.
+// as descriptors are free. Other transient failures (ENOBUFS, ENOMEM) back
+// off briefly and retry. A failure that retrying cannot fix (the listening
+// socket itself is broken) is reported once through Options::on_fatal: the
+// daemon can no longer take connections and must not look healthy.
 //
 // Lifetime: Bind() -> Start(server) -> Stop() (also by the destructor). The
 // socket file itself belongs to SocketGuard.
@@ -29,6 +36,14 @@ class UnixListener {
     // Open connections at most; one more is accepted and closed at once.
     int max_connections = 1024;
     int backlog = 256;
+    // Called at most once, on the accept thread, when accept() fails for
+    // good; the accept loop has then ended. It must not call Stop() itself
+    // (Stop() joins that thread). Unset: the failure is only logged.
+    std::function<void(const absl::Status&)> on_fatal;
+    // accept4(2) on the listening socket; tests substitute failures.
+    std::function<int(int fd, int flags)> accept = [](int fd, int flags) {
+      return accept4(fd, nullptr, nullptr, flags);
+    };
   };
 
   // Binds `path` (created with mode 0660) and listens. The registry must
