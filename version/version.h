@@ -15,7 +15,8 @@
 
 namespace hicache {
 
-// The release version, e.g. "0.2.0" (the one place it is written).
+// The release version, e.g. "0.2.0". Written here first; the Python
+// client's hicache/_version.py repeats it (//tests/packaging:version_test).
 std::string_view Version();
 
 // The git revision the binary was built from: a 12-digit abbreviated hash,

@@ -1,5 +1,6 @@
 """The client's version: the wheel's metadata (pyproject.toml) reads it from
-here, so it is written in this one place. It follows the daemon's release
-(HICACHE_VERSION in daemon/core/build_info.cc)."""
+here. It is the release's version, written first in version/version.cc (what
+hicached and hicachectl report); //tests/packaging:version_test fails when the
+two differ."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
