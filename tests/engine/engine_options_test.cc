@@ -65,11 +65,13 @@ constexpr const char* kDaemonOnlyFields[] = {
     "max_connections",
     "max_rpc_threads",
     "max_stream_backlog",
+    "metrics_address",  // DaemonMetrics (daemon/metrics) serves it.
 };
 // EngineOptions fields that are process wiring, not configuration.
 constexpr const char* kWiringFields[] = {
     "clock",          "backend",         "shm_prefix",
     "check_capacity", "write_back_wait", "wrap_transfer",
+    "observer",  // DaemonMetrics' layer timings, when metrics are on.
 };
 
 TEST(EngineOptionsTest, EveryFieldIsClassified) {
