@@ -84,8 +84,22 @@ std::optional<LoadStream::Event> LoadStream::Next(absl::Time deadline) {
     }
     if (absl::Status s = context_.sessions->FinishLoad(session_, event->op);
         !s.ok()) {
-      spdlog::warn("session {}: finishing load {}: {}", session_, event->op,
-                   s);
+      // The client finished this load itself (FinishLoad) before its done
+      // event was read: it abandoned or released it, so nothing is handed
+      // over. The lock just taken goes back, and done says ok=false.
+      spdlog::debug("session {}: load {} was finished by the client: {}",
+                    session_, event->op, s);
+      if (out.lock_handle != 0) {
+        const uint64_t handle = out.lock_handle;
+        if (absl::Status undo = context_.sessions->UnlockHandles(
+                session_, absl::MakeConstSpan(&handle, 1));
+            !undo.ok()) {
+          spdlog::warn("session {}: returning the lock of load {}: {}",
+                       session_, event->op, undo);
+        }
+      }
+      out.ok = false;
+      out.lock_handle = 0;
     }
     pending_.erase(it);
     return out;

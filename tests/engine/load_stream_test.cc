@@ -337,6 +337,40 @@ TEST_F(LoadStreamTest, DestructionAfterAnUnreadDoneReleasesTheLoadsLock) {
   EXPECT_EQ(evicted->first, 2);
 }
 
+// Reproduction (found by the ASan run of hicache_session_test): the load
+// ended, and the client's FinishLoad released it before the stream read its
+// done. The stream used to lock the node for the session anyway and report
+// done(ok) with a lock handle, after FinishLoad had said "released". Now the
+// client's FinishLoad wins: done(ok=false), no handle, nothing held.
+TEST_F(LoadStreamTest, FinishLoadBeforeTheDoneIsReadHandsNothingOver) {
+  const std::vector<int32_t> tokens = Seq(0, kTokens);
+  const NodeId node = CacheOnHostOnly(tokens);
+  std::unique_ptr<LoadStream> stream = OpenStream();
+  auto load = stream->Start(0, tokens, {});
+  ASSERT_TRUE(load.ok()) << load.status();
+  ASSERT_NE(load->op_id, 0u);
+  engine_->WaitForTransfers();
+  absl::StatusOr<bool> finished = engine_->LoadDone(load->op_id);
+  ASSERT_TRUE(finished.ok() && *finished);
+  ASSERT_TRUE(sessions_->FinishLoad(id_, load->op_id).ok());
+  std::optional<LoadStream::Event> done;
+  while (std::optional<LoadStream::Event> event = stream->Next(Soon())) {
+    if (event->kind == LoadStream::Event::Kind::kDone) {
+      done = event;
+      break;
+    }
+  }
+  ASSERT_TRUE(done.has_value());
+  EXPECT_FALSE(done->ok);
+  EXPECT_EQ(done->lock_handle, 0u);
+  EXPECT_EQ(sessions_->totals().locks, 0);
+  auto info = engine_->Inspect(node);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->lock_ref, 0);
+  stream.reset();
+  ExpectNothingHeld();
+}
+
 // More events than max_backlog wait: on_overflow runs once, Next ends, and
 // destruction still releases everything.
 TEST_F(LoadStreamTest, OverflowRunsOnOverflowOnceAndEndsNext) {
