@@ -1,5 +1,7 @@
 #include "daemon/pool/kv_geometry.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <set>
 #include <utility>
@@ -168,6 +170,48 @@ HostBudget KvGeometry::HostBudgetOfPages(int64_t pages) const {
   budget.draft_bytes = pages * DraftBytesPerToken() * page_size_;
   budget.budget_bytes = budget.target_bytes + budget.draft_bytes;
   return budget;
+}
+
+namespace {
+
+// Fixed-width little-endian fields and length-prefixed strings, whatever the
+// host's byte order.
+class FingerprintEncoder {
+ public:
+  void U64(uint64_t v) {
+    for (int i = 0; i < 8; ++i) bytes_.push_back(static_cast<char>(v >> (8 * i)));
+  }
+  void Str(absl::string_view s) {
+    U64(s.size());
+    bytes_.append(s.data(), s.size());
+  }
+  uint64_t Hash() const { return XXH3_64bits(bytes_.data(), bytes_.size()); }
+
+ private:
+  std::string bytes_;
+};
+
+}  // namespace
+
+uint64_t KvGeometry::HostFingerprint(HostLayout layout,
+                                     int64_t host_pages_per_rank,
+                                     uint32_t cp_size) const {
+  FingerprintEncoder e;
+  e.Str("hicache-host-geometry-v1");
+  e.U64(page_size_);
+  e.U64(families_.size());
+  for (const KvFamily& f : families_) {
+    e.Str(f.name);
+    e.U64(f.bytes_per_token);
+    e.U64(f.num_layers);
+    e.U64(f.draft ? 1 : 0);
+  }
+  // The layout's flag spelling, not the enum's value: stable if the enum
+  // grows.
+  e.Str(HostLayoutName(layout));
+  e.U64(static_cast<uint64_t>(host_pages_per_rank));
+  e.U64(cp_size);
+  return e.Hash();
 }
 
 std::string KvGeometry::Describe() const {

@@ -119,6 +119,20 @@ class KvGeometry {
   // The budget of exactly `pages` host pages (no unused bytes).
   HostBudget HostBudgetOfPages(int64_t pages) const;
 
+  // Fingerprint of everything that gives a host pool's bytes their meaning:
+  // the page size, every family in order (name, bytes per token, layers,
+  // draft), the host layout, the host pages per rank and the
+  // context-parallel size. XXH3-64 of a versioned encoding of fixed-width
+  // little-endian fields and length-prefixed names, so it is the same on
+  // every machine and build. Two pools with equal fingerprints read the same
+  // bytes the same way; any change of those inputs changes it (up to a 2^-64
+  // collision). The geometry's name() is not part of it: it labels, the
+  // families define. A persistent host segment carries it in its name
+  // (ShmPool::PersistentHostName), so a restart with another geometry never
+  // attaches an old segment.
+  uint64_t HostFingerprint(HostLayout layout, int64_t host_pages_per_rank,
+                           uint32_t cp_size) const;
+
   const std::string& name() const { return name_; }
   // e.g. "deepseek-v3.2-fp8: P=64, 3126784 B/page (target 48068 B/token,
   // draft 788 B/token), families mla_fp8x61 indexer_kx61 ...".
