@@ -1,6 +1,8 @@
 #include "daemon/pool/kv_geometry.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -106,6 +108,65 @@ TEST(KvGeometryTest, HostBudgetIsSharedNotDoubled) {
   // The split follows bytes per token: draft / target = 788 / 48068.
   EXPECT_EQ(split.draft_bytes * 48068, split.target_bytes * 788);
   EXPECT_EQ(g.SplitHostBudget(g.BytesPerPage() - 1).pages, 0);
+}
+
+// Every input that gives host bytes their meaning changes the fingerprint;
+// the geometry's label does not.
+TEST(KvGeometryTest, HostFingerprintCoversEveryInput) {
+  const std::vector<KvFamily> base_families = {
+      {"kv", 16, 2, false}, {"draft_kv", 8, 1, true}};
+  auto make = [](uint32_t page_size, std::vector<KvFamily> families) {
+    auto g = KvGeometry::Create(page_size, std::move(families), "x");
+    EXPECT_TRUE(g.ok()) << g.status();
+    return *g;
+  };
+  const KvGeometry base = make(64, base_families);
+  const uint64_t fp = base.HostFingerprint(HostLayout::kLayerFirst, 1000, 1);
+  // Deterministic, and the label is not part of it.
+  EXPECT_EQ(fp, base.HostFingerprint(HostLayout::kLayerFirst, 1000, 1));
+  EXPECT_EQ(fp, KvGeometry::Create(64, base_families, "other-name")
+                    ->HostFingerprint(HostLayout::kLayerFirst, 1000, 1));
+
+  std::vector<uint64_t> variants;
+  auto with_family = [&](auto change) {
+    std::vector<KvFamily> families = base_families;
+    change(families);
+    return make(64, families).HostFingerprint(HostLayout::kLayerFirst, 1000,
+                                              1);
+  };
+  variants.push_back(
+      make(32, base_families).HostFingerprint(HostLayout::kLayerFirst, 1000, 1));
+  variants.push_back(with_family([](auto& f) { f[0].name = "kv2"; }));
+  variants.push_back(with_family([](auto& f) { f[0].bytes_per_token = 20; }));
+  variants.push_back(with_family([](auto& f) { f[0].num_layers = 3; }));
+  variants.push_back(with_family([](auto& f) { f[1].draft = false; }));
+  variants.push_back(with_family([](auto& f) { std::swap(f[0], f[1]); }));
+  variants.push_back(with_family([](auto& f) { f.pop_back(); }));
+  variants.push_back(
+      with_family([](auto& f) { f.push_back({"extra", 4, 1, false}); }));
+  // Name boundaries are length-prefixed: "ab"+"c" is not "a"+"bc".
+  variants.push_back(with_family([](auto& f) {
+    f[0].name = "draft_";
+    f[1].name = "kv";
+  }));
+  variants.push_back(base.HostFingerprint(HostLayout::kPageFirst, 1000, 1));
+  variants.push_back(base.HostFingerprint(HostLayout::kLayerFirst, 1001, 1));
+  variants.push_back(base.HostFingerprint(HostLayout::kLayerFirst, 1000, 4));
+  for (size_t i = 0; i < variants.size(); ++i) {
+    EXPECT_NE(variants[i], fp) << "variant " << i;
+    for (size_t j = 0; j < i; ++j) {
+      EXPECT_NE(variants[i], variants[j]) << i << " vs " << j;
+    }
+  }
+}
+
+// Persistent segments are named after the fingerprint, so a new build that
+// changed the encoding would start cold after an upgrade. This value may
+// change only on purpose (bump the "-v1" version string with it).
+TEST(KvGeometryTest, HostFingerprintIsStableAcrossBuilds) {
+  auto fp8 = *KvGeometry::Preset("deepseek-v3.2-fp8", 64);
+  EXPECT_EQ(fp8.HostFingerprint(HostLayout::kLayerFirst, 1000, 4),
+            uint64_t{0x0e43dacbd8257a54});
 }
 
 }  // namespace
