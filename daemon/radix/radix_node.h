@@ -44,6 +44,9 @@ struct Node {
   // The leaf holding the end of a finished insert's key, not matched since:
   // its last TailLearner::TailPages() pages are the first host victims.
   bool insert_end = false;
+  // The host copy's id in the durable host-tier index (HostTierListener);
+  // 0 without a host copy or without a listener.
+  uint64_t persist_id = 0;
 
   int64_t len() const { return length; }
   bool on_device() const { return !device_pages.empty(); }

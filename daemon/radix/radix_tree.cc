@@ -241,6 +241,12 @@ Node* RadixTree::Split(Node* node, int64_t at) {
     auto halves = node->host->Split(at);
     head->host = std::make_unique<CpHostMeta>(std::move(halves->first));
     node->host = std::make_unique<CpHostMeta>(std::move(halves->second));
+    if (node->persist_id != 0) {
+      head->persist_id = next_persist_id_++;
+      if (host_listener_ != nullptr) {
+        host_listener_->OnHostSplit(node->persist_id, at, head->persist_id);
+      }
+    }
   }
   node->parent = head;
   head->children.emplace(FirstToken(node), node);

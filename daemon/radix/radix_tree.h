@@ -1,12 +1,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/container/node_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -15,6 +17,7 @@
 #include "absl/types/span.h"
 #include "daemon/core/clock.h"
 #include "daemon/layout/cp_layout.h"
+#include "daemon/radix/host_tier_listener.h"
 #include "daemon/radix/cp_host_meta.h"
 #include "daemon/radix/eviction_policy.h"
 #include "daemon/radix/frequency_sketch.h"
@@ -310,6 +313,28 @@ class RadixTree {
   // violation. O(tree). For tests and debug builds.
   absl::Status CheckInvariants() const;
 
+  // Durable host tier (docs/hot-restart.md). From now on every host-tier
+  // change is reported to `listener` (not owned; nullptr stops reporting),
+  // and host copies committed from now on get persist ids from
+  // `next_persist_id` up (above every id a restored journal holds).
+  void SetHostTierListener(HostTierListener* listener,
+                           uint64_t next_persist_id = 1);
+  // Recovery: a host-only node with key `key` under `parent` (kNoNode: the
+  // root of `ns`, created if needed) holding the host copy `host`, recorded
+  // under `persist_id` (> 0; its pages the caller has reserved). Reports
+  // nothing to the listener. INVALID_ARGUMENT for an empty key, a host copy
+  // whose length is not the key's, an unknown parent, a parent without a
+  // host copy, a repeated persist id, or a node that would not start at a
+  // page boundary or follow a sub-page tail.
+  absl::StatusOr<NodeId> RestoreHostNode(absl::string_view ns, NodeId parent,
+                                         absl::Span<const int32_t> key,
+                                         CpHostMeta host, uint64_t persist_id);
+  // Every host copy with a persist id, parents before children, as the
+  // listener was told (the parent rule of host_tier_listener.h): what a
+  // compacted journal holds. O(tree).
+  void VisitHostTier(
+      const std::function<void(const HostCommit&)>& visit) const;
+
  private:
   using Node = radix_internal::Node;
 
@@ -392,6 +417,16 @@ class RadixTree {
   // How long the unshared end of a cached request usually is (with the
   // sketch only).
   TailLearner tails_;
+  // Durable host tier (SetHostTierListener).
+  HostTierListener* host_listener_ = nullptr;
+  uint64_t next_persist_id_ = 1;
+  absl::flat_hash_set<uint64_t> restored_persist_ids_;
+
+  // The listener hears that `node`'s host copy is gone (before it goes).
+  void ReportHostDropped(Node* node);
+  // The listener hears that `node` just got its host copy, and that its
+  // children with host copies now hang from it.
+  void ReportHostCommitted(Node* node);
 };
 
 }  // namespace hicache

@@ -16,6 +16,7 @@ namespace hicache {
 using radix_internal::Node;
 
 void RadixTree::RemoveLeaf(Node* node) {
+  ReportHostDropped(node);
   EraseChildLink(node->parent, node);
   if (node->on_device()) {
     device_tokens_ -= node->len();
@@ -424,6 +425,7 @@ HostEvictResult RadixTree::EvictHost(
     if (!helps(node)) continue;
     take_host_pages(node);
     host_tokens_ -= node->len();
+    ReportHostDropped(node);
     node->host.reset();
     ++result.nodes_dropped;
   }
@@ -508,6 +510,7 @@ absl::Status RadixTree::CommitBackup(NodeId id) {
   (*node)->host = std::move((*node)->pending);
   --pending_backups_;
   host_tokens_ += (*node)->len();
+  ReportHostCommitted(*node);
   return absl::OkStatus();
 }
 

@@ -181,6 +181,9 @@ absl::Status RadixTree::CheckNode(const Node* node, int64_t start,
     if (!node->on_device() && node->host == nullptr) {
       return fail("is neither on device nor on host");
     }
+    if (node->persist_id != 0 && node->host == nullptr) {
+      return fail("has a persist id but no host copy");
+    }
     if (node->on_device()) {
       if (static_cast<int64_t>(node->device_pages.size()) != pages) {
         return fail("device page count does not match its length");

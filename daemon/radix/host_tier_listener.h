@@ -1,0 +1,65 @@
+#pragma once
+
+// What a RadixTree tells a durable index of its host tier (L2) about every
+// change to it (docs/hot-restart.md). The tree calls these synchronously,
+// under the engine's serialization, while it changes; a listener records and
+// returns (no I/O, no call back into the tree).
+//
+// Identity: a node gets a persist id (never 0, never reused by one tree) when
+// its host copy first becomes visible. The index keeps, per persist id: its
+// parent's persist id, its namespace, its own key (the tokens from its
+// parent's end to its end) and its host copy (CpHostMeta).
+//
+// Parents: a node's recorded parent is its tree parent when that parent has a
+// host copy (or kRootParent under a namespace root). A node whose parent has
+// no host copy is recorded kDetachedParent: after a crash it cannot be
+// reached (the path to it holds no bytes), so recovery drops it unless a
+// later event attaches it. The index applies these rules itself:
+//  * Dropped(id): the records whose parent is id become detached.
+//  * Reparented(child, parent): child's parent becomes parent.
+//  * Split(id, at, head): the first `at` tokens (a page boundary) of id
+//    become the new record `head` (id's old parent, the first pages of its
+//    host copy); id keeps the rest, with `head` as its parent. Children of
+//    id stay id's.
+
+#include <cstdint>
+#include <limits>
+#include <string_view>
+
+#include "absl/types/span.h"
+#include "daemon/layout/cp_layout.h"
+#include "daemon/radix/cp_host_meta.h"
+
+namespace hicache {
+
+inline constexpr uint64_t kRootParent = 0;
+inline constexpr uint64_t kDetachedParent = std::numeric_limits<uint64_t>::max();
+
+struct HostCommit {
+  uint64_t persist_id = 0;
+  uint64_t parent_persist_id = kRootParent;  // Or kDetachedParent.
+  std::string_view ns;
+  absl::Span<const int32_t> key;  // The node's own tokens.
+  const CpHostMeta* host = nullptr;
+  uint64_t node = 0;  // The tree's NodeId, e.g. to protect it meanwhile.
+};
+
+class HostTierListener {
+ public:
+  virtual ~HostTierListener() = default;
+  // A host copy became visible (a committed backup). Valid during the call.
+  virtual void OnHostCommitted(const HostCommit& commit) = 0;
+  // `child` (recorded detached) now hangs from `parent`, which just got its
+  // host copy.
+  virtual void OnHostReparented(uint64_t child, uint64_t parent) = 0;
+  // The host copy of `persist_id` is gone: its node was removed, or only its
+  // host copy was dropped (the node stays on device). Its pages are freed
+  // after this returns.
+  virtual void OnHostDropped(uint64_t persist_id) = 0;
+  // The node `persist_id` split at token `at`; `head_persist_id` names the
+  // new first part.
+  virtual void OnHostSplit(uint64_t persist_id, int64_t at,
+                           uint64_t head_persist_id) = 0;
+};
+
+}  // namespace hicache

@@ -1,0 +1,133 @@
+// RadixTree: what it reports to a durable index of its host tier, and how
+// recovery rebuilds host-only nodes from one (docs/hot-restart.md).
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/radix/radix_tree.h"
+
+namespace hicache {
+
+using radix_internal::Node;
+
+void RadixTree::SetHostTierListener(HostTierListener* listener,
+                                    uint64_t next_persist_id) {
+  host_listener_ = listener;
+  next_persist_id_ = std::max<uint64_t>(next_persist_id, 1);
+}
+
+void RadixTree::ReportHostDropped(Node* node) {
+  if (node->host == nullptr || node->persist_id == 0) return;
+  if (host_listener_ != nullptr) host_listener_->OnHostDropped(node->persist_id);
+  node->persist_id = 0;
+}
+
+namespace {
+
+// The recorded parent of a node with a host copy (host_tier_listener.h).
+uint64_t RecordedParent(const Node* node) {
+  const Node* parent = node->parent;
+  if (parent->is_root()) return kRootParent;
+  if (parent->host != nullptr && parent->persist_id != 0) {
+    return parent->persist_id;
+  }
+  return kDetachedParent;
+}
+
+}  // namespace
+
+void RadixTree::ReportHostCommitted(Node* node) {
+  if (host_listener_ == nullptr) return;
+  node->persist_id = next_persist_id_++;
+  HostCommit commit;
+  commit.persist_id = node->persist_id;
+  commit.parent_persist_id = RecordedParent(node);
+  const Node* root = node;
+  while (!root->is_root()) root = root->parent;
+  commit.ns = *root->ns;
+  std::vector<int32_t> key(static_cast<size_t>(node->len()));
+  for (int64_t i = 0; i < node->len(); ++i) key[i] = TokenAt(node, i);
+  commit.key = key;
+  commit.host = node->host.get();
+  commit.node = node->id;
+  host_listener_->OnHostCommitted(commit);
+  // Host-backed children recorded detached (their parent had no host copy)
+  // hang from this node from now on.
+  for (const auto& [token, child] : node->children) {
+    if (child->host != nullptr && child->persist_id != 0) {
+      host_listener_->OnHostReparented(child->persist_id, node->persist_id);
+    }
+  }
+}
+
+absl::StatusOr<NodeId> RadixTree::RestoreHostNode(
+    absl::string_view ns, NodeId parent_id, absl::Span<const int32_t> key,
+    CpHostMeta host, uint64_t persist_id) {
+  if (persist_id == 0 || restored_persist_ids_.contains(persist_id)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("persist id ", persist_id, " is 0 or already restored"));
+  }
+  if (key.empty() || host.logical_len() != static_cast<int64_t>(key.size()) ||
+      host.page_size() != options_.page_size ||
+      host.cp_size() != options_.cp_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "persist id ", persist_id, ": a key of ", key.size(),
+        " tokens with a host copy of ", host.logical_len(), " tokens (page ",
+        host.page_size(), ", cp ", host.cp_size(), ")"));
+  }
+  Node* parent = nullptr;
+  if (parent_id == kNoNode) {
+    parent = Root(ns, /*create=*/true);
+  } else {
+    parent = Find(parent_id);
+    if (parent == nullptr || parent->is_root() || parent->host == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("persist id ", persist_id, ": parent node ", parent_id,
+                       " is unknown or has no host copy"));
+    }
+    const Node* root = parent;
+    while (!root->is_root()) root = root->parent;
+    if (*root->ns != ns) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("persist id ", persist_id, ": parent node ", parent_id,
+                       " is in another namespace"));
+    }
+    if (parent->len() % options_.page_size != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("persist id ", persist_id, ": parent node ", parent_id,
+                       " ends inside a page"));
+    }
+  }
+  Node* node = NewNode(parent, key);
+  node->host = std::make_unique<CpHostMeta>(std::move(host));
+  node->persist_id = persist_id;
+  host_tokens_ += node->len();
+  restored_persist_ids_.insert(persist_id);
+  next_persist_id_ = std::max(next_persist_id_, persist_id + 1);
+  return node->id;
+}
+
+void RadixTree::VisitHostTier(
+    const std::function<void(const HostCommit&)>& visit) const {
+  std::vector<int32_t> key;
+  for (const auto& [ns, root] : roots_) {
+    std::vector<const Node*> stack = {root.get()};
+    while (!stack.empty()) {
+      const Node* node = stack.back();
+      stack.pop_back();
+      if (!node->is_root() && node->host != nullptr && node->persist_id != 0) {
+        key.resize(static_cast<size_t>(node->len()));
+        for (int64_t i = 0; i < node->len(); ++i) key[i] = TokenAt(node, i);
+        visit(HostCommit{.persist_id = node->persist_id,
+                         .parent_persist_id = RecordedParent(node),
+                         .ns = ns,
+                         .key = key,
+                         .host = node->host.get(),
+                         .node = node->id});
+      }
+      for (const auto& [token, child] : node->children) stack.push_back(child);
+    }
+  }
+}
+
+}  // namespace hicache
