@@ -113,6 +113,28 @@ TEST(ShmInstanceTest, ReclaimsTheSegmentsADeadOwnerLeft) {
   EXPECT_EQ((*device)->name(), prefix + "-device-r0");
 }
 
+// Geometry-tagged host segments (ShmPool::PersistentHostName, hot restart)
+// are not "<kind>-r<rank>" names: Acquire neither removes nor lists them, so
+// the hot-restart policy decides what to attach and what to remove. Pins the
+// current behaviour, which that policy relies on.
+TEST(ShmInstanceTest, LeavesGeometryTaggedHostSegments) {
+  const std::string id = UniqueId("g");
+  const std::string prefix = "/hicache-" + id;
+  const std::string tagged =
+      ShmPool::PersistentHostName(prefix, 0, 0xfedcba9876543210);
+  Cleanup cleanup{{ShmPath(tagged)}};
+  EXPECT_FALSE(ShmInstance::IsSegmentOf(id, tagged.substr(1)));
+  // No instance whose id extends ours parses it as its own either.
+  EXPECT_FALSE(ShmInstance::IsSegmentOf(id + "-host", tagged.substr(1)));
+  EXPECT_FALSE(ShmInstance::IsSegmentOf(id + "-host-r0", tagged.substr(1)));
+  LeaveSegment(tagged, 4096, 4096);
+  auto instance = ShmInstance::Acquire(id);
+  ASSERT_TRUE(instance.ok()) << instance.status();
+  EXPECT_EQ((*instance)->reclaimed().segments, 0);
+  EXPECT_TRUE((*instance)->reclaimed().skipped.empty());
+  EXPECT_TRUE(Exists(ShmPath(tagged)));
+}
+
 TEST(ShmInstanceTest, NothingToReclaimOnAFreshInstance) {
   auto instance = ShmInstance::Acquire(UniqueId("f"));
   ASSERT_TRUE(instance.ok()) << instance.status();
