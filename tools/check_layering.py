@@ -21,8 +21,8 @@ Prints one line per violation; exits 1 if there is any.
 import re
 import sys
 
-LAYERS = ["core", "layout", "alloc", "pool", "transfer", "backend", "radix",
-          "engine", "service", "metrics", "main"]
+LAYERS = ["core", "layout", "alloc", "pool", "persist", "transfer", "backend",
+          "radix", "engine", "service", "metrics", "main"]
 CACHE_LOGIC = set(LAYERS[:LAYERS.index("engine") + 1]) - {"backend"}
 FORBIDDEN_IN_CACHE_LOGIC = re.compile(
     r'^(grpc|grpcpp|google/protobuf|cuda|cuda_runtime|nccl|hicache/v1|'

@@ -37,4 +37,15 @@ if (cd "$tmp" && /usr/bin/python3 "$OLDPWD/$checker" daemon/service/bad.cc) > "$
   exit 1
 fi
 grep -q "may not depend on later layer metrics" "$tmp/out3"
+# The journal (persist) sits right after pool: pool may not include it, and
+# as cache logic it sees no gRPC.
+mkdir -p "$tmp/daemon/pool" "$tmp/daemon/persist"
+printf '#include "daemon/persist/journal_format.h"\n' > "$tmp/daemon/pool/bad.cc"
+printf '#include "grpcpp/grpcpp.h"\n' > "$tmp/daemon/persist/bad.cc"
+if (cd "$tmp" && /usr/bin/python3 "$OLDPWD/$checker" daemon/pool/bad.cc daemon/persist/bad.cc) > "$tmp/out4"; then
+  echo "checker accepted pool including persist" >&2
+  exit 1
+fi
+grep -q "may not depend on later layer persist" "$tmp/out4"
+grep -q "daemon/persist/bad.cc:1: grpcpp/grpcpp.h (cache logic" "$tmp/out4"
 echo "layering checker rejects violations: ok"

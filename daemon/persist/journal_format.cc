@@ -1,0 +1,422 @@
+#include "daemon/persist/journal_format.h"
+
+#include <xxhash.h>
+
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace hicache::persist {
+namespace {
+
+// Little-endian encoding into a string.
+void PutU8(std::string* out, uint8_t v) { out->push_back(static_cast<char>(v)); }
+void PutU32(std::string* out, uint32_t v) {
+  char b[4];
+  for (int i = 0; i < 4; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  out->append(b, 4);
+}
+void PutU64(std::string* out, uint64_t v) {
+  char b[8];
+  for (int i = 0; i < 8; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  out->append(b, 8);
+}
+void PutString(std::string* out, absl::string_view s) {
+  PutU32(out, static_cast<uint32_t>(s.size()));
+  out->append(s.data(), s.size());
+}
+
+uint32_t LoadU32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+uint64_t LoadU64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
+// Bounds-checked little-endian reader over untrusted bytes.
+class Cursor {
+ public:
+  explicit Cursor(absl::string_view bytes) : bytes_(bytes) {}
+  size_t remaining() const { return bytes_.size() - pos_; }
+
+  bool U32(uint32_t* v) {
+    if (remaining() < 4) return false;
+    *v = LoadU32(bytes_.data() + pos_);
+    pos_ += 4;
+    return true;
+  }
+  bool U64(uint64_t* v) {
+    if (remaining() < 8) return false;
+    *v = LoadU64(bytes_.data() + pos_);
+    pos_ += 8;
+    return true;
+  }
+  bool I64(int64_t* v) {
+    uint64_t u;
+    if (!U64(&u)) return false;
+    *v = static_cast<int64_t>(u);
+    return true;
+  }
+  bool String(std::string* s) {
+    uint32_t n;
+    if (!U32(&n) || remaining() < n) return false;
+    s->assign(bytes_.data() + pos_, n);
+    pos_ += n;
+    return true;
+  }
+  // A u32 count of `element_size`-byte elements that must fit the rest.
+  bool Count(size_t element_size, uint32_t* n) {
+    if (!U32(n)) return false;
+    return static_cast<uint64_t>(*n) * element_size <= remaining();
+  }
+  template <typename T, typename Load>
+  bool List(std::vector<T>* v, size_t element_size, Load load) {
+    uint32_t n;
+    if (!Count(element_size, &n)) return false;
+    v->resize(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      (*v)[i] = load(bytes_.data() + pos_);
+      pos_ += element_size;
+    }
+    return true;
+  }
+
+ private:
+  absl::string_view bytes_;
+  size_t pos_ = 0;
+};
+
+absl::Status Corrupt(absl::string_view what) {
+  return absl::DataLossError(absl::StrCat("journal record: ", what));
+}
+
+uint64_t FrameChecksum(const char* start, size_t len) {
+  return XXH3_64bits(start, len);
+}
+
+}  // namespace
+
+std::string EncodeFileHeader() {
+  std::string out(kJournalMagic, sizeof(kJournalMagic));
+  PutU32(&out, kJournalVersion);
+  PutU32(&out, 0);
+  return out;
+}
+
+absl::Status CheckFileHeader(absl::string_view bytes) {
+  if (bytes.size() < kFileHeaderSize) {
+    return absl::DataLossError(absl::StrCat(
+        "journal file header: ", bytes.size(), " bytes, need ",
+        kFileHeaderSize));
+  }
+  if (std::memcmp(bytes.data(), kJournalMagic, sizeof(kJournalMagic)) != 0) {
+    return absl::DataLossError("journal file header: bad magic");
+  }
+  const uint32_t version = LoadU32(bytes.data() + 8);
+  if (version != kJournalVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("journal version ", version, ", this daemon reads ",
+                     kJournalVersion));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AppendFrame(RecordType type, absl::string_view payload,
+                         std::string* out) {
+  if (payload.size() > kMaxPayloadSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("journal record payload of ", payload.size(),
+                     " bytes exceeds ", kMaxPayloadSize));
+  }
+  const size_t start = out->size();
+  out->reserve(start + payload.size() + kFrameOverhead);
+  PutU32(out, static_cast<uint32_t>(payload.size()));
+  PutU8(out, static_cast<uint8_t>(type));
+  out->append(payload.data(), payload.size());
+  PutU64(out, FrameChecksum(out->data() + start,
+                            kFramePrefixSize + payload.size()));
+  return absl::OkStatus();
+}
+
+std::string EncodeGeometryPayload(const JournalGeometry& g) {
+  std::string p;
+  PutU32(&p, g.page_size);
+  PutU32(&p, g.cp_size);
+  PutU64(&p, g.kv_fingerprint);
+  PutString(&p, g.host_layout);
+  PutU64(&p, static_cast<uint64_t>(g.host_pages_per_rank));
+  PutString(&p, g.instance);
+  return p;
+}
+
+absl::StatusOr<std::string> EncodePutPayload(const PutRecord& put) {
+  if (put.persist_id == 0) {
+    return absl::InvalidArgumentError("Put: persist_id 0");
+  }
+  if (put.parent_persist_id == put.persist_id) {
+    return absl::InvalidArgumentError("Put: parent_persist_id == persist_id");
+  }
+  if (put.checksums.size() != put.host_pages.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Put: ", put.checksums.size(), " checksum lists for ",
+        put.host_pages.size(), " page lists"));
+  }
+  constexpr size_t kMaxCount = std::numeric_limits<uint32_t>::max();
+  if (put.name_space.size() > kMaxCount || put.tokens.size() > kMaxCount ||
+      put.page_owners.size() > kMaxCount) {
+    return absl::InvalidArgumentError("Put: a list is too long to encode");
+  }
+  size_t size = 8 + 8 + 4 + put.name_space.size() + 4 +
+                4 * put.tokens.size() + 8 + 4 + 4 * put.page_owners.size() + 4;
+  for (size_t r = 0; r < put.host_pages.size(); ++r) {
+    if (put.checksums[r].size() != put.host_pages[r].size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Put: rank ", r, " has ", put.host_pages[r].size(), " pages and ",
+          put.checksums[r].size(), " checksums"));
+    }
+    size += 8 + 16 * put.host_pages[r].size();
+  }
+  if (size > kMaxPayloadSize) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Put: ", size, " bytes exceeds the record limit ", kMaxPayloadSize));
+  }
+  std::string p;
+  p.reserve(size);
+  PutU64(&p, put.persist_id);
+  PutU64(&p, put.parent_persist_id);
+  PutString(&p, put.name_space);
+  PutU32(&p, static_cast<uint32_t>(put.tokens.size()));
+  for (int32_t t : put.tokens) PutU32(&p, static_cast<uint32_t>(t));
+  PutU64(&p, static_cast<uint64_t>(put.logical_len));
+  PutU32(&p, static_cast<uint32_t>(put.page_owners.size()));
+  for (uint32_t o : put.page_owners) PutU32(&p, o);
+  PutU32(&p, static_cast<uint32_t>(put.host_pages.size()));
+  for (size_t r = 0; r < put.host_pages.size(); ++r) {
+    PutU32(&p, static_cast<uint32_t>(put.host_pages[r].size()));
+    for (int64_t page : put.host_pages[r]) {
+      PutU64(&p, static_cast<uint64_t>(page));
+    }
+    PutU32(&p, static_cast<uint32_t>(put.checksums[r].size()));
+    for (uint64_t c : put.checksums[r]) PutU64(&p, c);
+  }
+  return p;
+}
+
+std::string EncodeDropPayload(uint64_t persist_id) {
+  std::string p;
+  PutU64(&p, persist_id);
+  return p;
+}
+
+absl::StatusOr<std::string> EncodeGeometryRecord(const JournalGeometry& g) {
+  std::string out;
+  absl::Status s = AppendFrame(RecordType::kGeometry,
+                               EncodeGeometryPayload(g), &out);
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<std::string> EncodePutRecord(const PutRecord& put) {
+  absl::StatusOr<std::string> payload = EncodePutPayload(put);
+  if (!payload.ok()) return payload.status();
+  std::string out;
+  absl::Status s = AppendFrame(RecordType::kPut, *payload, &out);
+  if (!s.ok()) return s;
+  return out;
+}
+
+std::string EncodeDropRecord(uint64_t persist_id) {
+  std::string out;
+  // A Drop payload is 8 bytes: AppendFrame cannot fail.
+  (void)AppendFrame(RecordType::kDrop, EncodeDropPayload(persist_id), &out);
+  return out;
+}
+
+std::string EncodeCleanRecord() {
+  std::string out;
+  (void)AppendFrame(RecordType::kClean, "", &out);  // Empty: cannot fail.
+  return out;
+}
+
+absl::StatusOr<JournalGeometry> DecodeGeometryPayload(absl::string_view p) {
+  Cursor c(p);
+  JournalGeometry g;
+  uint64_t pages;
+  if (!c.U32(&g.page_size) || !c.U32(&g.cp_size) || !c.U64(&g.kv_fingerprint) ||
+      !c.String(&g.host_layout) || !c.U64(&pages) || !c.String(&g.instance)) {
+    return Corrupt("Geometry truncated");
+  }
+  if (c.remaining() != 0) return Corrupt("Geometry has trailing bytes");
+  g.host_pages_per_rank = static_cast<int64_t>(pages);
+  return g;
+}
+
+absl::Status PeekPutIds(absl::string_view p, uint64_t* persist_id,
+                        uint64_t* parent_persist_id) {
+  Cursor c(p);
+  if (!c.U64(persist_id) || !c.U64(parent_persist_id)) {
+    return Corrupt("Put truncated in its ids");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PutRecord> DecodePutPayload(absl::string_view p) {
+  Cursor c(p);
+  PutRecord put;
+  if (!c.U64(&put.persist_id) || !c.U64(&put.parent_persist_id)) {
+    return Corrupt("Put truncated in its ids");
+  }
+  if (!c.String(&put.name_space)) return Corrupt("Put namespace truncated");
+  if (!c.List(&put.tokens, 4, [](const char* b) {
+        return static_cast<int32_t>(LoadU32(b));
+      })) {
+    return Corrupt("Put token count does not fit the record");
+  }
+  if (!c.I64(&put.logical_len)) return Corrupt("Put logical_len truncated");
+  if (!c.List(&put.page_owners, 4, LoadU32)) {
+    return Corrupt("Put page_owners count does not fit the record");
+  }
+  uint32_t ranks;
+  // Each rank needs at least its two counts.
+  if (!c.Count(8, &ranks)) return Corrupt("Put rank count does not fit");
+  put.host_pages.resize(ranks);
+  put.checksums.resize(ranks);
+  for (uint32_t r = 0; r < ranks; ++r) {
+    if (!c.List(&put.host_pages[r], 8, [](const char* b) {
+          return static_cast<int64_t>(LoadU64(b));
+        })) {
+      return Corrupt(absl::StrCat("Put rank ", r, " page count does not fit"));
+    }
+    if (!c.List(&put.checksums[r], 8, LoadU64)) {
+      return Corrupt(
+          absl::StrCat("Put rank ", r, " checksum count does not fit"));
+    }
+    if (put.checksums[r].size() != put.host_pages[r].size()) {
+      return Corrupt(absl::StrCat("Put rank ", r, ": ",
+                                  put.host_pages[r].size(), " pages but ",
+                                  put.checksums[r].size(), " checksums"));
+    }
+  }
+  if (c.remaining() != 0) return Corrupt("Put has trailing bytes");
+  return put;
+}
+
+absl::StatusOr<uint64_t> DecodeDropPayload(absl::string_view p) {
+  Cursor c(p);
+  uint64_t id;
+  if (!c.U64(&id)) return Corrupt("Drop truncated");
+  if (c.remaining() != 0) return Corrupt("Drop has trailing bytes");
+  if (id == 0) return Corrupt("Drop of persist_id 0");
+  return id;
+}
+
+absl::Status ValidatePut(const PutRecord& put, const JournalGeometry& g) {
+  const std::string id = absl::StrCat("Put ", put.persist_id, ": ");
+  if (put.persist_id == 0) return Corrupt("Put with persist_id 0");
+  if (put.parent_persist_id == put.persist_id) {
+    return Corrupt(absl::StrCat(id, "its own parent"));
+  }
+  if (put.logical_len <= 0) {
+    return Corrupt(absl::StrCat(id, "logical_len ", put.logical_len));
+  }
+  if (g.page_size == 0) return Corrupt("geometry page_size 0");
+  const uint64_t pages =
+      (static_cast<uint64_t>(put.logical_len) + g.page_size - 1) / g.page_size;
+  if (put.page_owners.size() != pages) {
+    return Corrupt(absl::StrCat(id, put.page_owners.size(),
+                                " page owners for logical_len ",
+                                put.logical_len, " (", pages, " pages)"));
+  }
+  if (put.host_pages.size() != g.cp_size ||
+      put.checksums.size() != g.cp_size) {
+    return Corrupt(absl::StrCat(id, put.host_pages.size(),
+                                " page lists for cp_size ", g.cp_size));
+  }
+  std::vector<uint64_t> owned(g.cp_size, 0);
+  for (uint32_t owner : put.page_owners) {
+    if (owner >= g.cp_size) {
+      return Corrupt(absl::StrCat(id, "owner rank ", owner, " >= cp_size ",
+                                  g.cp_size));
+    }
+    ++owned[owner];
+  }
+  for (uint32_t r = 0; r < g.cp_size; ++r) {
+    if (put.host_pages[r].size() != owned[r]) {
+      return Corrupt(absl::StrCat(id, "rank ", r, " has ",
+                                  put.host_pages[r].size(),
+                                  " pages but owns ", owned[r]));
+    }
+    if (put.checksums[r].size() != put.host_pages[r].size()) {
+      return Corrupt(absl::StrCat(id, "rank ", r, " checksums/pages shape"));
+    }
+    for (int64_t page : put.host_pages[r]) {
+      if (page < 0 || page >= g.host_pages_per_rank) {
+        return Corrupt(absl::StrCat(id, "rank ", r, " page ", page,
+                                    " outside [0, ", g.host_pages_per_rank,
+                                    ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CompareGeometry(const JournalGeometry& journal,
+                             const JournalGeometry& daemon) {
+  std::vector<std::string> diffs;
+  auto check = [&diffs](absl::string_view field, const auto& j,
+                        const auto& d) {
+    if (!(j == d)) {
+      diffs.push_back(absl::StrCat(field, ": journal ", j, ", daemon ", d));
+    }
+  };
+  check("page_size", journal.page_size, daemon.page_size);
+  check("cp_size", journal.cp_size, daemon.cp_size);
+  check("kv_fingerprint", journal.kv_fingerprint, daemon.kv_fingerprint);
+  check("host_layout", journal.host_layout, daemon.host_layout);
+  check("host_pages_per_rank", journal.host_pages_per_rank,
+        daemon.host_pages_per_rank);
+  check("instance", journal.instance, daemon.instance);
+  if (diffs.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "journal geometry differs: ", absl::StrJoin(diffs, "; ")));
+}
+
+absl::StatusOr<Frame> ParseFrame(absl::string_view bytes) {
+  if (bytes.size() < kFramePrefixSize) {
+    return absl::OutOfRangeError("journal ends inside a record header");
+  }
+  const uint32_t length = LoadU32(bytes.data());
+  if (length > kMaxPayloadSize) {
+    return absl::DataLossError(absl::StrCat(
+        "journal record length ", length, " exceeds ", kMaxPayloadSize));
+  }
+  const size_t total = kFrameOverhead + static_cast<size_t>(length);
+  if (bytes.size() < total) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "journal ends inside a record of ", total, " bytes (", bytes.size(),
+        " left)"));
+  }
+  const uint64_t stored = LoadU64(bytes.data() + kFramePrefixSize + length);
+  if (stored != FrameChecksum(bytes.data(), kFramePrefixSize + length)) {
+    return absl::DataLossError("journal record checksum mismatch");
+  }
+  const uint8_t type = static_cast<uint8_t>(bytes[4]);
+  if (type < static_cast<uint8_t>(RecordType::kGeometry) ||
+      type > static_cast<uint8_t>(RecordType::kClean)) {
+    return absl::DataLossError(
+        absl::StrCat("journal record of unknown type ", type));
+  }
+  Frame frame;
+  frame.type = static_cast<RecordType>(type);
+  frame.payload = bytes.substr(kFramePrefixSize, length);
+  frame.size = total;
+  return frame;
+}
+
+}  // namespace hicache::persist

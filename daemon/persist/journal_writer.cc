@@ -1,0 +1,360 @@
+#include "daemon/persist/journal_writer.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/persist/posix_journal_fs.h"
+#include "daemon/persist/state_dir.h"
+
+namespace hicache::persist {
+
+JournalWriter::JournalWriter(std::string state_dir, JournalGeometry geometry,
+                             JournalWriterOptions options)
+    : state_dir_(std::move(state_dir)),
+      geometry_(std::move(geometry)),
+      options_(options),
+      fs_(options.fs != nullptr ? options.fs : PosixJournalFs::Default()) {}
+
+absl::StatusOr<std::unique_ptr<JournalWriter>> JournalWriter::Open(
+    const std::string& state_dir, const JournalGeometry& geometry,
+    const std::vector<PutRecord>& live, JournalWriterOptions options) {
+  absl::StatusOr<std::string> geometry_frame = EncodeGeometryRecord(geometry);
+  if (!geometry_frame.ok()) return geometry_frame.status();
+  std::unique_ptr<JournalWriter> writer(
+      new JournalWriter(state_dir, geometry, options));
+  writer->geometry_frame_ = *std::move(geometry_frame);
+
+  std::vector<std::pair<uint64_t, Live>> entries;
+  entries.reserve(live.size());
+  uint64_t live_bytes = 0;
+  for (const PutRecord& put : live) {
+    if (absl::Status s = ValidatePut(put, geometry); !s.ok()) {
+      return absl::InvalidArgumentError(s.message());
+    }
+    absl::StatusOr<std::string> frame = EncodePutRecord(put);
+    if (!frame.ok()) return frame.status();
+    live_bytes += frame->size();
+    entries.emplace_back(
+        put.persist_id,
+        Live{put.parent_persist_id,
+             std::make_shared<const std::string>(*std::move(frame))});
+  }
+  {
+    absl::flat_hash_map<uint64_t, bool> seen;
+    for (const auto& [id, entry] : entries) {
+      if (!seen.emplace(id, true).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Put ", id, " appears twice in the live set"));
+      }
+    }
+  }
+  uint64_t file_bytes = 0;
+  bool renamed = false;
+  absl::StatusOr<std::unique_ptr<JournalFile>> file = writer->WriteSnapshot(
+      ParentsFirst(entries), false, &file_bytes, &renamed);
+  if (!file.ok()) return file.status();
+  writer->file_ = *std::move(file);
+  {
+    MutexLock lock(&writer->mu_);
+    for (auto& [id, entry] : entries) {
+      writer->live_.emplace(id, std::move(entry));
+    }
+    writer->stats_.live_puts = static_cast<int64_t>(writer->live_.size());
+    writer->stats_.live_bytes = live_bytes;
+    writer->stats_.file_bytes = file_bytes;
+  }
+  writer->thread_ = std::thread([w = writer.get()] { w->Run(); });
+  return writer;
+}
+
+JournalWriter::~JournalWriter() {
+  {
+    MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  work_cv_.SignalAll();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::vector<JournalWriter::Live> JournalWriter::ParentsFirst(
+    std::vector<std::pair<uint64_t, Live>> entries) {
+  std::sort(entries.begin(), entries.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  absl::flat_hash_map<uint64_t, std::vector<size_t>> children;
+  absl::flat_hash_map<uint64_t, size_t> index;
+  std::vector<size_t> level;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    index[entries[i].first] = i;
+  }
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const uint64_t parent = entries[i].second.parent;
+    if (parent == 0) {
+      level.push_back(i);
+    } else {
+      children[parent].push_back(i);
+    }
+  }
+  std::vector<Live> ordered;
+  ordered.reserve(entries.size());
+  std::vector<bool> placed(entries.size(), false);
+  while (!level.empty()) {
+    std::vector<size_t> next;
+    for (size_t i : level) {
+      placed[i] = true;
+      ordered.push_back(entries[i].second);
+      auto kids = children.find(entries[i].first);
+      if (kids != children.end()) {
+        next.insert(next.end(), kids->second.begin(), kids->second.end());
+      }
+    }
+    level = std::move(next);
+  }
+  // Not reachable from a root (parent not live, or a cycle): kept, last; the
+  // loader decides (a parent Put may still come).
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (!placed[i]) ordered.push_back(entries[i].second);
+  }
+  return ordered;
+}
+
+absl::StatusOr<std::unique_ptr<JournalFile>> JournalWriter::WriteSnapshot(
+    const std::vector<Live>& ordered, bool clean, uint64_t* bytes,
+    bool* renamed) {
+  *renamed = false;
+  const std::string tmp = JournalTmpPath(state_dir_);
+  absl::StatusOr<std::unique_ptr<JournalFile>> file = fs_->Create(tmp);
+  if (!file.ok()) return file.status();
+  // Written in chunks of a few MiB: one buffer of the whole live set would
+  // double its memory for the duration.
+  constexpr size_t kChunk = size_t{4} << 20;
+  std::string buffer = EncodeFileHeader();
+  buffer += geometry_frame_;
+  uint64_t total = 0;
+  absl::Status status;
+  auto write = [&]() {
+    if (status.ok()) status = (*file)->Append(buffer);
+    total += buffer.size();
+    buffer.clear();
+  };
+  for (const Live& entry : ordered) {
+    buffer += *entry.frame;
+    if (buffer.size() >= kChunk) write();
+  }
+  if (clean) buffer += EncodeCleanRecord();
+  write();
+  if (status.ok()) status = (*file)->Sync();
+  if (status.ok()) {
+    status = fs_->Rename(tmp, JournalPath(state_dir_));
+    *renamed = status.ok();
+  }
+  if (status.ok()) status = fs_->SyncDir(state_dir_);
+  if (!status.ok()) {
+    file->reset();
+    // Best effort: the error reported is `status`.
+    if (!*renamed) (void)fs_->Remove(tmp);
+    return status;
+  }
+  *bytes = total;
+  return file;
+}
+
+absl::Status JournalWriter::BrokenError() const {
+  return absl::FailedPreconditionError(
+      absl::StrCat("journal broken: ", broken_.ToString()));
+}
+
+void JournalWriter::Break(absl::Status cause) {
+  if (!broken_.ok()) return;
+  broken_ = std::move(cause);
+  pending_.clear();
+  pending_.shrink_to_fit();
+  live_.clear();
+  stats_.queued_bytes = 0;
+  durable_cv_.SignalAll();
+}
+
+absl::Status JournalWriter::Put(const PutRecord& put) {
+  absl::Status valid = ValidatePut(put, geometry_);
+  if (!valid.ok()) return absl::InvalidArgumentError(valid.message());
+  absl::StatusOr<std::string> encoded = EncodePutRecord(put);
+  if (!encoded.ok()) return encoded.status();
+  auto frame = std::make_shared<const std::string>(*std::move(encoded));
+  bool wake = false;
+  {
+    MutexLock lock(&mu_);
+    if (!broken_.ok()) return BrokenError();
+    if (live_.contains(put.persist_id)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Put: persist_id ", put.persist_id, " is live"));
+    }
+    if (pending_.size() + frame->size() > options_.max_queue_bytes) {
+      ++stats_.puts_refused;
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "journal queue full (", pending_.size(), " bytes pending)"));
+    }
+    wake = pending_.empty();
+    if (wake) first_pending_ = absl::Now();
+    pending_ += *frame;
+    ++appended_seq_;
+    clean_ = false;
+    stats_.live_bytes += frame->size();
+    live_.emplace(put.persist_id, Live{put.parent_persist_id, std::move(frame)});
+    ++stats_.puts;
+    stats_.live_puts = static_cast<int64_t>(live_.size());
+    stats_.queued_bytes = pending_.size();
+    wake = wake || pending_.size() >= options_.batch_bytes;
+  }
+  if (wake) work_cv_.Signal();
+  return absl::OkStatus();
+}
+
+absl::Status JournalWriter::Drop(uint64_t persist_id) {
+  const std::string frame = EncodeDropRecord(persist_id);
+  {
+    MutexLock lock(&mu_);
+    if (!broken_.ok()) return BrokenError();
+    auto it = live_.find(persist_id);
+    if (it == live_.end()) {
+      ++stats_.unknown_drops;
+      return absl::OkStatus();
+    }
+    stats_.live_bytes -= it->second.frame->size();
+    live_.erase(it);
+    if (pending_.empty()) first_pending_ = absl::Now();
+    pending_ += frame;
+    ++appended_seq_;
+    clean_ = false;
+    ++stats_.drops;
+    stats_.live_puts = static_cast<int64_t>(live_.size());
+    stats_.queued_bytes = pending_.size();
+  }
+  work_cv_.Signal();
+  return absl::OkStatus();
+}
+
+absl::Status JournalWriter::Flush() {
+  MutexLock lock(&mu_);
+  const uint64_t target = appended_seq_;
+  if (target > flush_seq_) {
+    flush_seq_ = target;
+    work_cv_.Signal();
+  }
+  while (broken_.ok() && durable_seq_ < target) durable_cv_.Wait(&mu_);
+  if (!broken_.ok()) return BrokenError();
+  return absl::OkStatus();
+}
+
+absl::Status JournalWriter::FlushClean() {
+  {
+    MutexLock lock(&mu_);
+    if (!broken_.ok()) return BrokenError();
+    if (pending_.empty()) first_pending_ = absl::Now();
+    pending_ += EncodeCleanRecord();
+    ++appended_seq_;
+    clean_ = true;
+    stats_.queued_bytes = pending_.size();
+  }
+  return Flush();
+}
+
+absl::Status JournalWriter::status() const {
+  MutexLock lock(&mu_);
+  return broken_;
+}
+
+JournalWriterStats JournalWriter::stats() const {
+  MutexLock lock(&mu_);
+  return stats_;
+}
+
+bool JournalWriter::ShouldCompact() const {
+  const uint64_t threshold = std::max<uint64_t>(
+      {options_.compaction_floor_bytes, next_compaction_min_,
+       static_cast<uint64_t>(options_.compaction_ratio *
+                             static_cast<double>(stats_.live_bytes))});
+  return stats_.file_bytes > threshold;
+}
+
+void JournalWriter::Run() {
+  // Explicit Lock/Unlock: the lock is released around every write.
+  mu_.Lock();
+  while (true) {
+    while (broken_.ok() && !stop_ && pending_.empty()) work_cv_.Wait(&mu_);
+    if (!broken_.ok()) {
+      while (!stop_) work_cv_.Wait(&mu_);  // Broken: idle until stopped.
+      break;
+    }
+    if (pending_.empty()) break;  // Stopped, and everything is written.
+    // Gather a batch: until max_delay after its first record, unless it is
+    // big enough, a Flush waits or the writer stops.
+    const absl::Time deadline = first_pending_ + options_.max_delay;
+    while (broken_.ok() && !stop_ && pending_.size() < options_.batch_bytes &&
+           flush_seq_ <= durable_seq_) {
+      const absl::Duration left = deadline - absl::Now();
+      if (left <= absl::ZeroDuration()) break;
+      work_cv_.WaitWithTimeout(&mu_, left);
+    }
+    std::string batch;
+    batch.swap(pending_);
+    const uint64_t batch_seq = appended_seq_;
+    mu_.Unlock();
+    absl::Status status = file_->Append(batch);
+    if (status.ok()) status = file_->Sync();
+    mu_.Lock();
+    if (!status.ok()) {
+      Break(std::move(status));
+      continue;
+    }
+    durable_seq_ = batch_seq;
+    ++stats_.batches;
+    stats_.bytes_written += batch.size();
+    stats_.file_bytes += batch.size();
+    stats_.queued_bytes = pending_.size();
+    durable_cv_.SignalAll();
+    if (ShouldCompact()) Compact();
+  }
+  mu_.Unlock();
+}
+
+void JournalWriter::Compact() {
+  // The live set reflects every record accepted so far, pending ones
+  // included: the snapshot subsumes the pending buffer.
+  std::vector<std::pair<uint64_t, Live>> entries;
+  entries.reserve(live_.size());
+  for (const auto& [id, entry] : live_) entries.emplace_back(id, entry);
+  const bool clean = clean_;
+  const uint64_t snapshot_seq = appended_seq_;
+  std::string subsumed;
+  subsumed.swap(pending_);
+  mu_.Unlock();
+  uint64_t bytes = 0;
+  bool renamed = false;
+  absl::StatusOr<std::unique_ptr<JournalFile>> file =
+      WriteSnapshot(ParentsFirst(std::move(entries)), clean, &bytes, &renamed);
+  if (file.ok()) file_ = *std::move(file);
+  mu_.Lock();
+  if (!file.ok() && renamed) {
+    // The new file replaced the journal but its rename may not be durable,
+    // and file_ now names the unlinked old one: nothing is safe to append.
+    Break(file.status());
+    return;
+  }
+  if (!file.ok()) {
+    // The old journal is intact: put the subsumed records back in front.
+    subsumed += pending_;
+    pending_.swap(subsumed);
+    ++stats_.compaction_failures;
+    next_compaction_min_ = stats_.file_bytes * 2;
+    stats_.queued_bytes = pending_.size();
+    return;
+  }
+  ++stats_.compactions;
+  stats_.file_bytes = bytes;
+  next_compaction_min_ = 0;
+  durable_seq_ = std::max(durable_seq_, snapshot_seq);
+  stats_.queued_bytes = pending_.size();
+  durable_cv_.SignalAll();
+}
+
+}  // namespace hicache::persist

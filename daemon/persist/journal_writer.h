@@ -1,0 +1,163 @@
+#pragma once
+
+// The background writer of the host-tier journal (docs/hot-restart.md §3).
+//
+// Put() and Drop() never wait for I/O: the caller encodes the record (Put:
+// also ValidatePut against the geometry), then, under a short lock, updates
+// the in-memory live set and appends the frame to the pending buffer. One
+// writer thread takes the whole pending buffer as a batch and makes it
+// durable with one write and one fdatasync (group commit). A batch starts
+// `max_delay` after its first record, or at once when `batch_bytes` are
+// pending, a Flush() waits, or the writer stops.
+//
+// Back-pressure (the pending buffer holds `max_queue_bytes`): a Put that
+// does not fit is refused with RESOURCE_EXHAUSTED, at once, and nothing of it
+// is recorded (that node just does not survive a restart; the engine may
+// carry on). A Drop is never refused: it is 21 bytes and losing it could
+// resurrect a stale node, so Drops may exceed the bound.
+//
+// Failure: the first write, fdatasync or file error makes the journal broken
+// for good. status() returns that error; Put/Drop/Flush return
+// FAILED_PRECONDITION naming it; pending records are discarded and nothing
+// more is written. The owner then carries on without persistence. Nothing
+// crashes and nothing is dropped without a status saying so.
+//
+// Compaction: after a batch, when the file exceeds
+// max(compaction_floor_bytes, compaction_ratio * live bytes), the writer
+// thread snapshots the live set under the lock (pointers to encoded frames;
+// the snapshot subsumes every pending record), writes header + Geometry +
+// live Puts (parents first; Puts whose parent is not live last) + Clean if
+// the last call was FlushClean to journal.tmp, fdatasyncs it, renames it over
+// journal and fsyncs the directory, all outside the lock. A failed
+// compaction leaves the old journal in use (the pending records are put
+// back), is counted, and is not retried before the file doubles.
+//
+// Thread-safe. Records become durable in call order.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "daemon/core/mutex.h"
+#include "daemon/persist/journal_format.h"
+#include "daemon/persist/journal_fs.h"
+
+namespace hicache::persist {
+
+struct JournalWriterOptions {
+  absl::Duration max_delay = absl::Milliseconds(10);
+  size_t batch_bytes = size_t{1} << 20;
+  size_t max_queue_bytes = size_t{256} << 20;
+  uint64_t compaction_floor_bytes = uint64_t{64} << 20;
+  double compaction_ratio = 2.0;
+  JournalFs* fs = nullptr;  // nullptr: PosixJournalFs::Default().
+};
+
+struct JournalWriterStats {
+  int64_t puts = 0;            // Accepted.
+  int64_t puts_refused = 0;    // RESOURCE_EXHAUSTED (queue full).
+  int64_t drops = 0;           // Of live ids (written).
+  int64_t unknown_drops = 0;   // Of ids not live: nothing to write.
+  int64_t batches = 0;         // write + fdatasync pairs.
+  uint64_t bytes_written = 0;  // By batches (compactions not included).
+  int64_t compactions = 0;
+  int64_t compaction_failures = 0;
+  int64_t live_puts = 0;
+  uint64_t live_bytes = 0;     // Encoded size of the live Puts.
+  uint64_t file_bytes = 0;     // The journal's durable size.
+  uint64_t queued_bytes = 0;   // Pending, not yet durable.
+};
+
+class JournalWriter {
+ public:
+  // Starts writing <state_dir>/journal (the directory must exist; see
+  // PrepareStateDir): writes header, Geometry and `live` (e.g.
+  // LoadedJournal::puts, to continue after a load; empty for a fresh start)
+  // to journal.tmp, makes it durable and renames it over any old journal.
+  // The old journal's torn tail, orphans and dead records are thus gone.
+  // INVALID_ARGUMENT for a live Put that fails validation; file errors as
+  // JournalFs returns them (the old journal is then left untouched).
+  static absl::StatusOr<std::unique_ptr<JournalWriter>> Open(
+      const std::string& state_dir, const JournalGeometry& geometry,
+      const std::vector<PutRecord>& live, JournalWriterOptions options = {});
+
+  // Makes everything accepted durable (unless broken), then stops the thread.
+  ~JournalWriter();
+  JournalWriter(const JournalWriter&) = delete;
+  JournalWriter& operator=(const JournalWriter&) = delete;
+
+  // Records a Put. INVALID_ARGUMENT if it fails EncodePutPayload or
+  // ValidatePut against the geometry, or its persist_id is live already;
+  // RESOURCE_EXHAUSTED when the queue is full (see above); FAILED_PRECONDITION
+  // when broken. Returns once queued, not durable.
+  absl::Status Put(const PutRecord& put);
+  // Records that `persist_id` is gone. OK (and nothing written) if it is not
+  // live. FAILED_PRECONDITION when broken.
+  absl::Status Drop(uint64_t persist_id);
+  // Waits until everything accepted before the call is durable. OK, or
+  // FAILED_PRECONDITION when broken (then it returns at once).
+  absl::Status Flush();
+  // Appends a Clean record (the daemon stops on purpose), then Flush().
+  absl::Status FlushClean();
+
+  // OK, or the error that broke the journal.
+  absl::Status status() const;
+  JournalWriterStats stats() const;
+  const JournalGeometry& geometry() const { return geometry_; }
+
+ private:
+  struct Live {
+    uint64_t parent = 0;
+    std::shared_ptr<const std::string> frame;
+  };
+
+  JournalWriter(std::string state_dir, JournalGeometry geometry,
+                JournalWriterOptions options);
+
+  // Writes header + Geometry + frames (+ Clean) to journal.tmp and renames it
+  // over journal; returns the new file on success. *renamed tells whether
+  // the rename happened (on error: the journal may be the new file).
+  absl::StatusOr<std::unique_ptr<JournalFile>> WriteSnapshot(
+      const std::vector<Live>& ordered, bool clean, uint64_t* bytes,
+      bool* renamed);
+  static std::vector<Live> ParentsFirst(
+      std::vector<std::pair<uint64_t, Live>> entries);
+  void Run();
+  void Compact() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Break(absl::Status cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status BrokenError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ShouldCompact() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string state_dir_;
+  const JournalGeometry geometry_;
+  const JournalWriterOptions options_;
+  JournalFs* const fs_;
+  std::string geometry_frame_;
+
+  // Only the writer thread (and Open, before it starts) touches the file.
+  std::unique_ptr<JournalFile> file_;
+
+  mutable Mutex mu_;
+  CondVar work_cv_;     // Writer: records pending, flush wanted, stop.
+  CondVar durable_cv_;  // Flush waiters: durable_seq_ advanced or broken.
+  absl::flat_hash_map<uint64_t, Live> live_ ABSL_GUARDED_BY(mu_);
+  std::string pending_ ABSL_GUARDED_BY(mu_);
+  absl::Time first_pending_ ABSL_GUARDED_BY(mu_);
+  uint64_t appended_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t durable_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t flush_seq_ ABSL_GUARDED_BY(mu_) = 0;  // Highest seq a Flush wants.
+  bool clean_ ABSL_GUARDED_BY(mu_) = false;  // Last call was FlushClean.
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_compaction_min_ ABSL_GUARDED_BY(mu_) = 0;
+  JournalWriterStats stats_ ABSL_GUARDED_BY(mu_);
+
+  std::thread thread_;
+};
+
+}  // namespace hicache::persist
