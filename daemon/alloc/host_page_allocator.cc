@@ -36,6 +36,25 @@ absl::StatusOr<std::vector<int64_t>> HostPageAllocator::Reserve(int64_t n) {
   return pages;
 }
 
+absl::Status HostPageAllocator::ReserveExactly(
+    absl::Span<const int64_t> pages) {
+  absl::StatusOr<std::vector<PageRun>> runs =
+      ToSortedRuns(pages, 0, num_pages(), "host reserve");
+  if (!runs.ok()) return runs.status();
+  for (const PageRun& run : *runs) {
+    if (!free_.ContainsAll(run)) {
+      for (int64_t page = run.start; page < run.end(); ++page) {
+        if (!free_.Contains(page)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "host reserve: page ", page, " is already reserved"));
+        }
+      }
+    }
+  }
+  for (const PageRun& run : *runs) free_.Remove(run);
+  return absl::OkStatus();
+}
+
 absl::Status HostPageAllocator::Free(absl::Span<const int64_t> pages) {
   absl::StatusOr<std::vector<PageRun>> runs =
       ToSortedRuns(pages, 0, num_pages(), "host free");

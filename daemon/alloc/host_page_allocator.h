@@ -29,6 +29,10 @@ class HostPageAllocator {
   // RESOURCE_EXHAUSTED (with AccountingString()) if fewer than n are free.
   absl::StatusOr<std::vector<int64_t>> Reserve(int64_t n);
 
+  // Reserves exactly `pages` (recovery: the pages a durable index records).
+  // INVALID_ARGUMENT, changing nothing, if any page is out of range,
+  // repeated, or already reserved.
+  absl::Status ReserveExactly(absl::Span<const int64_t> pages);
   // Returns reserved pages. INVALID_ARGUMENT, changing nothing, if any page is
   // out of range, repeated, or not currently reserved (double free).
   absl::Status Free(absl::Span<const int64_t> pages);

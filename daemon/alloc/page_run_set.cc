@@ -45,6 +45,23 @@ bool PageRunSet::Overlaps(PageRun run) const {
   return it->first + it->second > run.start;
 }
 
+bool PageRunSet::ContainsAll(PageRun run) const {
+  auto it = by_start_.upper_bound(run.start);
+  if (it == by_start_.begin()) return false;
+  --it;
+  return it->first <= run.start && it->first + it->second >= run.end();
+}
+
+void PageRunSet::Remove(PageRun run) {
+  auto it = by_start_.upper_bound(run.start);
+  --it;  // REQUIRES: ContainsAll(run).
+  const int64_t start = it->first;
+  const int64_t end = it->first + it->second;
+  Erase(start, it->second);
+  if (start < run.start) Insert(start, run.start - start);
+  if (run.end() < end) Insert(run.end(), end - run.end());
+}
+
 void PageRunSet::Insert(int64_t start, int64_t length) {
   by_start_.emplace(start, length);
   by_length_.emplace(length, start);

@@ -55,6 +55,12 @@ class PageRunSet {
   // [0, capacity), length > 0, and !Overlaps(run).
   void Add(PageRun run);
 
+  // Whether every page of `run` is in the set (inside one maximal run).
+  bool ContainsAll(PageRun run) const;
+  // Removes exactly the pages of `run`. REQUIRES: ContainsAll(run),
+  // run.length > 0.
+  void Remove(PageRun run);
+
   // Removes and returns the first `n` pages of the smallest run that has at
   // least `n` (lowest address among equals); nullopt if no run is that long.
   // REQUIRES: n > 0.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -114,6 +115,62 @@ TEST(HostPageAllocatorTest, MatchesNaiveModel) {
     for (int64_t p = 0; p < kPages; ++p) {
       ASSERT_EQ(alloc.IsFree(p), free_model.count(p) > 0) << p;
     }
+  }
+}
+
+
+// Recovery reserves the exact pages a durable index records.
+TEST(HostPageAllocatorTest, ReserveExactlyTakesThosePagesOrNothing) {
+  HostPageAllocator alloc = *HostPageAllocator::Create(16);
+  ASSERT_TRUE(alloc.ReserveExactly({3, 4, 5, 9, 15}).ok());
+  EXPECT_EQ(alloc.free_pages(), 11);
+  for (int64_t page : {3, 4, 5, 9, 15}) EXPECT_FALSE(alloc.IsFree(page));
+  EXPECT_TRUE(alloc.IsFree(2));
+  EXPECT_TRUE(alloc.IsFree(6));
+  ASSERT_TRUE(alloc.CheckInvariants().ok()) << alloc.CheckInvariants();
+  // Already reserved, repeated, out of range: refused, nothing changes.
+  for (const std::vector<int64_t>& bad :
+       std::vector<std::vector<int64_t>>{{0, 4}, {1, 1}, {16}, {-1}}) {
+    const absl::Status status = alloc.ReserveExactly(bad);
+    EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+    EXPECT_EQ(alloc.free_pages(), 11);
+    EXPECT_TRUE(alloc.IsFree(0));
+    EXPECT_TRUE(alloc.IsFree(1));
+  }
+  EXPECT_THAT(std::string(alloc.ReserveExactly({0, 4}).message()),
+              HasSubstr("page 4 is already reserved"));
+  // What was reserved exactly frees normally; the rest reserves normally.
+  ASSERT_TRUE(alloc.Free({4, 9}).ok());
+  auto rest = alloc.Reserve(13);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_EQ(alloc.free_pages(), 0);
+  ASSERT_TRUE(alloc.CheckInvariants().ok());
+}
+
+// Random exact reservations and frees against a std::set model.
+TEST(HostPageAllocatorTest, ReserveExactlyMatchesNaiveModel) {
+  std::mt19937 rng(5);
+  HostPageAllocator alloc = *HostPageAllocator::Create(200);
+  std::set<int64_t> free;
+  for (int64_t p = 0; p < 200; ++p) free.insert(p);
+  for (int step = 0; step < 2000; ++step) {
+    std::vector<int64_t> pages;
+    const int n = std::uniform_int_distribution<int>(1, 6)(rng);
+    const int64_t start = std::uniform_int_distribution<int64_t>(0, 199)(rng);
+    for (int i = 0; i < n && start + i < 200; ++i) pages.push_back(start + i);
+    if (rng() % 2 == 0) {
+      const bool ok = std::all_of(pages.begin(), pages.end(),
+                                  [&](int64_t p) { return free.contains(p); });
+      EXPECT_EQ(alloc.ReserveExactly(pages).ok(), ok);
+      if (ok) for (int64_t p : pages) free.erase(p);
+    } else {
+      const bool ok = std::none_of(pages.begin(), pages.end(),
+                                   [&](int64_t p) { return free.contains(p); });
+      EXPECT_EQ(alloc.Free(pages).ok(), ok);
+      if (ok) for (int64_t p : pages) free.insert(p);
+    }
+    ASSERT_EQ(alloc.free_pages(), static_cast<int64_t>(free.size()));
+    ASSERT_TRUE(alloc.CheckInvariants().ok()) << alloc.CheckInvariants();
   }
 }
 
