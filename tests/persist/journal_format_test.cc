@@ -1,0 +1,319 @@
+#include "daemon/persist/journal_format.h"
+
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "tests/persist/journal_test_util.h"
+
+namespace hicache::persist {
+namespace {
+
+using testing::MakePut;
+using testing::TestGeometry;
+
+void PutLe32(std::string* s, uint32_t v) {
+  for (int i = 0; i < 4; ++i) s->push_back(static_cast<char>(v >> (8 * i)));
+}
+void PutLe64(std::string* s, uint64_t v) {
+  for (int i = 0; i < 8; ++i) s->push_back(static_cast<char>(v >> (8 * i)));
+}
+
+TEST(JournalFormatTest, FileHeaderRoundTripAndRejections) {
+  const std::string header = EncodeFileHeader();
+  ASSERT_EQ(header.size(), kFileHeaderSize);
+  EXPECT_EQ(header.substr(0, 8), "HCJOURNL");
+  EXPECT_TRUE(CheckFileHeader(header).ok());
+  EXPECT_EQ(CheckFileHeader(header.substr(0, 15)).code(),
+            absl::StatusCode::kDataLoss);
+  std::string bad_magic = header;
+  bad_magic[0] = 'X';
+  EXPECT_EQ(CheckFileHeader(bad_magic).code(), absl::StatusCode::kDataLoss);
+  std::string v2 = header;
+  v2[8] = 2;
+  const absl::Status s = CheckFileHeader(v2);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("version 2"), std::string::npos) << s;
+}
+
+TEST(JournalFormatTest, GeometryRoundTrip) {
+  JournalGeometry g = TestGeometry(4);
+  g.instance = std::string("bytes\0\xff not utf8", 16);
+  absl::StatusOr<std::string> frame = EncodeGeometryRecord(g);
+  ASSERT_TRUE(frame.ok());
+  absl::StatusOr<Frame> parsed = ParseFrame(*frame);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->type, RecordType::kGeometry);
+  EXPECT_EQ(parsed->size, frame->size());
+  absl::StatusOr<JournalGeometry> back = DecodeGeometryPayload(parsed->payload);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, g);
+}
+
+TEST(JournalFormatTest, PutRoundTripForEveryCpSize) {
+  std::mt19937_64 rng(7);
+  for (uint32_t cp : {1u, 2u, 4u, 8u}) {
+    const JournalGeometry g = TestGeometry(cp);
+    for (int pages : {1, 3, 16, 100}) {
+      const PutRecord put = MakePut(42, 7, "ns/é", pages, g, rng);
+      ASSERT_TRUE(ValidatePut(put, g).ok()) << ValidatePut(put, g);
+      absl::StatusOr<std::string> frame = EncodePutRecord(put);
+      ASSERT_TRUE(frame.ok()) << frame.status();
+      absl::StatusOr<Frame> parsed = ParseFrame(*frame);
+      ASSERT_TRUE(parsed.ok()) << parsed.status();
+      EXPECT_EQ(parsed->type, RecordType::kPut);
+      absl::StatusOr<PutRecord> back = DecodePutPayload(parsed->payload);
+      ASSERT_TRUE(back.ok()) << back.status();
+      EXPECT_EQ(*back, put);
+      uint64_t id = 0, parent = 0;
+      ASSERT_TRUE(PeekPutIds(parsed->payload, &id, &parent).ok());
+      EXPECT_EQ(id, 42u);
+      EXPECT_EQ(parent, 7u);
+    }
+  }
+}
+
+TEST(JournalFormatTest, DropAndCleanRoundTrip) {
+  const std::string drop = EncodeDropRecord(0xfedcba9876543210ull);
+  absl::StatusOr<Frame> parsed = ParseFrame(drop);
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(parsed->type, RecordType::kDrop);
+  absl::StatusOr<uint64_t> id = DecodeDropPayload(parsed->payload);
+  ASSERT_TRUE(id.ok());
+  EXPECT_EQ(*id, 0xfedcba9876543210ull);
+  EXPECT_EQ(DecodeDropPayload(EncodeDropPayload(0)).status().code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(DecodeDropPayload("1234567").status().code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(DecodeDropPayload("123456789").status().code(),
+            absl::StatusCode::kDataLoss);
+  absl::StatusOr<Frame> clean = ParseFrame(EncodeCleanRecord());
+  ASSERT_TRUE(clean.ok());
+  EXPECT_EQ(clean->type, RecordType::kClean);
+  EXPECT_EQ(clean->size, kFrameOverhead);
+}
+
+TEST(JournalFormatTest, EncodePutRejectsBadShapes) {
+  std::mt19937_64 rng(1);
+  const JournalGeometry g = TestGeometry(2);
+  PutRecord put = MakePut(5, 0, "ns", 4, g, rng);
+  PutRecord zero = put;
+  zero.persist_id = 0;
+  EXPECT_EQ(EncodePutRecord(zero).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  PutRecord self = put;
+  self.parent_persist_id = 5;
+  EXPECT_EQ(EncodePutRecord(self).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  PutRecord fewer_lists = put;
+  fewer_lists.checksums.pop_back();
+  EXPECT_EQ(EncodePutRecord(fewer_lists).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  PutRecord short_list = put;
+  short_list.checksums[0].pop_back();
+  EXPECT_EQ(EncodePutRecord(short_list).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Too big for one record.
+  PutRecord huge = put;
+  huge.tokens.assign(kMaxPayloadSize / 4 + 1, 1);
+  EXPECT_EQ(EncodePutRecord(huge).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  std::string out;
+  EXPECT_EQ(AppendFrame(RecordType::kPut,
+                        std::string(kMaxPayloadSize + 1, 'x'), &out)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(out.empty());
+}
+
+TEST(JournalFormatTest, ValidatePutChecksTheGeometry) {
+  std::mt19937_64 rng(2);
+  const JournalGeometry g = TestGeometry(4);
+  const PutRecord good = MakePut(9, 3, "ns", 8, g, rng);
+  ASSERT_TRUE(ValidatePut(good, g).ok());
+  auto expect_bad = [&](PutRecord put, const std::string& what) {
+    const absl::Status s = ValidatePut(put, g);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << what;
+    EXPECT_NE(s.message().find(what), std::string::npos) << s;
+  };
+  PutRecord p = good;
+  p.logical_len = 0;
+  expect_bad(p, "logical_len 0");
+  p = good;
+  p.logical_len += g.page_size;  // One more page than owners.
+  expect_bad(p, "page owners for logical_len");
+  p = good;
+  p.page_owners[0] = 4;
+  expect_bad(p, "owner rank 4 >= cp_size 4");
+  p = good;
+  p.host_pages.pop_back();
+  p.checksums.pop_back();
+  expect_bad(p, "page lists for cp_size 4");
+  p = good;
+  p.host_pages[p.page_owners[0]][0] = g.host_pages_per_rank;
+  expect_bad(p, "outside [0, ");
+  p = good;
+  p.host_pages[p.page_owners[0]][0] = -1;
+  expect_bad(p, "page -1 outside");
+  p = good;
+  p.checksums[p.page_owners[0]].pop_back();
+  expect_bad(p, "checksums/pages shape");
+  p = good;
+  // Rank of page 0 claims page 1's page: counts per rank no longer agree.
+  p.page_owners[0] = (p.page_owners[0] + 1) % 4;
+  expect_bad(p, "pages but owns");
+}
+
+TEST(JournalFormatTest, CompareGeometryNamesEveryField) {
+  const JournalGeometry a = TestGeometry(1);
+  EXPECT_TRUE(CompareGeometry(a, a).ok());
+  JournalGeometry b = a;
+  b.page_size = 32;
+  b.instance = "other";
+  const absl::Status s = CompareGeometry(a, b);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("page_size: journal 16, daemon 32"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.message().find("instance: journal test-instance, daemon other"),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(s.message().find("cp_size"), std::string::npos) << s;
+}
+
+TEST(JournalFormatTest, ParseFrameDetectsTornAndCorruptFrames) {
+  std::mt19937_64 rng(3);
+  const std::string frame =
+      *EncodePutRecord(MakePut(1, 0, "ns", 4, TestGeometry(), rng));
+  // Every proper prefix is torn.
+  for (size_t n = 0; n < frame.size(); ++n) {
+    EXPECT_EQ(ParseFrame(frame.substr(0, n)).status().code(),
+              absl::StatusCode::kOutOfRange)
+        << n;
+  }
+  // Every single flipped bit is caught (the length, type, payload or sum).
+  for (size_t i = 0; i < frame.size(); ++i) {
+    for (int bit = 0; bit < 8; ++bit) {
+      std::string bad = frame;
+      bad[i] = static_cast<char>(bad[i] ^ (1 << bit));
+      absl::StatusOr<Frame> parsed = ParseFrame(bad);
+      EXPECT_FALSE(parsed.ok()) << i << ":" << bit;
+    }
+  }
+  // A frame followed by more bytes parses as itself.
+  absl::StatusOr<Frame> parsed = ParseFrame(frame + "trailing");
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(parsed->size, frame.size());
+}
+
+TEST(JournalFormatTest, HugeLengthsAreRefusedBeforeAnyAllocation) {
+  for (uint32_t length : {0xffffffffu, 0xfffffff0u, kMaxPayloadSize + 1}) {
+    std::string bytes;
+    PutLe32(&bytes, length);
+    bytes.push_back(static_cast<char>(RecordType::kPut));
+    bytes += std::string(64, '\0');
+    EXPECT_EQ(ParseFrame(bytes).status().code(), absl::StatusCode::kDataLoss)
+        << length;
+  }
+  // A valid frame of an unknown type.
+  std::string out;
+  ASSERT_TRUE(AppendFrame(static_cast<RecordType>(9), "x", &out).ok());
+  EXPECT_EQ(ParseFrame(out).status().code(), absl::StatusCode::kDataLoss);
+}
+
+// Payloads whose counts claim more than the bytes hold: decoding fails
+// without allocating what they claim.
+TEST(JournalFormatTest, HostilePutPayloadsFail) {
+  auto header = [](uint32_t ns_len) {
+    std::string p;
+    PutLe64(&p, 1);
+    PutLe64(&p, 0);
+    PutLe32(&p, ns_len);
+    return p;
+  };
+  std::string p = header(0xffffffffu);  // Namespace longer than the payload.
+  EXPECT_EQ(DecodePutPayload(p).status().code(), absl::StatusCode::kDataLoss);
+
+  p = header(0);
+  PutLe32(&p, 0xffffffffu);  // 4G tokens.
+  EXPECT_EQ(DecodePutPayload(p).status().code(), absl::StatusCode::kDataLoss);
+
+  p = header(0);
+  PutLe32(&p, 0);           // No tokens.
+  PutLe64(&p, 16);          // logical_len.
+  PutLe32(&p, 0x40000000);  // 1G owners.
+  EXPECT_EQ(DecodePutPayload(p).status().code(), absl::StatusCode::kDataLoss);
+
+  p = header(0);
+  PutLe32(&p, 0);
+  PutLe64(&p, 16);
+  PutLe32(&p, 1);
+  PutLe32(&p, 0);           // Owner 0.
+  PutLe32(&p, 0xffffffffu);  // 4G ranks.
+  EXPECT_EQ(DecodePutPayload(p).status().code(), absl::StatusCode::kDataLoss);
+
+  // One rank: one page, two checksums.
+  p = header(0);
+  PutLe32(&p, 0);
+  PutLe64(&p, 16);
+  PutLe32(&p, 1);
+  PutLe32(&p, 0);
+  PutLe32(&p, 1);
+  PutLe32(&p, 1);
+  PutLe64(&p, 5);
+  PutLe32(&p, 2);
+  PutLe64(&p, 1);
+  PutLe64(&p, 2);
+  absl::Status s = DecodePutPayload(p).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("1 pages but 2 checksums"), std::string::npos)
+      << s;
+
+  // Trailing bytes.
+  std::mt19937_64 rng(4);
+  std::string good =
+      *EncodePutPayload(MakePut(1, 0, "n", 2, TestGeometry(), rng));
+  EXPECT_EQ(DecodePutPayload(good + "x").status().code(),
+            absl::StatusCode::kDataLoss);
+  // Every truncation of a good payload fails.
+  for (size_t n = 0; n < good.size(); ++n) {
+    EXPECT_FALSE(DecodePutPayload(good.substr(0, n)).ok()) << n;
+  }
+  EXPECT_FALSE(DecodeGeometryPayload("short").ok());
+}
+
+// One second of random and mutated input: nothing crashes (run under ASan
+// too), every result is a Status.
+TEST(JournalFormatTest, RandomBytesNeverCrash) {
+  std::mt19937_64 rng(12345);
+  const JournalGeometry g = TestGeometry(4);
+  const std::string seed = *EncodePutPayload(MakePut(3, 1, "ns", 6, g, rng));
+  const absl::Time end = absl::Now() + absl::Seconds(1);
+  int64_t iterations = 0;
+  while (absl::Now() < end) {
+    std::string bytes;
+    if (rng() % 2 == 0) {
+      bytes.resize(rng() % 256);
+      for (char& c : bytes) c = static_cast<char>(rng());
+    } else {
+      bytes = seed;
+      for (int i = 0, n = 1 + rng() % 4; i < n; ++i) {
+        bytes[rng() % bytes.size()] = static_cast<char>(rng());
+      }
+      bytes.resize(rng() % (bytes.size() + 1));
+    }
+    absl::StatusOr<PutRecord> put = DecodePutPayload(bytes);
+    if (put.ok()) (void)ValidatePut(*put, g);
+    (void)DecodeGeometryPayload(bytes);
+    (void)DecodeDropPayload(bytes);
+    (void)ParseFrame(bytes);
+    ++iterations;
+  }
+  EXPECT_GT(iterations, 1000);
+}
+
+}  // namespace
+}  // namespace hicache::persist
