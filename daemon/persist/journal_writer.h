@@ -35,12 +35,14 @@
 // Thread-safe. Records become durable in call order.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/core/mutex.h"
@@ -99,6 +101,20 @@ class JournalWriter {
   // Records that `persist_id` is gone. OK (and nothing written) if it is not
   // live. FAILED_PRECONDITION when broken.
   absl::Status Drop(uint64_t persist_id);
+  // The tree split `persist_id` at token `at` (a page boundary inside it):
+  // its first part becomes the live record `head_id` (its old parent, the
+  // first pages and checksums), and `persist_id` keeps the rest, its parent
+  // now `head_id`. Written as Drop(persist_id), Put(head), Put(rest), never
+  // refused for a full queue (losing half of it would corrupt the index).
+  // OK and nothing written if `persist_id` is not live; INVALID_ARGUMENT for
+  // an `at` that is not a page boundary inside it, or a live `head_id`.
+  // (journal_writer_reshape.cc)
+  absl::Status Split(uint64_t persist_id, int64_t at, uint64_t head_id);
+  // `child` now hangs from `parent` (which just got its host copy): written
+  // as Drop(child), Put(child with the new parent); never refused for a
+  // full queue. OK and nothing written if `child` is not live.
+  absl::Status Reparent(uint64_t child, uint64_t parent);
+
   // Waits until everything accepted before the call is durable. OK, or
   // FAILED_PRECONDITION when broken (then it returns at once).
   absl::Status Flush();
@@ -128,6 +144,14 @@ class JournalWriter {
   static std::vector<Live> ParentsFirst(
       std::vector<std::pair<uint64_t, Live>> entries);
   void Run();
+  // The live record of `persist_id`, decoded (nullopt if not live).
+  std::optional<PutRecord> LiveRecordLocked(uint64_t persist_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops each of `drops` (live) and puts each of `puts` (already
+  // validated), appending their frames in that order; past the queue bound.
+  absl::Status ReplaceLocked(absl::Span<const uint64_t> drops,
+                             absl::Span<const PutRecord> puts)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Compact() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Break(absl::Status cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status BrokenError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
