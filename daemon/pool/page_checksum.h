@@ -30,6 +30,9 @@ namespace hicache {
 //
 // A host pool view is (geometry, layout, num_pages, pool): `pool` must hold at
 // least geometry.PoolBytes(num_pages) bytes laid out as KvGeometry describes.
+// num_pages is the pool's page count (under layer_first it sets the size of
+// every (family, layer) region), not the number of pages to hash; a wrong one
+// reads the wrong bytes (still inside the view).
 // Every function validates the view and every page before reading a byte:
 // INVALID_ARGUMENT for num_pages < 0, a pool span shorter than
 // PoolBytes(num_pages) (or a null pool with num_pages > 0), or a page outside

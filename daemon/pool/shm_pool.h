@@ -65,6 +65,10 @@ class ShmPool final : public KvPool {
   //    geometry or budget).
   //  * PERMISSION_DENIED: the segment cannot be opened read-write.
   //  * RESOURCE_EXHAUSTED: mmap or (with lock_memory) mlock failed.
+  // Call it while holding the instance (ShmInstance::Acquire), so that no
+  // live daemon writes the segment meanwhile; the bytes are whatever the
+  // previous owner left, possibly torn by its crash: verify them (see
+  // page_checksum.h) before serving any.
   static absl::StatusOr<std::unique_ptr<ShmPool>> Attach(
       const std::string& name, uint64_t size_bytes, bool lock_memory);
 
