@@ -1,15 +1,20 @@
 #include "daemon/pool/page_checksum.h"
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/pool/shm_pool.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -294,6 +299,63 @@ TEST(PageChecksumTest, VerifyFindsExactlyTheCorruptedPages) {
       ASSERT_TRUE(two.ok());
       EXPECT_THAT(*two, ElementsAre(0));
     }
+  }
+}
+
+// The hot-restart mechanism end to end: a process writes pages into a
+// geometry-tagged host segment, records their checksums and is SIGKILLed;
+// the next owner attaches the segment, finds every page intact, and after a
+// byte is flipped "while the daemon is down" finds exactly that page.
+TEST(PageChecksumTest, VerifiesASegmentAKilledOwnerLeft) {
+  const KvGeometry g = *KvGeometry::Preset("tiny-draft", 16);
+  const int64_t n = 32;
+  for (const HostLayout layout : kLayouts) {
+    const uint64_t fingerprint = g.HostFingerprint(layout, n, 1);
+    const std::string name = ShmPool::PersistentHostName(
+        absl::StrCat("/hicache-test-", getpid(), "-", LayoutName(layout)), 0,
+        fingerprint);
+    int pipe_fds[2];
+    ASSERT_EQ(pipe(pipe_fds), 0);
+    const pid_t child = fork();
+    if (child == 0) {
+      close(pipe_fds[0]);
+      auto pool = ShmPool::Create(name, g.PoolBytes(n), false);
+      if (!pool.ok()) _exit(1);
+      const std::vector<uint8_t> bytes = RandomBytes(g.PoolBytes(n), 21);
+      std::memcpy((*pool)->host_data(), bytes.data(), bytes.size());
+      auto sums = HostPageChecksums(
+          g, layout, n,
+          {static_cast<const uint8_t*>((*pool)->host_data()), bytes.size()},
+          AllPages(n));
+      if (!sums.ok()) _exit(2);
+      const size_t len = sums->size() * sizeof(uint64_t);
+      if (write(pipe_fds[1], sums->data(), len) != static_cast<ssize_t>(len)) {
+        _exit(3);
+      }
+      raise(SIGKILL);
+      _exit(4);
+    }
+    close(pipe_fds[1]);
+    std::vector<uint64_t> recorded(n);
+    const size_t len = recorded.size() * sizeof(uint64_t);
+    ASSERT_EQ(read(pipe_fds[0], recorded.data(), len),
+              static_cast<ssize_t>(len));
+    close(pipe_fds[0]);
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFSIGNALED(status));
+
+    auto pool = ShmPool::Attach(name, g.PoolBytes(n), false);
+    ASSERT_TRUE(pool.ok()) << pool.status();  // Unlinked when it goes.
+    auto* base = static_cast<uint8_t*>((*pool)->host_data());
+    const absl::Span<const uint8_t> view(base, (*pool)->size_bytes());
+    auto intact = VerifyHostPages(g, layout, n, view, AllPages(n), recorded, 2);
+    ASSERT_TRUE(intact.ok()) << intact.status();
+    EXPECT_THAT(*intact, IsEmpty());
+    base[g.HostOffset(layout, n, 20, 1, 0) + 5] ^= 0x01;  // Draft block.
+    auto corrupt = VerifyHostPages(g, layout, n, view, AllPages(n), recorded, 2);
+    ASSERT_TRUE(corrupt.ok());
+    EXPECT_THAT(*corrupt, ElementsAre(20));
   }
 }
 
