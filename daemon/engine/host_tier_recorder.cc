@@ -1,0 +1,189 @@
+#include "daemon/engine/host_tier_recorder.h"
+
+#include <utility>
+
+#include "daemon/core/log_format.h"
+#include "daemon/pool/page_checksum.h"
+#include "spdlog/spdlog.h"
+
+namespace hicache {
+
+HostTierRecorder::HostTierRecorder(Options options)
+    : options_(std::move(options)) {
+  worker_ = std::thread([this] { Run(); });
+}
+
+HostTierRecorder::~HostTierRecorder() {
+  {
+    MutexLock lock(&mu_);
+    stop_ = true;
+    work_cv_.SignalAll();
+  }
+  worker_.join();
+}
+
+void HostTierRecorder::OnHostCommitted(const HostCommit& commit) {
+  Event event;
+  event.kind = Event::Kind::kPut;
+  persist::PutRecord& put = event.put;
+  put.persist_id = commit.persist_id;
+  put.parent_persist_id = commit.parent_persist_id;
+  put.name_space = std::string(commit.ns);
+  put.tokens.assign(commit.key.begin(), commit.key.end());
+  put.logical_len = commit.host->logical_len();
+  put.page_owners.assign(commit.host->page_owners().begin(),
+                         commit.host->page_owners().end());
+  put.host_pages.resize(commit.host->cp_size());
+  for (Rank r = 0; r < commit.host->cp_size(); ++r) {
+    put.host_pages[r] = commit.host->host_pages(r);
+  }
+  {
+    MutexLock lock(&mu_);
+    unrecorded_.insert(commit.persist_id);
+  }
+  Enqueue(std::move(event));
+}
+
+void HostTierRecorder::OnHostReparented(uint64_t child, uint64_t parent) {
+  Event event;
+  event.kind = Event::Kind::kReparent;
+  event.id = child;
+  event.other = parent;
+  Enqueue(std::move(event));
+}
+
+void HostTierRecorder::OnHostDropped(uint64_t persist_id) {
+  {
+    MutexLock lock(&mu_);
+    // Its pages are freed right after this returns: a checksum not taken
+    // yet could read another node's bytes.
+    if (unrecorded_.contains(persist_id)) dropped_early_.insert(persist_id);
+  }
+  Event event;
+  event.kind = Event::Kind::kDrop;
+  event.id = persist_id;
+  Enqueue(std::move(event));
+}
+
+void HostTierRecorder::OnHostSplit(uint64_t persist_id, int64_t at,
+                                   uint64_t head_persist_id) {
+  Event event;
+  event.kind = Event::Kind::kSplit;
+  event.id = persist_id;
+  event.other = head_persist_id;
+  event.at = at;
+  Enqueue(std::move(event));
+}
+
+void HostTierRecorder::Enqueue(Event event) {
+  MutexLock lock(&mu_);
+  queue_.push_back(std::move(event));
+  work_cv_.Signal();
+}
+
+void HostTierRecorder::Run() {
+  while (true) {
+    Event event;
+    {
+      MutexLock lock(&mu_);
+      while (queue_.empty() && !stop_) work_cv_.Wait(&mu_);
+      if (queue_.empty()) return;  // Stopping, and everything handled.
+      event = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+    }
+    if (options_.before_event) options_.before_event();
+    Handle(event);
+    MutexLock lock(&mu_);
+    busy_ = false;
+    ++stats_.events;
+    if (queue_.empty()) idle_cv_.SignalAll();
+  }
+}
+
+bool HostTierRecorder::Checksum(persist::PutRecord* put,
+                                uint64_t* bytes) const {
+  put->checksums.assign(put->host_pages.size(), {});
+  for (size_t r = 0; r < put->host_pages.size(); ++r) {
+    if (put->host_pages[r].empty()) continue;
+    const HostPool* pool = nullptr;
+    for (const HostPool& candidate : options_.pools) {
+      if (candidate.rank == r) pool = &candidate;
+    }
+    if (pool == nullptr) return false;
+    absl::StatusOr<std::vector<uint64_t>> sums = HostPageChecksums(
+        options_.geometry, options_.layout, options_.host_pages_per_rank,
+        pool->bytes, put->host_pages[r]);
+    if (!sums.ok()) {
+      spdlog::error("host-tier journal: checksumming node {}: {}",
+                    put->persist_id, sums.status());
+      return false;
+    }
+    put->checksums[r] = *std::move(sums);
+    *bytes += put->host_pages[r].size() * options_.geometry.BytesPerPage();
+  }
+  return true;
+}
+
+void HostTierRecorder::Handle(Event& event) {
+  persist::JournalWriter* journal = options_.journal;
+  switch (event.kind) {
+    case Event::Kind::kPut: {
+      const uint64_t id = event.put.persist_id;
+      uint64_t bytes = 0;
+      const bool hashed = Checksum(&event.put, &bytes);
+      {
+        MutexLock lock(&mu_);
+        unrecorded_.erase(id);
+        stats_.hashed_bytes += bytes;
+        if (dropped_early_.erase(id) > 0 || !hashed) {
+          ++stats_.puts_discarded;
+          return;
+        }
+      }
+      Count(journal->Put(event.put), /*put=*/true);
+      return;
+    }
+    case Event::Kind::kDrop:
+      Count(journal->Drop(event.id), /*put=*/false);
+      return;
+    case Event::Kind::kSplit:
+      Count(journal->Split(event.id, event.at, event.other), /*put=*/false);
+      return;
+    case Event::Kind::kReparent:
+      Count(journal->Reparent(event.id, event.other), /*put=*/false);
+      return;
+  }
+}
+
+void HostTierRecorder::Count(const absl::Status& status, bool put) {
+  MutexLock lock(&mu_);
+  if (status.ok()) {
+    if (put) ++stats_.puts;
+    return;
+  }
+  if (put && absl::IsResourceExhausted(status)) {
+    ++stats_.puts_refused;
+    return;
+  }
+  if (stats_.journal_errors++ == 0) {
+    spdlog::error("host-tier journal: {}; the host tier will not survive a "
+                  "restart",
+                  status);
+  }
+}
+
+absl::Status HostTierRecorder::Flush(bool clean) {
+  {
+    MutexLock lock(&mu_);
+    while (!queue_.empty() || busy_) idle_cv_.Wait(&mu_);
+  }
+  return clean ? options_.journal->FlushClean() : options_.journal->Flush();
+}
+
+HostTierRecorderStats HostTierRecorder::stats() const {
+  MutexLock lock(&mu_);
+  return stats_;
+}
+
+}  // namespace hicache

@@ -1,0 +1,122 @@
+#pragma once
+
+// Records the radix tree's host-tier changes in the durable journal
+// (docs/hot-restart.md §4–§5): the engine's HostTierListener.
+//
+// The tree reports under the engine's lock; the recorder only copies the
+// event into an ordered queue and returns. One worker thread takes events in
+// order: a commit's page checksums are computed there, off the engine lock,
+// then the record goes to the journal writer (which makes it durable in the
+// background); drops, splits and reparents go straight through.
+//
+// Why checksums computed later are still right: a committed host page is
+// never written again while its node holds it, and the tree reports a drop
+// before the engine frees the pages. So the worker hashes first, then checks
+// (under the recorder's lock) whether the node was dropped since its commit
+// was queued: if it was, the hash may cover reused bytes and the Put is
+// discarded; if it was not, the hash was taken while the pages were still
+// the node's. A page reused by another node can never verify for this one.
+//
+// The journal failing (a full disk) or refusing a Put (its queue is full)
+// never stops the cache: the node just does not survive a restart, and
+// stats() counts it.
+//
+// Thread-safe. The listener methods must be called in the tree's order.
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "daemon/core/mutex.h"
+#include "daemon/persist/journal_writer.h"
+#include "daemon/pool/kv_geometry.h"
+#include "daemon/radix/host_tier_listener.h"
+
+namespace hicache {
+
+struct HostTierRecorderStats {
+  int64_t puts = 0;            // Handed to the journal.
+  int64_t puts_discarded = 0;  // Dropped before their checksums were taken.
+  int64_t puts_refused = 0;    // The journal refused them (queue full).
+  int64_t journal_errors = 0;  // Calls that failed otherwise (broken).
+  int64_t events = 0;          // Everything the worker has handled.
+  uint64_t hashed_bytes = 0;   // Host page bytes checksummed.
+};
+
+class HostTierRecorder final : public HostTierListener {
+ public:
+  // One host pool per served rank: the bytes the checksums read.
+  struct HostPool {
+    Rank rank = 0;
+    absl::Span<const uint8_t> bytes;
+  };
+  struct Options {
+    KvGeometry geometry;
+    HostLayout layout = HostLayout::kLayerFirst;
+    int64_t host_pages_per_rank = 0;
+    std::vector<HostPool> pools;  // Every rank of the journal's geometry.
+    persist::JournalWriter* journal = nullptr;  // Not owned; outlives this.
+    // Test seam: the worker calls it before handling each event.
+    std::function<void()> before_event;
+  };
+
+  explicit HostTierRecorder(Options options);
+  // Handles every queued event, then stops the worker.
+  ~HostTierRecorder() override;
+  HostTierRecorder(const HostTierRecorder&) = delete;
+  HostTierRecorder& operator=(const HostTierRecorder&) = delete;
+
+  // HostTierListener (under the engine's lock; never blocks on I/O).
+  void OnHostCommitted(const HostCommit& commit) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void OnHostReparented(uint64_t child, uint64_t parent) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void OnHostDropped(uint64_t persist_id) override ABSL_LOCKS_EXCLUDED(mu_);
+  void OnHostSplit(uint64_t persist_id, int64_t at,
+                   uint64_t head_persist_id) override ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Waits until every event reported so far has reached the journal, then
+  // makes the journal durable (FlushClean when `clean`: the daemon stops on
+  // purpose). The journal's status.
+  absl::Status Flush(bool clean = false) ABSL_LOCKS_EXCLUDED(mu_);
+
+  HostTierRecorderStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Event {
+    enum class Kind { kPut, kDrop, kSplit, kReparent } kind = Kind::kPut;
+    persist::PutRecord put;  // kPut: everything but the checksums.
+    uint64_t id = 0;         // kDrop, kSplit: the node; kReparent: the child.
+    uint64_t other = 0;      // kSplit: the head; kReparent: the parent.
+    int64_t at = 0;          // kSplit: the token it split at.
+  };
+
+  void Enqueue(Event event) ABSL_LOCKS_EXCLUDED(mu_);
+  void Run() ABSL_LOCKS_EXCLUDED(mu_);
+  void Handle(Event& event) ABSL_LOCKS_EXCLUDED(mu_);
+  // Fills put->checksums; false if a page cannot be read (a bad record).
+  bool Checksum(persist::PutRecord* put, uint64_t* bytes) const;
+  void Count(const absl::Status& status, bool put) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const Options options_;
+
+  mutable Mutex mu_;
+  CondVar work_cv_;  // The worker: events queued or stop.
+  CondVar idle_cv_;  // Flush: the queue drained.
+  std::deque<Event> queue_ ABSL_GUARDED_BY(mu_);
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;  // The worker holds an event.
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // Commits queued or being hashed, and those of them dropped meanwhile.
+  absl::flat_hash_set<uint64_t> unrecorded_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint64_t> dropped_early_ ABSL_GUARDED_BY(mu_);
+  HostTierRecorderStats stats_ ABSL_GUARDED_BY(mu_);
+  std::thread worker_;
+};
+
+}  // namespace hicache

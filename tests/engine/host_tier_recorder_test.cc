@@ -1,0 +1,240 @@
+// HostTierRecorder: a real RadixTree reporting to it, a real journal in a
+// temporary state directory, and host pool bytes in memory. What a fresh load
+// of the journal holds equals the tree's host tier (VisitHostTier), with the
+// checksums of the bytes the pages hold; a node dropped before its checksums
+// were taken is never recorded.
+#include "daemon/engine/host_tier_recorder.h"
+
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "daemon/core/clock.h"
+#include "daemon/persist/journal_reader.h"
+#include "daemon/persist/state_dir.h"
+#include "daemon/pool/page_checksum.h"
+#include "daemon/radix/radix_tree.h"
+#include "gtest/gtest.h"
+#include "tests/testing/temp_dir.h"
+#include "tests/testing/tokens.h"
+
+namespace hicache {
+namespace {
+
+using ::hicache::testing::Seq;
+
+constexpr uint32_t kP = 4;
+constexpr int64_t kHostPages = 256;
+
+class RecorderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto geometry = KvGeometry::Preset("tiny", kP);
+    ASSERT_TRUE(geometry.ok()) << geometry.status();
+    geometry_ = *geometry;
+    bytes_.assign(geometry_.PoolBytes(kHostPages), 0);
+    std::mt19937 rng(1);
+    for (uint8_t& b : bytes_) b = static_cast<uint8_t>(rng());
+    journal_geometry_ = {.page_size = kP,
+                         .cp_size = 1,
+                         .kv_fingerprint = 42,
+                         .host_layout = "layer_first",
+                         .host_pages_per_rank = kHostPages,
+                         .instance = "t"};
+    ASSERT_TRUE(persist::PrepareStateDir(dir_.path()).ok());
+    auto writer = persist::JournalWriter::Open(dir_.path(), journal_geometry_, {});
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    writer_ = *std::move(writer);
+    auto tree = RadixTree::Create(
+        {.page_size = kP, .cp_size = 1, .policy = EvictionPolicy::kTinyLfu,
+         .clock = &clock_});
+    ASSERT_TRUE(tree.ok());
+    tree_ = *std::move(tree);
+  }
+  void StartRecorder(std::function<void()> before_event = {}) {
+    recorder_ = std::make_unique<HostTierRecorder>(HostTierRecorder::Options{
+        .geometry = geometry_,
+        .layout = HostLayout::kLayerFirst,
+        .host_pages_per_rank = kHostPages,
+        .pools = {{.rank = 0, .bytes = bytes_}},
+        .journal = writer_.get(),
+        .before_event = std::move(before_event)});
+    tree_->SetHostTierListener(recorder_.get());
+  }
+  std::vector<LogicalPage> Pages(int64_t tokens) {
+    std::vector<LogicalPage> pages((tokens + kP - 1) / kP);
+    for (auto& p : pages) p = next_page_++;
+    return pages;
+  }
+  // Backs up `node` with free host pages (a simple free list).
+  bool Backup(NodeId node) {
+    auto info = tree_->Inspect(node);
+    if (!info.ok()) return false;
+    std::vector<std::vector<int64_t>> host(1);
+    for (size_t i = 0; i < info->page_owners.size(); ++i) {
+      if (free_.empty()) return false;
+      host[0].push_back(free_.back());
+      free_.pop_back();
+    }
+    auto meta = CpHostMeta::Create(info->len, kP, 1, info->page_owners, host);
+    if (!meta.ok() || !tree_->BeginBackup(node, *meta).ok()) return false;
+    return tree_->CommitBackup(node).ok();
+  }
+  void Free(const std::vector<std::vector<int64_t>>& pages) {
+    for (const auto& rank : pages) {
+      for (int64_t p : rank) {
+        free_.push_back(p);
+        // A freed page is reused: its bytes change.
+        const uint64_t offset = geometry_.HostOffset(HostLayout::kLayerFirst,
+                                                     kHostPages, p, 0, 0);
+        bytes_[offset] ^= 0xff;
+      }
+    }
+  }
+  // Loads the journal and checks every record against the tree's host tier
+  // and the pool's bytes; adds the records checked to *compared.
+  void CompareWithTree(int64_t* compared) {
+    const persist::LoadedJournal loaded = Load();
+    std::map<uint64_t, HostCommit> expected;
+    std::map<uint64_t, std::vector<int32_t>> keys;
+    tree_->VisitHostTier([&](const HostCommit& c) {
+      expected[c.persist_id] = c;
+      keys[c.persist_id].assign(c.key.begin(), c.key.end());
+    });
+    for (const persist::PutRecord& put : loaded.puts) {
+      auto it = expected.find(put.persist_id);
+      ASSERT_NE(it, expected.end()) << put.persist_id;
+      EXPECT_EQ(put.parent_persist_id, it->second.parent_persist_id);
+      EXPECT_EQ(put.tokens, keys[put.persist_id]);
+      EXPECT_EQ(put.host_pages[0], it->second.host->host_pages(0));
+      auto sums = HostPageChecksums(geometry_, HostLayout::kLayerFirst,
+                                    kHostPages, bytes_, put.host_pages[0]);
+      ASSERT_TRUE(sums.ok());
+      EXPECT_EQ(put.checksums[0], *sums) << "persist id " << put.persist_id;
+      ++*compared;
+    }
+    // The loader keeps exactly what a restart can reach: chains of recorded
+    // parents up to a root, none detached.
+    int64_t attached = 0;
+    for (const auto& [id, commit] : expected) {
+      uint64_t at = id;
+      bool ok = true;
+      while (ok && expected.at(at).parent_persist_id != kRootParent) {
+        at = expected.at(at).parent_persist_id;
+        ok = at != kDetachedParent && expected.contains(at);
+      }
+      attached += ok;
+    }
+    EXPECT_EQ(static_cast<int64_t>(loaded.puts.size()), attached);
+  }
+  persist::LoadedJournal Load() {
+    EXPECT_TRUE(recorder_->Flush().ok());
+    auto loaded = persist::LoadJournal(dir_.path(), &journal_geometry_);
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    return loaded.ok() ? *loaded : persist::LoadedJournal{};
+  }
+
+  FakeClock clock_{absl::FromUnixSeconds(1000)};
+  KvGeometry geometry_ = *KvGeometry::Preset("tiny", kP);
+  std::vector<uint8_t> bytes_;
+  persist::JournalGeometry journal_geometry_;
+  ::hicache::testing::TempDir dir_;
+  std::unique_ptr<persist::JournalWriter> writer_;
+  std::unique_ptr<RadixTree> tree_;
+  std::unique_ptr<HostTierRecorder> recorder_;
+  LogicalPage next_page_ = 100;
+  std::vector<int64_t> free_ = [] {
+    std::vector<int64_t> pages;
+    for (int64_t p = kHostPages - 1; p >= 0; --p) pages.push_back(p);
+    return pages;
+  }();
+};
+
+TEST_F(RecorderTest, JournalEqualsTheTreesHostTierWithTheBytesChecksums) {
+  StartRecorder();
+  std::mt19937 rng(9);
+  int64_t compared = 0;
+  for (int step = 1; step <= 1500; ++step) {
+    clock_.Advance(absl::Milliseconds(1));
+    std::vector<int32_t> tokens;
+    const int stem = static_cast<int>(rng() % 4);
+    const int len = 1 + static_cast<int>(rng() % 30);
+    for (int i = 0; i < len; ++i) {
+      tokens.push_back(i < 8 ? stem * 100 + i : static_cast<int32_t>(rng() % 3));
+    }
+    switch (rng() % 7) {
+      case 0:
+      case 1:
+      case 2: {
+        auto result = tree_->Insert("", tokens, Pages(tokens.size()));
+        ASSERT_TRUE(result.ok());
+        (void)Backup(result->node);
+        break;
+      }
+      case 3:
+      case 4:
+        (void)tree_->MatchPrefix("", tokens);
+        break;
+      case 5:
+        Free(tree_->EvictDevice(std::vector<int64_t>{1 + rng() % 6})
+                 .freed_host_pages);
+        break;
+      case 6:
+        Free(tree_->EvictHost(std::vector<int64_t>{1 + rng() % 4},
+                              rng() % 2 == 0)
+                 .freed_host_pages);
+        break;
+    }
+    if (step % 100 == 0) {
+      ASSERT_NO_FATAL_FAILURE(CompareWithTree(&compared)) << "step " << step;
+    }
+  }
+  EXPECT_GT(compared, 100);
+  EXPECT_EQ(recorder_->stats().journal_errors, 0);
+  EXPECT_GT(recorder_->stats().hashed_bytes, 0u);
+}
+
+// The commit is reported, then the node is dropped (and its pages reused)
+// before the worker takes its checksums: nothing of it is recorded.
+TEST_F(RecorderTest, ANodeDroppedBeforeItsChecksumsIsNeverRecorded) {
+  absl::Notification go;
+  StartRecorder([&go] { go.WaitForNotification(); });
+  auto a = tree_->Insert("", Seq(0, 8), Pages(8));
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(Backup(a->node));
+  Free(tree_->EvictDevice(std::vector<int64_t>{2}).freed_host_pages);
+  Free(tree_->EvictHost(std::vector<int64_t>{2}).freed_host_pages);
+  ASSERT_FALSE(tree_->Inspect(a->node).ok());  // Gone, pages reused.
+  go.Notify();
+  const persist::LoadedJournal loaded = Load();
+  EXPECT_TRUE(loaded.puts.empty());
+  EXPECT_EQ(recorder_->stats().puts_discarded, 1);
+  EXPECT_EQ(recorder_->stats().puts, 0);
+}
+
+// A detached record is reparented when its parent gets a host copy, and a
+// split of a recorded node reaches the journal as two records.
+TEST_F(RecorderTest, SplitsAndReparentsReachTheJournal) {
+  StartRecorder();
+  auto a = tree_->Insert("", Seq(0, 8), Pages(8));
+  auto b = tree_->Insert("", Seq(0, 16), Pages(16));
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE(Backup(b->node));  // Detached: a has no host copy.
+  EXPECT_EQ(Load().puts.size(), 0u);
+  ASSERT_TRUE(Backup(a->node));  // b reparented under a.
+  EXPECT_EQ(Load().puts.size(), 2u);
+  // Diverge inside a's host copy: a splits.
+  std::vector<int32_t> other = Seq(0, 4);
+  for (int32_t t : Seq(700, 8)) other.push_back(t);
+  ASSERT_TRUE(tree_->Insert("", other, Pages(other.size())).ok());
+  const persist::LoadedJournal loaded = Load();
+  EXPECT_EQ(loaded.puts.size(), 3u);
+  int64_t total = 0;
+  for (const auto& put : loaded.puts) total += put.logical_len;
+  EXPECT_EQ(total, 16);
+}
+
+}  // namespace
+}  // namespace hicache
