@@ -244,6 +244,19 @@ std::string EncodeCleanRecord() {
   return out;
 }
 
+absl::Status ValidateGeometry(const JournalGeometry& g) {
+  if (g.page_size == 0) return absl::InvalidArgumentError("Geometry page_size 0");
+  if (g.cp_size == 0 || g.cp_size > kMaxCpSize) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Geometry cp_size ", g.cp_size, " outside [1, ", kMaxCpSize, "]"));
+  }
+  if (g.host_pages_per_rank < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Geometry host_pages_per_rank ", g.host_pages_per_rank));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<JournalGeometry> DecodeGeometryPayload(absl::string_view p) {
   Cursor c(p);
   JournalGeometry g;
@@ -254,6 +267,7 @@ absl::StatusOr<JournalGeometry> DecodeGeometryPayload(absl::string_view p) {
   }
   if (c.remaining() != 0) return Corrupt("Geometry has trailing bytes");
   g.host_pages_per_rank = static_cast<int64_t>(pages);
+  if (absl::Status s = ValidateGeometry(g); !s.ok()) return Corrupt(s.message());
   return g;
 }
 
@@ -284,7 +298,9 @@ absl::StatusOr<PutRecord> DecodePutPayload(absl::string_view p) {
   }
   uint32_t ranks;
   // Each rank needs at least its two counts.
-  if (!c.Count(8, &ranks)) return Corrupt("Put rank count does not fit");
+  if (!c.Count(8, &ranks) || ranks > kMaxCpSize) {
+    return Corrupt("Put rank count does not fit");
+  }
   put.host_pages.resize(ranks);
   put.checksums.resize(ranks);
   for (uint32_t r = 0; r < ranks; ++r) {
@@ -325,7 +341,7 @@ absl::Status ValidatePut(const PutRecord& put, const JournalGeometry& g) {
   if (put.logical_len <= 0) {
     return Corrupt(absl::StrCat(id, "logical_len ", put.logical_len));
   }
-  if (g.page_size == 0) return Corrupt("geometry page_size 0");
+  if (absl::Status s = ValidateGeometry(g); !s.ok()) return Corrupt(s.message());
   const uint64_t pages =
       (static_cast<uint64_t>(put.logical_len) + g.page_size - 1) / g.page_size;
   if (put.page_owners.size() != pages) {

@@ -46,6 +46,10 @@ inline constexpr size_t kFrameOverhead = kFramePrefixSize + kFrameChecksumSize;
 // wait for or allocate gigabytes.
 inline constexpr uint32_t kMaxPayloadSize = 64u << 20;
 
+// The most ranks (cp_size) a Geometry or a Put may name: bounds what a
+// hostile rank count can make the decoder allocate (two empty lists a rank).
+inline constexpr uint32_t kMaxCpSize = 1024;
+
 enum class RecordType : uint8_t {
   kGeometry = 1,
   kPut = 2,
@@ -105,7 +109,9 @@ absl::StatusOr<std::string> EncodePutRecord(const PutRecord& put);
 std::string EncodeDropRecord(uint64_t persist_id);
 std::string EncodeCleanRecord();
 
-// Payload decoders (untrusted input): DATA_LOSS naming what is wrong.
+// Payload decoders (untrusted input): DATA_LOSS naming what is wrong. A
+// Geometry must have page_size > 0, 0 < cp_size <= kMaxCpSize and
+// host_pages_per_rank >= 0; a Put at most kMaxCpSize ranks.
 absl::StatusOr<JournalGeometry> DecodeGeometryPayload(absl::string_view p);
 absl::StatusOr<PutRecord> DecodePutPayload(absl::string_view p);
 absl::StatusOr<uint64_t> DecodeDropPayload(absl::string_view p);
@@ -113,7 +119,12 @@ absl::StatusOr<uint64_t> DecodeDropPayload(absl::string_view p);
 absl::Status PeekPutIds(absl::string_view p, uint64_t* persist_id,
                         uint64_t* parent_persist_id);
 
-// Checks a decoded Put against the geometry: persist_id != 0 and != parent,
+// page_size > 0, 0 < cp_size <= kMaxCpSize, host_pages_per_rank >= 0:
+// INVALID_ARGUMENT naming the field otherwise.
+absl::Status ValidateGeometry(const JournalGeometry& geometry);
+
+// Checks a decoded Put against the geometry (which must pass
+// ValidateGeometry, else DATA_LOSS): persist_id != 0 and != parent,
 // logical_len > 0, page_owners has ceil(logical_len / page_size) entries each
 // < cp_size, cp_size page lists, list r as long as the pages rank r owns,
 // every page in [0, host_pages_per_rank), checksums shaped like pages.

@@ -19,6 +19,7 @@ JournalWriter::JournalWriter(std::string state_dir, JournalGeometry geometry,
 absl::StatusOr<std::unique_ptr<JournalWriter>> JournalWriter::Open(
     const std::string& state_dir, const JournalGeometry& geometry,
     const std::vector<PutRecord>& live, JournalWriterOptions options) {
+  if (absl::Status s = ValidateGeometry(geometry); !s.ok()) return s;
   absl::StatusOr<std::string> geometry_frame = EncodeGeometryRecord(geometry);
   if (!geometry_frame.ok()) return geometry_frame.status();
   std::unique_ptr<JournalWriter> writer(

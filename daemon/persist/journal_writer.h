@@ -10,7 +10,8 @@
 // `max_delay` after its first record, or at once when `batch_bytes` are
 // pending, a Flush() waits, or the writer stops.
 //
-// Back-pressure (the pending buffer holds `max_queue_bytes`): a Put that
+// Back-pressure (the pending buffer holds `max_queue_bytes`, not counting
+// the batch being written, so the writer holds at most twice that): a Put that
 // does not fit is refused with RESOURCE_EXHAUSTED, at once, and nothing of it
 // is recorded (that node just does not survive a restart; the engine may
 // carry on). A Drop is never refused: it is 21 bytes and losing it could
@@ -82,7 +83,8 @@ class JournalWriter {
   // LoadedJournal::puts, to continue after a load; empty for a fresh start)
   // to journal.tmp, makes it durable and renames it over any old journal.
   // The old journal's torn tail, orphans and dead records are thus gone.
-  // INVALID_ARGUMENT for a live Put that fails validation; file errors as
+  // INVALID_ARGUMENT for a geometry that fails ValidateGeometry or a live
+  // Put that fails validation (or appears twice); file errors as
   // JournalFs returns them (the old journal is then left untouched).
   static absl::StatusOr<std::unique_ptr<JournalWriter>> Open(
       const std::string& state_dir, const JournalGeometry& geometry,

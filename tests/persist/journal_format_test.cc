@@ -3,6 +3,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -283,6 +284,42 @@ TEST(JournalFormatTest, HostilePutPayloadsFail) {
     EXPECT_FALSE(DecodePutPayload(good.substr(0, n)).ok()) << n;
   }
   EXPECT_FALSE(DecodeGeometryPayload("short").ok());
+}
+
+TEST(JournalFormatTest, HostileGeometriesFail) {
+  const JournalGeometry good = TestGeometry(4);
+  ASSERT_TRUE(ValidateGeometry(good).ok());
+  for (auto mutate : std::vector<void (*)(JournalGeometry*)>{
+           [](JournalGeometry* g) { g->page_size = 0; },
+           [](JournalGeometry* g) { g->cp_size = 0; },
+           [](JournalGeometry* g) { g->cp_size = kMaxCpSize + 1; },
+           [](JournalGeometry* g) { g->cp_size = 0xffffffffu; },
+           [](JournalGeometry* g) { g->host_pages_per_rank = -1; }}) {
+    JournalGeometry g = good;
+    mutate(&g);
+    EXPECT_EQ(ValidateGeometry(g).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(DecodeGeometryPayload(EncodeGeometryPayload(g)).status().code(),
+              absl::StatusCode::kDataLoss);
+    // ValidatePut refuses to work with it (no cp_size-sized allocation).
+    std::mt19937_64 rng(8);
+    EXPECT_FALSE(ValidatePut(MakePut(1, 0, "n", 1, good, rng), g).ok());
+  }
+}
+
+TEST(JournalFormatTest, APutWithMoreRanksThanAnyGeometryFails) {
+  std::string p;
+  PutLe64(&p, 1);
+  PutLe64(&p, 0);
+  PutLe32(&p, 0);  // Namespace.
+  PutLe32(&p, 0);  // Tokens.
+  PutLe64(&p, 16);
+  PutLe32(&p, 0);  // Owners.
+  PutLe32(&p, kMaxCpSize + 1);
+  for (uint32_t r = 0; r <= kMaxCpSize; ++r) {
+    PutLe32(&p, 0);
+    PutLe32(&p, 0);
+  }
+  EXPECT_EQ(DecodePutPayload(p).status().code(), absl::StatusCode::kDataLoss);
 }
 
 // One second of random and mutated input: nothing crashes (run under ASan

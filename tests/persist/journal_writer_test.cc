@@ -261,6 +261,10 @@ TEST_F(JournalWriterTest, OpenFailsCleanlyAndKeepsTheOldJournal) {
   const PutRecord dup = MakePut(1, 0, "ns", 2, g_, rng_);
   EXPECT_EQ(JournalWriter::Open(dir_, g_, {dup, dup}, options).status().code(),
             absl::StatusCode::kInvalidArgument);
+  JournalGeometry zero_ranks = g_;
+  zero_ranks.cp_size = 0;
+  EXPECT_EQ(JournalWriter::Open(dir_, zero_ranks, {}, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Load().puts.size(), 1u);
 }
 
