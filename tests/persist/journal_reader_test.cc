@@ -1,6 +1,7 @@
 #include "daemon/persist/journal_reader.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <map>
@@ -260,6 +261,15 @@ TEST(JournalReaderTest, LoadsFromTheStateDirectory) {
   ASSERT_EQ(::mkdir(JournalPath(dir).c_str(), 0700), 0);
   EXPECT_FALSE(LoadJournal(dir, &g).ok());
   ASSERT_EQ(::rmdir(JournalPath(dir).c_str()), 0);
+  // Nor a FIFO (opening it must not wait for a writer), nor a symlink.
+  ASSERT_EQ(::mkfifo(JournalPath(dir).c_str(), 0600), 0);
+  EXPECT_EQ(LoadJournal(dir, &g).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_EQ(::unlink(JournalPath(dir).c_str()), 0);
+  const std::string elsewhere = tmp.Child("elsewhere");
+  std::ofstream(elsewhere, std::ios::binary) << b.bytes;
+  ASSERT_EQ(::symlink(elsewhere.c_str(), JournalPath(dir).c_str()), 0);
+  EXPECT_FALSE(LoadJournal(dir, &g).ok());
 }
 
 // One second of mutated journals: the loader returns a Status or a result,
