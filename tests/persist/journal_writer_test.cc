@@ -1,6 +1,9 @@
 #include "daemon/persist/journal_writer.h"
 
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <map>
@@ -11,6 +14,7 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "daemon/persist/journal_reader.h"
 #include "daemon/persist/posix_journal_fs.h"
@@ -38,8 +42,17 @@ class FaultyFs : public JournalFs {
   absl::Notification release;
   absl::Notification stalled;  // Notified when an Append starts stalling.
 
+  // While set, Create waits for `release_create` (a compaction in progress).
+  std::atomic<bool> stall_create{false};
+  absl::Notification release_create;
+  absl::Notification create_stalled;
+
   absl::StatusOr<std::unique_ptr<JournalFile>> Create(
       const std::string& path) override {
+    if (stall_create) {
+      if (!create_stalled.HasBeenNotified()) create_stalled.Notify();
+      release_create.WaitForNotification();
+    }
     if (fail_create) return absl::ResourceExhaustedError("injected: no space");
     absl::StatusOr<std::unique_ptr<JournalFile>> file =
         PosixJournalFs::Default()->Create(path);
@@ -379,6 +392,76 @@ TEST_F(JournalWriterTest, ADirectorySyncFailureAfterTheRenameBreaksTheJournal) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(w->status().message().find("dir fsync"), std::string::npos)
       << w->status();
+}
+
+// The compaction writes outside the lock: while it is stuck in the file
+// system, Put, Drop, stats() and status() still return at once, and what
+// they record lands in the compacted journal.
+TEST_F(JournalWriterTest, CompactionDoesNotBlockAppends) {
+  std::unique_ptr<JournalWriter> w =
+      Open({.max_delay = absl::ZeroDuration(), .compaction_floor_bytes = 4096});
+  fs_.stall_create = true;
+  uint64_t id = 0;
+  // Churn until the writer starts a compaction (and stalls in Create).
+  while (!fs_.create_stalled.HasBeenNotified()) {
+    ASSERT_TRUE(w->Put(MakePut(++id, 0, "ns", 2, g_, rng_)).ok());
+    if (id > 1) {
+      ASSERT_TRUE(w->Drop(id - 1).ok());
+    }
+    absl::SleepFor(absl::Microseconds(200));
+  }
+  const absl::Time start = absl::Now();
+  for (uint64_t more = id + 1; more <= id + 50; ++more) {
+    ASSERT_TRUE(w->Put(MakePut(more, id, "ns", 2, g_, rng_)).ok());
+  }
+  ASSERT_TRUE(w->Drop(id + 50).ok());
+  EXPECT_TRUE(w->status().ok());
+  EXPECT_GE(w->stats().live_puts, 50);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_EQ(w->stats().compactions, 0);  // Still stuck.
+  fs_.stall_create = false;
+  fs_.release_create.Notify();
+  ASSERT_TRUE(w->Flush().ok());
+  EXPECT_GE(w->stats().compactions, 1);
+  LoadedJournal loaded = Load();
+  ASSERT_EQ(loaded.puts.size(), 50u);  // id and its 49 live children.
+  EXPECT_EQ(loaded.puts[0].persist_id, id);
+}
+
+// A process that dies without its destructor (SIGKILL): what Flush returned
+// for is in the journal; what was only queued is not, and the journal loads.
+TEST_F(JournalWriterTest, FlushedRecordsSurviveAProcessDeath) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    JournalWriterOptions options;
+    options.max_delay = absl::Seconds(60);
+    auto w = JournalWriter::Open(dir_, g_, {}, options);
+    if (!w.ok()) ::_exit(2);
+    std::mt19937_64 rng(5);
+    for (uint64_t id = 1; id <= 20; ++id) {
+      if (!(*w)->Put(MakePut(id, 0, "ns", 2, g_, rng)).ok()) ::_exit(3);
+    }
+    if (!(*w)->Flush().ok()) ::_exit(4);
+    for (uint64_t id = 21; id <= 30; ++id) {
+      if (!(*w)->Put(MakePut(id, 0, "ns", 2, g_, rng)).ok()) ::_exit(5);
+    }
+    ::kill(::getpid(), SIGKILL);
+    ::_exit(6);
+  }
+  int wstatus = 0;
+  ASSERT_EQ(::waitpid(child, &wstatus, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(wstatus)) << "child exited " << WEXITSTATUS(wstatus);
+  EXPECT_EQ(WTERMSIG(wstatus), SIGKILL);
+  LoadedJournal loaded = Load();
+  EXPECT_TRUE(loaded.stop_reason.empty()) << loaded.stop_reason;
+  ASSERT_EQ(loaded.puts.size(), 20u);
+  EXPECT_EQ(loaded.puts.back().persist_id, 20u);
+  // And a writer continues from it.
+  std::unique_ptr<JournalWriter> w = Open({}, loaded.puts);
+  ASSERT_TRUE(w->Put(MakePut(21, 20, "ns", 1, g_, rng_)).ok());
+  ASSERT_TRUE(w->Flush().ok());
+  EXPECT_EQ(Load().puts.size(), 21u);
 }
 
 // Random Put/Drop sequences against a std::map, across restarts (load, then
