@@ -263,6 +263,21 @@ absl::Status DaemonConfig::Validate() const {
       return s;
     }
   }
+  if (!state_dir.empty()) {
+    if (state_dir[0] != '/') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "state_dir must be an absolute path, got '", state_dir, "'"));
+    }
+    if (served_ranks.size() != 0 && served_ranks.size() != cp_size) {
+      return absl::InvalidArgumentError(
+          "state_dir needs every rank served by this daemon: the host tier of "
+          "a multi-daemon CP group does not persist yet");
+    }
+  }
+  if (recovery_threads < 1 || recovery_threads > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "recovery_threads must be in [1, 64], got ", recovery_threads));
+  }
   if (default_lease_ms == 0 || default_lease_ms > 86400000) {
     return absl::InvalidArgumentError(absl::StrCat(
         "default_lease_ms must be in [1, 86400000], got ", default_lease_ms));

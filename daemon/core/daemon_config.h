@@ -129,6 +129,10 @@ struct DaemonConfig {
   // empty: no metrics endpoint. Plain HTTP without authentication: bind it
   // to loopback or a scrape-only network.
   std::string metrics_address;
+  // Hot restart (docs/hot-restart.md): where the host tier's journal lives
+  // (created 0700 if absent); empty: the host tier dies with the daemon.
+  std::string state_dir;
+  int recovery_threads = 2;  // Verifying host pages at start, 1..64.
 
   // Operators may act across tenants (evict, free room, tree dumps, session
   // lists, watch): root, these uids, members of these groups (unix socket

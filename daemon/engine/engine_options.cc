@@ -9,6 +9,8 @@ EngineOptions EngineOptionsFrom(const DaemonConfig& config) {
   options.page_size = config.page_size;
   options.cp_size = config.cp_size;
   options.kv_preset = config.kv_preset;
+  options.state_dir = config.state_dir;
+  options.recovery_threads = config.recovery_threads;
   options.device_pages_per_rank =
       static_cast<int64_t>(config.device_pages_per_rank);
   options.host_pages_per_rank =

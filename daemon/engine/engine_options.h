@@ -45,6 +45,12 @@ struct EngineOptions {
   // these ranks, and an op completes when each of them has acked each step.
   std::vector<Rank> served_ranks;
   int transfer_workers = 2;  // Default backend's copy threads.
+  // Hot restart (docs/hot-restart.md): the directory of the host tier's
+  // journal. Non-empty: the host pools outlive the daemon and the host tier
+  // is recovered at start. Empty: the host tier dies with the daemon.
+  std::string state_dir;
+  // Threads that verify host pages at recovery.
+  int recovery_threads = 2;
 
   // Not configuration: what the process wires in (EngineOptionsFrom leaves
   // these at their defaults).

@@ -74,6 +74,24 @@ class EngineListener {
   virtual void OnLoadDone(uint64_t op, bool ok) {}
 };
 
+// Hot restart (HiCacheEngine::Persistence).
+struct HostTierPersistence {
+  bool enabled = false;
+  bool recovered = false;  // A journal was replayed at start.
+  std::string cold_reason; // Why the start was cold, when it was.
+  int64_t nodes_recovered = 0;
+  int64_t pages_recovered = 0;
+  int64_t dropped_checksum = 0;
+  int64_t dropped_orphan = 0;
+  int64_t dropped_conflict = 0;
+  uint64_t verified_bytes = 0;
+  absl::Duration recovery_time;  // Load, verify and restore.
+  int64_t journal_puts = 0;       // Host copies recorded since the start.
+  int64_t journal_live = 0;       // Records a restart would replay.
+  uint64_t journal_file_bytes = 0;
+  std::string journal_status;     // "OK" or why it broke.
+};
+
 struct EngineStats {
   int64_t match_calls = 0;
   int64_t device_hit_tokens = 0;

@@ -56,7 +56,13 @@ absl::StatusOr<std::unique_ptr<HiCacheEngine>> HiCacheEngine::Create(
   }
   engine->backend_name_ = backend->name();
   engine->backend_has_events_ = backend->has_events();
-  const RankPoolsOptions pool_options = RankPoolsOptionsFrom(options);
+  RankPoolsOptions pool_options = RankPoolsOptionsFrom(options);
+  if (!options.state_dir.empty()) {
+    pool_options.persistent_host_fingerprint =
+        engine->geometry_.HostFingerprint(options.host_layout,
+                                          options.host_pages_per_rank,
+                                          options.cp_size);
+  }
   if (options.check_capacity) {
     absl::Status fits = backend->CheckCapacity(RankPools::SizesFor(
         engine->layout_, engine->geometry_, pool_options));
@@ -94,6 +100,9 @@ absl::StatusOr<std::unique_ptr<HiCacheEngine>> HiCacheEngine::Create(
   if (engine->transfer_ == nullptr) {
     return absl::InvalidArgumentError("wrap_transfer returned no engine");
   }
+  if (absl::Status host_tier = engine->OpenHostTier(); !host_tier.ok()) {
+    return host_tier;
+  }
   return engine;
 }
 
@@ -118,6 +127,7 @@ HiCacheEngine::~HiCacheEngine() {
   // Stop the workers (they call OnStepDone) before the state goes away.
   if (transfer_ != nullptr) transfer_->Drain();
   transfer_.reset();
+  CloseHostTier();
 }
 
 void HiCacheEngine::SetListener(EngineListener* listener) {

@@ -15,6 +15,9 @@
 #include "daemon/alloc/host_page_allocator.h"
 #include "daemon/core/mutex.h"
 #include "daemon/engine/engine_types.h"
+#include "daemon/engine/host_tier_recorder.h"
+#include "daemon/engine/host_tier_recovery.h"
+#include "daemon/persist/journal_writer.h"
 #include "daemon/engine/page_ledger.h"
 #include "daemon/pool/kv_geometry.h"
 #include "daemon/pool/rank_pools.h"
@@ -222,6 +225,13 @@ class HiCacheEngine : public TransferListener {
   void WaitForTransfers() ABSL_LOCKS_EXCLUDED(mu_, dispatch_mu_);
 
   EngineStats Stats() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Hot restart (EngineOptions::state_dir): what recovery found at start,
+  // and how the journal is doing. enabled = false without a state_dir.
+  HostTierPersistence Persistence() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Makes every host-tier change so far durable (clean: the daemon stops on
+  // purpose; SIGTERM). OK without a state_dir; the journal's error if it
+  // broke. The destructor does it too (clean).
+  absl::Status FlushHostTier(bool clean) ABSL_LOCKS_EXCLUDED(mu_);
   TreeStats TreeStatistics() const ABSL_LOCKS_EXCLUDED(mu_);
   // RadixTree::UsageByNamespace under the engine lock (O(nodes)).
   std::vector<NamespaceUsage> UsageByNamespace() const
@@ -373,6 +383,18 @@ class HiCacheEngine : public TransferListener {
   bool backend_has_events_ = false;
   std::unique_ptr<RankPools> pools_;
   std::unique_ptr<TransferEngine> transfer_;
+  // Hot restart (engine_persistence.cc); null without a state_dir. The
+  // recorder writes to the journal: destroyed first.
+  std::unique_ptr<persist::JournalWriter> journal_;
+  std::unique_ptr<HostTierRecorder> recorder_;
+  HostTierRecovery recovery_;  // Set once in Create.
+  bool recovered_ = false;     // A journal was replayed at start.
+  std::string cold_reason_;
+  absl::Duration recovery_time_;
+  // Recovers the host tier and starts the journal (end of Create).
+  absl::Status OpenHostTier() ABSL_LOCKS_EXCLUDED(mu_);
+  // Detaches the recorder, flushes the journal (clean) and closes it.
+  void CloseHostTier() ABSL_LOCKS_EXCLUDED(mu_);
 
   Mutex dispatch_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable Mutex mu_;

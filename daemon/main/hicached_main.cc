@@ -141,6 +141,15 @@ ABSL_FLAG(std::string, metrics_address, "",
           "(GET /metrics; port 0 picks one, logged at start), "
           "e.g. 127.0.0.1:9464. Empty (default): no metrics endpoint. See "
           "docs/metrics.md.");
+ABSL_FLAG(std::string, state_dir, "",
+          "Hot restart (docs/hot-restart.md): a directory (absolute path, "
+          "created 0700) for the host tier's journal. The host pools then "
+          "outlive the daemon, and a restart of the same instance and "
+          "geometry (after SIGKILL, SIGTERM or an upgrade) recovers the host "
+          "tier, every page verified against its checksum before it is "
+          "served. Empty (default): the host tier dies with the daemon.");
+ABSL_FLAG(int32_t, recovery_threads, 2,
+          "--state_dir: threads verifying host pages at start.");
 ABSL_FLAG(std::string, log_level, "info",
           "Log level: trace, debug, info, warn, error, critical or off.");
 ABSL_FLAG(hicache::LogFormat, log_format, hicache::LogFormat::kText,
@@ -273,6 +282,8 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   config.max_rpc_threads = absl::GetFlag(FLAGS_max_rpc_threads);
   config.max_stream_backlog = absl::GetFlag(FLAGS_max_stream_backlog);
   config.instance = absl::GetFlag(FLAGS_instance);
+  config.state_dir = absl::GetFlag(FLAGS_state_dir);
+  config.recovery_threads = absl::GetFlag(FLAGS_recovery_threads);
   // The host tier's pages (from --host_bytes_per_rank when given), then
   // every field, derived ones included.
   if (absl::StatusOr<HostBudget> host = ResolveHostPages(&config); !host.ok()) {

@@ -60,6 +60,21 @@ class PoolBackend {
   // fails the creation.
   virtual absl::StatusOr<std::unique_ptr<KvPool>> CreateHostPool(
       Rank rank, uint64_t size_bytes, bool lock_memory) = 0;
+
+  // Hot restart (docs/hot-restart.md §2): a host pool whose memory outlives
+  // the daemon, named after `fingerprint` (KvGeometry::HostFingerprint). It
+  // attaches the previous daemon's pool of that fingerprint, keeping its
+  // bytes (*attached = true), or creates one; pools of other fingerprints
+  // are removed. UNIMPLEMENTED for a backend whose host memory cannot
+  // persist.
+  virtual absl::StatusOr<std::unique_ptr<KvPool>> CreatePersistentHostPool(
+      Rank rank, uint64_t size_bytes, bool lock_memory, uint64_t fingerprint,
+      bool* attached) {
+    (void)rank, (void)size_bytes, (void)lock_memory, (void)fingerprint;
+    *attached = false;
+    return absl::UnimplementedError(
+        "this backend's host pools cannot outlive the daemon");
+  }
 };
 
 }  // namespace hicache

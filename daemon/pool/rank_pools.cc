@@ -21,15 +21,28 @@ absl::StatusOr<std::unique_ptr<RankPools>> RankPools::Create(
         options.device_pages_per_rank, " and ", options.host_pages_per_rank));
   }
   std::unique_ptr<RankPools> pools(new RankPools(layout, geometry, options));
+  const bool persistent = options.persistent_host_fingerprint != 0 &&
+                          options.host_pages_per_rank > 0;
+  pools->host_attached_ = persistent;
   for (Rank rank : layout.served_ranks()) {
     auto device = backend.CreateDevicePool(
         rank, geometry.PoolBytes(options.device_pages_per_rank));
     if (!device.ok()) return device.status();
     pools->device_[rank] = *std::move(device);
     if (options.host_pages_per_rank == 0) continue;
-    auto host = backend.CreateHostPool(
-        rank, geometry.PoolBytes(options.host_pages_per_rank),
-        options.lock_host_memory);
+    absl::StatusOr<std::unique_ptr<KvPool>> host;
+    if (persistent) {
+      bool attached = false;
+      host = backend.CreatePersistentHostPool(
+          rank, geometry.PoolBytes(options.host_pages_per_rank),
+          options.lock_host_memory, options.persistent_host_fingerprint,
+          &attached);
+      pools->host_attached_ = pools->host_attached_ && attached;
+    } else {
+      host = backend.CreateHostPool(
+          rank, geometry.PoolBytes(options.host_pages_per_rank),
+          options.lock_host_memory);
+    }
     if (!host.ok()) return host.status();
     pools->host_[rank] = *std::move(host);
   }

@@ -18,6 +18,9 @@ struct RankPoolsOptions {
   int64_t host_pages_per_rank = 0;
   HostLayout host_layout = HostLayout::kLayerFirst;
   bool lock_host_memory = false;
+  // Hot restart: non-zero makes the host pools outlive the daemon, named
+  // after this fingerprint (PoolBackend::CreatePersistentHostPool).
+  uint64_t persistent_host_fingerprint = 0;
 };
 
 // The device and host pool of each rank this daemon serves, with the geometry
@@ -46,6 +49,9 @@ class RankPools {
   // nullptr for a rank this daemon does not serve (or no host tier).
   KvPool* device(Rank rank) const;
   KvPool* host(Rank rank) const;
+  // Persistent host pools: whether every served rank's host pool was
+  // attached with a previous daemon's bytes (false when not persistent).
+  bool host_attached() const { return host_attached_; }
 
  private:
   RankPools(const CpLayout& layout, const KvGeometry& geometry,
@@ -56,6 +62,7 @@ class RankPools {
   RankPoolsOptions options_;
   std::vector<std::unique_ptr<KvPool>> device_;  // Indexed by rank.
   std::vector<std::unique_ptr<KvPool>> host_;
+  bool host_attached_ = false;
 };
 
 }  // namespace hicache

@@ -127,6 +127,10 @@ class ShmPoolBackend final : public PoolBackend {
       Rank rank, uint64_t size_bytes) override;
   absl::StatusOr<std::unique_ptr<KvPool>> CreateHostPool(
       Rank rank, uint64_t size_bytes, bool lock_memory) override;
+  // OpenPersistentHostSegment (persistent_host_segment.h).
+  absl::StatusOr<std::unique_ptr<KvPool>> CreatePersistentHostPool(
+      Rank rank, uint64_t size_bytes, bool lock_memory, uint64_t fingerprint,
+      bool* attached) override;
 
  private:
   std::string prefix_;

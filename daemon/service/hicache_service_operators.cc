@@ -256,6 +256,23 @@ grpc::Status HiCacheService::Stats(grpc::ServerContext* context,
   out->set_l1_free_room_pages(l1_free_room);
   out->set_l2_free_room_pages(l2_free_room);
   out->set_free_room_reported(true);
+  if (const HostTierPersistence p = engine_->Persistence(); p.enabled) {
+    v1::HostTierPersistence* persistence = out->mutable_persistence();
+    persistence->set_enabled(true);
+    persistence->set_recovered(p.recovered);
+    persistence->set_cold_reason(p.cold_reason);
+    persistence->set_nodes_recovered(p.nodes_recovered);
+    persistence->set_pages_recovered(p.pages_recovered);
+    persistence->set_dropped_checksum(p.dropped_checksum);
+    persistence->set_dropped_orphan(p.dropped_orphan);
+    persistence->set_dropped_conflict(p.dropped_conflict);
+    persistence->set_verified_bytes(p.verified_bytes);
+    persistence->set_recovery_seconds(absl::ToDoubleSeconds(p.recovery_time));
+    persistence->set_journal_puts(p.journal_puts);
+    persistence->set_journal_live(p.journal_live);
+    persistence->set_journal_file_bytes(p.journal_file_bytes);
+    persistence->set_journal_status(p.journal_status);
+  }
   const SessionManager::Totals totals = sessions_->totals();
   out->set_sessions(totals.sessions);
   out->set_session_locks(totals.locks);

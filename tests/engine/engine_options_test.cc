@@ -36,6 +36,8 @@ constexpr const char* kCarriedFields[] = {
     "l1_free_room_pages",
     "l2_free_room_pages",
     "transfer_workers",
+    "state_dir",
+    "recovery_threads",
 };
 constexpr const char* kDaemonOnlyFields[] = {
     "backend",  // MakeBackend (daemon/main) builds the Backend.
@@ -92,7 +94,7 @@ DaemonConfig NonDefaultConfig() {
   DaemonConfig config;
   config.page_size = 16;
   config.cp_size = 4;
-  config.served_ranks = {1, 3};
+  config.served_ranks = {0, 1, 2, 3};  // All: state_dir needs every rank.
   config.kv_preset = "tiny-draft";
   config.device_pages_per_rank = 777;
   config.host_pages_per_rank = 9999;
@@ -105,6 +107,8 @@ DaemonConfig NonDefaultConfig() {
   config.l1_free_room_pages = 11;
   config.l2_free_room_pages = 13;
   config.transfer_workers = 7;
+  config.state_dir = "/var/lib/hicached";
+  config.recovery_threads = 5;
   return config;
 }
 
@@ -114,7 +118,7 @@ TEST(EngineOptionsTest, CarriesEveryConfigurationField) {
   const EngineOptions o = EngineOptionsFrom(config);
   EXPECT_EQ(o.page_size, 16u);
   EXPECT_EQ(o.cp_size, 4u);
-  EXPECT_THAT(o.served_ranks, ElementsAre(1u, 3u));
+  EXPECT_THAT(o.served_ranks, ElementsAre(0u, 1u, 2u, 3u));
   EXPECT_EQ(o.kv_preset, "tiny-draft");
   EXPECT_EQ(o.device_pages_per_rank, 777);
   EXPECT_EQ(o.host_pages_per_rank, 9999);
@@ -127,6 +131,8 @@ TEST(EngineOptionsTest, CarriesEveryConfigurationField) {
   EXPECT_EQ(o.l1_free_room_pages, 11);
   EXPECT_EQ(o.l2_free_room_pages, 13);
   EXPECT_EQ(o.transfer_workers, 7);
+  EXPECT_EQ(o.state_dir, "/var/lib/hicached");
+  EXPECT_EQ(o.recovery_threads, 5);
   // Wiring is the caller's.
   const EngineOptions defaults;
   EXPECT_EQ(o.clock, nullptr);

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/core/log_format.h"
+#include "daemon/pool/persistent_host_segment.h"
 #include "daemon/pool/shm_pool.h"
 #include "spdlog/spdlog.h"
 
@@ -164,23 +165,47 @@ absl::StatusOr<std::unique_ptr<KvPool>> CudaPoolBackend::CreateHostPool(
   absl::StatusOr<std::unique_ptr<ShmPool>> shm = ShmPool::Create(
       absl::StrCat(shm_prefix_, "-host-r", rank), size_bytes, lock_memory);
   if (!shm.ok()) return Annotate(shm.status(), what + ": ShmPool::Create");
+  return PinHostPool(what, *std::move(shm));
+}
+
+absl::StatusOr<std::unique_ptr<KvPool>>
+CudaPoolBackend::CreatePersistentHostPool(Rank rank, uint64_t size_bytes,
+                                          bool lock_memory,
+                                          uint64_t fingerprint,
+                                          bool* attached) {
+  absl::StatusOr<int> device = DeviceOf(rank);
+  if (!device.ok()) return device.status();
+  const std::string what =
+      absl::StrCat("persistent host pool of rank ", rank, " (", size_bytes,
+                   " bytes for CUDA device ", *device, ")");
+  absl::StatusOr<PersistentHostSegment> segment = OpenPersistentHostSegment(
+      shm_prefix_, rank, size_bytes, lock_memory, fingerprint);
+  if (!segment.ok()) {
+    return Annotate(segment.status(), what + ": OpenPersistentHostSegment");
+  }
+  *attached = segment->attached;
+  return PinHostPool(what, std::move(segment->pool));
+}
+
+absl::StatusOr<std::unique_ptr<KvPool>> CudaPoolBackend::PinHostPool(
+    const std::string& what, std::unique_ptr<ShmPool> shm) {
+  const uint64_t size_bytes = shm->size_bytes();
   absl::Duration register_time;
   if (pin_host_memory_) {
     const absl::Time start = absl::Now();
-    if (absl::Status s =
-            runtime_->HostRegister((*shm)->host_data(), size_bytes);
+    if (absl::Status s = runtime_->HostRegister(shm->host_data(), size_bytes);
         !s.ok()) {
-      return Annotate(s, what + ": HostRegister");  // *shm unmaps it.
+      return Annotate(s, what + ": HostRegister");  // shm unmaps it.
     }
     register_time = absl::Now() - start;
   }
   spdlog::info(
-      "{}: shared memory {}, {}", what, (*shm)->name(),
+      "{}: shared memory {}, {}", what, shm->name(),
       pin_host_memory_
           ? absl::StrCat("pinned in ", absl::FormatDuration(register_time))
           : std::string("not pinned"));
   return std::unique_ptr<KvPool>(new CudaHostPool(
-      runtime_, *std::move(shm), pin_host_memory_, register_time));
+      runtime_, std::move(shm), pin_host_memory_, register_time));
 }
 
 }  // namespace hicache

@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "daemon/backend/cuda/cuda_runtime.h"
 #include "daemon/pool/kv_pool.h"
+#include "daemon/pool/shm_pool.h"
 
 namespace hicache {
 
@@ -45,12 +46,20 @@ class CudaPoolBackend final : public PoolBackend {
       Rank rank, uint64_t size_bytes) override;
   absl::StatusOr<std::unique_ptr<KvPool>> CreateHostPool(
       Rank rank, uint64_t size_bytes, bool lock_memory) override;
+  // A pinned host pool over OpenPersistentHostSegment (hot restart).
+  absl::StatusOr<std::unique_ptr<KvPool>> CreatePersistentHostPool(
+      Rank rank, uint64_t size_bytes, bool lock_memory, uint64_t fingerprint,
+      bool* attached) override;
 
   // The device of `rank`, or INVALID_ARGUMENT when it has none.
   absl::StatusOr<int> DeviceOf(Rank rank) const;
   const std::vector<int>& device_of_rank() const { return device_of_rank_; }
 
  private:
+  // Pins `shm` (when pin_host_memory) and wraps it as the rank's host pool.
+  absl::StatusOr<std::unique_ptr<KvPool>> PinHostPool(
+      const std::string& what, std::unique_ptr<ShmPool> shm);
+
   cuda::CudaRuntime* const runtime_;
   const std::vector<int> device_of_rank_;
   const std::string shm_prefix_;

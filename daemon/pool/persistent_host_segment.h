@@ -1,0 +1,38 @@
+#pragma once
+
+// The host segment of one rank that outlives the daemon (hot restart,
+// docs/hot-restart.md §2): "<prefix>-host-r<rank>-g<fingerprint>", where the
+// fingerprint (KvGeometry::HostFingerprint) covers everything that gives the
+// bytes their meaning.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "daemon/layout/cp_layout.h"
+#include "daemon/pool/shm_pool.h"
+
+namespace hicache {
+
+struct PersistentHostSegment {
+  std::unique_ptr<ShmPool> pool;  // Keep()-marked: survives the daemon.
+  bool attached = false;          // Its bytes are a previous daemon's.
+  // Segments of this prefix and rank with another fingerprint, removed: a
+  // geometry change makes their bytes meaningless.
+  std::vector<std::string> removed;
+};
+
+// Removes this prefix's and rank's tagged host segments of other
+// fingerprints, then attaches the segment of `fingerprint` when one of that
+// size exists (keeping its bytes) or creates it. Errors as ShmPool::Attach
+// and ShmPool::Create return them (a segment Attach refuses is left alone
+// and is an error: someone else's).
+// Call it while holding the instance (ShmInstance::Acquire).
+absl::StatusOr<PersistentHostSegment> OpenPersistentHostSegment(
+    absl::string_view prefix, Rank rank, uint64_t size_bytes, bool lock_memory,
+    uint64_t fingerprint);
+
+}  // namespace hicache
