@@ -2,8 +2,10 @@
 
 #include <xxhash.h>
 
+#include <bit>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -26,6 +28,25 @@ void PutU64(std::string* out, uint64_t v) {
 void PutString(std::string* out, absl::string_view s) {
   PutU32(out, static_cast<uint32_t>(s.size()));
   out->append(s.data(), s.size());
+}
+
+// u32 count, then the elements. On a little-endian host the in-memory
+// representation is the wire format: one memcpy.
+template <typename T>
+void PutArray(std::string* out, const std::vector<T>& v) {
+  static_assert(std::is_integral_v<T> && (sizeof(T) == 4 || sizeof(T) == 8));
+  PutU32(out, static_cast<uint32_t>(v.size()));
+  if constexpr (std::endian::native == std::endian::little) {
+    out->append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+  } else {
+    for (T x : v) {
+      if constexpr (sizeof(T) == 4) {
+        PutU32(out, static_cast<uint32_t>(x));
+      } else {
+        PutU64(out, static_cast<uint64_t>(x));
+      }
+    }
+  }
 }
 
 uint32_t LoadU32(const char* p) {
@@ -75,15 +96,26 @@ class Cursor {
     if (!U32(n)) return false;
     return static_cast<uint64_t>(*n) * element_size <= remaining();
   }
-  template <typename T, typename Load>
-  bool List(std::vector<T>* v, size_t element_size, Load load) {
+  // A u32 count then that many little-endian integers (the PutArray format).
+  template <typename T>
+  bool Array(std::vector<T>* v) {
+    static_assert(std::is_integral_v<T> && (sizeof(T) == 4 || sizeof(T) == 8));
     uint32_t n;
-    if (!Count(element_size, &n)) return false;
+    if (!Count(sizeof(T), &n)) return false;
     v->resize(n);
-    for (uint32_t i = 0; i < n; ++i) {
-      (*v)[i] = load(bytes_.data() + pos_);
-      pos_ += element_size;
+    const char* p = bytes_.data() + pos_;
+    if constexpr (std::endian::native == std::endian::little) {
+      std::memcpy(v->data(), p, size_t{n} * sizeof(T));
+    } else {
+      for (uint32_t i = 0; i < n; ++i) {
+        if constexpr (sizeof(T) == 4) {
+          (*v)[i] = static_cast<T>(LoadU32(p + 4 * size_t{i}));
+        } else {
+          (*v)[i] = static_cast<T>(LoadU64(p + 8 * size_t{i}));
+        }
+      }
     }
+    pos_ += size_t{n} * sizeof(T);
     return true;
   }
 
@@ -191,19 +223,13 @@ absl::StatusOr<std::string> EncodePutPayload(const PutRecord& put) {
   PutU64(&p, put.persist_id);
   PutU64(&p, put.parent_persist_id);
   PutString(&p, put.name_space);
-  PutU32(&p, static_cast<uint32_t>(put.tokens.size()));
-  for (int32_t t : put.tokens) PutU32(&p, static_cast<uint32_t>(t));
+  PutArray(&p, put.tokens);
   PutU64(&p, static_cast<uint64_t>(put.logical_len));
-  PutU32(&p, static_cast<uint32_t>(put.page_owners.size()));
-  for (uint32_t o : put.page_owners) PutU32(&p, o);
+  PutArray(&p, put.page_owners);
   PutU32(&p, static_cast<uint32_t>(put.host_pages.size()));
   for (size_t r = 0; r < put.host_pages.size(); ++r) {
-    PutU32(&p, static_cast<uint32_t>(put.host_pages[r].size()));
-    for (int64_t page : put.host_pages[r]) {
-      PutU64(&p, static_cast<uint64_t>(page));
-    }
-    PutU32(&p, static_cast<uint32_t>(put.checksums[r].size()));
-    for (uint64_t c : put.checksums[r]) PutU64(&p, c);
+    PutArray(&p, put.host_pages[r]);
+    PutArray(&p, put.checksums[r]);
   }
   return p;
 }
@@ -287,13 +313,11 @@ absl::StatusOr<PutRecord> DecodePutPayload(absl::string_view p) {
     return Corrupt("Put truncated in its ids");
   }
   if (!c.String(&put.name_space)) return Corrupt("Put namespace truncated");
-  if (!c.List(&put.tokens, 4, [](const char* b) {
-        return static_cast<int32_t>(LoadU32(b));
-      })) {
+  if (!c.Array(&put.tokens)) {
     return Corrupt("Put token count does not fit the record");
   }
   if (!c.I64(&put.logical_len)) return Corrupt("Put logical_len truncated");
-  if (!c.List(&put.page_owners, 4, LoadU32)) {
+  if (!c.Array(&put.page_owners)) {
     return Corrupt("Put page_owners count does not fit the record");
   }
   uint32_t ranks;
@@ -304,12 +328,10 @@ absl::StatusOr<PutRecord> DecodePutPayload(absl::string_view p) {
   put.host_pages.resize(ranks);
   put.checksums.resize(ranks);
   for (uint32_t r = 0; r < ranks; ++r) {
-    if (!c.List(&put.host_pages[r], 8, [](const char* b) {
-          return static_cast<int64_t>(LoadU64(b));
-        })) {
+    if (!c.Array(&put.host_pages[r])) {
       return Corrupt(absl::StrCat("Put rank ", r, " page count does not fit"));
     }
-    if (!c.List(&put.checksums[r], 8, LoadU64)) {
+    if (!c.Array(&put.checksums[r])) {
       return Corrupt(
           absl::StrCat("Put rank ", r, " checksum count does not fit"));
     }

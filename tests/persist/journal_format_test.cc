@@ -77,6 +77,55 @@ TEST(JournalFormatTest, PutRoundTripForEveryCpSize) {
   }
 }
 
+// The wire format, byte for byte (little-endian whatever the host).
+TEST(JournalFormatTest, PutPayloadBytesAreTheDocumentedFormat) {
+  PutRecord put;
+  put.persist_id = 0x0102030405060708ull;
+  put.parent_persist_id = 9;
+  put.name_space = "ab";
+  put.tokens = {-1, 0x11223344};
+  put.logical_len = 20;
+  put.page_owners = {1, 0};
+  put.host_pages = {{7}, {0x0a0b0c0d0e0f1011ll}};
+  put.checksums = {{0xdeadbeefull}, {42}};
+  std::string want;
+  PutLe64(&want, 0x0102030405060708ull);
+  PutLe64(&want, 9);
+  PutLe32(&want, 2);
+  want += "ab";
+  PutLe32(&want, 2);
+  PutLe32(&want, 0xffffffffu);
+  PutLe32(&want, 0x11223344);
+  PutLe64(&want, 20);
+  PutLe32(&want, 2);
+  PutLe32(&want, 1);
+  PutLe32(&want, 0);
+  PutLe32(&want, 2);  // Ranks.
+  PutLe32(&want, 1);
+  PutLe64(&want, 7);
+  PutLe32(&want, 1);
+  PutLe64(&want, 0xdeadbeefull);
+  PutLe32(&want, 1);
+  PutLe64(&want, 0x0a0b0c0d0e0f1011ull);
+  PutLe32(&want, 1);
+  PutLe64(&want, 42);
+  absl::StatusOr<std::string> got = EncodePutPayload(put);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(*got, want);
+  absl::StatusOr<PutRecord> back = DecodePutPayload(want);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, put);
+  // The frame: length, type, payload, XXH3-64 of the three.
+  absl::StatusOr<std::string> frame = EncodePutRecord(put);
+  ASSERT_TRUE(frame.ok());
+  std::string prefix;
+  PutLe32(&prefix, static_cast<uint32_t>(want.size()));
+  prefix.push_back(static_cast<char>(RecordType::kPut));
+  EXPECT_EQ(frame->substr(0, 5), prefix);
+  EXPECT_EQ(frame->substr(5, want.size()), want);
+  EXPECT_EQ(frame->size(), want.size() + kFrameOverhead);
+}
+
 TEST(JournalFormatTest, DropAndCleanRoundTrip) {
   const std::string drop = EncodeDropRecord(0xfedcba9876543210ull);
   absl::StatusOr<Frame> parsed = ParseFrame(drop);
