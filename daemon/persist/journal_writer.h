@@ -91,6 +91,8 @@ class JournalWriter {
       const std::vector<PutRecord>& live, JournalWriterOptions options = {});
 
   // Makes everything accepted durable (unless broken), then stops the thread.
+  // No other call may be in progress (or start) meanwhile. Writes no Clean
+  // record: call FlushClean() first for a deliberate stop.
   ~JournalWriter();
   JournalWriter(const JournalWriter&) = delete;
   JournalWriter& operator=(const JournalWriter&) = delete;
