@@ -193,6 +193,28 @@ TEST(JournalReaderTest, ARecordThatFailsValidationEndsTheLoad) {
   }
 }
 
+TEST(JournalReaderTest, AHugeDeclaredLengthEndsTheLoadWithoutAllocating) {
+  std::mt19937_64 rng(8);
+  const JournalGeometry g = TestGeometry(1);
+  Builder b(g);
+  b.Put(MakePut(1, 0, "ns", 2, g, rng));
+  const size_t at = b.bytes.size();
+  for (uint32_t length : {0xffffffffu, 0x80000000u, kMaxPayloadSize + 1}) {
+    std::string bytes = b.bytes;
+    for (int i = 0; i < 4; ++i) {
+      bytes.push_back(static_cast<char>(length >> (8 * i)));
+    }
+    bytes.push_back(static_cast<char>(RecordType::kPut));
+    bytes += std::string(100, 'x');
+    absl::StatusOr<LoadedJournal> loaded = LoadJournalBytes(bytes, &g);
+    ASSERT_TRUE(loaded.ok());
+    EXPECT_EQ(loaded->valid_bytes, at);
+    EXPECT_EQ(loaded->puts.size(), 1u);
+    EXPECT_NE(loaded->stop_reason.find("exceeds"), std::string::npos)
+        << loaded->stop_reason;
+  }
+}
+
 TEST(JournalReaderTest, CleanIsTheLastRecordOnly) {
   std::mt19937_64 rng(6);
   const JournalGeometry g = TestGeometry(1);
