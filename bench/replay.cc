@@ -7,7 +7,10 @@
 //   bazel run --config=opt //bench:replay -- --l1_blocks=6000 --l2_blocks=12000
 //   bazel run --config=opt //bench:replay -- \
 //       --trace=$PWD/bench/traces/conversations.jsonl
+//   With --state_dir=DIR the host tier is journaled as hicached
+//   --state_dir does (docs/hot-restart.md); each replay starts cold.
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -36,9 +39,24 @@ ABSL_FLAG(bool, deterministic, true,
           "figures); false lets copies overlap later requests.");
 ABSL_FLAG(int64_t, slow_backups_for, 0,
           "Hold backup completions back for this many requests (0: off).");
+ABSL_FLAG(std::string, state_dir, "",
+          "Journal the host tier into this directory (hot restart); empty: "
+          "no journal.");
 
 namespace hicache {
 namespace {
+
+// This process's bytes written to storage so far (/proc/self/io
+// write_bytes), or -1 when the kernel does not say.
+long long WrittenBytes() {
+  std::ifstream io("/proc/self/io");
+  std::string key;
+  long long value = 0;
+  while (io >> key >> value) {
+    if (key == "write_bytes:") return value;
+  }
+  return -1;
+}
 
 int Main() {
   spdlog::set_level(spdlog::level::err);
@@ -54,6 +72,7 @@ int Main() {
   config.l2_blocks = absl::GetFlag(FLAGS_l2_blocks);
   config.deterministic = absl::GetFlag(FLAGS_deterministic);
   config.slow_backups_for = absl::GetFlag(FLAGS_slow_backups_for);
+  config.state_dir = absl::GetFlag(FLAGS_state_dir);
   const BlockTrace blocks = BlockTrace::Build(*trace);
   const CacheBoundResult bound12 =
       BeladyBound(blocks, config.l1_blocks + config.l2_blocks);
@@ -90,7 +109,9 @@ int Main() {
       }
       config.write_policy = *write;
       config.eviction_policy = *policy;
+      const long long written_before = WrittenBytes();
       auto out = ReplayTrace(*trace, config);
+      const long long written = WrittenBytes() - written_before;
       if (!out.ok()) {
         std::fprintf(stderr, "replay failed: %s\n",
                      out.status().ToString().c_str());
@@ -107,6 +128,19 @@ int Main() {
           static_cast<long long>(out->stats.write_back_rejected),
           static_cast<long long>(out->stats.host_copies_dropped),
           out->request_p50_us, out->request_p99_us, out->seconds);
+      if (out->persistence.enabled) {
+        std::printf(
+            "  journal: %lld puts, %lld live, file %llu bytes, status %s; "
+            "%.0f req/s; process wrote %lld bytes to storage\n",
+            static_cast<long long>(out->persistence.journal_puts),
+            static_cast<long long>(out->persistence.journal_live),
+            static_cast<unsigned long long>(
+                out->persistence.journal_file_bytes),
+            out->persistence.journal_status.c_str(),
+            out->requests / out->seconds, written);
+      } else {
+        std::printf("  %.0f req/s\n", out->requests / out->seconds);
+      }
       if (out->deferred_inserts > 0 || out->failed_allocations > 0 ||
           out->leaked_pages > 0) {
         std::printf("  deferred inserts %lld (retried %lld, gave up %lld), "

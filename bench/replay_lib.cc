@@ -1,9 +1,18 @@
 #include "bench/replay_lib.h"
 
+#include <dirent.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <memory>
+#include <string>
 #include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 
 #include "daemon/core/daemon_config.h"
 #include "daemon/engine/engine_options.h"
@@ -19,6 +28,29 @@ double Percentile(std::vector<double>& samples, double q) {
   return samples[std::min(samples.size() - 1,
                           static_cast<size_t>(q * samples.size()))];
 }
+
+// Removes the shared-memory segments whose names start with `prefix`
+// ("/name-"): the host pools a replay with a state_dir kept.
+absl::Status RemoveSegments(const std::string& prefix) {
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return absl::ErrnoToStatus(errno, "opendir /dev/shm");
+  std::vector<std::string> names;
+  while (const dirent* entry = readdir(dir)) {
+    const std::string name = absl::StrCat("/", entry->d_name);
+    if (absl::StartsWith(name, prefix)) names.push_back(name);
+  }
+  closedir(dir);
+  for (const std::string& name : names) {
+    if (shm_unlink(name.c_str()) != 0 && errno != ENOENT) {
+      return absl::ErrnoToStatus(errno, absl::StrCat("shm_unlink ", name));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ReplayOutcome> ReplayWith(const std::vector<TraceRequest>& trace,
+                                         const ReplayConfig& config,
+                                         EngineOptions options);
 
 }  // namespace
 
@@ -44,6 +76,30 @@ absl::StatusOr<ReplayOutcome> ReplayTrace(
   daemon.transfer_workers = 1;
   if (absl::Status valid = daemon.Validate(); !valid.ok()) return valid;
   EngineOptions options = EngineOptionsFrom(daemon);
+  std::string segments;  // Prefix of the segments to remove at the end.
+  if (!config.state_dir.empty()) {
+    static std::atomic<int> runs{0};
+    options.state_dir = config.state_dir;
+    options.shm_prefix = absl::StrCat("/hicache-replay", getpid(), "-",
+                                      runs.fetch_add(1));
+    segments = absl::StrCat(options.shm_prefix, "-");
+  }
+  absl::StatusOr<ReplayOutcome> out = ReplayWith(trace, config, options);
+  if (!segments.empty()) {
+    if (absl::Status removed = RemoveSegments(segments); !removed.ok()) {
+      return removed;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+absl::StatusOr<ReplayOutcome> ReplayWith(const std::vector<TraceRequest>& trace,
+                                         const ReplayConfig& config,
+                                         EngineOptions options) {
+  const int64_t block = config.block_tokens;
+  const uint32_t page = config.page_size;
   FaultyTransferEngine* slow = nullptr;
   if (config.slow_backups_for > 0) {
     options.wrap_transfer = [&slow](TransferListener* listener,
@@ -155,15 +211,23 @@ absl::StatusOr<ReplayOutcome> ReplayTrace(
                             .count());
   }
   settle();
+  // The journal's work counts too: everything recorded is made durable
+  // before the clock stops (OK without a state_dir).
+  if (absl::Status flushed = e.FlushHostTier(/*clean=*/false); !flushed.ok()) {
+    return flushed;
+  }
   out.seconds = std::chrono::duration<double>(
                     std::chrono::steady_clock::now() - start)
                     .count();
   out.request_p50_us = Percentile(latencies, 0.5);
   out.request_p99_us = Percentile(latencies, 0.99);
   out.stats = e.Stats();
+  out.persistence = e.Persistence();
   out.leaked_pages = e.AllRequestPages();
   if (absl::Status s = e.CheckInvariants(); !s.ok()) return s;
   return out;
 }
+
+}  // namespace
 
 }  // namespace hicache

@@ -13,6 +13,7 @@
 // holds is ever leaked. `leaked_pages` checks this at the end.
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -40,6 +41,11 @@ struct ReplayConfig {
   // released only every `slow_backups_for` requests (and when a deferred
   // insert waits), so backups stay in flight across requests. 0: off.
   int64_t slow_backups_for = 0;
+  // Hot restart (EngineOptions::state_dir): non-empty journals the host
+  // tier into this directory, as hicached --state_dir does. Every replay
+  // starts cold: its host segments get a prefix of their own
+  // ("/hicache-replay<pid>-<n>") and are removed when it ends.
+  std::string state_dir;
 };
 
 struct ReplayOutcome {
@@ -53,6 +59,7 @@ struct ReplayOutcome {
   int64_t failed_allocations = 0; // Requests that could not allocate.
   int64_t leaked_pages = 0;       // Request pages still held at the end.
   EngineStats stats;
+  HostTierPersistence persistence;  // enabled only with a state_dir.
   double seconds = 0;
   double request_p50_us = 0;  // Wall time of one request's engine calls.
   double request_p99_us = 0;
