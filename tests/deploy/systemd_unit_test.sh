@@ -30,6 +30,8 @@ cleanup() {
   if [[ -n "${daemon_pid}" ]] && kill -0 "${daemon_pid}" 2>/dev/null; then
     kill -KILL "${daemon_pid}" 2>/dev/null || true
   fi
+  # Hot restart keeps the host pool after the daemon: this test's goes too.
+  rm -f /dev/shm/hicache-unittest$$-* 2>/dev/null || true
   rm -rf "${tmp}"
 }
 trap cleanup EXIT
@@ -90,7 +92,8 @@ read -r _ <"${tmp}/bound"
 (umask 0007 && NOTIFY_SOCKET="${tmp}/notify.sock" exec strace -f -qq -o "${tmp}/trace.txt" \
   "${ws}/daemon/hicached" --flagfile="${ws}/deploy/hicached.flags" --socket="${sock}" \
   --instance="unittest$$" --metrics_address=127.0.0.1:0 --device_pages_per_rank=64 \
-  --host_pages_per_rank=128 --lock_host_memory=true) >"${tmp}/daemon.log" 2>&1 &
+  --host_pages_per_rank=128 --lock_host_memory=true --state_dir="${tmp}/state") \
+  >"${tmp}/daemon.log" 2>&1 &
 daemon_pid=$!
 wait "${listener_pid}" || { cat "${tmp}/daemon.log" >&2; fail "no READY=1 from hicached"; }
 "${ws}/client/hicachectl" --socket="${sock}" --timeout=10 health | grep -qx SERVING ||

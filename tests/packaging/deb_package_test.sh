@@ -24,6 +24,8 @@ cleanup() {
   if [[ -n "${daemon_pid}" ]] && kill -0 "${daemon_pid}" 2>/dev/null; then
     kill -KILL "${daemon_pid}" 2>/dev/null || true
   fi
+  # Hot restart keeps the host pool after the daemon: this test's goes too.
+  rm -f /dev/shm/hicache-debtest$$-* 2>/dev/null || true
   rm -rf "${tmp}"
 }
 trap cleanup EXIT
@@ -121,12 +123,13 @@ mkfifo "${tmp}/bound"
   >"${tmp}/notify.log" 2>&1 &
 listener_pid=$!
 read -r _ <"${tmp}/bound"
-# The packaged flagfile, with the socket, pool sizes and metrics port moved
-# out of the way (later flags win).
+# The packaged flagfile, with the socket, pool sizes, metrics port and state
+# directory moved out of the way (later flags win).
 NOTIFY_SOCKET="${notify}" "${root}/usr/bin/hicached" \
   --flagfile="${root}/etc/hicached/hicached.flags" \
   --socket="${sock}" --instance="debtest$$" --metrics_address=127.0.0.1:0 \
   --device_pages_per_rank=64 --host_pages_per_rank=128 \
+  --state_dir="${tmp}/state" \
   >"${tmp}/daemon.log" 2>&1 &
 daemon_pid=$!
 wait "${listener_pid}" || {
@@ -178,6 +181,12 @@ wait "${daemon_pid}" || rc=$?
 daemon_pid=""
 [[ "${rc}" -eq 0 ]] || { cat "${tmp}/daemon.log" >&2; fail "hicached exited ${rc} after SIGTERM"; }
 [[ ! -e "${sock}" ]] || fail "the socket outlived the daemon"
+# The packaged flagfile turns hot restart on: the host pool (named after its
+# geometry) and the journal stay for the next daemon; everything else goes.
+host_pools=(/dev/shm/hicache-debtest$$-host-r0-g*)
+[[ -e "${host_pools[0]}" ]] || fail "the host pool did not outlive the daemon (--state_dir)"
+[[ -s "${tmp}/state/journal" ]] || fail "no journal in the state directory"
+rm -f "${host_pools[@]}"
 if compgen -G "/dev/shm/hicache-debtest$$-*" >/dev/null; then
   fail "pool segments outlived the daemon"
 fi
