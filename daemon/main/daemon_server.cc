@@ -23,6 +23,7 @@
 #include "daemon/main/unix_listener.h"
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/pool/host_budget.h"
+#include "daemon/pool/persistent_host_segment.h"
 #include "daemon/pool/shm_instance.h"
 #include "daemon/service/hicache_service.h"
 #include "daemon/service/watch_broadcaster.h"
@@ -170,6 +171,16 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
       ShmInstance::Acquire(instance);
   if (!shm.ok()) return shm.status();
   daemon->shm_ = *std::move(shm);
+  if (config.state_dir.empty()) {
+    // Host pools a hot-restart daemon of this instance kept can never be
+    // used without --state_dir: give their memory back.
+    for (const std::string& name :
+         RemovePersistentHostSegments(daemon->shm_->prefix())) {
+      spdlog::warn("removed host pool {} kept for a hot restart (--state_dir "
+                   "is not set)",
+                   name);
+    }
+  }
   const ShmInstance::Reclaimed& reclaimed = daemon->shm_->reclaimed();
   spdlog::info("shared-memory instance '{}': segments {}-*, lock {}", instance,
                daemon->shm_->prefix(), daemon->shm_->lock_path());

@@ -11,26 +11,49 @@
 namespace hicache {
 namespace {
 
-// Tagged host segments of `prefix` and `rank` other than `keep`, by their
-// shm names ("/..."). An unreadable /dev/shm lists nothing.
-std::vector<std::string> OtherFingerprints(absl::string_view prefix,
-                                           Rank rank,
-                                           const std::string& keep) {
+// Whether `name` (a /dev/shm entry) is "<stem><anything>-g<16 hex>".
+bool IsTagged(absl::string_view name, absl::string_view stem) {
+  if (!absl::StartsWith(name, stem) || name.size() < stem.size() + 18) {
+    return false;
+  }
+  const absl::string_view tag = name.substr(name.size() - 18);
+  if (tag.substr(0, 2) != "-g") return false;
+  for (char c : tag.substr(2)) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+// Tagged host segments whose names start with `stem` (without the leading
+// '/'), other than `keep`, by their shm names ("/..."). An unreadable
+// /dev/shm lists nothing.
+std::vector<std::string> TaggedSegments(absl::string_view stem,
+                                        const std::string& keep) {
   std::vector<std::string> out;
-  // "<prefix>-host-r<rank>-g" without the leading '/'.
-  const std::string stem =
-      absl::StrCat(prefix.substr(1), "-host-r", rank, "-g");
   DIR* dir = opendir("/dev/shm");  // Where glibc's shm_open keeps names.
   if (dir == nullptr) return out;
   while (const struct dirent* entry = readdir(dir)) {
     const absl::string_view name = entry->d_name;
-    if (!absl::StartsWith(name, stem) || name.size() != stem.size() + 16) {
-      continue;
-    }
+    if (!IsTagged(name, stem)) continue;
     const std::string shm_name = absl::StrCat("/", name);
     if (shm_name != keep) out.push_back(shm_name);
   }
   closedir(dir);
+  return out;
+}
+
+std::vector<std::string> OtherFingerprints(absl::string_view prefix,
+                                           Rank rank,
+                                           const std::string& keep) {
+  std::vector<std::string> out;
+  for (std::string& name : TaggedSegments(
+           absl::StrCat(prefix.substr(1), "-host-r", rank), keep)) {
+    // Exactly "<prefix>-host-r<rank>-g<16 hex>": not rank 1 for rank 10.
+    if (name.size() == prefix.size() + absl::StrCat("-host-r", rank).size() +
+                           18) {
+      out.push_back(std::move(name));
+    }
+  }
   return out;
 }
 
@@ -56,6 +79,16 @@ absl::StatusOr<PersistentHostSegment> OpenPersistentHostSegment(
   (*pool)->Keep();
   out.pool = *std::move(pool);
   return out;
+}
+
+std::vector<std::string> RemovePersistentHostSegments(
+    absl::string_view prefix) {
+  std::vector<std::string> removed;
+  for (const std::string& name :
+       TaggedSegments(absl::StrCat(prefix.substr(1), "-host-r"), "")) {
+    if (shm_unlink(name.c_str()) == 0) removed.push_back(name);
+  }
+  return removed;
 }
 
 absl::StatusOr<std::unique_ptr<KvPool>> ShmPoolBackend::CreatePersistentHostPool(

@@ -35,4 +35,9 @@ absl::StatusOr<PersistentHostSegment> OpenPersistentHostSegment(
     absl::string_view prefix, Rank rank, uint64_t size_bytes, bool lock_memory,
     uint64_t fingerprint);
 
+// Removes every tagged host segment of `prefix` (all ranks, all
+// fingerprints): a daemon started without hot restart can never use them,
+// and they would hold their memory forever. Returns the names removed.
+std::vector<std::string> RemovePersistentHostSegments(absl::string_view prefix);
+
 }  // namespace hicache
