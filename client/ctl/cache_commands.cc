@@ -361,6 +361,25 @@ int RunCacheStats(const CommandContext& c) {
       s.load_misses(), s.device_evicted_pages(), s.host_evicted_pages(),
       s.device_alloc_failures(), s.bytes_to_host(), s.bytes_to_device(),
       s.sessions(), s.session_locks(), s.session_pages());
+  if (s.has_persistence() && s.persistence().enabled()) {
+    const v1::HostTierPersistence& p = s.persistence();
+    if (p.recovered()) {
+      *c.out << absl::StrFormat(
+          "restart    host tier recovered in %.3f s: %d nodes, %d pages (%d "
+          "bytes verified); dropped %d (checksum), %d (parent gone), %d "
+          "(conflict)\n",
+          p.recovery_seconds(), p.nodes_recovered(), p.pages_recovered(),
+          p.verified_bytes(), p.dropped_checksum(), p.dropped_orphan(),
+          p.dropped_conflict());
+    } else {
+      *c.out << "restart    cold: " << p.cold_reason() << "\n";
+    }
+    *c.out << absl::StrFormat(
+        "journal    %s; %d host copies recorded since the start, %d a "
+        "restart would recover, %d bytes\n",
+        p.journal_status(), p.journal_puts(), p.journal_live(),
+        p.journal_file_bytes());
+  }
   *c.out << "lane  device free  release  used   host free  used\n";
   for (const v1::LaneStats& l : s.lanes()) {
     *c.out << absl::StrFormat("%-5d %11d  %7d  %5d   %9d  %4d\n", l.lane(),
