@@ -9,6 +9,8 @@
 //       --trace=$PWD/bench/traces/conversations.jsonl
 //   With --state_dir=DIR the host tier is journaled as hicached
 //   --state_dir does (docs/hot-restart.md); each replay starts cold.
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -56,6 +58,14 @@ long long WrittenBytes() {
     if (key == "write_bytes:") return value;
   }
   return -1;
+}
+
+// CPU seconds (user + system) this process has used, all threads.
+double CpuSeconds() {
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  auto secs = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+  return secs(usage.ru_utime) + secs(usage.ru_stime);
 }
 
 int Main() {
@@ -110,7 +120,9 @@ int Main() {
       config.write_policy = *write;
       config.eviction_policy = *policy;
       const long long written_before = WrittenBytes();
+      const double cpu_before = CpuSeconds();
       auto out = ReplayTrace(*trace, config);
+      const double cpu = CpuSeconds() - cpu_before;
       const long long written = WrittenBytes() - written_before;
       if (!out.ok()) {
         std::fprintf(stderr, "replay failed: %s\n",
@@ -131,15 +143,16 @@ int Main() {
       if (out->persistence.enabled) {
         std::printf(
             "  journal: %lld puts, %lld live, file %llu bytes, status %s; "
-            "%.0f req/s; process wrote %lld bytes to storage\n",
+            "%.0f req/s, %.2f CPU s; process wrote %lld bytes to storage\n",
             static_cast<long long>(out->persistence.journal_puts),
             static_cast<long long>(out->persistence.journal_live),
             static_cast<unsigned long long>(
                 out->persistence.journal_file_bytes),
             out->persistence.journal_status.c_str(),
-            out->requests / out->seconds, written);
+            out->requests / out->seconds, cpu, written);
       } else {
-        std::printf("  %.0f req/s\n", out->requests / out->seconds);
+        std::printf("  %.0f req/s, %.2f CPU s\n", out->requests / out->seconds,
+                    cpu);
       }
       if (out->deferred_inserts > 0 || out->failed_allocations > 0 ||
           out->leaked_pages > 0) {
