@@ -1,0 +1,628 @@
+// Hot restart (issue 15, docs/hot-restart.md) end to end: the real hicached
+// with --state_dir, stopped with real signals (SIGKILL mid-traffic, SIGTERM),
+// its host segments and journal damaged on disk, restarted (also from a copy
+// of the binary in another directory). This test is the scheduler: it maps
+// every rank's device segment, writes a KV pattern that depends on the
+// tokens into the pages it was given, stores every layer of the backup over
+// its BackupSession stream, completes the request, and after the restart
+// loads the host hits back into fresh device pages and checks every byte on
+// every rank.
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/cpp/endpoint.h"
+#include "client/cpp/hicache_session.h"
+#include "gmock/gmock.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/binaries.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/temp_dir.h"
+
+namespace hicache {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::Subprocess;
+
+constexpr uint32_t kPageSize = 4;
+
+std::vector<int32_t> Tokens(int32_t base, int pages,
+                            uint32_t page_size = kPageSize) {
+  std::vector<int32_t> tokens(pages * page_size);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = base + i;
+  return tokens;
+}
+
+std::vector<int32_t> Concat(std::vector<int32_t> a,
+                            const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// The KV byte of a page: a function of the page's first token (the tokens
+// are distinct per prefix, so this stands for "the whole prefix"), the
+// page's position, the (family, layer) block and the byte in it.
+uint8_t Pattern(int32_t first_token, int64_t position, int family,
+                uint32_t layer, uint64_t byte) {
+  const uint64_t h = static_cast<uint64_t>(first_token) * 0x9E3779B97F4A7C15u;
+  return static_cast<uint8_t>((h >> 29) + position * 131 + family * 31 +
+                              layer * 7 + byte * 13 + 1);
+}
+
+// Entries of /dev/shm whose name starts with `prefix`.
+std::vector<std::string> ShmEntries(const std::string& prefix) {
+  std::vector<std::string> names;
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return names;
+  while (dirent* entry = readdir(dir)) {
+    if (absl::StartsWith(entry->d_name, prefix)) {
+      names.push_back(entry->d_name);
+    }
+  }
+  closedir(dir);
+  return names;
+}
+
+int64_t FileSize(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 ? st.st_size : -1;
+}
+
+std::string ShmPath(const std::string& name) {
+  return absl::StartsWith(name, "/") ? "/dev/shm" + name
+                                     : "/dev/shm/" + name;
+}
+
+class HotRestartTest : public ::testing::Test {
+ protected:
+  ~HotRestartTest() override {
+    Disconnect();
+    daemon_.reset();  // SIGKILLs a daemon a failed test left running.
+    for (const std::string& name : ShmEntries("hicache-" + instance_)) {
+      unlink(("/dev/shm/" + name).c_str());
+    }
+  }
+
+  std::vector<std::string> Flags(uint32_t cp, uint32_t page_size = kPageSize) {
+    return {"--socket=" + socket_,
+            "--instance=" + instance_,
+            "--state_dir=" + state_dir_,
+            absl::StrCat("--cp_size=", cp),
+            absl::StrCat("--page_size=", page_size),
+            "--kv_preset=tiny",
+            "--device_pages_per_rank=32",
+            "--host_pages_per_rank=64",
+            "--recovery_threads=2",
+            "--log_level=info"};
+  }
+
+  // Starts `binary` with `flags` and connects once it answers.
+  void Start(const std::vector<std::string>& flags,
+             const std::string& binary = testing::DaemonPath()) {
+    std::vector<std::string> argv = {binary};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    auto daemon = Subprocess::Start(argv);
+    ASSERT_TRUE(daemon.ok()) << daemon.status();
+    daemon_ = std::make_unique<Subprocess>(*std::move(daemon));
+    const absl::Time deadline = absl::Now() + absl::Seconds(15);
+    while (absl::Now() < deadline && daemon_->Running()) {
+      // A fresh channel per attempt: no reconnect backoff.
+      stub_ = v1::HiCache::NewStub(grpc::CreateChannel(
+          client::UnixTarget(socket_), grpc::InsecureChannelCredentials()));
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+      v1::GetStatsResponse stats;
+      if (stub_->GetStats(&ctx, v1::GetStatsRequest(), &stats).ok()) {
+        ASSERT_NO_FATAL_FAILURE(Connect());
+        return;
+      }
+      absl::SleepFor(absl::Milliseconds(25));
+    }
+    FAIL() << "hicached did not come up: " << daemon_->Stderr();
+  }
+
+  void Connect() {
+    auto session =
+        client::Session::Open(stub_, "hot-restart", v1::ROLE_SCHEDULER, 0, "");
+    ASSERT_TRUE(session.ok()) << session.status();
+    session_ = *std::move(session);
+    auto layout = session_->GetLayout();
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    layout_ = *layout;
+    cp_ = layout_.geometry().cp_size();
+    page_size_ = layout_.geometry().page_size_tokens();
+    device_.clear();
+    for (const v1::RankSegments& rank : layout_.ranks()) {
+      ASSERT_EQ(rank.rank(), device_.size());
+      auto mapped = client::MappedSegment::Map(rank.device());
+      ASSERT_TRUE(mapped.ok()) << mapped.status();
+      device_.push_back(*std::move(mapped));
+    }
+    ASSERT_EQ(device_.size(), cp_);
+    auto stream = session_->OpenBackupStream();
+    ASSERT_TRUE(stream.ok()) << stream.status();
+    backups_ = *std::move(stream);
+    committed_ = Stats().backups_committed();
+  }
+
+  // Drops the client side without telling the daemon anything.
+  void Disconnect() {
+    if (backups_ != nullptr) backups_->Cancel();
+    backups_.reset();
+    session_.reset();
+    device_.clear();
+  }
+
+  // Sends `signal` and expects the daemon to exit with `code`. Before a
+  // SIGTERM the client closes its stream and session, as a scheduler would
+  // on a planned restart (the daemon's drain need not wait for them).
+  void Stop(int signal, int code) {
+    if (signal == SIGTERM && session_ != nullptr) {
+      EXPECT_TRUE(backups_->Close().ok());
+      EXPECT_TRUE(session_->Close().ok());
+    }
+    ASSERT_TRUE(daemon_->Signal(signal).ok());
+    auto exited = daemon_->Wait(absl::Seconds(15));
+    ASSERT_TRUE(exited.ok()) << exited.status();
+    EXPECT_EQ(*exited, code) << daemon_->Stderr();
+    Disconnect();
+  }
+
+  v1::CacheStats Stats() {
+    grpc::ClientContext ctx;
+    v1::CacheStats stats;
+    EXPECT_TRUE(stub_->Stats(&ctx, v1::GetStatsRequest(), &stats).ok());
+    return stats;
+  }
+
+  // The (family, layer) block of a logical device page in its owner's
+  // segment (owner = page % cp), or null (and a failure) out of bounds.
+  uint8_t* Block(int64_t page, int family, uint32_t layer) {
+    const uint32_t owner = page % cp_;
+    if (page < 0 || owner >= device_.size()) {
+      ADD_FAILURE() << "page " << page << " has no segment";
+      return nullptr;
+    }
+    const uint64_t offset =
+        client::DeviceBlockOffset(layout_, page / cp_, family, layer);
+    if (offset + client::BlockBytes(layout_, family) > device_[owner]->size()) {
+      ADD_FAILURE() << "page " << page << " lies past its segment";
+      return nullptr;
+    }
+    return device_[owner]->data() + offset;
+  }
+
+  // Writes the pattern of `tokens` into `pages` from position `from`.
+  void WriteKv(const std::vector<int32_t>& tokens,
+               const std::vector<int64_t>& pages, size_t from) {
+    for (size_t k = from; k < pages.size(); ++k) {
+      const int64_t page = pages[k];
+      for (int f = 0; f < layout_.families_size(); ++f) {
+        for (uint32_t l = 0; l < layout_.families(f).num_layers(); ++l) {
+          uint8_t* block = Block(page, f, l);
+          ASSERT_NE(block, nullptr);
+          for (uint64_t b = 0; b < client::BlockBytes(layout_, f); ++b) {
+            block[b] = Pattern(tokens[k * page_size_], k, f, l, b);
+          }
+        }
+      }
+    }
+  }
+
+  // Checks the pattern of `tokens` in `pages` (every page, on its owner).
+  void VerifyKv(const std::vector<int32_t>& tokens,
+                const std::vector<int64_t>& pages) {
+    ASSERT_EQ(pages.size() * page_size_, tokens.size());
+    std::vector<int> checked(cp_, 0);
+    for (size_t k = 0; k < pages.size(); ++k) {
+      const int64_t page = pages[k];
+      ++checked[page % cp_];
+      for (int f = 0; f < layout_.families_size(); ++f) {
+        for (uint32_t l = 0; l < layout_.families(f).num_layers(); ++l) {
+          const uint8_t* block = Block(page, f, l);
+          ASSERT_NE(block, nullptr);
+          for (uint64_t b = 0; b < client::BlockBytes(layout_, f); ++b) {
+            ASSERT_EQ(block[b], Pattern(tokens[k * page_size_], k, f, l, b))
+                << "position " << k << " page " << page << " family " << f
+                << " layer " << l << " byte " << b;
+          }
+        }
+      }
+    }
+    if (pages.size() >= cp_ && cp_ > 1) {
+      for (uint32_t r = 0; r < cp_; ++r) {
+        EXPECT_GT(checked[r], 0) << "no page on rank " << r;
+      }
+    }
+  }
+
+  // One request: Admit with a backup, write the new pages' KV, store
+  // `steps` layers of the backup (all: it commits; fewer: it stays
+  // pending), Complete. Returns the node. With every layer stored, waits
+  // for the commit.
+  uint64_t Request(const std::vector<int32_t>& tokens, int steps = -1) {
+    const bool all = steps < 0;
+    if (all) steps = static_cast<int>(layout_.num_steps());
+    auto admitted = session_->Admit({client::MakeAdmitItem(
+        tokens, 0, v1::COMPUTE_OWNER_MODE_ROUND_ROBIN,
+        v1::BACKUP_CHOICE_ALWAYS)});
+    EXPECT_TRUE(admitted.ok()) << admitted.status();
+    if (!admitted.ok()) return 0;
+    const v1::AdmitResult& a = admitted->results(0);
+    EXPECT_TRUE(a.admitted() && !a.load()) << a.DebugString();
+    EXPECT_NE(a.backup_id(), 0u) << a.DebugString();
+    std::vector<int64_t> pages(a.device().pages().begin(),
+                               a.device().pages().end());
+    pages.insert(pages.end(), a.pages().begin(), a.pages().end());
+    EXPECT_EQ(pages.size() * page_size_, tokens.size());
+    WriteKv(tokens, pages, a.device().pages_size());
+    for (int step = 0; step < steps; ++step) {
+      EXPECT_TRUE(backups_->LayerStored({a.backup_id()}, step).ok());
+    }
+    auto completed = session_->Complete(
+        {client::MakeCompleteItem(a, tokens, page_size_)});
+    EXPECT_TRUE(completed.ok()) << completed.status();
+    if (!completed.ok()) return 0;
+    const v1::InsertResult& r = completed->results(0);
+    EXPECT_FALSE(r.deferred());
+    EXPECT_TRUE(r.backup_attached());
+    if (all) {
+      ++committed_;
+      const absl::Time deadline = absl::Now() + absl::Seconds(10);
+      while (Stats().backups_committed() < committed_ &&
+             absl::Now() < deadline) {
+        absl::SleepFor(absl::Milliseconds(5));
+      }
+      EXPECT_EQ(Stats().backups_committed(), committed_);
+    }
+    return r.node();
+  }
+
+  // Waits until `puts` host copies were handed to the journal and the
+  // journal file holds everything written (durable size == file size,
+  // twice in a row: the writer batches every 10 ms).
+  void WaitJournal(int64_t puts) {
+    const std::string journal = state_dir_ + "/journal";
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    uint64_t last = 0;
+    int stable = 0;
+    while (absl::Now() < deadline) {
+      const v1::HostTierPersistence p = Stats().persistence();
+      const int64_t size = FileSize(journal);
+      if (p.journal_puts() >= puts &&
+          static_cast<int64_t>(p.journal_file_bytes()) == size &&
+          p.journal_file_bytes() == last) {
+        if (++stable >= 3) return;
+      } else {
+        stable = 0;
+      }
+      last = p.journal_file_bytes();
+      absl::SleepFor(absl::Milliseconds(30));
+    }
+    FAIL() << "the journal did not settle: "
+           << Stats().persistence().DebugString();
+  }
+
+  // Host hit of `tokens` (peek: no hit counted, nothing locked). After a
+  // restart the device tier is empty, so it is the whole hit.
+  int64_t HostHit(const std::vector<int32_t>& tokens) {
+    client::MatchOptions options;
+    options.peek = true;
+    auto match = session_->MatchPrefix({tokens}, options);
+    EXPECT_TRUE(match.ok()) << match.status();
+    if (!match.ok()) return -1;
+    return match->results(0).host_hit_tokens();
+  }
+
+  // Loads `tokens` back (all of it must come from the host tier) and checks
+  // every byte on every rank; releases the lock.
+  void LoadAndVerify(const std::vector<int32_t>& tokens) {
+    auto loaded = session_->LoadBack(tokens);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    ASSERT_TRUE(loaded->ok()) << loaded->started.DebugString()
+                              << loaded->done.DebugString();
+    ASSERT_EQ(loaded->started.loaded_tokens(),
+              static_cast<int64_t>(tokens.size()))
+        << loaded->started.DebugString();
+    const auto& proto = loaded->started.locations().pages();
+    const std::vector<int64_t> pages(proto.begin(), proto.end());
+    ASSERT_NO_FATAL_FAILURE(VerifyKv(tokens, pages));
+    ASSERT_TRUE(session_->UnlockHandles({loaded->lock_handle()}).ok());
+  }
+
+  int64_t DevicePagesAllocated() {
+    int64_t allocated = 0;
+    const v1::CacheStats stats = Stats();  // Not a temporary's lanes().
+    for (const auto& lane : stats.lanes()) allocated += lane.allocated();
+    return allocated;
+  }
+
+  std::vector<std::string> HostSegments() {
+    return ShmEntries("hicache-" + instance_ + "-host-");
+  }
+
+  static inline std::atomic<int> counter_{0};
+  const std::string instance_ =
+      absl::StrCat("hrt", getpid(), "-", counter_.fetch_add(1));
+  testing::TempDir dir_;
+  const std::string socket_ = dir_.Child("d.sock");
+  const std::string state_dir_ = dir_.Child("state");
+  std::unique_ptr<Subprocess> daemon_;
+  std::shared_ptr<v1::HiCache::Stub> stub_;
+  std::unique_ptr<client::Session> session_;
+  std::unique_ptr<client::BackupStream> backups_;
+  v1::GetLayoutResponse layout_;
+  std::vector<std::unique_ptr<client::MappedSegment>> device_;
+  uint32_t cp_ = 0;
+  uint32_t page_size_ = 0;
+  int64_t committed_ = 0;
+};
+
+class SigkillTest : public HotRestartTest,
+                    public ::testing::WithParamInterface<uint32_t> {};
+
+TEST_P(SigkillTest, CommittedPrefixesComeBackByteExactPendingOnesDoNot) {
+  const uint32_t cp = GetParam();
+  ASSERT_NO_FATAL_FAILURE(Start(Flags(cp)));
+  ASSERT_TRUE(Stats().persistence().enabled());
+  ASSERT_GE(layout_.num_steps(), 2u);  // A backup can be left half stored.
+  // Committed: two roots and an extension of the first (a child node).
+  const std::vector<int32_t> a = Tokens(1000, 5);
+  const std::vector<int32_t> b = Tokens(2000, 3);
+  const std::vector<int32_t> a_ext = Concat(a, Tokens(3000, 3));
+  ASSERT_NE(Request(a), 0u);
+  ASSERT_NE(Request(b), 0u);
+  ASSERT_NE(Request(a_ext), 0u);
+  ASSERT_NO_FATAL_FAILURE(WaitJournal(3));
+  // Pending at the kill: a new root and an extension of b, one layer
+  // stored of each.
+  const std::vector<int32_t> q = Tokens(5000, 4);
+  const std::vector<int32_t> b_ext = Concat(b, Tokens(6000, 2));
+  ASSERT_NE(Request(q, 1), 0u);
+  ASSERT_NE(Request(b_ext, 1), 0u);
+  EXPECT_EQ(Stats().pending_backups(), 2);
+  EXPECT_EQ(HostHit(q), 0);
+  ASSERT_NO_FATAL_FAILURE(Stop(SIGKILL, 128 + SIGKILL));
+  EXPECT_EQ(HostSegments().size(), cp) << "host segments kept";
+
+  ASSERT_NO_FATAL_FAILURE(Start(Flags(cp)));
+  const v1::HostTierPersistence p = Stats().persistence();
+  EXPECT_TRUE(p.recovered()) << p.DebugString();
+  EXPECT_EQ(p.cold_reason(), "");
+  EXPECT_EQ(p.nodes_recovered(), 3) << p.DebugString();
+  EXPECT_GE(p.pages_recovered(), 5 + 3 + 3) << p.DebugString();
+  EXPECT_EQ(p.dropped_checksum(), 0);
+  EXPECT_EQ(p.dropped_orphan(), 0);
+  EXPECT_EQ(p.dropped_conflict(), 0);
+  EXPECT_GT(p.verified_bytes(), 0u);
+  EXPECT_EQ(p.journal_status(), "OK");
+  EXPECT_EQ(DevicePagesAllocated(), 0) << "the device tier starts empty";
+  EXPECT_EQ(Stats().pending_backups(), 0);
+  // Host hits of the whole committed prefixes; nothing pending is served.
+  EXPECT_EQ(HostHit(a), static_cast<int64_t>(a.size()));
+  EXPECT_EQ(HostHit(b), static_cast<int64_t>(b.size()));
+  EXPECT_EQ(HostHit(a_ext), static_cast<int64_t>(a_ext.size()));
+  EXPECT_EQ(HostHit(q), 0);
+  EXPECT_EQ(HostHit(b_ext), static_cast<int64_t>(b.size()));
+  // Every byte comes back, on every rank.
+  ASSERT_NO_FATAL_FAILURE(LoadAndVerify(a_ext));
+  ASSERT_NO_FATAL_FAILURE(LoadAndVerify(b));
+  // A fresh request on the recovered cache works and is journaled.
+  ASSERT_NE(Request(Tokens(7000, 2)), 0u);
+  ASSERT_NO_FATAL_FAILURE(WaitJournal(1));
+  ASSERT_NO_FATAL_FAILURE(Stop(SIGTERM, 0));
+}
+
+INSTANTIATE_TEST_SUITE_P(CpSizes, SigkillTest, ::testing::Values(1u, 4u));
+
+TEST_F(HotRestartTest, CorruptedHostPageDropsItsNodeAndSubtreeOnly) {
+  const uint32_t cp = 2;
+  ASSERT_NO_FATAL_FAILURE(Start(Flags(cp)));
+  const std::vector<int32_t> a = Tokens(1000, 4);
+  const std::vector<int32_t> a_ext = Concat(a, Tokens(3000, 2));
+  const std::vector<int32_t> c = Tokens(2000, 4);
+  const uint64_t node_a = Request(a);
+  ASSERT_NE(node_a, 0u);
+  ASSERT_NE(Request(a_ext), 0u);
+  ASSERT_NE(Request(c), 0u);
+  ASSERT_NO_FATAL_FAILURE(WaitJournal(3));
+  // A's host pages, rank by rank.
+  v1::NodeInfo info;
+  {
+    grpc::ClientContext ctx;
+    v1::InspectNodeRequest request;
+    request.set_node(node_a);
+    ASSERT_TRUE(stub_->InspectNode(&ctx, request, &info).ok());
+  }
+  ASSERT_EQ(info.host_pages_by_rank_size(), static_cast<int>(cp))
+      << info.DebugString();
+  uint32_t rank = 0;
+  while (rank < cp && info.host_pages_by_rank(rank).pages_size() == 0) ++rank;
+  ASSERT_LT(rank, cp) << info.DebugString();
+  const int64_t host_page = info.host_pages_by_rank(rank).pages(0);
+  const std::string segment = ShmPath(layout_.ranks(rank).host().name());
+  ASSERT_GT(layout_.host_blocks_size(), 0);
+  const v1::BlockAddress& block =
+      layout_.host_blocks(layout_.host_blocks_size() - 1);
+  const uint64_t offset =
+      block.offset() + host_page * block.page_stride() + block.block_bytes() / 2;
+  ASSERT_NO_FATAL_FAILURE(Stop(SIGKILL, 128 + SIGKILL));
+
+  // Flip one byte of that page while the daemon is down.
+  {
+    const int fd = open(segment.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0) << segment;
+    uint8_t byte = 0;
+    ASSERT_EQ(pread(fd, &byte, 1, offset), 1);
+    byte ^= 0x5A;
+    ASSERT_EQ(pwrite(fd, &byte, 1, offset), 1);
+    close(fd);
+  }
+
+  ASSERT_NO_FATAL_FAILURE(Start(Flags(cp)));
+  const v1::HostTierPersistence p = Stats().persistence();
+  EXPECT_TRUE(p.recovered()) << p.DebugString();
+  EXPECT_GE(p.dropped_checksum(), 1) << p.DebugString();
+  EXPECT_EQ(p.nodes_recovered(), 1) << p.DebugString();  // c only.
+  EXPECT_THAT(daemon_->Stderr(), HasSubstr("host tier recovered"));
+  // The corrupted node and its child are never served; c is, byte-exact.
+  EXPECT_EQ(HostHit(a), 0);
+  EXPECT_EQ(HostHit(a_ext), 0);
+  auto miss = session_->LoadBack(a);
+  ASSERT_TRUE(miss.ok()) << miss.status();
+  EXPECT_EQ(miss->started.loaded_tokens(), 0);
+  if (miss->lock_handle() != 0) {
+    ASSERT_TRUE(session_->UnlockHandles({miss->lock_handle()}).ok());
+  }
+  EXPECT_EQ(HostHit(c), static_cast<int64_t>(c.size()));
+  ASSERT_NO_FATAL_FAILURE(LoadAndVerify(c));
+  // The dropped prefix can be cached again.
+  ASSERT_NE(Request(a), 0u);
+  ASSERT_NO_FATAL_FAILURE(Stop(SIGTERM, 0));
+}
+
+TEST_F(HotRestartTest, TornJournalTailKeepsEverythingBeforeIt) {
+  const uint32_t cp = 2;
+  ASSERT_NO_FATAL_FAILURE(Start(Flags(cp)));
+  // Three roots, each committed before the next starts: the journal's last
+  // record is the third's Put.
+  const std::vector<std::vector<int32_t>> prefixes = {
+      Tokens(1000, 3), Tokens(2000, 2), Tokens(3000, 4)};
+  for (const auto& tokens : prefixes) ASSERT_NE(Request(tokens), 0u);
+  ASSERT_NO_FATAL_FAILURE(WaitJournal(3));
+  ASSERT_NO_FATAL_FAILURE(Stop(SIGKILL, 128 + SIGKILL));
+  const std::string journal = state_dir_ + "/journal";
+  const int64_t size = FileSize(journal);
+  ASSERT_GT(size, 7);
+  ASSERT_EQ(truncate(journal.c_str(), size - 7), 0);
+
+  ASSERT_NO_FATAL_FAILURE(Start(Flags(cp)));
+  const v1::HostTierPersistence p = Stats().persistence();
+  EXPECT_TRUE(p.recovered()) << p.DebugString();
+  EXPECT_EQ(p.nodes_recovered(), 2) << p.DebugString();
+  EXPECT_EQ(p.dropped_checksum() + p.dropped_orphan() + p.dropped_conflict(),
+            0);
+  EXPECT_THAT(daemon_->Stderr(), HasSubstr("the journal's last"));
+  EXPECT_EQ(HostHit(prefixes[0]), static_cast<int64_t>(prefixes[0].size()));
+  EXPECT_EQ(HostHit(prefixes[1]), static_cast<int64_t>(prefixes[1].size()));
+  EXPECT_EQ(HostHit(prefixes[2]), 0);
+  ASSERT_NO_FATAL_FAILURE(LoadAndVerify(prefixes[0]));
+  ASSERT_NO_FATAL_FAILURE(LoadAndVerify(prefixes[1]));
+  // It serves, and journals again: the lost prefix is cached anew and
+  // survives the next restart.
+  ASSERT_NE(Request(prefixes[2]), 0u);
+  ASSERT_NO_FATAL_FAILURE(WaitJournal(1));
+  ASSERT_NO_FATAL_FAILURE(Stop(SIGKILL, 128 + SIGKILL));
+  ASSERT_NO_FATAL_FAILURE(Start(Flags(cp)));
+  EXPECT_EQ(Stats().persistence().nodes_recovered(), 3);
+  ASSERT_NO_FATAL_FAILURE(LoadAndVerify(prefixes[2]));
+  ASSERT_NO_FATAL_FAILURE(Stop(SIGTERM, 0));
+}
+
+TEST_F(HotRestartTest, PageSizeChangeRemovesOldSegmentsAndStartsCold) {
+  const uint32_t cp = 2;
+  ASSERT_NO_FATAL_FAILURE(Start(Flags(cp)));
+  const std::vector<int32_t> a = Tokens(1000, 4);
+  ASSERT_NE(Request(a), 0u);
+  ASSERT_NO_FATAL_FAILURE(WaitJournal(1));
+  ASSERT_NO_FATAL_FAILURE(Stop(SIGTERM, 0));
+  const std::vector<std::string> old_segments = HostSegments();
+  ASSERT_EQ(old_segments.size(), cp);
+
+  ASSERT_NO_FATAL_FAILURE(Start(Flags(cp, 2 * kPageSize)));
+  ASSERT_EQ(page_size_, 2 * kPageSize);
+  for (const std::string& name : old_segments) {
+    EXPECT_LT(FileSize(ShmPath(name)), 0) << name << " was kept";
+  }
+  const std::vector<std::string> new_segments = HostSegments();
+  EXPECT_EQ(new_segments.size(), cp);
+  for (const std::string& name : new_segments) {
+    EXPECT_THAT(old_segments, ::testing::Not(::testing::Contains(name)));
+  }
+  const v1::HostTierPersistence p = Stats().persistence();
+  EXPECT_TRUE(p.enabled());
+  EXPECT_FALSE(p.recovered()) << p.DebugString();
+  EXPECT_NE(p.cold_reason(), "");
+  EXPECT_EQ(p.nodes_recovered(), 0);
+  EXPECT_THAT(daemon_->Stderr(), HasSubstr("host tier: starting cold"));
+  EXPECT_EQ(HostHit(a), 0);
+  ASSERT_NO_FATAL_FAILURE(Stop(SIGTERM, 0));
+}
+
+TEST_F(HotRestartTest, SigtermThenBinaryFromAnotherDirectoryRecoversAll) {
+  const uint32_t cp = 2;
+  ASSERT_NO_FATAL_FAILURE(Start(Flags(cp)));
+  const std::vector<int32_t> a = Tokens(1000, 4);
+  const std::vector<int32_t> a_ext = Concat(a, Tokens(4000, 2));
+  const std::vector<int32_t> b = Tokens(2000, 3);
+  ASSERT_NE(Request(a), 0u);
+  ASSERT_NE(Request(a_ext), 0u);
+  ASSERT_NE(Request(b), 0u);
+  // Evict the device copies: host-only nodes survive as well.
+  {
+    grpc::ClientContext ctx;
+    v1::EvictRequest evict;
+    for (uint32_t r = 0; r < cp; ++r) evict.add_device_pages_per_lane(1 << 20);
+    v1::EvictResponse evicted;
+    ASSERT_TRUE(stub_->Evict(&ctx, evict, &evicted).ok());
+    EXPECT_GT(evicted.device_pages_freed(), 0);
+  }
+  // No wait for the journal: SIGTERM flushes it.
+  ASSERT_NO_FATAL_FAILURE(Stop(SIGTERM, 0));
+
+  // The "new build": a copy of the binary in another directory.
+  testing::TempDir other;
+  const std::string binary = other.Child("hicached");
+  {
+    std::ifstream in(testing::DaemonPath(), std::ios::binary);
+    std::ofstream out(binary, std::ios::binary);
+    out << in.rdbuf();
+    ASSERT_TRUE(in.good() || in.eof());
+    ASSERT_TRUE(out.good());
+  }
+  ASSERT_EQ(chmod(binary.c_str(), 0755), 0);
+  ASSERT_NO_FATAL_FAILURE(Start(Flags(cp), binary));
+  const v1::HostTierPersistence p = Stats().persistence();
+  EXPECT_TRUE(p.recovered()) << p.DebugString();
+  EXPECT_EQ(p.nodes_recovered(), 3) << p.DebugString();
+  EXPECT_EQ(p.dropped_checksum() + p.dropped_orphan() + p.dropped_conflict(),
+            0);
+  // hicachectl reports it too.
+  auto ctl = testing::Run(
+      {testing::CtlPath(), "--socket=" + socket_, "--json", "stats"});
+  ASSERT_TRUE(ctl.ok()) << ctl.status();
+  ASSERT_EQ(ctl->exit_code, 0) << ctl->err;
+  const nlohmann::json doc = nlohmann::json::parse(ctl->out, nullptr, false);
+  ASSERT_FALSE(doc.is_discarded()) << ctl->out;
+  const nlohmann::json& persistence = doc["cache"]["persistence"];
+  EXPECT_EQ(persistence.value("recovered", false), true) << ctl->out;
+  const nlohmann::json& nodes = persistence.contains("nodes_recovered")
+                                    ? persistence["nodes_recovered"]
+                                    : persistence["nodesRecovered"];
+  EXPECT_TRUE(nodes == 3 || nodes == "3") << ctl->out;
+  EXPECT_EQ(HostHit(a_ext), static_cast<int64_t>(a_ext.size()));
+  EXPECT_EQ(HostHit(b), static_cast<int64_t>(b.size()));
+  ASSERT_NO_FATAL_FAILURE(LoadAndVerify(a_ext));
+  ASSERT_NO_FATAL_FAILURE(LoadAndVerify(b));
+  ASSERT_NO_FATAL_FAILURE(Stop(SIGTERM, 0));
+}
+
+}  // namespace
+}  // namespace hicache
