@@ -57,10 +57,10 @@ void BM_JournalAppend(benchmark::State& state) {
   PutRecord put = testing::MakePut(1, 0, "ns", 16, g, rng);
   uint64_t bytes = 0;
   {
-    auto writer = JournalWriter::Open(
-        dir, g, {},
-        {.max_delay = absl::Milliseconds(10),
-         .compaction_floor_bytes = uint64_t{1} << 40});
+    auto writer =
+        JournalWriter::Open(dir, g, {},
+                            {.max_delay = absl::Milliseconds(10),
+                             .compaction_floor_bytes = uint64_t{1} << 40});
     if (!writer.ok()) {
       state.SkipWithError("open failed");
       return;
@@ -83,8 +83,7 @@ void BM_JournalAppend(benchmark::State& state) {
     bytes = stats.bytes_written;
     state.counters["batches"] = static_cast<double>(stats.batches);
     state.counters["records_per_batch"] =
-        stats.batches > 0 ? static_cast<double>(stats.puts) / stats.batches
-                          : 0;
+        stats.batches > 0 ? static_cast<double>(stats.puts) / stats.batches : 0;
   }
   state.SetItemsProcessed(state.iterations());
   state.SetBytesProcessed(static_cast<int64_t>(bytes));
@@ -93,16 +92,17 @@ void BM_JournalAppend(benchmark::State& state) {
 BENCHMARK(BM_JournalAppend)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void BM_JournalPutCallerCost(benchmark::State& state) {
-  const JournalGeometry g = BenchGeometry(static_cast<uint32_t>(state.range(0)));
+  const JournalGeometry g =
+      BenchGeometry(static_cast<uint32_t>(state.range(0)));
   const std::string dir = MakeStateDir();
   std::mt19937_64 rng(2);
   PutRecord put = testing::MakePut(1, 0, "ns", 16, g, rng);
   {
-    auto writer = JournalWriter::Open(
-        dir, g, {},
-        {.max_delay = absl::Milliseconds(10),
-         .max_queue_bytes = size_t{1} << 31,
-         .compaction_floor_bytes = uint64_t{1} << 40});
+    auto writer =
+        JournalWriter::Open(dir, g, {},
+                            {.max_delay = absl::Milliseconds(10),
+                             .max_queue_bytes = size_t{1} << 31,
+                             .compaction_floor_bytes = uint64_t{1} << 40});
     if (!writer.ok()) {
       state.SkipWithError("open failed");
       return;
@@ -139,7 +139,8 @@ std::vector<PutRecord> MillionPageLiveSet(const JournalGeometry& g) {
 }
 
 void BM_JournalLoad1MPages(benchmark::State& state) {
-  const JournalGeometry g = BenchGeometry(static_cast<uint32_t>(state.range(0)));
+  const JournalGeometry g =
+      BenchGeometry(static_cast<uint32_t>(state.range(0)));
   const std::string dir = MakeStateDir();
   {
     auto writer = JournalWriter::Open(dir, g, MillionPageLiveSet(g));

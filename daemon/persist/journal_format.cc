@@ -14,7 +14,9 @@ namespace hicache::persist {
 namespace {
 
 // Little-endian encoding into a string.
-void PutU8(std::string* out, uint8_t v) { out->push_back(static_cast<char>(v)); }
+void PutU8(std::string* out, uint8_t v) {
+  out->push_back(static_cast<char>(v));
+}
 void PutU32(std::string* out, uint32_t v) {
   char b[4];
   for (int i = 0; i < 4; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
@@ -143,18 +145,17 @@ std::string EncodeFileHeader() {
 
 absl::Status CheckFileHeader(absl::string_view bytes) {
   if (bytes.size() < kFileHeaderSize) {
-    return absl::DataLossError(absl::StrCat(
-        "journal file header: ", bytes.size(), " bytes, need ",
-        kFileHeaderSize));
+    return absl::DataLossError(
+        absl::StrCat("journal file header: ", bytes.size(), " bytes, need ",
+                     kFileHeaderSize));
   }
   if (std::memcmp(bytes.data(), kJournalMagic, sizeof(kJournalMagic)) != 0) {
     return absl::DataLossError("journal file header: bad magic");
   }
   const uint32_t version = LoadU32(bytes.data() + 8);
   if (version != kJournalVersion) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("journal version ", version, ", this daemon reads ",
-                     kJournalVersion));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "journal version ", version, ", this daemon reads ", kJournalVersion));
   }
   return absl::OkStatus();
 }
@@ -171,8 +172,8 @@ absl::Status AppendFrame(RecordType type, absl::string_view payload,
   PutU32(out, static_cast<uint32_t>(payload.size()));
   PutU8(out, static_cast<uint8_t>(type));
   out->append(payload.data(), payload.size());
-  PutU64(out, FrameChecksum(out->data() + start,
-                            kFramePrefixSize + payload.size()));
+  PutU64(out,
+         FrameChecksum(out->data() + start, kFramePrefixSize + payload.size()));
   return absl::OkStatus();
 }
 
@@ -195,22 +196,22 @@ absl::StatusOr<std::string> EncodePutPayload(const PutRecord& put) {
     return absl::InvalidArgumentError("Put: parent_persist_id == persist_id");
   }
   if (put.checksums.size() != put.host_pages.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Put: ", put.checksums.size(), " checksum lists for ",
-        put.host_pages.size(), " page lists"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Put: ", put.checksums.size(), " checksum lists for ",
+                     put.host_pages.size(), " page lists"));
   }
   constexpr size_t kMaxCount = std::numeric_limits<uint32_t>::max();
   if (put.name_space.size() > kMaxCount || put.tokens.size() > kMaxCount ||
       put.page_owners.size() > kMaxCount) {
     return absl::InvalidArgumentError("Put: a list is too long to encode");
   }
-  size_t size = 8 + 8 + 4 + put.name_space.size() + 4 +
-                4 * put.tokens.size() + 8 + 4 + 4 * put.page_owners.size() + 4;
+  size_t size = 8 + 8 + 4 + put.name_space.size() + 4 + 4 * put.tokens.size() +
+                8 + 4 + 4 * put.page_owners.size() + 4;
   for (size_t r = 0; r < put.host_pages.size(); ++r) {
     if (put.checksums[r].size() != put.host_pages[r].size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Put: rank ", r, " has ", put.host_pages[r].size(), " pages and ",
-          put.checksums[r].size(), " checksums"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Put: rank ", r, " has ", put.host_pages[r].size(),
+                       " pages and ", put.checksums[r].size(), " checksums"));
     }
     size += 8 + 16 * put.host_pages[r].size();
   }
@@ -242,8 +243,8 @@ std::string EncodeDropPayload(uint64_t persist_id) {
 
 absl::StatusOr<std::string> EncodeGeometryRecord(const JournalGeometry& g) {
   std::string out;
-  absl::Status s = AppendFrame(RecordType::kGeometry,
-                               EncodeGeometryPayload(g), &out);
+  absl::Status s =
+      AppendFrame(RecordType::kGeometry, EncodeGeometryPayload(g), &out);
   if (!s.ok()) return s;
   return out;
 }
@@ -271,14 +272,15 @@ std::string EncodeCleanRecord() {
 }
 
 absl::Status ValidateGeometry(const JournalGeometry& g) {
-  if (g.page_size == 0) return absl::InvalidArgumentError("Geometry page_size 0");
+  if (g.page_size == 0)
+    return absl::InvalidArgumentError("Geometry page_size 0");
   if (g.cp_size == 0 || g.cp_size > kMaxCpSize) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Geometry cp_size ", g.cp_size, " outside [1, ", kMaxCpSize, "]"));
   }
   if (g.host_pages_per_rank < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Geometry host_pages_per_rank ", g.host_pages_per_rank));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Geometry host_pages_per_rank ", g.host_pages_per_rank));
   }
   return absl::OkStatus();
 }
@@ -293,7 +295,8 @@ absl::StatusOr<JournalGeometry> DecodeGeometryPayload(absl::string_view p) {
   }
   if (c.remaining() != 0) return Corrupt("Geometry has trailing bytes");
   g.host_pages_per_rank = static_cast<int64_t>(pages);
-  if (absl::Status s = ValidateGeometry(g); !s.ok()) return Corrupt(s.message());
+  if (absl::Status s = ValidateGeometry(g); !s.ok())
+    return Corrupt(s.message());
   return g;
 }
 
@@ -363,7 +366,8 @@ absl::Status ValidatePut(const PutRecord& put, const JournalGeometry& g) {
   if (put.logical_len <= 0) {
     return Corrupt(absl::StrCat(id, "logical_len ", put.logical_len));
   }
-  if (absl::Status s = ValidateGeometry(g); !s.ok()) return Corrupt(s.message());
+  if (absl::Status s = ValidateGeometry(g); !s.ok())
+    return Corrupt(s.message());
   const uint64_t pages =
       (static_cast<uint64_t>(put.logical_len) + g.page_size - 1) / g.page_size;
   if (put.page_owners.size() != pages) {
@@ -371,24 +375,23 @@ absl::Status ValidatePut(const PutRecord& put, const JournalGeometry& g) {
                                 " page owners for logical_len ",
                                 put.logical_len, " (", pages, " pages)"));
   }
-  if (put.host_pages.size() != g.cp_size ||
-      put.checksums.size() != g.cp_size) {
+  if (put.host_pages.size() != g.cp_size || put.checksums.size() != g.cp_size) {
     return Corrupt(absl::StrCat(id, put.host_pages.size(),
                                 " page lists for cp_size ", g.cp_size));
   }
   std::vector<uint64_t> owned(g.cp_size, 0);
   for (uint32_t owner : put.page_owners) {
     if (owner >= g.cp_size) {
-      return Corrupt(absl::StrCat(id, "owner rank ", owner, " >= cp_size ",
-                                  g.cp_size));
+      return Corrupt(
+          absl::StrCat(id, "owner rank ", owner, " >= cp_size ", g.cp_size));
     }
     ++owned[owner];
   }
   for (uint32_t r = 0; r < g.cp_size; ++r) {
     if (put.host_pages[r].size() != owned[r]) {
       return Corrupt(absl::StrCat(id, "rank ", r, " has ",
-                                  put.host_pages[r].size(),
-                                  " pages but owns ", owned[r]));
+                                  put.host_pages[r].size(), " pages but owns ",
+                                  owned[r]));
     }
     if (put.checksums[r].size() != put.host_pages[r].size()) {
       return Corrupt(absl::StrCat(id, "rank ", r, " checksums/pages shape"));
@@ -407,8 +410,7 @@ absl::Status ValidatePut(const PutRecord& put, const JournalGeometry& g) {
 absl::Status CompareGeometry(const JournalGeometry& journal,
                              const JournalGeometry& daemon) {
   std::vector<std::string> diffs;
-  auto check = [&diffs](absl::string_view field, const auto& j,
-                        const auto& d) {
+  auto check = [&diffs](absl::string_view field, const auto& j, const auto& d) {
     if (!(j == d)) {
       diffs.push_back(absl::StrCat(field, ": journal ", j, ", daemon ", d));
     }
@@ -421,8 +423,8 @@ absl::Status CompareGeometry(const JournalGeometry& journal,
         daemon.host_pages_per_rank);
   check("instance", journal.instance, daemon.instance);
   if (diffs.empty()) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "journal geometry differs: ", absl::StrJoin(diffs, "; ")));
+  return absl::FailedPreconditionError(
+      absl::StrCat("journal geometry differs: ", absl::StrJoin(diffs, "; ")));
 }
 
 absl::StatusOr<Frame> ParseFrame(absl::string_view bytes) {
@@ -431,14 +433,14 @@ absl::StatusOr<Frame> ParseFrame(absl::string_view bytes) {
   }
   const uint32_t length = LoadU32(bytes.data());
   if (length > kMaxPayloadSize) {
-    return absl::DataLossError(absl::StrCat(
-        "journal record length ", length, " exceeds ", kMaxPayloadSize));
+    return absl::DataLossError(absl::StrCat("journal record length ", length,
+                                            " exceeds ", kMaxPayloadSize));
   }
   const size_t total = kFrameOverhead + static_cast<size_t>(length);
   if (bytes.size() < total) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "journal ends inside a record of ", total, " bytes (", bytes.size(),
-        " left)"));
+    return absl::OutOfRangeError(
+        absl::StrCat("journal ends inside a record of ", total, " bytes (",
+                     bytes.size(), " left)"));
   }
   const uint64_t stored = LoadU64(bytes.data() + kFramePrefixSize + length);
   if (stored != FrameChecksum(bytes.data(), kFramePrefixSize + length)) {

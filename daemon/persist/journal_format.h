@@ -65,7 +65,7 @@ struct JournalGeometry {
   uint64_t kv_fingerprint = 0;  // Hash of the KV byte geometry.
   std::string host_layout;      // e.g. "layer_first".
   int64_t host_pages_per_rank = 0;
-  std::string instance;         // The daemon instance id.
+  std::string instance;  // The daemon instance id.
 
   bool operator==(const JournalGeometry&) const = default;
 };

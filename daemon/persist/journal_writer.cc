@@ -1,6 +1,7 @@
 #include "daemon/persist/journal_writer.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -170,6 +171,7 @@ void JournalWriter::Break(absl::Status cause) {
   broken_ = std::move(cause);
   pending_.clear();
   pending_.shrink_to_fit();
+  pending_bytes_ = 0;
   live_.clear();
   stats_.queued_bytes = 0;
   durable_cv_.SignalAll();
@@ -189,29 +191,36 @@ absl::Status JournalWriter::Put(const PutRecord& put) {
       return absl::InvalidArgumentError(
           absl::StrCat("Put: persist_id ", put.persist_id, " is live"));
     }
-    if (pending_.size() + frame->size() > options_.max_queue_bytes) {
+    if (pending_bytes_ + frame->size() > options_.max_queue_bytes) {
       ++stats_.puts_refused;
       return absl::ResourceExhaustedError(absl::StrCat(
-          "journal queue full (", pending_.size(), " bytes pending)"));
+          "journal queue full (", pending_bytes_, " bytes pending)"));
     }
     wake = pending_.empty();
-    if (wake) first_pending_ = absl::Now();
-    pending_ += *frame;
-    ++appended_seq_;
-    clean_ = false;
     stats_.live_bytes += frame->size();
-    live_.emplace(put.persist_id, Live{put.parent_persist_id, std::move(frame)});
+    EnqueueLocked(frame);
+    live_.emplace(put.persist_id,
+                  Live{put.parent_persist_id, std::move(frame)});
     ++stats_.puts;
     stats_.live_puts = static_cast<int64_t>(live_.size());
-    stats_.queued_bytes = pending_.size();
-    wake = wake || pending_.size() >= options_.batch_bytes;
+    wake = wake || pending_bytes_ >= options_.batch_bytes;
   }
   if (wake) work_cv_.Signal();
   return absl::OkStatus();
 }
 
+void JournalWriter::EnqueueLocked(std::shared_ptr<const std::string> frame) {
+  if (pending_.empty()) first_pending_ = absl::Now();
+  pending_bytes_ += frame->size();
+  pending_.push_back(std::move(frame));
+  ++appended_seq_;
+  clean_ = false;
+  stats_.queued_bytes = pending_bytes_;
+}
+
 absl::Status JournalWriter::Drop(uint64_t persist_id) {
-  const std::string frame = EncodeDropRecord(persist_id);
+  auto frame =
+      std::make_shared<const std::string>(EncodeDropRecord(persist_id));
   {
     MutexLock lock(&mu_);
     if (!broken_.ok()) return BrokenError();
@@ -222,13 +231,9 @@ absl::Status JournalWriter::Drop(uint64_t persist_id) {
     }
     stats_.live_bytes -= it->second.frame->size();
     live_.erase(it);
-    if (pending_.empty()) first_pending_ = absl::Now();
-    pending_ += frame;
-    ++appended_seq_;
-    clean_ = false;
+    EnqueueLocked(std::move(frame));
     ++stats_.drops;
     stats_.live_puts = static_cast<int64_t>(live_.size());
-    stats_.queued_bytes = pending_.size();
   }
   work_cv_.Signal();
   return absl::OkStatus();
@@ -250,11 +255,8 @@ absl::Status JournalWriter::FlushClean() {
   {
     MutexLock lock(&mu_);
     if (!broken_.ok()) return BrokenError();
-    if (pending_.empty()) first_pending_ = absl::Now();
-    pending_ += EncodeCleanRecord();
-    ++appended_seq_;
+    EnqueueLocked(std::make_shared<const std::string>(EncodeCleanRecord()));
     clean_ = true;
-    stats_.queued_bytes = pending_.size();
   }
   return Flush();
 }
@@ -290,18 +292,29 @@ void JournalWriter::Run() {
     // Gather a batch: until max_delay after its first record, unless it is
     // big enough, a Flush waits or the writer stops.
     const absl::Time deadline = first_pending_ + options_.max_delay;
-    while (broken_.ok() && !stop_ && pending_.size() < options_.batch_bytes &&
+    while (broken_.ok() && !stop_ && pending_bytes_ < options_.batch_bytes &&
            flush_seq_ <= durable_seq_) {
       const absl::Duration left = deadline - absl::Now();
       if (left <= absl::ZeroDuration()) break;
       work_cv_.WaitWithTimeout(&mu_, left);
     }
-    std::string batch;
+    std::vector<std::shared_ptr<const std::string>> batch;
     batch.swap(pending_);
+    const size_t batch_bytes = pending_bytes_;
+    pending_bytes_ = 0;
+    stats_.queued_bytes = 0;
     const uint64_t batch_seq = appended_seq_;
     mu_.Unlock();
-    absl::Status status = file_->Append(batch);
+    // One contiguous buffer: one write, then one fdatasync.
+    write_buffer_.clear();
+    write_buffer_.reserve(batch_bytes);
+    for (const auto& frame : batch) write_buffer_ += *frame;
+    batch.clear();  // Drops the references outside the lock.
+    absl::Status status = file_->Append(write_buffer_);
     if (status.ok()) status = file_->Sync();
+    if (write_buffer_.capacity() > kMaxBufferBytes) {
+      std::string().swap(write_buffer_);
+    }
     mu_.Lock();
     if (!status.ok()) {
       Break(std::move(status));
@@ -309,9 +322,8 @@ void JournalWriter::Run() {
     }
     durable_seq_ = batch_seq;
     ++stats_.batches;
-    stats_.bytes_written += batch.size();
-    stats_.file_bytes += batch.size();
-    stats_.queued_bytes = pending_.size();
+    stats_.bytes_written += batch_bytes;
+    stats_.file_bytes += batch_bytes;
     durable_cv_.SignalAll();
     if (ShouldCompact()) Compact();
   }
@@ -326,8 +338,11 @@ void JournalWriter::Compact() {
   for (const auto& [id, entry] : live_) entries.emplace_back(id, entry);
   const bool clean = clean_;
   const uint64_t snapshot_seq = appended_seq_;
-  std::string subsumed;
+  std::vector<std::shared_ptr<const std::string>> subsumed;
   subsumed.swap(pending_);
+  const size_t subsumed_bytes = pending_bytes_;
+  pending_bytes_ = 0;
+  stats_.queued_bytes = 0;
   mu_.Unlock();
   uint64_t bytes = 0;
   bool renamed = false;
@@ -343,18 +358,20 @@ void JournalWriter::Compact() {
   }
   if (!file.ok()) {
     // The old journal is intact: put the subsumed records back in front.
-    subsumed += pending_;
+    subsumed.insert(subsumed.end(), std::make_move_iterator(pending_.begin()),
+                    std::make_move_iterator(pending_.end()));
     pending_.swap(subsumed);
+    pending_bytes_ += subsumed_bytes;
+    if (!pending_.empty()) first_pending_ = absl::Now();
     ++stats_.compaction_failures;
     next_compaction_min_ = stats_.file_bytes * 2;
-    stats_.queued_bytes = pending_.size();
+    stats_.queued_bytes = pending_bytes_;
     return;
   }
   ++stats_.compactions;
   stats_.file_bytes = bytes;
   next_compaction_min_ = 0;
   durable_seq_ = std::max(durable_seq_, snapshot_seq);
-  stats_.queued_bytes = pending_.size();
   durable_cv_.SignalAll();
 }
 

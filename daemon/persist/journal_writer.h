@@ -4,18 +4,20 @@
 //
 // Put() and Drop() never wait for I/O: the caller encodes the record (Put:
 // also ValidatePut against the geometry), then, under a short lock, updates
-// the in-memory live set and appends the frame to the pending buffer. One
-// writer thread takes the whole pending buffer as a batch and makes it
-// durable with one write and one fdatasync (group commit). A batch starts
-// `max_delay` after its first record, or at once when `batch_bytes` are
-// pending, a Flush() waits, or the writer stops.
+// the in-memory live set and appends a pointer to the frame to the pending
+// list (no bytes copied under the lock). One writer thread takes the whole
+// pending list as a batch, copies it into one buffer outside the lock and
+// makes it durable with one write and one fdatasync (group commit). A batch
+// starts `max_delay` after its first record, or at once when `batch_bytes`
+// are pending, a Flush() waits, or the writer stops.
 //
-// Back-pressure (the pending buffer holds `max_queue_bytes`, not counting
-// the batch being written, so the writer holds at most twice that): a Put that
-// does not fit is refused with RESOURCE_EXHAUSTED, at once, and nothing of it
-// is recorded (that node just does not survive a restart; the engine may
-// carry on). A Drop is never refused: it is 21 bytes and losing it could
-// resurrect a stale node, so Drops may exceed the bound.
+// Back-pressure (the pending list holds `max_queue_bytes` of frames, not
+// counting the batch being written, so the writer holds at most about twice
+// that): a Put that does not fit is refused with RESOURCE_EXHAUSTED, at
+// once, and nothing of it is recorded (that node just does not survive a
+// restart; the engine may carry on). A Drop is never refused: it is 21
+// bytes and losing it could resurrect a stale node, so Drops may exceed the
+// bound.
 //
 // Failure: the first write, fdatasync or file error makes the journal broken
 // for good. status() returns that error; Put/Drop/Flush return
@@ -43,9 +45,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "absl/types/span.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "daemon/core/mutex.h"
 #include "daemon/persist/journal_format.h"
 #include "daemon/persist/journal_fs.h"
@@ -71,9 +73,9 @@ struct JournalWriterStats {
   int64_t compactions = 0;
   int64_t compaction_failures = 0;
   int64_t live_puts = 0;
-  uint64_t live_bytes = 0;     // Encoded size of the live Puts.
-  uint64_t file_bytes = 0;     // The journal's durable size.
-  uint64_t queued_bytes = 0;   // Pending, not yet durable.
+  uint64_t live_bytes = 0;    // Encoded size of the live Puts.
+  uint64_t file_bytes = 0;    // The journal's durable size.
+  uint64_t queued_bytes = 0;  // Pending, not yet durable.
 };
 
 class JournalWriter {
@@ -156,6 +158,9 @@ class JournalWriter {
   absl::Status ReplaceLocked(absl::Span<const uint64_t> drops,
                              absl::Span<const PutRecord> puts)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends `frame` to the pending records (one more sequence number).
+  void EnqueueLocked(std::shared_ptr<const std::string> frame)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Compact() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Break(absl::Status cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status BrokenError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -167,19 +172,25 @@ class JournalWriter {
   JournalFs* const fs_;
   std::string geometry_frame_;
 
-  // Only the writer thread (and Open, before it starts) touches the file.
+  // Only the writer thread (and Open, before it starts) touches the file
+  // and the batch buffer (reused while it stays under kMaxBufferBytes).
   std::unique_ptr<JournalFile> file_;
+  std::string write_buffer_;
+  static constexpr size_t kMaxBufferBytes = size_t{8} << 20;
 
   mutable Mutex mu_;
   CondVar work_cv_;     // Writer: records pending, flush wanted, stop.
   CondVar durable_cv_;  // Flush waiters: durable_seq_ advanced or broken.
   absl::flat_hash_map<uint64_t, Live> live_ ABSL_GUARDED_BY(mu_);
-  std::string pending_ ABSL_GUARDED_BY(mu_);
+  // Frames accepted and not yet taken by the writer, in order (a Put's
+  // frame is shared with live_: enqueueing copies no bytes).
+  std::vector<std::shared_ptr<const std::string>> pending_ ABSL_GUARDED_BY(mu_);
+  size_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time first_pending_ ABSL_GUARDED_BY(mu_);
   uint64_t appended_seq_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t durable_seq_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t flush_seq_ ABSL_GUARDED_BY(mu_) = 0;  // Highest seq a Flush wants.
-  bool clean_ ABSL_GUARDED_BY(mu_) = false;  // Last call was FlushClean.
+  bool clean_ ABSL_GUARDED_BY(mu_) = false;      // Last call was FlushClean.
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
   uint64_t next_compaction_min_ ABSL_GUARDED_BY(mu_) = 0;

@@ -45,12 +45,8 @@ absl::Status JournalWriter::ReplaceLocked(absl::Span<const uint64_t> drops,
                            Live{puts[i].parent_persist_id, encoded[i]});
     ++stats_.puts;
   }
-  if (pending_.empty()) first_pending_ = absl::Now();
-  pending_ += frames;
-  ++appended_seq_;
-  clean_ = false;
+  EnqueueLocked(std::make_shared<const std::string>(std::move(frames)));
   stats_.live_puts = static_cast<int64_t>(live_.size());
-  stats_.queued_bytes = pending_.size();
   return absl::OkStatus();
 }
 

@@ -23,7 +23,8 @@ absl::Status Errno(absl::string_view what, const std::string& path, int err) {
 
 class PosixJournalFile : public JournalFile {
  public:
-  PosixJournalFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  PosixJournalFile(int fd, std::string path)
+      : fd_(fd), path_(std::move(path)) {}
   ~PosixJournalFile() override { ::close(fd_); }
 
   absl::Status Append(absl::string_view data) override {
@@ -59,9 +60,9 @@ JournalFs* PosixJournalFs::Default() {
 
 absl::StatusOr<std::unique_ptr<JournalFile>> PosixJournalFs::Create(
     const std::string& path) {
-  const int fd = ::open(path.c_str(),
-                        O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
-                        0600);
+  const int fd =
+      ::open(path.c_str(),
+             O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return Errno("create", path, errno);
   // O_CREAT keeps the mode of an existing file: make it 0600 either way.
   if (::fchmod(fd, 0600) != 0) {

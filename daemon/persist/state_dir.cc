@@ -36,9 +36,9 @@ absl::Status PrepareStateDir(const std::string& dir) {
         absl::StrCat("state directory ", dir, " is not a directory"));
   }
   if (st.st_uid != ::geteuid()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "state directory ", dir, " is owned by uid ", st.st_uid,
-        ", not by this daemon's uid ", ::geteuid()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("state directory ", dir, " is owned by uid ", st.st_uid,
+                     ", not by this daemon's uid ", ::geteuid()));
   }
   if ((st.st_mode & 077) != 0 && ::chmod(dir.c_str(), 0700) != 0) {
     return absl::FailedPreconditionError(absl::StrCat(

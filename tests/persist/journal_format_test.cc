@@ -172,10 +172,10 @@ TEST(JournalFormatTest, EncodePutRejectsBadShapes) {
   EXPECT_EQ(EncodePutRecord(huge).status().code(),
             absl::StatusCode::kInvalidArgument);
   std::string out;
-  EXPECT_EQ(AppendFrame(RecordType::kPut,
-                        std::string(kMaxPayloadSize + 1, 'x'), &out)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      AppendFrame(RecordType::kPut, std::string(kMaxPayloadSize + 1, 'x'), &out)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(out.empty());
 }
 
@@ -301,7 +301,7 @@ TEST(JournalFormatTest, HostilePutPayloadsFail) {
   PutLe32(&p, 0);
   PutLe64(&p, 16);
   PutLe32(&p, 1);
-  PutLe32(&p, 0);           // Owner 0.
+  PutLe32(&p, 0);            // Owner 0.
   PutLe32(&p, 0xffffffffu);  // 4G ranks.
   EXPECT_EQ(DecodePutPayload(p).status().code(), absl::StatusCode::kDataLoss);
 

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "absl/time/clock.h"
-#include "gtest/gtest.h"
 #include "daemon/persist/state_dir.h"
+#include "gtest/gtest.h"
 #include "tests/persist/journal_test_util.h"
 #include "tests/testing/temp_dir.h"
 
@@ -84,11 +84,11 @@ TEST(JournalReaderTest, OrphansAndCrossNamespaceChildrenAreDroppedAndCounted) {
   Builder b(g);
   b.Put(MakePut(1, 0, "a", 1, g, rng));
   b.Put(MakePut(2, 1, "a", 1, g, rng));
-  b.Put(MakePut(3, 2, "a", 1, g, rng));  // Orphaned when 2 is dropped.
-  b.Put(MakePut(4, 3, "a", 1, g, rng));  // And its child.
-  b.Put(MakePut(5, 1, "b", 1, g, rng));  // Parent in another namespace.
+  b.Put(MakePut(3, 2, "a", 1, g, rng));   // Orphaned when 2 is dropped.
+  b.Put(MakePut(4, 3, "a", 1, g, rng));   // And its child.
+  b.Put(MakePut(5, 1, "b", 1, g, rng));   // Parent in another namespace.
   b.Put(MakePut(6, 99, "a", 1, g, rng));  // Parent never existed.
-  b.Put(MakePut(7, 8, "a", 1, g, rng));  // A cycle: 7 -> 8 -> 7.
+  b.Put(MakePut(7, 8, "a", 1, g, rng));   // A cycle: 7 -> 8 -> 7.
   b.Put(MakePut(8, 7, "a", 1, g, rng));
   b.Drop(2);
   absl::StatusOr<LoadedJournal> loaded = LoadJournalBytes(b.bytes, nullptr);
@@ -247,11 +247,10 @@ TEST(JournalReaderTest, HeaderProblemsAreErrors) {
   // No Geometry first.
   EXPECT_EQ(LoadJournalBytes(EncodeFileHeader(), &g).status().code(),
             absl::StatusCode::kDataLoss);
-  EXPECT_EQ(
-      LoadJournalBytes(EncodeFileHeader() + EncodeDropRecord(1), &g)
-          .status()
-          .code(),
-      absl::StatusCode::kDataLoss);
+  EXPECT_EQ(LoadJournalBytes(EncodeFileHeader() + EncodeDropRecord(1), &g)
+                .status()
+                .code(),
+            absl::StatusCode::kDataLoss);
   // A torn Geometry.
   EXPECT_EQ(LoadJournalBytes(b.bytes.substr(0, b.bytes.size() - 1), &g)
                 .status()

@@ -40,8 +40,8 @@ inline PutRecord MakePut(uint64_t id, uint64_t parent, const std::string& ns,
   for (int i = 0; i < pages; ++i) {
     const uint32_t owner = (first + static_cast<uint32_t>(i)) % g.cp_size;
     put.page_owners.push_back(owner);
-    put.host_pages[owner].push_back(
-        static_cast<int64_t>(rng() % static_cast<uint64_t>(g.host_pages_per_rank)));
+    put.host_pages[owner].push_back(static_cast<int64_t>(
+        rng() % static_cast<uint64_t>(g.host_pages_per_rank)));
     put.checksums[owner].push_back(rng());
   }
   return put;

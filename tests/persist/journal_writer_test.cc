@@ -15,10 +15,10 @@
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "gtest/gtest.h"
 #include "daemon/persist/journal_reader.h"
 #include "daemon/persist/posix_journal_fs.h"
 #include "daemon/persist/state_dir.h"
+#include "gtest/gtest.h"
 #include "tests/persist/journal_test_util.h"
 #include "tests/testing/temp_dir.h"
 
@@ -312,8 +312,8 @@ TEST_F(JournalWriterTest, AFullQueueRefusesPutsButNeverDrops) {
 }
 
 TEST_F(JournalWriterTest, CompactionRewritesTheLiveSetParentsFirst) {
-  std::unique_ptr<JournalWriter> w =
-      Open({.max_delay = absl::ZeroDuration(), .compaction_floor_bytes = 16384});
+  std::unique_ptr<JournalWriter> w = Open(
+      {.max_delay = absl::ZeroDuration(), .compaction_floor_bytes = 16384});
   std::map<uint64_t, PutRecord> model;
   // Children before parents in id order: 100 is the root of 1..50.
   ASSERT_TRUE(w->Put(MakePut(100, 0, "ns", 1, g_, rng_)).ok());
@@ -338,13 +338,14 @@ TEST_F(JournalWriterTest, CompactionRewritesTheLiveSetParentsFirst) {
   }
   const JournalWriterStats stats = w->stats();
   EXPECT_GE(stats.compactions, 1);
-  EXPECT_LE(stats.file_bytes, std::max<uint64_t>(16384, 2 * stats.live_bytes) +
-                                  40 * 1024);
+  EXPECT_LE(stats.file_bytes,
+            std::max<uint64_t>(16384, 2 * stats.live_bytes) + 40 * 1024);
   LoadedJournal loaded = Load();
   EXPECT_EQ(loaded.file_bytes, stats.file_bytes);
   ASSERT_EQ(loaded.puts.size(), model.size());
   EXPECT_EQ(loaded.puts[0], root);
-  for (const PutRecord& put : loaded.puts) EXPECT_EQ(put, model[put.persist_id]);
+  for (const PutRecord& put : loaded.puts)
+    EXPECT_EQ(put, model[put.persist_id]);
   EXPECT_NE(::access(JournalTmpPath(dir_).c_str(), F_OK), 0);
 }
 
