@@ -5,12 +5,12 @@
 // were taken is never recorded.
 #include "daemon/engine/host_tier_recorder.h"
 
+#include <future>
 #include <map>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "absl/synchronization/notification.h"
 #include "daemon/core/clock.h"
 #include "daemon/persist/journal_reader.h"
 #include "daemon/persist/state_dir.h"
@@ -199,15 +199,18 @@ TEST_F(RecorderTest, JournalEqualsTheTreesHostTierWithTheBytesChecksums) {
 // The commit is reported, then the node is dropped (and its pages reused)
 // before the worker takes its checksums: nothing of it is recorded.
 TEST_F(RecorderTest, ANodeDroppedBeforeItsChecksumsIsNeverRecorded) {
-  absl::Notification go;
-  StartRecorder([&go] { go.WaitForNotification(); });
+  // A std::promise, not absl::Notification: Debian's Abseil is not built
+  // for TSan, which would then not see this hand-over.
+  std::promise<void> go;
+  std::shared_future<void> started = go.get_future().share();
+  StartRecorder([started] { started.wait(); });
   auto a = tree_->Insert("", Seq(0, 8), Pages(8));
   ASSERT_TRUE(a.ok());
   ASSERT_TRUE(Backup(a->node));
   Free(tree_->EvictDevice(std::vector<int64_t>{2}).freed_host_pages);
   Free(tree_->EvictHost(std::vector<int64_t>{2}).freed_host_pages);
   ASSERT_FALSE(tree_->Inspect(a->node).ok());  // Gone, pages reused.
-  go.Notify();
+  go.set_value();
   const persist::LoadedJournal loaded = Load();
   EXPECT_TRUE(loaded.puts.empty());
   EXPECT_EQ(recorder_->stats().puts_discarded, 1);
