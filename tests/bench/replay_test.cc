@@ -4,7 +4,11 @@
 // (docs/eviction.md has the full table).
 #include "bench/replay_lib.h"
 
+#include <dirent.h>
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "bench/cache_bound.h"
@@ -59,6 +63,56 @@ TEST(ReplayTest, DeterministicRunsGiveIdenticalFigures) {
       EXPECT_EQ(first->failed_allocations, 0);
     }
   }
+}
+
+// /dev/shm entries whose names start with `prefix`.
+std::vector<std::string> Segments(const std::string& prefix) {
+  std::vector<std::string> out;
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return out;
+  while (const dirent* entry = readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name.rfind(prefix, 0) == 0) out.push_back(name);
+  }
+  closedir(dir);
+  return out;
+}
+
+// Hot restart's journal (ReplayConfig::state_dir) records the host tier and
+// changes nothing the cache does: the same hits, backups, loads and
+// evictions as without it. Each replay starts cold on segments of its own,
+// removed when it ends.
+TEST(ReplayTest, JournalingTheHostTierChangesNothing) {
+  const auto trace = Trace("tests/data/mooncake_head300.jsonl");
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string state_dir =
+      std::string(tmp ? tmp : "/tmp") + "/replay_state_dir";
+  const std::string ours = "hicache-replay" + std::to_string(getpid()) + "-";
+  int64_t recorded = 0;
+  for (WritePolicy write : kWritePolicies) {
+    SCOPED_TRACE(std::string(PolicyName(write)));
+    ReplayConfig config = Small(write, EvictionPolicy::kTinyLfu);
+    auto plain = ReplayTrace(trace, config);
+    config.state_dir = state_dir;
+    auto journaled = ReplayTrace(trace, config);
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    ASSERT_TRUE(journaled.ok()) << journaled.status();
+    ExpectSameFigures(*plain, *journaled);
+    EXPECT_FALSE(plain->persistence.enabled);
+    EXPECT_TRUE(journaled->persistence.enabled);
+    EXPECT_FALSE(journaled->persistence.recovered);  // Cold: fresh segments.
+    EXPECT_EQ(journaled->persistence.journal_status, "OK");
+    // Selective write-through backs up nothing on this short trace.
+    if (journaled->stats.backups_committed > 0) {
+      EXPECT_GT(journaled->persistence.journal_puts, 0);
+      EXPECT_GT(journaled->persistence.journal_live, 0);
+    }
+    recorded += journaled->persistence.journal_puts;
+    EXPECT_TRUE(std::filesystem::exists(state_dir + "/journal"));
+    EXPECT_EQ(journaled->leaked_pages, 0);
+    EXPECT_TRUE(Segments(ours).empty());
+  }
+  EXPECT_GT(recorded, 0);
 }
 
 // Slow transfers: backup completions held back for 16 requests at a time,
