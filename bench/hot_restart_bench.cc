@@ -29,13 +29,16 @@
 //            directory beside the state_dir, timed on its own before the run
 //            (the journal rewrite that "rest" includes).
 // The verify throughput is extrapolated to --extrapolate_preset pages.
-// Segments "/dev/shm/hicache-bench<pid>-*" are removed at the end.
+// Segments "/dev/shm/hicache-bench<pid>-*" are removed at the end, and at
+// the start those of benches whose process is gone (a killed run leaves
+// 2 GiB behind otherwise).
 //
 //   bazel build --config=opt //bench:hot_restart_bench
 //   bazel-out/k8-opt/bin/bench/hot_restart_bench   (C = 1, 1M pages)
 //   bazel-out/k8-opt/bin/bench/hot_restart_bench --cp_size=4
 //       --pages_per_rank=262144
 #include <dirent.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -144,6 +147,33 @@ absl::Status RemoveSegments(const std::string& prefix) {
   return absl::OkStatus();
 }
 
+// Removes the segments of hot_restart_bench processes that no longer exist.
+absl::Status RemoveDeadBenchSegments() {
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return absl::ErrnoToStatus(errno, "opendir /dev/shm");
+  std::vector<std::string> dead;
+  const std::string tag = "hicache-bench";
+  while (const dirent* entry = readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (!absl::StartsWith(name, tag)) continue;
+    const size_t dash = name.find('-', tag.size());
+    int pid = 0;
+    if (dash == std::string::npos ||
+        !absl::SimpleAtoi(name.substr(tag.size(), dash - tag.size()), &pid) ||
+        pid <= 0) {
+      continue;
+    }
+    if (kill(pid, 0) != 0 && errno == ESRCH) dead.push_back("/" + name);
+  }
+  closedir(dir);
+  for (const std::string& name : dead) {
+    if (shm_unlink(name.c_str()) != 0 && errno != ENOENT) {
+      return absl::ErrnoToStatus(errno, absl::StrCat("shm_unlink ", name));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Commits `pages_per_rank * cp_size` host pages through the engine API.
 absl::Status Fill(HiCacheEngine& e, int64_t total_pages, int64_t node_pages) {
   const int64_t nodes = total_pages / node_pages;
@@ -188,6 +218,10 @@ int Main() {
   spdlog::default_logger()->sinks().push_back(sink);
   spdlog::set_level(spdlog::level::info);
 
+  if (absl::Status swept = RemoveDeadBenchSegments(); !swept.ok()) {
+    std::fprintf(stderr, "%s\n", swept.ToString().c_str());
+    return 1;
+  }
   char dir_template[] = "/tmp/hicache-hot-restart-XXXXXX";
   if (mkdtemp(dir_template) == nullptr) {
     std::perror("mkdtemp");
