@@ -188,7 +188,10 @@ std::string EncodeGeometryPayload(const JournalGeometry& g) {
   return p;
 }
 
-absl::StatusOr<std::string> EncodePutPayload(const PutRecord& put) {
+namespace {
+
+// Checks what EncodePutPayload documents; returns the payload size.
+absl::StatusOr<size_t> PutPayloadSize(const PutRecord& put) {
   if (put.persist_id == 0) {
     return absl::InvalidArgumentError("Put: persist_id 0");
   }
@@ -219,19 +222,32 @@ absl::StatusOr<std::string> EncodePutPayload(const PutRecord& put) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Put: ", size, " bytes exceeds the record limit ", kMaxPayloadSize));
   }
-  std::string p;
-  p.reserve(size);
-  PutU64(&p, put.persist_id);
-  PutU64(&p, put.parent_persist_id);
-  PutString(&p, put.name_space);
-  PutArray(&p, put.tokens);
-  PutU64(&p, static_cast<uint64_t>(put.logical_len));
-  PutArray(&p, put.page_owners);
-  PutU32(&p, static_cast<uint32_t>(put.host_pages.size()));
+  return size;
+}
+
+// Appends the payload of a Put that PutPayloadSize accepted.
+void AppendPutPayload(const PutRecord& put, std::string* p) {
+  PutU64(p, put.persist_id);
+  PutU64(p, put.parent_persist_id);
+  PutString(p, put.name_space);
+  PutArray(p, put.tokens);
+  PutU64(p, static_cast<uint64_t>(put.logical_len));
+  PutArray(p, put.page_owners);
+  PutU32(p, static_cast<uint32_t>(put.host_pages.size()));
   for (size_t r = 0; r < put.host_pages.size(); ++r) {
-    PutArray(&p, put.host_pages[r]);
-    PutArray(&p, put.checksums[r]);
+    PutArray(p, put.host_pages[r]);
+    PutArray(p, put.checksums[r]);
   }
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> EncodePutPayload(const PutRecord& put) {
+  absl::StatusOr<size_t> size = PutPayloadSize(put);
+  if (!size.ok()) return size.status();
+  std::string p;
+  p.reserve(*size);
+  AppendPutPayload(put, &p);
   return p;
 }
 
@@ -250,11 +266,16 @@ absl::StatusOr<std::string> EncodeGeometryRecord(const JournalGeometry& g) {
 }
 
 absl::StatusOr<std::string> EncodePutRecord(const PutRecord& put) {
-  absl::StatusOr<std::string> payload = EncodePutPayload(put);
-  if (!payload.ok()) return payload.status();
+  // The payload is encoded in place, between the frame's prefix and its
+  // checksum: one buffer, no copy (this runs on the engine's thread).
+  absl::StatusOr<size_t> size = PutPayloadSize(put);
+  if (!size.ok()) return size.status();
   std::string out;
-  absl::Status s = AppendFrame(RecordType::kPut, *payload, &out);
-  if (!s.ok()) return s;
+  out.reserve(*size + kFrameOverhead);
+  PutU32(&out, static_cast<uint32_t>(*size));
+  PutU8(&out, static_cast<uint8_t>(RecordType::kPut));
+  AppendPutPayload(put, &out);
+  PutU64(&out, FrameChecksum(out.data(), out.size()));
   return out;
 }
 

@@ -183,7 +183,6 @@ absl::Status JournalWriter::Put(const PutRecord& put) {
   absl::StatusOr<std::string> encoded = EncodePutRecord(put);
   if (!encoded.ok()) return encoded.status();
   auto frame = std::make_shared<const std::string>(*std::move(encoded));
-  bool wake = false;
   {
     MutexLock lock(&mu_);
     if (!broken_.ok()) return BrokenError();
@@ -196,26 +195,32 @@ absl::Status JournalWriter::Put(const PutRecord& put) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "journal queue full (", pending_bytes_, " bytes pending)"));
     }
-    wake = pending_.empty();
     stats_.live_bytes += frame->size();
     EnqueueLocked(frame);
     live_.emplace(put.persist_id,
                   Live{put.parent_persist_id, std::move(frame)});
     ++stats_.puts;
     stats_.live_puts = static_cast<int64_t>(live_.size());
-    wake = wake || pending_bytes_ >= options_.batch_bytes;
   }
-  if (wake) work_cv_.Signal();
   return absl::OkStatus();
 }
 
 void JournalWriter::EnqueueLocked(std::shared_ptr<const std::string> frame) {
-  if (pending_.empty()) first_pending_ = absl::Now();
+  const bool first = pending_.empty();
+  if (first) first_pending_ = absl::Now();
+  const size_t before = pending_bytes_;
   pending_bytes_ += frame->size();
   pending_.push_back(std::move(frame));
   ++appended_seq_;
   clean_ = false;
   stats_.queued_bytes = pending_bytes_;
+  // The writer needs a wake-up only for a batch's first record (it may be
+  // idle) and when the batch reaches batch_bytes; in between, it is waiting
+  // for max_delay to pass anyway. One futex wake a batch, not one a record.
+  if (first || (before < options_.batch_bytes &&
+                pending_bytes_ >= options_.batch_bytes)) {
+    work_cv_.Signal();
+  }
 }
 
 absl::Status JournalWriter::Drop(uint64_t persist_id) {
@@ -235,7 +240,6 @@ absl::Status JournalWriter::Drop(uint64_t persist_id) {
     ++stats_.drops;
     stats_.live_puts = static_cast<int64_t>(live_.size());
   }
-  work_cv_.Signal();
   return absl::OkStatus();
 }
 

@@ -158,7 +158,9 @@ class JournalWriter {
   absl::Status ReplaceLocked(absl::Span<const uint64_t> drops,
                              absl::Span<const PutRecord> puts)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Appends `frame` to the pending records (one more sequence number).
+  // Appends `frame` to the pending records (one more sequence number) and
+  // wakes the writer if it needs it (a batch's first record, or batch_bytes
+  // reached).
   void EnqueueLocked(std::shared_ptr<const std::string> frame)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Compact() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -115,7 +115,6 @@ absl::Status JournalWriter::Split(uint64_t persist_id, int64_t at,
     const PutRecord puts[] = {std::move(head), std::move(tail)};
     if (absl::Status s = ReplaceLocked(drops, puts); !s.ok()) return s;
   }
-  work_cv_.Signal();
   return absl::OkStatus();
 }
 
@@ -136,7 +135,6 @@ absl::Status JournalWriter::Reparent(uint64_t child, uint64_t parent) {
     const PutRecord puts[] = {*std::move(record)};
     if (absl::Status s = ReplaceLocked(drops, puts); !s.ok()) return s;
   }
-  work_cv_.Signal();
   return absl::OkStatus();
 }
 
