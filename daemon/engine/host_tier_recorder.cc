@@ -41,14 +41,14 @@ HostTierRecorder::~HostTierRecorder() {
   worker_.join();
 }
 
-void HostTierRecorder::OnHostCommitted(const HostCommit& commit) {
+void HostTierRecorder::OnHostCommitted(HostCommit& commit) {
   Event event;
   event.kind = Event::Kind::kPut;
   persist::PutRecord& put = event.put;
   put.persist_id = commit.persist_id;
   put.parent_persist_id = commit.parent_persist_id;
   put.name_space = std::string(commit.ns);
-  put.tokens.assign(commit.key.begin(), commit.key.end());
+  put.tokens = std::move(commit.key);
   put.logical_len = commit.host->logical_len();
   put.page_owners.assign(commit.host->page_owners().begin(),
                          commit.host->page_owners().end());
@@ -97,26 +97,32 @@ void HostTierRecorder::OnHostSplit(uint64_t persist_id, int64_t at,
 void HostTierRecorder::Enqueue(Event event) {
   MutexLock lock(&mu_);
   queue_.push_back(std::move(event));
-  work_cv_.Signal();
+  // A busy worker takes this one with its next batch: no wake-up needed.
+  if (worker_waiting_) work_cv_.Signal();
 }
 
 void HostTierRecorder::Run() {
+  std::deque<Event> batch;
   while (true) {
-    Event event;
     {
       MutexLock lock(&mu_);
+      busy_ = false;
+      if (queue_.empty()) idle_cv_.SignalAll();
+      worker_waiting_ = true;
       while (queue_.empty() && !stop_) work_cv_.Wait(&mu_);
+      worker_waiting_ = false;
       if (queue_.empty()) return;  // Stopping, and everything handled.
-      event = std::move(queue_.front());
-      queue_.pop_front();
+      batch.swap(queue_);  // Everything queued, in order.
       busy_ = true;
     }
-    if (options_.before_event) options_.before_event();
-    Handle(event);
+    for (Event& event : batch) {
+      if (options_.before_event) options_.before_event();
+      Handle(event);
+    }
+    const int64_t handled = static_cast<int64_t>(batch.size());
+    batch.clear();
     MutexLock lock(&mu_);
-    busy_ = false;
-    ++stats_.events;
-    if (queue_.empty()) idle_cv_.SignalAll();
+    stats_.events += handled;
   }
 }
 

@@ -73,7 +73,7 @@ class HostTierRecorder final : public HostTierListener {
   HostTierRecorder& operator=(const HostTierRecorder&) = delete;
 
   // HostTierListener (under the engine's lock; never blocks on I/O).
-  void OnHostCommitted(const HostCommit& commit) override
+  void OnHostCommitted(HostCommit& commit) override
       ABSL_LOCKS_EXCLUDED(mu_);
   void OnHostReparented(uint64_t child, uint64_t parent) override
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -110,7 +110,8 @@ class HostTierRecorder final : public HostTierListener {
   CondVar work_cv_;  // The worker: events queued or stop.
   CondVar idle_cv_;  // Flush: the queue drained.
   std::deque<Event> queue_ ABSL_GUARDED_BY(mu_);
-  bool busy_ ABSL_GUARDED_BY(mu_) = false;  // The worker holds an event.
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;  // The worker holds a batch.
+  bool worker_waiting_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   // Commits queued or being hashed, and those of them dropped meanwhile.
   absl::flat_hash_set<uint64_t> unrecorded_ ABSL_GUARDED_BY(mu_);

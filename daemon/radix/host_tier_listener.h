@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <limits>
 #include <string_view>
+#include <vector>
 
 #include "absl/types/span.h"
 #include "daemon/layout/cp_layout.h"
@@ -39,7 +40,9 @@ struct HostCommit {
   uint64_t persist_id = 0;
   uint64_t parent_persist_id = kRootParent;  // Or kDetachedParent.
   std::string_view ns;
-  absl::Span<const int32_t> key;  // The node's own tokens.
+  // The node's own tokens. OnHostCommitted may take them (std::move): the
+  // tree made this copy for the listener.
+  std::vector<int32_t> key;
   const CpHostMeta* host = nullptr;
   uint64_t node = 0;  // The tree's NodeId, e.g. to protect it meanwhile.
 };
@@ -47,8 +50,9 @@ struct HostCommit {
 class HostTierListener {
  public:
   virtual ~HostTierListener() = default;
-  // A host copy became visible (a committed backup). Valid during the call.
-  virtual void OnHostCommitted(const HostCommit& commit) = 0;
+  // A host copy became visible (a committed backup). Valid during the call,
+  // except `key`, which the listener may move out.
+  virtual void OnHostCommitted(HostCommit& commit) = 0;
   // `child` (recorded detached) now hangs from `parent`, which just got its
   // host copy.
   virtual void OnHostReparented(uint64_t child, uint64_t parent) = 0;

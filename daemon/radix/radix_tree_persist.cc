@@ -1,5 +1,7 @@
 // RadixTree: what it reports to a durable index of its host tier, and how
 // recovery rebuilds host-only nodes from one (docs/hot-restart.md).
+#include <algorithm>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -9,6 +11,18 @@
 namespace hicache {
 
 using radix_internal::Node;
+
+std::vector<int32_t> RadixTree::KeyOf(const Node* node) const {
+  // A block (one page of tokens) at a time.
+  std::vector<int32_t> key(static_cast<size_t>(node->len()));
+  const int64_t page = options_.page_size;
+  for (size_t i = 0; i < node->blocks.size(); ++i) {
+    const int64_t from = static_cast<int64_t>(i) * page;
+    std::memcpy(key.data() + from, tokens_.Data(node->blocks[i]),
+                sizeof(int32_t) * std::min(page, node->len() - from));
+  }
+  return key;
+}
 
 void RadixTree::SetHostTierListener(HostTierListener* listener,
                                     uint64_t next_persist_id) {
@@ -45,9 +59,7 @@ void RadixTree::ReportHostCommitted(Node* node) {
   const Node* root = node;
   while (!root->is_root()) root = root->parent;
   commit.ns = *root->ns;
-  std::vector<int32_t> key(static_cast<size_t>(node->len()));
-  for (int64_t i = 0; i < node->len(); ++i) key[i] = TokenAt(node, i);
-  commit.key = key;
+  commit.key = KeyOf(node);
   commit.host = node->host.get();
   commit.node = node->id;
   host_listener_->OnHostCommitted(commit);
@@ -109,19 +121,16 @@ absl::StatusOr<NodeId> RadixTree::RestoreHostNode(
 
 void RadixTree::VisitHostTier(
     const std::function<void(const HostCommit&)>& visit) const {
-  std::vector<int32_t> key;
   for (const auto& [ns, root] : roots_) {
     std::vector<const Node*> stack = {root.get()};
     while (!stack.empty()) {
       const Node* node = stack.back();
       stack.pop_back();
       if (!node->is_root() && node->host != nullptr && node->persist_id != 0) {
-        key.resize(static_cast<size_t>(node->len()));
-        for (int64_t i = 0; i < node->len(); ++i) key[i] = TokenAt(node, i);
         visit(HostCommit{.persist_id = node->persist_id,
                          .parent_persist_id = RecordedParent(node),
                          .ns = ns,
-                         .key = key,
+                         .key = KeyOf(node),
                          .host = node->host.get(),
                          .node = node->id});
       }

@@ -34,7 +34,7 @@ struct Record {
 
 class ModelIndex final : public HostTierListener {
  public:
-  void OnHostCommitted(const HostCommit& c) override {
+  void OnHostCommitted(HostCommit& c) override {
     EXPECT_NE(c.persist_id, 0u);
     EXPECT_FALSE(live_.contains(c.persist_id)) << c.persist_id;
     if (c.parent_persist_id != kRootParent &&
