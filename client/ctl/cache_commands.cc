@@ -365,10 +365,11 @@ int RunCacheStats(const CommandContext& c) {
     const v1::HostTierPersistence& p = s.persistence();
     if (p.recovered()) {
       *c.out << absl::StrFormat(
-          "restart    host tier recovered in %.3f s: %d nodes, %d pages (%d "
-          "bytes verified); dropped %d (checksum), %d (parent gone), %d "
-          "(conflict)\n",
-          p.recovery_seconds(), p.nodes_recovered(), p.pages_recovered(),
+          "restart    host tier recovered in %.3f s (load %.3f, verify %.3f, "
+          "restore %.3f): %d nodes, %d pages (%d bytes verified); dropped %d "
+          "(checksum), %d (parent gone), %d (conflict)\n",
+          p.recovery_seconds(), p.load_seconds(), p.verify_seconds(),
+          p.restore_seconds(), p.nodes_recovered(), p.pages_recovered(),
           p.verified_bytes(), p.dropped_checksum(), p.dropped_orphan(),
           p.dropped_conflict());
     } else {

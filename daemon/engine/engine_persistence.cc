@@ -40,8 +40,10 @@ absl::Status HiCacheEngine::OpenHostTier() {
     cold = "no host pools of this geometry survived (first start, a reboot "
            "or a geometry change)";
   } else {
+    const absl::Time load_start = absl::Now();
     absl::StatusOr<persist::LoadedJournal> loaded =
         persist::LoadJournal(options_.state_dir, &geometry);
+    load_time_ = absl::Now() - load_start;
     if (!loaded.ok()) {
       cold = absl::StrCat("the journal cannot be used: ",
                           loaded.status().ToString());
@@ -148,6 +150,9 @@ HostTierPersistence HiCacheEngine::Persistence() const {
   out.dropped_conflict = recovery_.dropped_conflict;
   out.verified_bytes = recovery_.verified_bytes;
   out.recovery_time = recovery_time_;
+  out.load_time = load_time_;
+  out.verify_time = recovery_.verify_time;
+  out.restore_time = recovery_.restore_time;
   const HostTierRecorderStats recorded = recorder_->stats();
   out.journal_puts = recorded.puts;
   const persist::JournalWriterStats written = journal_->stats();

@@ -85,7 +85,10 @@ struct HostTierPersistence {
   int64_t dropped_orphan = 0;
   int64_t dropped_conflict = 0;
   uint64_t verified_bytes = 0;
-  absl::Duration recovery_time;  // Load, verify and restore.
+  absl::Duration recovery_time;  // Load, verify, restore, journal rewrite.
+  absl::Duration load_time;      // Reading and replaying the journal.
+  absl::Duration verify_time;    // Checksumming every recorded page.
+  absl::Duration restore_time;   // Reserving pages, rebuilding the tree.
   int64_t journal_puts = 0;       // Host copies recorded since the start.
   int64_t journal_live = 0;       // Records a restart would replay.
   uint64_t journal_file_bytes = 0;

@@ -391,6 +391,7 @@ class HiCacheEngine : public TransferListener {
   bool recovered_ = false;     // A journal was replayed at start.
   std::string cold_reason_;
   absl::Duration recovery_time_;
+  absl::Duration load_time_;
   // Recovers the host tier and starts the journal (end of Create).
   absl::Status OpenHostTier() ABSL_LOCKS_EXCLUDED(mu_);
   // Detaches the recorder, flushes the journal (clean) and closes it.

@@ -268,6 +268,9 @@ grpc::Status HiCacheService::Stats(grpc::ServerContext* context,
     persistence->set_dropped_conflict(p.dropped_conflict);
     persistence->set_verified_bytes(p.verified_bytes);
     persistence->set_recovery_seconds(absl::ToDoubleSeconds(p.recovery_time));
+    persistence->set_load_seconds(absl::ToDoubleSeconds(p.load_time));
+    persistence->set_verify_seconds(absl::ToDoubleSeconds(p.verify_time));
+    persistence->set_restore_seconds(absl::ToDoubleSeconds(p.restore_time));
     persistence->set_journal_puts(p.journal_puts);
     persistence->set_journal_live(p.journal_live);
     persistence->set_journal_file_bytes(p.journal_file_bytes);
