@@ -492,11 +492,12 @@ TEST_P(SigkillTest, KillUnderConcurrentTrafficServesOnlyVerifiedKv) {
       sent.fetch_add(1);
     }
   });
-  // Kill mid-traffic, once 20 backups committed and some Puts are durable.
+  // Kill mid-traffic, once 80 backups committed (the host tier, 64 pages a
+  // rank, has been evicting for a while) and some Puts are durable.
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (absl::Now() < deadline && sent.load() < kRequests) {
     const v1::CacheStats stats = Stats();
-    if (stats.backups_committed() >= committed_ + 20 &&
+    if (stats.backups_committed() >= committed_ + 80 &&
         stats.persistence().journal_file_bytes() > empty_journal) {
       break;
     }
