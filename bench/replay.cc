@@ -41,6 +41,9 @@ ABSL_FLAG(bool, deterministic, true,
           "figures); false lets copies overlap later requests.");
 ABSL_FLAG(int64_t, slow_backups_for, 0,
           "Hold backup completions back for this many requests (0: off).");
+ABSL_FLAG(std::string, kv_preset, "micro",
+          "KV geometry of the pools: micro (256 B a page at P = 64), tiny "
+          "(2 KiB), ... (hicached --kv_preset).");
 ABSL_FLAG(std::string, state_dir, "",
           "Journal the host tier into this directory (hot restart); empty: "
           "no journal.");
@@ -83,6 +86,7 @@ int Main() {
   config.deterministic = absl::GetFlag(FLAGS_deterministic);
   config.slow_backups_for = absl::GetFlag(FLAGS_slow_backups_for);
   config.state_dir = absl::GetFlag(FLAGS_state_dir);
+  config.kv_preset = absl::GetFlag(FLAGS_kv_preset);
   const BlockTrace blocks = BlockTrace::Build(*trace);
   const CacheBoundResult bound12 =
       BeladyBound(blocks, config.l1_blocks + config.l2_blocks);

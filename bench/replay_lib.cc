@@ -67,7 +67,7 @@ absl::StatusOr<ReplayOutcome> ReplayTrace(
   DaemonConfig daemon;
   daemon.page_size = page;
   daemon.cp_size = 1;
-  daemon.kv_preset = "micro";
+  daemon.kv_preset = config.kv_preset;
   daemon.device_pages_per_rank = 1 + config.l1_blocks * pages_per_block;
   daemon.host_pages_per_rank = config.l2_blocks * pages_per_block;
   daemon.write_policy = config.write_policy;

@@ -28,6 +28,9 @@ struct ReplayConfig {
   int64_t l1_blocks = 6000;    // Device (L1) capacity in blocks.
   int64_t l2_blocks = 12000;   // Host (L2) capacity in blocks.
   uint32_t page_size = 64;
+  // KV geometry: "micro" (256 bytes a page at P = 64) keeps copies cheap;
+  // "tiny" (2 KiB) and larger make them weigh as real KV does.
+  std::string kv_preset = "micro";
   WritePolicy write_policy = WritePolicy::kWriteBack;
   EvictionPolicy eviction_policy = EvictionPolicy::kTinyLfu;
   uint32_t write_through_threshold = 2;
