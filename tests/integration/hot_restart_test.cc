@@ -841,6 +841,110 @@ TEST_F(HotRestartTest, SplitHostNodeComesBackAsBothHalves) {
   ASSERT_NO_FATAL_FAILURE(Stop(SIGTERM, 0));
 }
 
+// `flags` with the flag `name` (e.g. "--page_size") set to `value`, or
+// removed when `value` is empty.
+std::vector<std::string> WithFlag(std::vector<std::string> flags,
+                                  const std::string& name,
+                                  const std::string& value) {
+  std::vector<std::string> out;
+  for (std::string& flag : flags) {
+    if (!absl::StartsWith(flag, name + "=")) out.push_back(std::move(flag));
+  }
+  if (!value.empty()) out.push_back(name + "=" + value);
+  return out;
+}
+
+// Every other field of the host geometry: a change is a cold start that
+// removes the old segments, as a page-size change is.
+TEST_F(HotRestartTest, HostPagesOrLayoutChangeStartsCold) {
+  const uint32_t cp = 2;
+  const std::vector<int32_t> a = Tokens(1000, 4);
+  const std::vector<std::vector<std::string>> changes = {
+      WithFlag(Flags(cp), "--host_pages_per_rank", "128"),
+      WithFlag(Flags(cp), "--host_layout", "page_first"),
+      WithFlag(Flags(cp), "--kv_preset", "micro")};
+  std::vector<std::string> previous = Flags(cp);
+  for (const std::vector<std::string>& flags : changes) {
+    ASSERT_NO_FATAL_FAILURE(Start(previous));
+    ASSERT_NE(Request(a), 0u);
+    ASSERT_NO_FATAL_FAILURE(WaitJournal(1));
+    ASSERT_NO_FATAL_FAILURE(Stop(SIGKILL, 128 + SIGKILL));
+    const std::vector<std::string> old_segments = HostSegments();
+    ASSERT_EQ(old_segments.size(), cp);
+    ASSERT_NO_FATAL_FAILURE(Start(flags));
+    const v1::HostTierPersistence p = Stats().persistence();
+    EXPECT_FALSE(p.recovered()) << flags.back() << p.DebugString();
+    EXPECT_EQ(p.nodes_recovered(), 0);
+    EXPECT_THAT(daemon_->Stderr(), HasSubstr("host tier: starting cold"));
+    for (const std::string& name : old_segments) {
+      EXPECT_LT(FileSize(ShmPath(name)), 0) << name << " was kept";
+    }
+    EXPECT_EQ(HostSegments().size(), cp);
+    EXPECT_EQ(HostHit(a), 0) << flags.back();
+    ASSERT_NO_FATAL_FAILURE(Stop(SIGTERM, 0));
+    previous = flags;
+  }
+}
+
+// A start without --state_dir removes the host pools a hot-restart daemon
+// of its instance kept; the next hot-restart start is then cold.
+TEST_F(HotRestartTest, StartWithoutStateDirRemovesKeptHostPools) {
+  const uint32_t cp = 2;
+  ASSERT_NO_FATAL_FAILURE(Start(Flags(cp)));
+  const std::vector<int32_t> a = Tokens(1000, 4);
+  ASSERT_NE(Request(a), 0u);
+  ASSERT_NO_FATAL_FAILURE(WaitJournal(1));
+  ASSERT_NO_FATAL_FAILURE(Stop(SIGKILL, 128 + SIGKILL));
+  const std::vector<std::string> kept = HostSegments();
+  ASSERT_EQ(kept.size(), cp);
+  ASSERT_NO_FATAL_FAILURE(Start(WithFlag(Flags(cp), "--state_dir", "")));
+  EXPECT_FALSE(Stats().persistence().enabled());
+  for (const std::string& name : kept) {
+    EXPECT_LT(FileSize(ShmPath(name)), 0) << name << " was kept";
+  }
+  EXPECT_EQ(HostHit(a), 0);
+  ASSERT_NO_FATAL_FAILURE(Stop(SIGTERM, 0));
+  ASSERT_NO_FATAL_FAILURE(Start(Flags(cp)));
+  const v1::HostTierPersistence p = Stats().persistence();
+  EXPECT_FALSE(p.recovered()) << p.DebugString();
+  EXPECT_EQ(HostHit(a), 0);
+  ASSERT_NO_FATAL_FAILURE(Stop(SIGTERM, 0));
+}
+
+// A journal overwritten with garbage (or another instance's) is refused:
+// a cold start that says why, and the daemon serves and journals again.
+TEST_F(HotRestartTest, GarbageJournalIsAColdStartThatServes) {
+  const uint32_t cp = 2;
+  ASSERT_NO_FATAL_FAILURE(Start(Flags(cp)));
+  const std::vector<int32_t> a = Tokens(1000, 4);
+  ASSERT_NE(Request(a), 0u);
+  ASSERT_NO_FATAL_FAILURE(WaitJournal(1));
+  ASSERT_NO_FATAL_FAILURE(Stop(SIGKILL, 128 + SIGKILL));
+  const std::string journal = state_dir_ + "/journal";
+  const int64_t size = FileSize(journal);
+  ASSERT_GT(size, 0);
+  {
+    std::string garbage(size, '\0');
+    for (int64_t i = 0; i < size; ++i) garbage[i] = static_cast<char>(i * 37);
+    std::ofstream out(journal, std::ios::binary | std::ios::trunc);
+    out << garbage;
+    ASSERT_TRUE(out.good());
+  }
+  ASSERT_NO_FATAL_FAILURE(Start(Flags(cp)));
+  const v1::HostTierPersistence p = Stats().persistence();
+  EXPECT_FALSE(p.recovered()) << p.DebugString();
+  EXPECT_THAT(p.cold_reason(), HasSubstr("journal")) << p.DebugString();
+  EXPECT_THAT(daemon_->Stderr(), HasSubstr("host tier: starting cold"));
+  EXPECT_EQ(HostHit(a), 0);
+  ASSERT_NE(Request(a), 0u);
+  ASSERT_NO_FATAL_FAILURE(WaitJournal(1));
+  ASSERT_NO_FATAL_FAILURE(Stop(SIGKILL, 128 + SIGKILL));
+  ASSERT_NO_FATAL_FAILURE(Start(Flags(cp)));
+  EXPECT_EQ(Stats().persistence().nodes_recovered(), 1);
+  ASSERT_NO_FATAL_FAILURE(LoadAndVerify(a));
+  ASSERT_NO_FATAL_FAILURE(Stop(SIGTERM, 0));
+}
+
 // BUG (not hot restart's own): with a client's channel merely open (no call
 // in flight), SIGTERM takes the whole --shutdown_grace_seconds (5 s) to
 // stop; with the channel closed it takes milliseconds. A planned restart or
