@@ -1,13 +1,9 @@
 // Hot restart (issue 15, docs/hot-restart.md) end to end: the real hicached
 // with --state_dir, stopped with real signals (SIGKILL mid-traffic, SIGTERM),
 // its host segments and journal damaged on disk, restarted (also from a copy
-// of the binary in another directory). This test is the scheduler: it maps
-// every rank's device segment, writes a KV pattern that depends on the
-// tokens into the pages it was given, stores every layer of the backup over
-// its BackupSession stream, completes the request, and after the restart
-// loads the host hits back into fresh device pages and checks every byte on
-// every rank.
-#include <dirent.h>
+// of the binary in another directory). After each restart: what persistence
+// reports, which prefixes are host hits, and every byte of what loads back,
+// on every rank (the fixture, hot_restart_fixture.h, is the scheduler).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -17,400 +13,25 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
-#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "client/cpp/endpoint.h"
-#include "client/cpp/hicache_session.h"
 #include "gmock/gmock.h"
 #include "grpcpp/client_context.h"
-#include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/integration/hot_restart_fixture.h"
 #include "tests/testing/binaries.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 
-namespace hicache {
+namespace hicache::hot_restart {
 namespace {
 
 using ::testing::HasSubstr;
-using testing::Subprocess;
-
-constexpr uint32_t kPageSize = 4;
-
-std::vector<int32_t> Tokens(int32_t base, int pages,
-                            uint32_t page_size = kPageSize) {
-  std::vector<int32_t> tokens(pages * page_size);
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = base + i;
-  return tokens;
-}
-
-std::vector<int32_t> Concat(std::vector<int32_t> a,
-                            const std::vector<int32_t>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-// The KV byte of a page: a function of the page's first token (the tokens
-// are distinct per prefix, so this stands for "the whole prefix"), the
-// page's position, the (family, layer) block and the byte in it.
-uint8_t Pattern(int32_t first_token, int64_t position, int family,
-                uint32_t layer, uint64_t byte) {
-  const uint64_t h = static_cast<uint64_t>(first_token) * 0x9E3779B97F4A7C15u;
-  return static_cast<uint8_t>((h >> 29) + position * 131 + family * 31 +
-                              layer * 7 + byte * 13 + 1);
-}
-
-// Entries of /dev/shm whose name starts with `prefix`.
-std::vector<std::string> ShmEntries(const std::string& prefix) {
-  std::vector<std::string> names;
-  DIR* dir = opendir("/dev/shm");
-  if (dir == nullptr) return names;
-  while (dirent* entry = readdir(dir)) {
-    if (absl::StartsWith(entry->d_name, prefix)) {
-      names.push_back(entry->d_name);
-    }
-  }
-  closedir(dir);
-  return names;
-}
-
-int64_t FileSize(const std::string& path) {
-  struct stat st {};
-  return stat(path.c_str(), &st) == 0 ? st.st_size : -1;
-}
-
-std::string ShmPath(const std::string& name) {
-  return absl::StartsWith(name, "/") ? "/dev/shm" + name
-                                     : "/dev/shm/" + name;
-}
-
-class HotRestartTest : public ::testing::Test {
- protected:
-  ~HotRestartTest() override {
-    Disconnect();
-    daemon_.reset();  // SIGKILLs a daemon a failed test left running.
-    for (const std::string& name : ShmEntries("hicache-" + instance_)) {
-      unlink(("/dev/shm/" + name).c_str());
-    }
-  }
-
-  std::vector<std::string> Flags(uint32_t cp, uint32_t page_size = kPageSize) {
-    return {"--socket=" + socket_,
-            "--instance=" + instance_,
-            "--state_dir=" + state_dir_,
-            absl::StrCat("--cp_size=", cp),
-            absl::StrCat("--page_size=", page_size),
-            "--kv_preset=tiny",
-            "--device_pages_per_rank=32",
-            "--host_pages_per_rank=64",
-            "--recovery_threads=2",
-            "--log_level=info"};
-  }
-
-  // Starts `binary` with `flags` and connects once it answers.
-  void Start(const std::vector<std::string>& flags,
-             const std::string& binary = testing::DaemonPath()) {
-    std::vector<std::string> argv = {binary};
-    argv.insert(argv.end(), flags.begin(), flags.end());
-    auto daemon = Subprocess::Start(argv);
-    ASSERT_TRUE(daemon.ok()) << daemon.status();
-    daemon_ = std::make_unique<Subprocess>(*std::move(daemon));
-    const absl::Time deadline = absl::Now() + absl::Seconds(15);
-    while (absl::Now() < deadline && daemon_->Running()) {
-      // A fresh channel per attempt: no reconnect backoff.
-      stub_ = v1::HiCache::NewStub(grpc::CreateChannel(
-          client::UnixTarget(socket_), grpc::InsecureChannelCredentials()));
-      grpc::ClientContext ctx;
-      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
-      v1::GetStatsResponse stats;
-      if (stub_->GetStats(&ctx, v1::GetStatsRequest(), &stats).ok()) {
-        ASSERT_NO_FATAL_FAILURE(Connect());
-        return;
-      }
-      absl::SleepFor(absl::Milliseconds(25));
-    }
-    FAIL() << "hicached did not come up: " << daemon_->Stderr();
-  }
-
-  void Connect() {
-    auto session =
-        client::Session::Open(stub_, "hot-restart", v1::ROLE_SCHEDULER, 0, "");
-    ASSERT_TRUE(session.ok()) << session.status();
-    session_ = *std::move(session);
-    auto layout = session_->GetLayout();
-    ASSERT_TRUE(layout.ok()) << layout.status();
-    layout_ = *layout;
-    cp_ = layout_.geometry().cp_size();
-    page_size_ = layout_.geometry().page_size_tokens();
-    device_.clear();
-    for (const v1::RankSegments& rank : layout_.ranks()) {
-      ASSERT_EQ(rank.rank(), device_.size());
-      auto mapped = client::MappedSegment::Map(rank.device());
-      ASSERT_TRUE(mapped.ok()) << mapped.status();
-      device_.push_back(*std::move(mapped));
-    }
-    ASSERT_EQ(device_.size(), cp_);
-    auto stream = session_->OpenBackupStream();
-    ASSERT_TRUE(stream.ok()) << stream.status();
-    backups_ = *std::move(stream);
-    committed_ = Stats().backups_committed();
-  }
-
-  // Drops the client side without telling the daemon anything.
-  void Disconnect() {
-    if (backups_ != nullptr) backups_->Cancel();
-    backups_.reset();
-    session_.reset();
-    device_.clear();
-  }
-
-  // Sends `signal` and expects the daemon to exit with `code`. Before a
-  // SIGTERM the client closes its stream and session, as a scheduler would
-  // on a planned restart (the daemon's drain need not wait for them).
-  void Stop(int signal, int code) {
-    if (signal == SIGTERM && session_ != nullptr) {
-      EXPECT_TRUE(backups_->Close().ok());
-      EXPECT_TRUE(session_->Close().ok());
-      // An idle open channel holds the daemon's SIGTERM for its whole
-      // --shutdown_grace_seconds (see DISABLED_BUG_... below): drop it.
-      Disconnect();
-      stub_.reset();
-    }
-    ASSERT_TRUE(daemon_->Signal(signal).ok());
-    auto exited = daemon_->Wait(absl::Seconds(15));
-    ASSERT_TRUE(exited.ok()) << exited.status();
-    EXPECT_EQ(*exited, code) << daemon_->Stderr();
-    Disconnect();
-  }
-
-  v1::CacheStats Stats() {
-    grpc::ClientContext ctx;
-    v1::CacheStats stats;
-    EXPECT_TRUE(stub_->Stats(&ctx, v1::GetStatsRequest(), &stats).ok());
-    return stats;
-  }
-
-  // The (family, layer) block of a logical device page in its owner's
-  // segment (owner = page % cp), or null (and a failure) out of bounds.
-  uint8_t* Block(int64_t page, int family, uint32_t layer) {
-    const uint32_t owner = page % cp_;
-    if (page < 0 || owner >= device_.size()) {
-      ADD_FAILURE() << "page " << page << " has no segment";
-      return nullptr;
-    }
-    const uint64_t offset =
-        client::DeviceBlockOffset(layout_, page / cp_, family, layer);
-    if (offset + client::BlockBytes(layout_, family) > device_[owner]->size()) {
-      ADD_FAILURE() << "page " << page << " lies past its segment";
-      return nullptr;
-    }
-    return device_[owner]->data() + offset;
-  }
-
-  // Writes the pattern of `tokens` into `pages` from position `from`.
-  void WriteKv(const std::vector<int32_t>& tokens,
-               const std::vector<int64_t>& pages, size_t from) {
-    for (size_t k = from; k < pages.size(); ++k) {
-      const int64_t page = pages[k];
-      for (int f = 0; f < layout_.families_size(); ++f) {
-        for (uint32_t l = 0; l < layout_.families(f).num_layers(); ++l) {
-          uint8_t* block = Block(page, f, l);
-          ASSERT_NE(block, nullptr);
-          for (uint64_t b = 0; b < client::BlockBytes(layout_, f); ++b) {
-            block[b] = Pattern(tokens[k * page_size_], k, f, l, b);
-          }
-        }
-      }
-    }
-  }
-
-  // Checks the pattern of `tokens` in `pages` (every page, on its owner).
-  void VerifyKv(const std::vector<int32_t>& tokens,
-                const std::vector<int64_t>& pages) {
-    ASSERT_EQ(pages.size() * page_size_, tokens.size());
-    std::vector<int> checked(cp_, 0);
-    for (size_t k = 0; k < pages.size(); ++k) {
-      const int64_t page = pages[k];
-      ++checked[page % cp_];
-      for (int f = 0; f < layout_.families_size(); ++f) {
-        for (uint32_t l = 0; l < layout_.families(f).num_layers(); ++l) {
-          const uint8_t* block = Block(page, f, l);
-          ASSERT_NE(block, nullptr);
-          for (uint64_t b = 0; b < client::BlockBytes(layout_, f); ++b) {
-            ASSERT_EQ(block[b], Pattern(tokens[k * page_size_], k, f, l, b))
-                << "position " << k << " page " << page << " family " << f
-                << " layer " << l << " byte " << b;
-          }
-        }
-      }
-    }
-    if (pages.size() >= cp_ && cp_ > 1) {
-      for (uint32_t r = 0; r < cp_; ++r) {
-        EXPECT_GT(checked[r], 0) << "no page on rank " << r;
-      }
-    }
-  }
-
-  // One request: Admit with a backup, write the new pages' KV, store
-  // `steps` layers of the backup (all: it commits; fewer: it stays
-  // pending), Complete. Returns the node. With every layer stored, waits
-  // for the commit.
-  uint64_t Request(const std::vector<int32_t>& tokens, int steps = -1) {
-    const bool all = steps < 0;
-    if (all) steps = static_cast<int>(layout_.num_steps());
-    auto admitted = session_->Admit({client::MakeAdmitItem(
-        tokens, 0, v1::COMPUTE_OWNER_MODE_ROUND_ROBIN,
-        v1::BACKUP_CHOICE_ALWAYS)});
-    EXPECT_TRUE(admitted.ok()) << admitted.status();
-    if (!admitted.ok()) return 0;
-    const v1::AdmitResult& a = admitted->results(0);
-    EXPECT_TRUE(a.admitted() && !a.load()) << a.DebugString();
-    EXPECT_NE(a.backup_id(), 0u) << a.DebugString();
-    std::vector<int64_t> pages(a.device().pages().begin(),
-                               a.device().pages().end());
-    pages.insert(pages.end(), a.pages().begin(), a.pages().end());
-    EXPECT_EQ(pages.size() * page_size_, tokens.size());
-    WriteKv(tokens, pages, a.device().pages_size());
-    for (int step = 0; step < steps; ++step) {
-      EXPECT_TRUE(backups_->LayerStored({a.backup_id()}, step).ok());
-    }
-    auto completed = session_->Complete(
-        {client::MakeCompleteItem(a, tokens, page_size_)});
-    EXPECT_TRUE(completed.ok()) << completed.status();
-    if (!completed.ok()) return 0;
-    const v1::InsertResult& r = completed->results(0);
-    EXPECT_FALSE(r.deferred());
-    EXPECT_TRUE(r.backup_attached());
-    if (all) {
-      ++committed_;
-      const absl::Time deadline = absl::Now() + absl::Seconds(10);
-      while (Stats().backups_committed() < committed_ &&
-             absl::Now() < deadline) {
-        absl::SleepFor(absl::Milliseconds(5));
-      }
-      EXPECT_EQ(Stats().backups_committed(), committed_);
-    }
-    return r.node();
-  }
-
-  // Background traffic: Request without assertions and without waiting for
-  // the commit (the daemon may die under it). False on any error or when
-  // the request is not admitted for a fresh forward (e.g. it should load).
-  bool TryRequest(const std::vector<int32_t>& tokens) {
-    auto admitted = session_->Admit({client::MakeAdmitItem(
-        tokens, 0, v1::COMPUTE_OWNER_MODE_ROUND_ROBIN,
-        v1::BACKUP_CHOICE_ALWAYS)});
-    if (!admitted.ok() || admitted->results_size() != 1) return false;
-    const v1::AdmitResult& a = admitted->results(0);
-    if (!a.admitted() || a.load()) {
-      if (a.lock_handle() != 0) (void)session_->UnlockHandles({a.lock_handle()});
-      return false;
-    }
-    std::vector<int64_t> pages(a.device().pages().begin(),
-                               a.device().pages().end());
-    pages.insert(pages.end(), a.pages().begin(), a.pages().end());
-    if (pages.size() * page_size_ != tokens.size()) return false;
-    WriteKv(tokens, pages, a.device().pages_size());
-    if (a.backup_id() != 0) {
-      for (uint32_t step = 0; step < layout_.num_steps(); ++step) {
-        if (!backups_->LayerStored({a.backup_id()}, step).ok()) return false;
-      }
-    }
-    auto completed = session_->Complete(
-        {client::MakeCompleteItem(a, tokens, page_size_)});
-    return completed.ok();
-  }
-
-  // Waits until `puts` host copies were handed to the journal and the
-  // journal file holds everything written (durable size == file size,
-  // twice in a row: the writer batches every 10 ms).
-  void WaitJournal(int64_t puts) {
-    const std::string journal = state_dir_ + "/journal";
-    const absl::Time deadline = absl::Now() + absl::Seconds(10);
-    uint64_t last = 0;
-    int stable = 0;
-    while (absl::Now() < deadline) {
-      const v1::HostTierPersistence p = Stats().persistence();
-      const int64_t size = FileSize(journal);
-      if (p.journal_puts() >= puts &&
-          static_cast<int64_t>(p.journal_file_bytes()) == size &&
-          p.journal_file_bytes() == last) {
-        if (++stable >= 3) return;
-      } else {
-        stable = 0;
-      }
-      last = p.journal_file_bytes();
-      absl::SleepFor(absl::Milliseconds(30));
-    }
-    FAIL() << "the journal did not settle: "
-           << Stats().persistence().DebugString();
-  }
-
-  // Host hit of `tokens` (peek: no hit counted, nothing locked). After a
-  // restart the device tier is empty, so it is the whole hit.
-  int64_t HostHit(const std::vector<int32_t>& tokens) {
-    client::MatchOptions options;
-    options.peek = true;
-    auto match = session_->MatchPrefix({tokens}, options);
-    EXPECT_TRUE(match.ok()) << match.status();
-    if (!match.ok()) return -1;
-    return match->results(0).host_hit_tokens();
-  }
-
-  // Loads `tokens` back (all of it past what earlier loads put on the device
-  // must come from the host tier) and checks every byte of the whole request
-  // on every rank; releases the lock.
-  void LoadAndVerify(const std::vector<int32_t>& tokens) {
-    auto loaded = session_->LoadBack(tokens);
-    ASSERT_TRUE(loaded.ok()) << loaded.status();
-    ASSERT_TRUE(loaded->ok()) << loaded->started.DebugString()
-                              << loaded->done.DebugString();
-    // What an earlier load of this test put on the device is a device hit.
-    ASSERT_EQ(loaded->started.device_tokens() + loaded->started.loaded_tokens(),
-              static_cast<int64_t>(tokens.size()))
-        << loaded->started.DebugString();
-    const auto& proto = loaded->started.locations().pages();
-    const std::vector<int64_t> pages(proto.begin(), proto.end());
-    ASSERT_NO_FATAL_FAILURE(VerifyKv(tokens, pages));
-    ASSERT_TRUE(session_->UnlockHandles({loaded->lock_handle()}).ok());
-  }
-
-  int64_t DevicePagesAllocated() {
-    int64_t allocated = 0;
-    const v1::CacheStats stats = Stats();  // Not a temporary's lanes().
-    for (const auto& lane : stats.lanes()) allocated += lane.allocated();
-    return allocated;
-  }
-
-  std::vector<std::string> HostSegments() {
-    return ShmEntries("hicache-" + instance_ + "-host-");
-  }
-
-  static inline std::atomic<int> counter_{0};
-  const std::string instance_ =
-      absl::StrCat("hrt", getpid(), "-", counter_.fetch_add(1));
-  testing::TempDir dir_;
-  const std::string socket_ = dir_.Child("d.sock");
-  const std::string state_dir_ = dir_.Child("state");
-  std::unique_ptr<Subprocess> daemon_;
-  std::shared_ptr<v1::HiCache::Stub> stub_;
-  std::unique_ptr<client::Session> session_;
-  std::unique_ptr<client::BackupStream> backups_;
-  v1::GetLayoutResponse layout_;
-  std::vector<std::unique_ptr<client::MappedSegment>> device_;
-  uint32_t cp_ = 0;
-  uint32_t page_size_ = 0;
-  int64_t committed_ = 0;
-};
-
 class SigkillTest : public HotRestartTest,
                     public ::testing::WithParamInterface<uint32_t> {};
 
@@ -570,8 +191,8 @@ TEST_F(HotRestartTest, CorruptedHostPageDropsItsNodeAndSubtreeOnly) {
   ASSERT_GT(layout_.host_blocks_size(), 0);
   const v1::BlockAddress& block =
       layout_.host_blocks(layout_.host_blocks_size() - 1);
-  const uint64_t offset =
-      block.offset() + host_page * block.page_stride() + block.block_bytes() / 2;
+  const uint64_t offset = block.offset() + host_page * block.page_stride() +
+                          block.block_bytes() / 2;
   ASSERT_NO_FATAL_FAILURE(Stop(SIGKILL, 128 + SIGKILL));
 
   // Flip one byte of that page while the daemon is down.
@@ -841,19 +462,6 @@ TEST_F(HotRestartTest, SplitHostNodeComesBackAsBothHalves) {
   ASSERT_NO_FATAL_FAILURE(Stop(SIGTERM, 0));
 }
 
-// `flags` with the flag `name` (e.g. "--page_size") set to `value`, or
-// removed when `value` is empty.
-std::vector<std::string> WithFlag(std::vector<std::string> flags,
-                                  const std::string& name,
-                                  const std::string& value) {
-  std::vector<std::string> out;
-  for (std::string& flag : flags) {
-    if (!absl::StartsWith(flag, name + "=")) out.push_back(std::move(flag));
-  }
-  if (!value.empty()) out.push_back(name + "=" + value);
-  return out;
-}
-
 // Every other field of the host geometry: a change is a cold start that
 // removes the old segments, as a page-size change is.
 TEST_F(HotRestartTest, HostPagesOrLayoutChangeStartsCold) {
@@ -964,4 +572,4 @@ TEST_F(HotRestartTest, DISABLED_BUG_SigtermWithAnIdleClientChannelIsPrompt) {
 }
 
 }  // namespace
-}  // namespace hicache
+}  // namespace hicache::hot_restart
