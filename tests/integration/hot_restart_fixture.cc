@@ -76,8 +76,13 @@ std::vector<std::string> WithFlag(std::vector<std::string> flags,
 HotRestartTest::~HotRestartTest() {
   Disconnect();
   daemon_.reset();  // SIGKILLs a daemon a failed test left running.
+  // This instance's segments ("hicache-<instance>-...") and lock file
+  // ("hicache-<instance>.lock"), not those of an instance it prefixes.
   for (const std::string& name : ShmEntries("hicache-" + instance_)) {
-    unlink(("/dev/shm/" + name).c_str());
+    const std::string rest = name.substr(("hicache-" + instance_).size());
+    if (absl::StartsWith(rest, "-") || rest == ".lock") {
+      unlink(("/dev/shm/" + name).c_str());
+    }
   }
 }
 

@@ -464,7 +464,7 @@ TEST_F(HotRestartTest, SplitHostNodeComesBackAsBothHalves) {
 
 // Every other field of the host geometry: a change is a cold start that
 // removes the old segments, as a page-size change is.
-TEST_F(HotRestartTest, HostPagesOrLayoutChangeStartsCold) {
+TEST_F(HotRestartTest, HostPagesLayoutOrPresetChangeStartsCold) {
   const uint32_t cp = 2;
   const std::vector<int32_t> a = Tokens(1000, 4);
   const std::vector<std::vector<std::string>> changes = {
