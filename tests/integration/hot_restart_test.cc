@@ -553,6 +553,36 @@ TEST_F(HotRestartTest, GarbageJournalIsAColdStartThatServes) {
   ASSERT_NO_FATAL_FAILURE(Stop(SIGTERM, 0));
 }
 
+// SIGTERM while a backup is in flight (the client keeps its stream and
+// channel open): the daemon rolls it back and journals only what committed.
+// A restarted daemon rewrites the journal before it serves, so a SIGKILL
+// right after it answers loses nothing either.
+TEST_F(HotRestartTest, SigtermWithABackupInFlightThenKillRightAfterStart) {
+  const uint32_t cp = 2;
+  ASSERT_NO_FATAL_FAILURE(Start(Flags(cp)));
+  const std::vector<int32_t> a = Tokens(1000, 4);
+  const std::vector<int32_t> q = Tokens(5000, 3);
+  ASSERT_NE(Request(a), 0u);
+  ASSERT_NE(Request(q, 1), 0u);
+  EXPECT_EQ(Stats().pending_backups(), 1);
+  ASSERT_TRUE(daemon_->Signal(SIGTERM).ok());
+  auto exited = daemon_->Wait(absl::Seconds(15));
+  ASSERT_TRUE(exited.ok());
+  EXPECT_EQ(*exited, 0) << daemon_->Stderr();
+  Disconnect();
+
+  ASSERT_NO_FATAL_FAILURE(Start(Flags(cp)));
+  EXPECT_EQ(Stats().persistence().nodes_recovered(), 1);
+  ASSERT_NO_FATAL_FAILURE(Stop(SIGKILL, 128 + SIGKILL));  // At once.
+  ASSERT_NO_FATAL_FAILURE(Start(Flags(cp)));
+  const v1::HostTierPersistence p = Stats().persistence();
+  EXPECT_EQ(p.nodes_recovered(), 1) << p.DebugString();
+  EXPECT_EQ(HostHit(a), static_cast<int64_t>(a.size()));
+  EXPECT_EQ(HostHit(q), 0);
+  ASSERT_NO_FATAL_FAILURE(LoadAndVerify(a));
+  ASSERT_NO_FATAL_FAILURE(Stop(SIGTERM, 0));
+}
+
 // BUG (not hot restart's own): with a client's channel merely open (no call
 // in flight), SIGTERM takes the whole --shutdown_grace_seconds (5 s) to
 // stop; with the channel closed it takes milliseconds. A planned restart or
