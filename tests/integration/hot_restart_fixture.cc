@@ -145,7 +145,10 @@ void HotRestartTest::Connect() {
   auto stream = session_->OpenBackupStream();
   ASSERT_TRUE(stream.ok()) << stream.status();
   backups_ = *std::move(stream);
-  committed_ = Stats().backups_committed();
+  const v1::CacheStats stats = Stats();
+  committed_ = stats.backups_committed();
+  // The daemon wrote (and synced) the journal it starts from before serving.
+  journal_bytes_ = stats.persistence().journal_file_bytes();
 }
 
 void HotRestartTest::Disconnect() {
@@ -306,10 +309,13 @@ void HotRestartTest::WaitJournal(int64_t puts) {
   while (absl::Now() < deadline) {
     const v1::HostTierPersistence p = Stats().persistence();
     const int64_t size = FileSize(journal);
-    if (p.journal_puts() >= puts &&
+    if (p.journal_puts() >= puts && p.journal_file_bytes() > journal_bytes_ &&
         static_cast<int64_t>(p.journal_file_bytes()) == size &&
         p.journal_file_bytes() == last) {
-      if (++stable >= 3) return;
+      if (++stable >= 3) {
+        journal_bytes_ = p.journal_file_bytes();
+        return;
+      }
     } else {
       stable = 0;
     }

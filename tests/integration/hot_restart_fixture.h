@@ -96,9 +96,10 @@ class HotRestartTest : public ::testing::Test {
   // the request is not admitted for a fresh forward (e.g. it should load).
   bool TryRequest(const std::vector<int32_t>& tokens);
 
-  // Waits until `puts` host copies were handed to the journal and the
-  // journal file holds everything written (durable size == file size,
-  // twice in a row: the writer batches every 10 ms).
+  // Waits until `puts` host copies were handed to the journal since the
+  // start, the journal grew since the start or the last wait (call it only
+  // after new records), and the file holds everything written (durable size
+  // == file size, 3 reads 30 ms apart: the writer batches every 10 ms).
   void WaitJournal(int64_t puts);
 
   // Host hit of `tokens` (peek: no hit counted, nothing locked). After a
@@ -128,7 +129,8 @@ class HotRestartTest : public ::testing::Test {
   std::vector<std::unique_ptr<client::MappedSegment>> device_;
   uint32_t cp_ = 0;
   uint32_t page_size_ = 0;
-  int64_t committed_ = 0;
+  int64_t committed_ = 0;       // backups_committed expected (Stats()).
+  uint64_t journal_bytes_ = 0;  // Durable journal size at the last wait.
 };
 
 }  // namespace hicache::hot_restart
