@@ -161,6 +161,35 @@ void AddPools(const HiCacheEngine& engine, Families& f) {
       .Sample(static_cast<double>(engine.geometry().BytesPerPage()));
 }
 
+// Hot restart (--state_dir): only when it is on.
+void AddPersistence(const HostTierPersistence& p, Families& f) {
+  if (!p.enabled) return;
+  f.Gauge("hicache_host_tier_recovered",
+          "What recovery restored at start: nodes and host pages (all "
+          "ranks); 0 after a cold start.")
+      .Sample(p.nodes_recovered, {{"unit", "nodes"}})
+      .Sample(p.pages_recovered, {{"unit", "pages"}});
+  f.Gauge("hicache_host_tier_recovery_dropped",
+          "Journal records dropped at start, with their subtrees, by reason: "
+          "checksum (corrupt or stale pages), orphan (parent gone), "
+          "conflict.")
+      .Sample(p.dropped_checksum, {{"reason", "checksum"}})
+      .Sample(p.dropped_orphan, {{"reason", "orphan"}})
+      .Sample(p.dropped_conflict, {{"reason", "conflict"}});
+  f.Gauge("hicache_host_tier_recovery_seconds",
+          "How long recovery took at start (load, verify, restore, rewrite).")
+      .Sample(absl::ToDoubleSeconds(p.recovery_time));
+  f.Gauge("hicache_journal_ok",
+          "1 while the host tier's journal works; 0 once it broke (a restart "
+          "would then start cold).")
+      .Sample(p.journal_status == "OK" ? 1 : 0);
+  f.Gauge("hicache_journal_live_records",
+          "Host nodes a restart would recover now.")
+      .Sample(p.journal_live);
+  f.Gauge("hicache_journal_file_bytes", "The journal's durable size.")
+      .Sample(static_cast<double>(p.journal_file_bytes));
+}
+
 void AddTree(const TreeStats& tree, Families& f) {
   f.Gauge("hicache_tree_nodes", "Radix tree nodes (roots excluded).")
       .Sample(tree.nodes);
@@ -235,6 +264,7 @@ std::vector<MetricFamily> CacheCollector::Collect() const {
                   {"backend", engine_->backend_name()}});
   AddEngine(engine_->Stats(), f);
   AddPools(*engine_, f);
+  AddPersistence(engine_->Persistence(), f);
   AddTree(engine_->TreeStatistics(), f);
   const SessionManager::Census census = sessions_->TakeCensus();
   AddSessions(census, f);

@@ -2,6 +2,8 @@
 // read at scrape time from what they count.
 #include "daemon/metrics/cache_collector.h"
 
+#include <unistd.h>
+
 #include <map>
 #include <set>
 #include <string>
@@ -12,6 +14,8 @@
 #include "daemon/metrics/label_values.h"
 #include "gtest/gtest.h"
 #include "tests/metrics/engine_rig.h"
+#include "tests/testing/temp_dir.h"
+#include "daemon/pool/persistent_host_segment.h"
 
 namespace hicache::metrics {
 namespace {
@@ -21,8 +25,10 @@ using Labels = std::map<std::string, std::string>;
 class CacheCollectorTest : public ::testing::Test {
  protected:
   // Every sample of the last scrape: (name, labels) -> value.
-  void Scrape(size_t max_namespaces = CacheCollector::kDefaultMaxNamespaces) {
-    CacheCollector collector(&rig_.engine(), &rig_.sessions(), max_namespaces);
+  void Scrape(size_t max_namespaces = CacheCollector::kDefaultMaxNamespaces,
+              testing::EngineRig* rig = nullptr) {
+    if (rig == nullptr) rig = &rig_;
+    CacheCollector collector(&rig->engine(), &rig->sessions(), max_namespaces);
     samples_.clear();
     types_.clear();
     for (const prometheus::MetricFamily& family : collector.Collect()) {
@@ -90,6 +96,35 @@ TEST_F(CacheCollectorTest, AnIdleDaemonReportsItsGeometryAndZeros) {
   EXPECT_EQ(Value("hicache_sessions", {{"role", "scheduler"}}), 0);
   EXPECT_TRUE(Namespaces().empty());
   EXPECT_EQ(types_["hicache_tree_tokens"], prometheus::MetricType::Gauge);
+  // No hot-restart series without a state_dir.
+  EXPECT_FALSE(types_.contains("hicache_journal_ok"));
+}
+
+// Hot restart: the recovery figures and the journal's state.
+TEST_F(CacheCollectorTest, HotRestartReportsRecoveryAndTheJournal) {
+  ::hicache::testing::TempDir dir;
+  const std::string prefix = absl::StrCat("/hicache-metricstest", getpid());
+  {
+    testing::EngineRig first(nullptr, dir.path(), prefix);
+    first.Cache("", testing::Tokens(0, 8));
+    first.Cache("", testing::Tokens(100, 8));
+    Scrape(CacheCollector::kDefaultMaxNamespaces, &first);
+    EXPECT_EQ(Value("hicache_journal_ok"), 1);
+    EXPECT_EQ(Value("hicache_host_tier_recovered", {{"unit", "nodes"}}), 0);
+  }
+  {
+    testing::EngineRig second(nullptr, dir.path(), prefix);
+    Scrape(CacheCollector::kDefaultMaxNamespaces, &second);
+    EXPECT_EQ(Value("hicache_host_tier_recovered", {{"unit", "nodes"}}), 2);
+    EXPECT_EQ(Value("hicache_host_tier_recovered", {{"unit", "pages"}}), 4);
+    EXPECT_EQ(Value("hicache_host_tier_recovery_dropped",
+                    {{"reason", "checksum"}}),
+              0);
+    EXPECT_EQ(Value("hicache_journal_live_records"), 2);
+    EXPECT_GT(Value("hicache_journal_file_bytes"), 0);
+    EXPECT_GE(Value("hicache_host_tier_recovery_seconds"), 0);
+  }
+  RemovePersistentHostSegments(prefix);
 }
 
 TEST_F(CacheCollectorTest, HitsBackupsLoadsPoolsAndNamespacesMove) {

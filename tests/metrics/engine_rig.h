@@ -29,7 +29,10 @@ class EngineRig {
  public:
   static constexpr uint32_t kP = 4;
 
-  explicit EngineRig(EngineObserver* observer = nullptr) {
+  // With a state_dir (and a fixed shm_prefix) the engine persists its host
+  // tier: a second rig of the same two recovers it.
+  explicit EngineRig(EngineObserver* observer = nullptr,
+                     std::string state_dir = "", std::string shm_prefix = "") {
     EngineOptions options;
     options.page_size = kP;
     options.cp_size = 2;
@@ -38,6 +41,8 @@ class EngineRig {
     options.host_pages_per_rank = 32;
     options.write_policy = WritePolicy::kWriteBack;
     options.observer = observer;
+    options.state_dir = std::move(state_dir);
+    options.shm_prefix = std::move(shm_prefix);
     auto engine = HiCacheEngine::Create(options);
     EXPECT_TRUE(engine.ok()) << engine.status();
     engine_ = *std::move(engine);
