@@ -107,7 +107,8 @@ class Cursor {
     v->resize(n);
     const char* p = bytes_.data() + pos_;
     if constexpr (std::endian::native == std::endian::little) {
-      std::memcpy(v->data(), p, size_t{n} * sizeof(T));
+      // An empty vector's data() may be null: memcpy(null, ..., 0) is UB.
+      if (n > 0) std::memcpy(v->data(), p, size_t{n} * sizeof(T));
     } else {
       for (uint32_t i = 0; i < n; ++i) {
         if constexpr (sizeof(T) == 4) {
