@@ -75,6 +75,9 @@ done
 grep -q 'getent passwd hicache' "${ctl}/postinst" || fail "postinst creates no hicache user"
 grep -q -- '--system' "${ctl}/postinst" || fail "postinst: the user is not a system user"
 grep -q '/run/systemd/system' "${ctl}/postinst" || fail "postinst does not check that systemd runs"
+grep -q 'install -d -o hicache -g hicache -m 0700 /var/lib/hicached' "${ctl}/postinst" ||
+  fail "postinst does not make the hot-restart state directory"
+grep -q 'rm -rf /var/lib/hicached' "${ctl}/postrm" || fail "purge keeps the state directory"
 # Unknown maintainer-script actions fail; known no-op ones succeed (run
 # without root: they must not touch the system for these).
 "${ctl}/postinst" abort-upgrade >/dev/null || fail "postinst abort-upgrade failed"
