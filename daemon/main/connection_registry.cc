@@ -1,5 +1,7 @@
 #include "daemon/main/connection_registry.h"
 
+#include <sys/socket.h>
+
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -54,6 +56,16 @@ size_t ConnectionRegistry::Sweep() {
     return SocketInode(entry.first) != entry.second.inode;
   });
   return entries_.size();
+}
+
+size_t ConnectionRegistry::ShutdownAll() {
+  MutexLock lock(&mu_);
+  size_t done = 0;
+  for (const auto& [fd, entry] : entries_) {
+    // Only a descriptor that still is this connection's socket.
+    if (SocketInode(fd) == entry.inode && shutdown(fd, SHUT_RDWR) == 0) ++done;
+  }
+  return done;
 }
 
 size_t ConnectionRegistry::size() const {

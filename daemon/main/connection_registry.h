@@ -53,6 +53,10 @@ class ConnectionRegistry final : public service::CallerResolver {
   // (gRPC closed them); returns how many are live.
   size_t Sweep() ABSL_LOCKS_EXCLUDED(mu_);
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Shuts down (shutdown(2), both directions) every connection whose
+  // descriptor still refers to its socket: gRPC then sees them end. For the
+  // daemon's shutdown, once no call is left. Returns how many.
+  size_t ShutdownAll() ABSL_LOCKS_EXCLUDED(mu_);
 
   Caller Resolve(const grpc::ServerContext& context) const override
       ABSL_LOCKS_EXCLUDED(mu_);

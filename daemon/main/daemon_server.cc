@@ -306,11 +306,14 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
     builder.AddListeningPort(config.listen_tcp, *credentials, &tcp_port);
   }
   builder.RegisterService(daemon->service_.get());
-  if (daemon->metrics_ != nullptr) {
+  {
     std::vector<std::unique_ptr<
         grpc::experimental::ServerInterceptorFactoryInterface>>
         interceptors;
-    interceptors.push_back(daemon->metrics_->MakeInterceptorFactory());
+    interceptors.push_back(daemon->calls_->MakeFactory());
+    if (daemon->metrics_ != nullptr) {
+      interceptors.push_back(daemon->metrics_->MakeInterceptorFactory());
+    }
     builder.experimental().SetInterceptorCreators(std::move(interceptors));
   }
 
@@ -387,8 +390,17 @@ void DaemonServer::Shutdown(absl::Duration grace) {
   if (listener_ != nullptr) listener_->Stop();
   if (server_ == nullptr) return;  // Start() failed half-way.
   server_->GetHealthCheckService()->SetServingStatus(false);
-  server_->Shutdown(std::chrono::system_clock::now() +
-                    absl::ToChronoMilliseconds(grace));
+  // gRPC's shutdown waits for every connection to close, and a client that
+  // keeps an idle channel open does not close it: the daemon would wait the
+  // whole grace. Once no call is left (or the grace is over), the
+  // connections are shut down, which ends them at once.
+  const absl::Time deadline = absl::Now() + grace;
+  std::thread closer([this, deadline] {
+    calls_->WaitIdle(deadline);
+    connections_->ShutdownAll();
+  });
+  server_->Shutdown(absl::ToChronoTime(deadline));
+  closer.join();
 }
 
 int DaemonServer::metrics_port() const {

@@ -11,6 +11,7 @@
 #include "daemon/core/clock.h"
 #include "daemon/core/daemon_config.h"
 #include "daemon/core/mutex.h"
+#include "daemon/main/call_counter.h"
 #include "daemon/main/socket_guard.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
@@ -103,6 +104,9 @@ class DaemonServer {
   std::unique_ptr<HiCacheEngine> engine_;
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<ConnectionRegistry> connections_;
+  // Calls in progress: shutdown closes the connections once none is left
+  // (idle ones would otherwise hold gRPC's shutdown for the whole grace).
+  std::shared_ptr<CallCounter> calls_ = CallCounter::Create();
   std::unique_ptr<service::HiCacheService> service_;
   std::thread reaper_;
   CondVar reaper_cv_;
