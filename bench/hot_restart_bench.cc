@@ -37,9 +37,7 @@
 //   bazel-out/k8-opt/bin/bench/hot_restart_bench   (C = 1, 1M pages)
 //   bazel-out/k8-opt/bin/bench/hot_restart_bench --cp_size=4
 //       --pages_per_rank=262144
-#include <dirent.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -62,6 +60,7 @@
 #include "absl/time/time.h"
 #include "daemon/engine/engine_options.h"
 #include "daemon/engine/hicache_engine.h"
+#include "daemon/pool/shm_segments.h"
 #include "daemon/persist/journal_reader.h"
 #include "daemon/persist/journal_writer.h"
 #include "daemon/persist/state_dir.h"
@@ -130,32 +129,10 @@ double Percentile(std::vector<double> samples, double q) {
                           static_cast<size_t>(q * samples.size()))];
 }
 
-absl::Status RemoveSegments(const std::string& prefix) {
-  DIR* dir = opendir("/dev/shm");
-  if (dir == nullptr) return absl::ErrnoToStatus(errno, "opendir /dev/shm");
-  std::vector<std::string> names;
-  while (const dirent* entry = readdir(dir)) {
-    const std::string name = absl::StrCat("/", entry->d_name);
-    if (absl::StartsWith(name, prefix)) names.push_back(name);
-  }
-  closedir(dir);
-  for (const std::string& name : names) {
-    if (shm_unlink(name.c_str()) != 0 && errno != ENOENT) {
-      return absl::ErrnoToStatus(errno, absl::StrCat("shm_unlink ", name));
-    }
-  }
-  return absl::OkStatus();
-}
-
 // Removes the segments of hot_restart_bench processes that no longer exist.
 absl::Status RemoveDeadBenchSegments() {
-  DIR* dir = opendir("/dev/shm");
-  if (dir == nullptr) return absl::ErrnoToStatus(errno, "opendir /dev/shm");
-  std::vector<std::string> dead;
-  const std::string tag = "hicache-bench";
-  while (const dirent* entry = readdir(dir)) {
-    const std::string name = entry->d_name;
-    if (!absl::StartsWith(name, tag)) continue;
+  const std::string tag = "/hicache-bench";
+  for (const std::string& name : ListShmSegments(tag)) {
     const size_t dash = name.find('-', tag.size());
     int pid = 0;
     if (dash == std::string::npos ||
@@ -163,12 +140,10 @@ absl::Status RemoveDeadBenchSegments() {
         pid <= 0) {
       continue;
     }
-    if (kill(pid, 0) != 0 && errno == ESRCH) dead.push_back("/" + name);
-  }
-  closedir(dir);
-  for (const std::string& name : dead) {
-    if (shm_unlink(name.c_str()) != 0 && errno != ENOENT) {
-      return absl::ErrnoToStatus(errno, absl::StrCat("shm_unlink ", name));
+    if (kill(pid, 0) != 0 && errno == ESRCH) {
+      if (absl::Status removed = RemoveShmSegments(name); !removed.ok()) {
+        return removed;
+      }
     }
   }
   return absl::OkStatus();
@@ -388,7 +363,7 @@ int Main() {
           bytes / 1e9 / Percentile(gbps, 0.5), Percentile(gbps, 0.5));
     }
   }
-  if (absl::Status removed = RemoveSegments(absl::StrCat(prefix, "-"));
+  if (absl::Status removed = RemoveShmSegments(absl::StrCat(prefix, "-"));
       !removed.ok()) {
     fail("cleanup", removed);
   }

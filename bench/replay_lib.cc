@@ -1,7 +1,5 @@
 #include "bench/replay_lib.h"
 
-#include <dirent.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,12 +9,12 @@
 #include <string>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 #include "daemon/core/daemon_config.h"
 #include "daemon/engine/engine_options.h"
 #include "daemon/engine/hicache_engine.h"
+#include "daemon/pool/shm_segments.h"
 #include "daemon/transfer/faulty_transfer_engine.h"
 
 namespace hicache {
@@ -27,25 +25,6 @@ double Percentile(std::vector<double>& samples, double q) {
   std::sort(samples.begin(), samples.end());
   return samples[std::min(samples.size() - 1,
                           static_cast<size_t>(q * samples.size()))];
-}
-
-// Removes the shared-memory segments whose names start with `prefix`
-// ("/name-"): the host pools a replay with a state_dir kept.
-absl::Status RemoveSegments(const std::string& prefix) {
-  DIR* dir = opendir("/dev/shm");
-  if (dir == nullptr) return absl::ErrnoToStatus(errno, "opendir /dev/shm");
-  std::vector<std::string> names;
-  while (const dirent* entry = readdir(dir)) {
-    const std::string name = absl::StrCat("/", entry->d_name);
-    if (absl::StartsWith(name, prefix)) names.push_back(name);
-  }
-  closedir(dir);
-  for (const std::string& name : names) {
-    if (shm_unlink(name.c_str()) != 0 && errno != ENOENT) {
-      return absl::ErrnoToStatus(errno, absl::StrCat("shm_unlink ", name));
-    }
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<ReplayOutcome> ReplayWith(const std::vector<TraceRequest>& trace,
@@ -86,7 +65,7 @@ absl::StatusOr<ReplayOutcome> ReplayTrace(
   }
   absl::StatusOr<ReplayOutcome> out = ReplayWith(trace, config, options);
   if (!segments.empty()) {
-    if (absl::Status removed = RemoveSegments(segments); !removed.ok()) {
+    if (absl::Status removed = RemoveShmSegments(segments); !removed.ok()) {
       return removed;
     }
   }

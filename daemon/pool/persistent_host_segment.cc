@@ -1,12 +1,12 @@
 #include "daemon/pool/persistent_host_segment.h"
 
-#include <dirent.h>
 #include <sys/mman.h>
 
 #include <cstring>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/pool/shm_segments.h"
 
 namespace hicache {
 namespace {
@@ -25,20 +25,15 @@ bool IsTagged(absl::string_view name, absl::string_view stem) {
 }
 
 // Tagged host segments whose names start with `stem` (without the leading
-// '/'), other than `keep`, by their shm names ("/..."). An unreadable
-// /dev/shm lists nothing.
+// '/'), other than `keep`, by their shm names ("/...").
 std::vector<std::string> TaggedSegments(absl::string_view stem,
                                         const std::string& keep) {
   std::vector<std::string> out;
-  DIR* dir = opendir("/dev/shm");  // Where glibc's shm_open keeps names.
-  if (dir == nullptr) return out;
-  while (const struct dirent* entry = readdir(dir)) {
-    const absl::string_view name = entry->d_name;
-    if (!IsTagged(name, stem)) continue;
-    const std::string shm_name = absl::StrCat("/", name);
-    if (shm_name != keep) out.push_back(shm_name);
+  for (std::string& name : ListShmSegments(absl::StrCat("/", stem))) {
+    if (IsTagged(absl::string_view(name).substr(1), stem) && name != keep) {
+      out.push_back(std::move(name));
+    }
   }
-  closedir(dir);
   return out;
 }
 
