@@ -51,6 +51,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/percentile.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
@@ -121,13 +122,6 @@ class VerifySink : public spdlog::sinks::base_sink<std::mutex> {
 };
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
-
-double Percentile(std::vector<double> samples, double q) {
-  if (samples.empty()) return 0;
-  std::sort(samples.begin(), samples.end());
-  return samples[std::min(samples.size() - 1,
-                          static_cast<size_t>(q * samples.size()))];
-}
 
 // Removes the segments of hot_restart_bench processes that no longer exist.
 absl::Status RemoveDeadBenchSegments() {

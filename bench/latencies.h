@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/percentile.h"
 #include "benchmark/benchmark.h"
 
 namespace hicache {
@@ -28,13 +29,8 @@ class Latencies {
 
   void Report(benchmark::State& state, const std::string& prefix = "") {
     if (samples_.empty()) return;
-    std::sort(samples_.begin(), samples_.end());
-    auto at = [&](double q) {
-      return samples_[std::min(samples_.size() - 1,
-                               static_cast<size_t>(q * samples_.size()))];
-    };
-    state.counters[prefix + "median_us"] = at(0.5);
-    state.counters[prefix + "p99_us"] = at(0.99);
+    state.counters[prefix + "median_us"] = Percentile(samples_, 0.5);
+    state.counters[prefix + "p99_us"] = Percentile(samples_, 0.99);
   }
 
  private:

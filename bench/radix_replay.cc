@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/percentile.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "bench/mooncake_trace.h"
@@ -35,12 +36,6 @@ int64_t RssBytes() {
   int64_t size = 0, resident = 0;
   statm >> size >> resident;
   return resident * sysconf(_SC_PAGESIZE);
-}
-
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))];
 }
 
 int Run() {

@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "bench/percentile.h"
 #include "absl/strings/str_cat.h"
 
 #include "daemon/core/daemon_config.h"
@@ -19,13 +20,6 @@
 
 namespace hicache {
 namespace {
-
-double Percentile(std::vector<double>& samples, double q) {
-  if (samples.empty()) return 0;
-  std::sort(samples.begin(), samples.end());
-  return samples[std::min(samples.size() - 1,
-                          static_cast<size_t>(q * samples.size()))];
-}
 
 absl::StatusOr<ReplayOutcome> ReplayWith(const std::vector<TraceRequest>& trace,
                                          const ReplayConfig& config,
