@@ -3,6 +3,8 @@
 // journal is replayed into the tree after every page verifies; from then on
 // the tree reports every host-tier change to a HostTierRecorder that keeps
 // the journal.
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/core/log_format.h"
@@ -68,8 +70,8 @@ absl::Status HiCacheEngine::OpenHostTier() {
       if (!recovery.ok()) return recovery.status();
       recovery_ = *std::move(recovery);
       recovered_ = true;
-      survivors = recovery_.survivors;
-      recovery_.survivors.clear();
+      survivors = std::move(recovery_.survivors);
+      recovery_.survivors.clear();  // Moved from: only the figures stay.
       if (!loaded->stop_reason.empty()) {
         spdlog::warn(
             "host tier: the journal's last {} bytes were dropped: {}",
