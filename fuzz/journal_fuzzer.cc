@@ -14,6 +14,7 @@
 //
 // Found: journal_format.cc copied an empty array through a null pointer
 // (memcpy(nullptr, p, 0), undefined behaviour; UBSan).
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +28,7 @@
 #include "daemon/persist/journal_reader.h"
 #include "daemon/pool/kv_geometry.h"
 #include "daemon/pool/page_checksum.h"
+#include "daemon/pool/page_key_store.h"
 #include "daemon/radix/radix_tree.h"
 
 namespace {
@@ -97,8 +99,9 @@ const World& TheWorld() {
   return *world;
 }
 
-// A Put from fuzzed fields: mostly well-formed, sometimes not.
-PutRecord MakePut(Input& in, const World& w) {
+// A Put from fuzzed fields: mostly well-formed, sometimes not. Its tokens go
+// to its pages' slots in `keys` (when in range), as the recorder writes them.
+PutRecord MakePut(Input& in, const World& w, hicache::PageKeyStore& keys) {
   PutRecord put;
   put.persist_id = 1 + in.Next(12);
   put.parent_persist_id = in.Next(4) == 0 ? 0 : in.Next(14);
@@ -106,8 +109,6 @@ PutRecord MakePut(Input& in, const World& w) {
   const uint32_t pages = 1 + in.Next(4);
   put.logical_len = static_cast<int64_t>(pages) * kPage - in.Next(kPage);
   if (in.Next(8) == 7) put.logical_len += in.Next(9);  // Shape mismatch.
-  put.tokens.resize(static_cast<size_t>(std::max<int64_t>(put.logical_len, 0)));
-  for (int32_t& t : put.tokens) t = static_cast<int32_t>(in.Next(5));
   put.host_pages.resize(kRanks);
   put.checksums.resize(kRanks);
   for (uint32_t i = 0; i < pages; ++i) {
@@ -116,8 +117,14 @@ PutRecord MakePut(Input& in, const World& w) {
     const int64_t page = in.Next(kHostPages + 2);  // Sometimes out of range.
     put.host_pages[owner].push_back(page);
     const bool right = in.Next(6) != 5;
+    std::vector<int32_t> tokens(static_cast<size_t>(std::clamp<int64_t>(
+        put.logical_len - int64_t{i} * kPage, 0, kPage)));
+    for (int32_t& t : tokens) t = static_cast<int32_t>(in.Next(5));
+    const bool stored = keys.Write(owner, page, tokens).ok();
     put.checksums[owner].push_back(
-        right && page < kHostPages ? w.Checksum(owner, page) : in.Next(65535));
+        right && stored ? hicache::PageRecordChecksum(w.Checksum(owner, page),
+                                                      tokens)
+                        : in.Next(65535));
   }
   return put;
 }
@@ -132,6 +139,9 @@ extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const World& w = TheWorld();
   Input in(data, size);
+  // The pages' keys, fresh for each input (the journal records none).
+  std::unique_ptr<hicache::PageKeyStore> keys =
+      *hicache::PageKeyStore::InMemory(kRanks, kHostPages, kPage);
   std::string file = hicache::persist::EncodeFileHeader();
   // Rare cases take the highest value: a spent input reads zeros.
   if (in.Next(16) != 15) {
@@ -147,7 +157,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       default: {
         absl::StatusOr<std::string> put =
-            hicache::persist::EncodePutRecord(MakePut(in, w));
+            hicache::persist::EncodePutRecord(MakePut(in, w, *keys));
         if (put.ok()) file += *put;
         break;
       }
@@ -185,6 +195,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                          .layout = hicache::HostLayout::kLayerFirst,
                                          .host_pages_per_rank = kHostPages,
                                          .pools = pools,
+                                         .keys = keys.get(),
                                          .verify_threads = 1});
   Check(recovered.ok(), "RecoverHostTier refused a loaded journal");
   if (std::getenv("JOURNAL_FUZZER_STATS") != nullptr) {
@@ -202,13 +213,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     used += a->used_pages();
   }
   Check(used == recovered->pages_recovered, "reserved pages != recovered");
-  // Every restored page verifies: nothing unverified is ever matchable.
+  // Every restored page verifies, KV bytes and key: nothing unverified is
+  // ever matchable.
   for (const PutRecord& put : recovered->survivors) {
-    for (uint32_t r = 0; r < kRanks; ++r) {
-      for (size_t i = 0; i < put.host_pages[r].size(); ++i) {
-        Check(w.Checksum(r, put.host_pages[r][i]) == put.checksums[r][i],
-              "a restored page does not verify");
-      }
+    std::vector<size_t> next(kRanks, 0);
+    for (size_t i = 0; i < put.page_owners.size(); ++i) {
+      const uint32_t r = put.page_owners[i];
+      const size_t k = next[r]++;
+      const size_t count = static_cast<size_t>(std::min<int64_t>(
+          kPage, put.logical_len - static_cast<int64_t>(i) * kPage));
+      absl::StatusOr<absl::Span<const int32_t>> tokens =
+          keys->Read(r, put.host_pages[r][k], count);
+      Check(tokens.ok(), "a restored page has no key slot");
+      Check(hicache::PageRecordChecksum(w.Checksum(r, put.host_pages[r][k]),
+                                        *tokens) == put.checksums[r][k],
+            "a restored page does not verify");
     }
   }
   return 0;

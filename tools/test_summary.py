@@ -47,7 +47,8 @@ def main(argv):
         package, _, name = target.lstrip("/").partition(":")
         xml_path = os.path.join(testlogs, package, name, "test.xml")
         if not os.path.exists(xml_path):
-            print("no results for %s (did it build?)" % target, file=sys.stderr)
+            print("FAILED: %s (no results: did it build?)" % target,
+                  file=sys.stderr)
             failed += 1
             continue
         try:
@@ -58,6 +59,10 @@ def main(argv):
             continue
         for n in names:
             print("FAILED: %s %s" % (target, n), file=sys.stderr)
+        if names:
+            print("FAILED-LOG: %s" % os.path.join(testlogs, package, name,
+                                                  "test.log"),
+                  file=sys.stderr)
         passed, failed, skipped = passed + p, failed + f, skipped + s
     print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))
     return 0 if failed == 0 and passed > 0 else 1

@@ -36,11 +36,25 @@ absl::Status HiCacheEngine::OpenHostTier() {
       .host_layout = std::string(HostLayoutName(options_.host_layout)),
       .host_pages_per_rank = options_.host_pages_per_rank,
       .instance = options_.shm_prefix};
+  absl::StatusOr<std::unique_ptr<PageKeyStore>> keys =
+      PageKeyStore::Open({.prefix = options_.shm_prefix,
+                          .num_ranks = static_cast<Rank>(options_.cp_size),
+                          .pages_per_rank = options_.host_pages_per_rank,
+                          .page_size = options_.page_size,
+                          .fingerprint = geometry.kv_fingerprint});
+  if (!keys.ok()) return keys.status();
+  page_keys_ = *std::move(keys);
+  for (const std::string& name : page_keys_->removed()) {
+    spdlog::info("host tier: removed the page keys {} of another geometry",
+                 name);
+  }
   std::vector<persist::PutRecord> survivors;
   std::string cold;
   if (!pools_->host_attached()) {
     cold = "no host pools of this geometry survived (first start, a reboot "
            "or a geometry change)";
+  } else if (!page_keys_->attached()) {
+    cold = "the host pools survived but their page keys did not";
   } else {
     const absl::Time load_start = absl::Now();
     absl::StatusOr<persist::LoadedJournal> loaded =
@@ -66,6 +80,7 @@ absl::Status HiCacheEngine::OpenHostTier() {
                     .layout = options_.host_layout,
                     .host_pages_per_rank = options_.host_pages_per_rank,
                     .pools = bytes,
+                    .keys = page_keys_.get(),
                     .verify_threads = options_.recovery_threads});
       if (!recovery.ok()) return recovery.status();
       recovery_ = *std::move(recovery);
@@ -91,7 +106,8 @@ absl::Status HiCacheEngine::OpenHostTier() {
                                      .layout = options_.host_layout,
                                      .host_pages_per_rank =
                                          options_.host_pages_per_rank,
-                                     .journal = journal_.get()};
+                                     .journal = journal_.get(),
+                                     .keys = page_keys_.get()};
   for (Rank r = 0; r < options_.cp_size; ++r) {
     const KvPool* pool = pools_->host(r);
     recorder.pools.push_back(
@@ -136,7 +152,8 @@ void HiCacheEngine::CloseHostTier() {
   }
   recorder_.reset();
   journal_.reset();
-  // The pools stay for the next daemon (their segments are kept).
+  // The pools and the page keys stay for the next daemon (their segments
+  // are kept).
 }
 
 HostTierPersistence HiCacheEngine::Persistence() const {

@@ -18,6 +18,7 @@
 #include "daemon/engine/host_tier_recorder.h"
 #include "daemon/engine/host_tier_recovery.h"
 #include "daemon/persist/journal_writer.h"
+#include "daemon/pool/page_key_store.h"
 #include "daemon/engine/page_ledger.h"
 #include "daemon/pool/kv_geometry.h"
 #include "daemon/pool/rank_pools.h"
@@ -385,6 +386,9 @@ class HiCacheEngine : public TransferListener {
   std::unique_ptr<TransferEngine> transfer_;
   // Hot restart (engine_persistence.cc); null without a state_dir. The
   // recorder writes to the journal: destroyed first.
+  // The host pages' keys, kept in shared memory (declared before the
+  // recorder, which writes them, so that it is destroyed after it).
+  std::unique_ptr<PageKeyStore> page_keys_;
   std::unique_ptr<persist::JournalWriter> journal_;
   std::unique_ptr<HostTierRecorder> recorder_;
   HostTierRecovery recovery_;  // Set once in Create.

@@ -48,7 +48,7 @@ void HostTierRecorder::OnHostCommitted(HostCommit& commit) {
   put.persist_id = commit.persist_id;
   put.parent_persist_id = commit.parent_persist_id;
   put.name_space = std::string(commit.ns);
-  put.tokens = std::move(commit.key);
+  event.key = std::move(commit.key);
   put.logical_len = commit.host->logical_len();
   put.page_owners.assign(commit.host->page_owners().begin(),
                          commit.host->page_owners().end());
@@ -152,6 +152,29 @@ bool HostTierRecorder::Checksum(persist::PutRecord* put,
   return true;
 }
 
+bool HostTierRecorder::StoreKey(absl::Span<const int32_t> key,
+                                persist::PutRecord* put) const {
+  const size_t page_size = options_.geometry.page_size();
+  if (static_cast<int64_t>(key.size()) != put->logical_len) return false;
+  std::vector<size_t> next(put->host_pages.size(), 0);  // Per rank.
+  for (size_t i = 0; i < put->page_owners.size(); ++i) {
+    const uint32_t owner = put->page_owners[i];
+    if (owner >= next.size() || next[owner] >= put->host_pages[owner].size()) {
+      return false;
+    }
+    if (i * page_size >= key.size()) return false;
+    const size_t k = next[owner]++;
+    const absl::Span<const int32_t> tokens =
+        key.subspan(i * page_size, page_size);
+    if (!options_.keys->Write(owner, put->host_pages[owner][k], tokens).ok()) {
+      return false;
+    }
+    put->checksums[owner][k] =
+        PageRecordChecksum(put->checksums[owner][k], tokens);
+  }
+  return true;
+}
+
 void HostTierRecorder::Handle(Event& event) {
   persist::JournalWriter* journal = options_.journal;
   switch (event.kind) {
@@ -167,6 +190,14 @@ void HostTierRecorder::Handle(Event& event) {
           ++stats_.puts_discarded;
           return;
         }
+      }
+      if (!StoreKey(event.key, &event.put)) {
+        spdlog::error("host-tier journal: the key of node {} does not fit its "
+                      "pages",
+                      id);
+        MutexLock lock(&mu_);
+        ++stats_.puts_discarded;
+        return;
       }
       Count(journal->Put(event.put), /*put=*/true);
       return;

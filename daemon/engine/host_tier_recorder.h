@@ -6,8 +6,9 @@
 // The tree reports under the engine's lock; the recorder only copies the
 // event into an ordered queue and returns. One worker thread takes events in
 // order: a commit's page checksums are computed there, off the engine lock,
-// then the record goes to the journal writer (which makes it durable in the
-// background); drops, splits and reparents go straight through.
+// its key is written to the pages' PageKeyStore slots, and the record (the
+// index only, no tokens) goes to the journal writer (which makes it durable
+// in the background); drops, splits and reparents go straight through.
 //
 // Why checksums computed later are still right: a committed host page is
 // never written again while its node holds it, and the tree reports a drop
@@ -16,6 +17,10 @@
 // was queued: if it was, the hash may cover reused bytes and the Put is
 // discarded; if it was not, the hash was taken while the pages were still
 // the node's. A page reused by another node can never verify for this one.
+// Keys: the slots are written after that check, in event order, so a slot
+// ends with the key of the last node committed with that page; a slot that
+// holds another node's key (a crash before a Drop became durable) fails the
+// recorded checksum at recovery, as reused KV bytes do.
 //
 // The journal failing (a full disk) or refusing a Put (its queue is full)
 // never stops the cache: the node just does not survive a restart, and
@@ -36,6 +41,7 @@
 #include "daemon/core/mutex.h"
 #include "daemon/persist/journal_writer.h"
 #include "daemon/pool/kv_geometry.h"
+#include "daemon/pool/page_key_store.h"
 #include "daemon/radix/host_tier_listener.h"
 
 namespace hicache {
@@ -62,6 +68,7 @@ class HostTierRecorder final : public HostTierListener {
     int64_t host_pages_per_rank = 0;
     std::vector<HostPool> pools;  // Every rank of the journal's geometry.
     persist::JournalWriter* journal = nullptr;  // Not owned; outlives this.
+    PageKeyStore* keys = nullptr;  // Not owned; outlives this.
     // Test seam: the worker calls it before handling each event.
     std::function<void()> before_event;
   };
@@ -92,6 +99,7 @@ class HostTierRecorder final : public HostTierListener {
   struct Event {
     enum class Kind { kPut, kDrop, kSplit, kReparent } kind = Kind::kPut;
     persist::PutRecord put;  // kPut: everything but the checksums.
+    std::vector<int32_t> key;  // kPut: the node's tokens.
     uint64_t id = 0;         // kDrop, kSplit: the node; kReparent: the child.
     uint64_t other = 0;      // kSplit: the head; kReparent: the parent.
     int64_t at = 0;          // kSplit: the token it split at.
@@ -100,8 +108,12 @@ class HostTierRecorder final : public HostTierListener {
   void Enqueue(Event event) ABSL_LOCKS_EXCLUDED(mu_);
   void Run() ABSL_LOCKS_EXCLUDED(mu_);
   void Handle(Event& event) ABSL_LOCKS_EXCLUDED(mu_);
-  // Fills put->checksums; false if a page cannot be read (a bad record).
+  // Fills put->checksums with the pages' KV checksums; false if a page
+  // cannot be read (a bad record).
   bool Checksum(persist::PutRecord* put, uint64_t* bytes) const;
+  // Writes each page's tokens of `key` to its slot and mixes them into its
+  // checksum (PageRecordChecksum); false if a slot cannot be written.
+  bool StoreKey(absl::Span<const int32_t> key, persist::PutRecord* put) const;
   void Count(const absl::Status& status, bool put) ABSL_LOCKS_EXCLUDED(mu_);
 
   const Options options_;

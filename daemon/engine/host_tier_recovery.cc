@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/pool/page_checksum.h"
+#include "daemon/pool/page_key_store.h"
 #include "daemon/radix/cp_host_meta.h"
 
 namespace hicache {
@@ -15,40 +16,58 @@ absl::StatusOr<HostTierRecovery> RecoverHostTier(
     const persist::LoadedJournal& journal,
     const HostTierRecoveryTargets& targets) {
   const size_t ranks = journal.geometry.cp_size;
-  if (targets.tree == nullptr || targets.allocators.size() != ranks ||
-      targets.pools.size() != ranks) {
+  if (targets.tree == nullptr || targets.keys == nullptr ||
+      targets.allocators.size() != ranks || targets.pools.size() != ranks ||
+      targets.keys->num_ranks() != ranks ||
+      targets.keys->page_size() != journal.geometry.page_size ||
+      targets.keys->pages_per_rank() != journal.geometry.host_pages_per_rank) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "host-tier recovery needs the tree, and an allocator and a pool for "
-        "each of the journal's ",
+        "host-tier recovery needs the tree, the page keys of the journal's "
+        "geometry, and an allocator and a pool for each of its ",
         ranks, " ranks"));
   }
   HostTierRecovery out;
   out.records = static_cast<int64_t>(journal.puts.size());
   out.dropped_orphan = journal.orphans;
 
-  // 1. Verify every page, all records at once, rank by rank.
+  // 1. Verify every page, all records at once, rank by rank. A page's
+  // recorded checksum mixes its KV checksum with its tokens' (the key read
+  // back from its slot), so the KV checksum expected is unmixed with the
+  // slot's tokens: a slot holding another key expects other bytes.
   const absl::Time verify_start = absl::Now();
+  const int64_t page_size = journal.geometry.page_size;
   std::vector<bool> bad(journal.puts.size(), false);
-  for (size_t r = 0; r < ranks; ++r) {
-    std::vector<int64_t> pages;
-    std::vector<uint64_t> expected;
-    std::vector<size_t> owner;  // Record index of each listed page.
-    for (size_t i = 0; i < journal.puts.size(); ++i) {
-      const persist::PutRecord& put = journal.puts[i];
-      pages.insert(pages.end(), put.host_pages[r].begin(),
-                   put.host_pages[r].end());
-      expected.insert(expected.end(), put.checksums[r].begin(),
-                      put.checksums[r].end());
-      owner.insert(owner.end(), put.host_pages[r].size(), i);
+  std::vector<std::vector<int64_t>> pages(ranks);
+  std::vector<std::vector<uint64_t>> expected(ranks);
+  std::vector<std::vector<size_t>> owner(ranks);  // Record of each page.
+  for (size_t i = 0; i < journal.puts.size(); ++i) {
+    const persist::PutRecord& put = journal.puts[i];
+    std::vector<size_t> next(ranks, 0);
+    for (size_t p = 0; p < put.page_owners.size(); ++p) {
+      const uint32_t r = put.page_owners[p];
+      const size_t k = next[r]++;
+      const size_t count = static_cast<size_t>(
+          std::min<int64_t>(page_size, put.logical_len - p * page_size));
+      absl::StatusOr<absl::Span<const int32_t>> tokens =
+          targets.keys->Read(r, put.host_pages[r][k], count);
+      if (!tokens.ok()) {
+        bad[i] = true;
+        continue;
+      }
+      pages[r].push_back(put.host_pages[r][k]);
+      expected[r].push_back(KvChecksumFor(put.checksums[r][k], *tokens));
+      owner[r].push_back(i);
     }
-    if (pages.empty()) continue;
+  }
+  for (size_t r = 0; r < ranks; ++r) {
+    if (pages[r].empty()) continue;
     absl::StatusOr<std::vector<size_t>> mismatches = VerifyHostPages(
         targets.geometry, targets.layout, targets.host_pages_per_rank,
-        targets.pools[r], pages, expected,
+        targets.pools[r], pages[r], expected[r],
         std::max(1, targets.verify_threads));
     if (!mismatches.ok()) return mismatches.status();
-    for (size_t position : *mismatches) bad[owner[position]] = true;
-    out.verified_bytes += pages.size() * targets.geometry.BytesPerPage();
+    for (size_t position : *mismatches) bad[owner[r][position]] = true;
+    out.verified_bytes += pages[r].size() * targets.geometry.BytesPerPage();
   }
   out.verify_time = absl::Now() - verify_start;
 
@@ -91,13 +110,28 @@ absl::StatusOr<HostTierRecovery> RecoverHostTier(
       ++out.dropped_conflict;
       continue;
     }
+    // The key, from the pages' slots (verified above with the KV bytes).
+    std::vector<int32_t> key;
+    key.reserve(put.logical_len);
+    {
+      std::vector<size_t> next(ranks, 0);
+      for (size_t p = 0; p < put.page_owners.size(); ++p) {
+        const uint32_t r = put.page_owners[p];
+        const size_t count = static_cast<size_t>(
+            std::min<int64_t>(page_size, put.logical_len - p * page_size));
+        // Read in step 1 already: it cannot fail now.
+        absl::StatusOr<absl::Span<const int32_t>> tokens =
+            targets.keys->Read(r, put.host_pages[r][next[r]++], count);
+        if (tokens.ok()) key.insert(key.end(), tokens->begin(), tokens->end());
+      }
+    }
     std::vector<Rank> owners(put.page_owners.begin(), put.page_owners.end());
     absl::StatusOr<CpHostMeta> meta = CpHostMeta::Create(
         put.logical_len, journal.geometry.page_size, journal.geometry.cp_size,
         std::move(owners), put.host_pages);
     absl::StatusOr<NodeId> node =
         meta.ok() ? targets.tree->RestoreHostNode(put.name_space, parent,
-                                                  put.tokens, *std::move(meta),
+                                                  key, *std::move(meta),
                                                   put.persist_id)
                   : absl::StatusOr<NodeId>(meta.status());
     if (!node.ok()) {

@@ -14,6 +14,7 @@
 #include "daemon/alloc/host_page_allocator.h"
 #include "daemon/persist/journal_reader.h"
 #include "daemon/pool/kv_geometry.h"
+#include "daemon/pool/page_key_store.h"
 #include "daemon/radix/radix_tree.h"
 
 namespace hicache {
@@ -45,12 +46,16 @@ struct HostTierRecoveryTargets {
   int64_t host_pages_per_rank = 0;
   // Indexed by rank: each host pool's bytes.
   std::vector<absl::Span<const uint8_t>> pools;
+  // The pages' keys (the journal records none): every rank of the journal,
+  // its page size and pages per rank.
+  const PageKeyStore* keys = nullptr;
   int verify_threads = 1;
 };
 
-// Verifies every page of `journal.puts` (on verify_threads threads), then
-// restores the records top-down: reserves their pages exactly and adds
-// host-only nodes to the tree. Never fails for what the journal says (that
+// Verifies every page of `journal.puts` (on verify_threads threads): its KV
+// bytes and the tokens its key slot holds against the recorded checksum
+// (PageRecordChecksum). Then restores the records top-down: reserves their
+// pages exactly and adds host-only nodes to the tree, keyed by their slots. Never fails for what the journal says (that
 // only drops records); INVALID_ARGUMENT for targets that do not fit the
 // journal's geometry (ranks, pools).
 absl::StatusOr<HostTierRecovery> RecoverHostTier(

@@ -205,12 +205,12 @@ absl::StatusOr<size_t> PutPayloadSize(const PutRecord& put) {
                      put.host_pages.size(), " page lists"));
   }
   constexpr size_t kMaxCount = std::numeric_limits<uint32_t>::max();
-  if (put.name_space.size() > kMaxCount || put.tokens.size() > kMaxCount ||
+  if (put.name_space.size() > kMaxCount ||
       put.page_owners.size() > kMaxCount) {
     return absl::InvalidArgumentError("Put: a list is too long to encode");
   }
-  size_t size = 8 + 8 + 4 + put.name_space.size() + 4 + 4 * put.tokens.size() +
-                8 + 4 + 4 * put.page_owners.size() + 4;
+  size_t size = 8 + 8 + 4 + put.name_space.size() + 8 + 4 +
+                4 * put.page_owners.size() + 4;
   for (size_t r = 0; r < put.host_pages.size(); ++r) {
     if (put.checksums[r].size() != put.host_pages[r].size()) {
       return absl::InvalidArgumentError(
@@ -231,7 +231,6 @@ void AppendPutPayload(const PutRecord& put, std::string* p) {
   PutU64(p, put.persist_id);
   PutU64(p, put.parent_persist_id);
   PutString(p, put.name_space);
-  PutArray(p, put.tokens);
   PutU64(p, static_cast<uint64_t>(put.logical_len));
   PutArray(p, put.page_owners);
   PutU32(p, static_cast<uint32_t>(put.host_pages.size()));
@@ -338,9 +337,6 @@ absl::StatusOr<PutRecord> DecodePutPayload(absl::string_view p) {
     return Corrupt("Put truncated in its ids");
   }
   if (!c.String(&put.name_space)) return Corrupt("Put namespace truncated");
-  if (!c.Array(&put.tokens)) {
-    return Corrupt("Put token count does not fit the record");
-  }
   if (!c.I64(&put.logical_len)) return Corrupt("Put logical_len truncated");
   if (!c.Array(&put.page_owners)) {
     return Corrupt("Put page_owners count does not fit the record");

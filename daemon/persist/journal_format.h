@@ -12,9 +12,13 @@
 //   Geometry: page_size u32, cp_size u32, kv_fingerprint u64,
 //             host_layout string, host_pages_per_rank i64, instance string.
 //   Put:      persist_id u64, parent_persist_id u64, namespace string,
-//             edge tokens (i32 list), logical_len i64, page_owners (u32 list),
-//             rank count u32, then per rank: pages (i64 list),
-//             checksums (u64 list).
+//             logical_len i64, page_owners (u32 list), rank count u32, then
+//             per rank: pages (i64 list), checksums (u64 list).
+//             No tokens: a node's key lives with its pages in shared memory
+//             (PageKeyStore), and each page's checksum covers its tokens
+//             (PageRecordChecksum), so the journal holds only the index.
+//             Version 1 carried the edge tokens in the record; a version 1
+//             journal is refused (a cold start).
 //   Drop:     persist_id u64.
 //   Clean:    empty (written by Flush(clean) on SIGTERM; informational).
 //
@@ -35,7 +39,7 @@ namespace hicache::persist {
 
 inline constexpr char kJournalMagic[8] = {'H', 'C', 'J', 'O',
                                           'U', 'R', 'N', 'L'};
-inline constexpr uint32_t kJournalVersion = 1;
+inline constexpr uint32_t kJournalVersion = 2;
 inline constexpr size_t kFileHeaderSize = 16;
 // length u32 + type u8.
 inline constexpr size_t kFramePrefixSize = 5;
@@ -75,11 +79,12 @@ struct PutRecord {
   uint64_t persist_id = 0;         // Never 0; never reused in a journal.
   uint64_t parent_persist_id = 0;  // 0: the namespace root.
   std::string name_space;          // Bytes, not necessarily UTF-8.
-  std::vector<int32_t> tokens;     // The edge key from the parent.
-  int64_t logical_len = 0;
+  int64_t logical_len = 0;         // Tokens of the edge key from the parent.
   std::vector<uint32_t> page_owners;             // Rank of each logical page.
   std::vector<std::vector<int64_t>> host_pages;  // [rank][i]
-  std::vector<std::vector<uint64_t>> checksums;  // Same shape as host_pages.
+  // Same shape as host_pages: PageRecordChecksum of each page (its KV bytes
+  // and its tokens).
+  std::vector<std::vector<uint64_t>> checksums;
 
   bool operator==(const PutRecord&) const = default;
 };

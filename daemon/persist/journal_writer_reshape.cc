@@ -1,6 +1,8 @@
 // JournalWriter::Split and Reparent: the tree's structural changes to live
 // records, written as the Drop and Put records the format already has (so
-// the reader replays them with no new record type).
+// the reader replays them with no new record type). Records carry no tokens
+// (a page's key stays in its PageKeyStore slot and its checksum moves with
+// it), so a split only divides the page lists.
 #include <utility>
 #include <vector>
 
@@ -61,8 +63,7 @@ absl::Status JournalWriter::Split(uint64_t persist_id, int64_t at,
       return absl::OkStatus();
     }
     const int64_t page = geometry_.page_size;
-    if (at <= 0 || at >= old->logical_len || at % page != 0 ||
-        static_cast<size_t>(at) > old->tokens.size()) {
+    if (at <= 0 || at >= old->logical_len || at % page != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("Split: token ", at, " is not a page boundary inside ",
                        "persist_id ", persist_id, " (", old->logical_len,
@@ -77,7 +78,6 @@ absl::Status JournalWriter::Split(uint64_t persist_id, int64_t at,
     head.persist_id = head_id;
     head.parent_persist_id = old->parent_persist_id;
     head.name_space = old->name_space;
-    head.tokens.assign(old->tokens.begin(), old->tokens.begin() + at);
     head.logical_len = at;
     head.page_owners.assign(old->page_owners.begin(),
                             old->page_owners.begin() + head_pages);
@@ -85,7 +85,6 @@ absl::Status JournalWriter::Split(uint64_t persist_id, int64_t at,
     tail.persist_id = persist_id;
     tail.parent_persist_id = head_id;
     tail.name_space = old->name_space;
-    tail.tokens.assign(old->tokens.begin() + at, old->tokens.end());
     tail.logical_len = old->logical_len - at;
     tail.page_owners.assign(old->page_owners.begin() + head_pages,
                             old->page_owners.end());

@@ -38,14 +38,14 @@ std::vector<std::string> TaggedSegments(absl::string_view stem,
 }
 
 std::vector<std::string> OtherFingerprints(absl::string_view prefix,
-                                           Rank rank,
+                                           absl::string_view kind, Rank rank,
                                            const std::string& keep) {
   std::vector<std::string> out;
-  for (std::string& name : TaggedSegments(
-           absl::StrCat(prefix.substr(1), "-host-r", rank), keep)) {
-    // Exactly "<prefix>-host-r<rank>-g<16 hex>": not rank 1 for rank 10.
-    if (name.size() == prefix.size() + absl::StrCat("-host-r", rank).size() +
-                           18) {
+  const std::string middle = absl::StrCat("-", kind, "-r", rank);
+  for (std::string& name :
+       TaggedSegments(absl::StrCat(prefix.substr(1), middle), keep)) {
+    // Exactly "<prefix>-<kind>-r<rank>-g<16 hex>": not rank 1 for rank 10.
+    if (name.size() == prefix.size() + middle.size() + 18) {
       out.push_back(std::move(name));
     }
   }
@@ -54,13 +54,14 @@ std::vector<std::string> OtherFingerprints(absl::string_view prefix,
 
 }  // namespace
 
-absl::StatusOr<PersistentHostSegment> OpenPersistentHostSegment(
-    absl::string_view prefix, Rank rank, uint64_t size_bytes, bool lock_memory,
-    uint64_t fingerprint) {
+absl::StatusOr<PersistentHostSegment> OpenPersistentSegment(
+    absl::string_view prefix, absl::string_view kind, Rank rank,
+    uint64_t size_bytes, bool lock_memory, uint64_t fingerprint) {
   PersistentHostSegment out;
   const std::string name =
-      ShmPool::PersistentHostName(prefix, rank, fingerprint);
-  for (const std::string& other : OtherFingerprints(prefix, rank, name)) {
+      ShmPool::PersistentName(prefix, kind, rank, fingerprint);
+  for (const std::string& other :
+       OtherFingerprints(prefix, kind, rank, name)) {
     if (shm_unlink(other.c_str()) == 0) out.removed.push_back(other);
   }
   absl::StatusOr<std::unique_ptr<ShmPool>> pool =
@@ -76,12 +77,21 @@ absl::StatusOr<PersistentHostSegment> OpenPersistentHostSegment(
   return out;
 }
 
+absl::StatusOr<PersistentHostSegment> OpenPersistentHostSegment(
+    absl::string_view prefix, Rank rank, uint64_t size_bytes, bool lock_memory,
+    uint64_t fingerprint) {
+  return OpenPersistentSegment(prefix, "host", rank, size_bytes, lock_memory,
+                               fingerprint);
+}
+
 std::vector<std::string> RemovePersistentHostSegments(
     absl::string_view prefix) {
   std::vector<std::string> removed;
-  for (const std::string& name :
-       TaggedSegments(absl::StrCat(prefix.substr(1), "-host-r"), "")) {
-    if (shm_unlink(name.c_str()) == 0) removed.push_back(name);
+  for (absl::string_view kind : {"-host-r", "-keys-r"}) {
+    for (const std::string& name :
+         TaggedSegments(absl::StrCat(prefix.substr(1), kind), "")) {
+      if (shm_unlink(name.c_str()) == 0) removed.push_back(name);
+    }
   }
   return removed;
 }

@@ -170,10 +170,16 @@ absl::StatusOr<std::unique_ptr<ShmPool>> ShmPool::Map(int fd,
       new ShmPool(name, size_bytes, data, lock_memory, pin_time, attached));
 }
 
+std::string ShmPool::PersistentName(absl::string_view prefix,
+                                    absl::string_view kind, Rank rank,
+                                    uint64_t fingerprint) {
+  return absl::StrCat(prefix, "-", kind, "-r", rank, "-g",
+                      absl::Hex(fingerprint, absl::kZeroPad16));
+}
+
 std::string ShmPool::PersistentHostName(absl::string_view prefix, Rank rank,
                                         uint64_t fingerprint) {
-  return absl::StrCat(prefix, "-host-r", rank, "-g",
-                      absl::Hex(fingerprint, absl::kZeroPad16));
+  return PersistentName(prefix, "host", rank, fingerprint);
 }
 
 ShmPool::ShmPool(std::string name, uint64_t size_bytes, void* data, bool locked,

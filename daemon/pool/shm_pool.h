@@ -72,7 +72,12 @@ class ShmPool final : public KvPool {
   static absl::StatusOr<std::unique_ptr<ShmPool>> Attach(
       const std::string& name, uint64_t size_bytes, bool lock_memory);
 
-  // "<prefix>-host-r<rank>-g<fingerprint as 16 lowercase hex digits>".
+  // "<prefix>-<kind>-r<rank>-g<fingerprint as 16 lowercase hex digits>";
+  // kind is "host" (a host pool) or "keys" (its page keys, PageKeyStore).
+  static std::string PersistentName(absl::string_view prefix,
+                                    absl::string_view kind, Rank rank,
+                                    uint64_t fingerprint);
+  // PersistentName(prefix, "host", rank, fingerprint).
   static std::string PersistentHostName(absl::string_view prefix, Rank rank,
                                         uint64_t fingerprint);
 

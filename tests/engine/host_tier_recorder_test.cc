@@ -5,6 +5,9 @@
 // were taken is never recorded.
 #include "daemon/engine/host_tier_recorder.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <future>
 #include <map>
 #include <random>
@@ -15,6 +18,8 @@
 #include "daemon/persist/journal_reader.h"
 #include "daemon/persist/state_dir.h"
 #include "daemon/pool/page_checksum.h"
+#include "daemon/pool/page_key_store.h"
+#include "daemon/pool/persistent_host_segment.h"
 #include "daemon/radix/radix_tree.h"
 #include "gtest/gtest.h"
 #include "tests/testing/temp_dir.h"
@@ -52,6 +57,18 @@ class RecorderTest : public ::testing::Test {
          .clock = &clock_});
     ASSERT_TRUE(tree.ok());
     tree_ = *std::move(tree);
+    auto keys = PageKeyStore::Open({.prefix = prefix_,
+                                    .num_ranks = 1,
+                                    .pages_per_rank = kHostPages,
+                                    .page_size = kP,
+                                    .fingerprint = 42});
+    ASSERT_TRUE(keys.ok()) << keys.status();
+    keys_ = *std::move(keys);
+  }
+  void TearDown() override {
+    recorder_.reset();
+    keys_.reset();
+    RemovePersistentHostSegments(prefix_);
   }
   void StartRecorder(std::function<void()> before_event = {}) {
     recorder_ = std::make_unique<HostTierRecorder>(HostTierRecorder::Options{
@@ -60,6 +77,7 @@ class RecorderTest : public ::testing::Test {
         .host_pages_per_rank = kHostPages,
         .pools = {{.rank = 0, .bytes = bytes_}},
         .journal = writer_.get(),
+        .keys = keys_.get(),
         .before_event = std::move(before_event)});
     tree_->SetHostTierListener(recorder_.get());
   }
@@ -107,12 +125,25 @@ class RecorderTest : public ::testing::Test {
       auto it = expected.find(put.persist_id);
       ASSERT_NE(it, expected.end()) << put.persist_id;
       EXPECT_EQ(put.parent_persist_id, it->second.parent_persist_id);
-      EXPECT_EQ(put.tokens, keys[put.persist_id]);
+      EXPECT_EQ(put.logical_len,
+                static_cast<int64_t>(keys[put.persist_id].size()));
       EXPECT_EQ(put.host_pages[0], it->second.host->host_pages(0));
       auto sums = HostPageChecksums(geometry_, HostLayout::kLayerFirst,
                                     kHostPages, bytes_, put.host_pages[0]);
       ASSERT_TRUE(sums.ok());
-      EXPECT_EQ(put.checksums[0], *sums) << "persist id " << put.persist_id;
+      // The key is in the pages' slots, and each page's checksum covers its
+      // KV bytes and its tokens.
+      std::vector<int32_t> key;
+      std::vector<uint64_t> want;
+      for (size_t i = 0; i < put.host_pages[0].size(); ++i) {
+        const size_t count = std::min<size_t>(kP, put.logical_len - i * kP);
+        auto tokens = keys_->Read(0, put.host_pages[0][i], count);
+        ASSERT_TRUE(tokens.ok()) << tokens.status();
+        key.insert(key.end(), tokens->begin(), tokens->end());
+        want.push_back(PageRecordChecksum((*sums)[i], *tokens));
+      }
+      EXPECT_EQ(key, keys[put.persist_id]) << "persist id " << put.persist_id;
+      EXPECT_EQ(put.checksums[0], want) << "persist id " << put.persist_id;
       ++*compared;
     }
     // The loader keeps exactly what a restart can reach: chains of recorded
@@ -142,6 +173,8 @@ class RecorderTest : public ::testing::Test {
   persist::JournalGeometry journal_geometry_;
   ::hicache::testing::TempDir dir_;
   std::unique_ptr<persist::JournalWriter> writer_;
+  const std::string prefix_ = "/hicache-rectest" + std::to_string(getpid());
+  std::unique_ptr<PageKeyStore> keys_;
   std::unique_ptr<RadixTree> tree_;
   std::unique_ptr<HostTierRecorder> recorder_;
   LogicalPage next_page_ = 100;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
@@ -33,11 +34,16 @@ TEST(JournalFormatTest, FileHeaderRoundTripAndRejections) {
   std::string bad_magic = header;
   bad_magic[0] = 'X';
   EXPECT_EQ(CheckFileHeader(bad_magic).code(), absl::StatusCode::kDataLoss);
-  std::string v2 = header;
-  v2[8] = 2;
-  const absl::Status s = CheckFileHeader(v2);
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(s.message().find("version 2"), std::string::npos) << s;
+  // Version 1 (tokens in the records) and a future version 3 are refused.
+  for (char version : {1, 3}) {
+    std::string other = header;
+    other[8] = version;
+    const absl::Status s = CheckFileHeader(other);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(s.message().find(absl::StrCat("version ", static_cast<int>(version))),
+              std::string::npos)
+        << s;
+  }
 }
 
 TEST(JournalFormatTest, GeometryRoundTrip) {
@@ -83,7 +89,6 @@ TEST(JournalFormatTest, PutPayloadBytesAreTheDocumentedFormat) {
   put.persist_id = 0x0102030405060708ull;
   put.parent_persist_id = 9;
   put.name_space = "ab";
-  put.tokens = {-1, 0x11223344};
   put.logical_len = 20;
   put.page_owners = {1, 0};
   put.host_pages = {{7}, {0x0a0b0c0d0e0f1011ll}};
@@ -93,9 +98,6 @@ TEST(JournalFormatTest, PutPayloadBytesAreTheDocumentedFormat) {
   PutLe64(&want, 9);
   PutLe32(&want, 2);
   want += "ab";
-  PutLe32(&want, 2);
-  PutLe32(&want, 0xffffffffu);
-  PutLe32(&want, 0x11223344);
   PutLe64(&want, 20);
   PutLe32(&want, 2);
   PutLe32(&want, 1);
@@ -168,7 +170,7 @@ TEST(JournalFormatTest, EncodePutRejectsBadShapes) {
             absl::StatusCode::kInvalidArgument);
   // Too big for one record.
   PutRecord huge = put;
-  huge.tokens.assign(kMaxPayloadSize / 4 + 1, 1);
+  huge.page_owners.assign(kMaxPayloadSize / 4 + 1, 0);
   EXPECT_EQ(EncodePutRecord(huge).status().code(),
             absl::StatusCode::kInvalidArgument);
   std::string out;
@@ -288,17 +290,11 @@ TEST(JournalFormatTest, HostilePutPayloadsFail) {
   EXPECT_EQ(DecodePutPayload(p).status().code(), absl::StatusCode::kDataLoss);
 
   p = header(0);
-  PutLe32(&p, 0xffffffffu);  // 4G tokens.
-  EXPECT_EQ(DecodePutPayload(p).status().code(), absl::StatusCode::kDataLoss);
-
-  p = header(0);
-  PutLe32(&p, 0);           // No tokens.
   PutLe64(&p, 16);          // logical_len.
   PutLe32(&p, 0x40000000);  // 1G owners.
   EXPECT_EQ(DecodePutPayload(p).status().code(), absl::StatusCode::kDataLoss);
 
   p = header(0);
-  PutLe32(&p, 0);
   PutLe64(&p, 16);
   PutLe32(&p, 1);
   PutLe32(&p, 0);            // Owner 0.
@@ -307,7 +303,6 @@ TEST(JournalFormatTest, HostilePutPayloadsFail) {
 
   // One rank: one page, two checksums.
   p = header(0);
-  PutLe32(&p, 0);
   PutLe64(&p, 16);
   PutLe32(&p, 1);
   PutLe32(&p, 0);

@@ -32,8 +32,6 @@ inline PutRecord MakePut(uint64_t id, uint64_t parent, const std::string& ns,
   put.name_space = ns;
   put.logical_len = static_cast<int64_t>(pages) * g.page_size -
                     static_cast<int64_t>(rng() % g.page_size);
-  put.tokens.resize(static_cast<size_t>(put.logical_len));
-  for (int32_t& t : put.tokens) t = static_cast<int32_t>(rng() % 150000);
   put.host_pages.resize(g.cp_size);
   put.checksums.resize(g.cp_size);
   const uint32_t first = static_cast<uint32_t>(rng() % g.cp_size);

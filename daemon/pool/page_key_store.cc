@@ -1,0 +1,114 @@
+#include "daemon/pool/page_key_store.h"
+
+#include <xxhash.h>
+
+#include <cstring>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "daemon/pool/persistent_host_segment.h"
+
+namespace hicache {
+namespace {
+
+constexpr uint64_t kMaxSegmentBytes = uint64_t{1} << 40;
+
+}  // namespace
+
+absl::Status PageKeyStore::CheckShape(Rank num_ranks, int64_t pages_per_rank,
+                                      uint32_t page_size, uint64_t* bytes) {
+  if (num_ranks < 1 || pages_per_rank < 1 || page_size == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "page key store: ", num_ranks, " ranks, ", pages_per_rank,
+        " pages a rank, page size ", page_size, " (each must be at least 1)"));
+  }
+  const uint64_t slot_bytes = uint64_t{page_size} * sizeof(int32_t);
+  if (static_cast<uint64_t>(pages_per_rank) > kMaxSegmentBytes / slot_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page key store: ", pages_per_rank, " pages of ",
+                     page_size, " tokens exceed 2^40 bytes a rank"));
+  }
+  *bytes = slot_bytes * static_cast<uint64_t>(pages_per_rank);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<PageKeyStore>> PageKeyStore::Open(
+    const Options& options) {
+  uint64_t size = 0;
+  if (absl::Status s = CheckShape(options.num_ranks, options.pages_per_rank,
+                                  options.page_size, &size);
+      !s.ok()) {
+    return s;
+  }
+  std::unique_ptr<PageKeyStore> store(
+      new PageKeyStore(options.page_size, options.pages_per_rank));
+  bool all_attached = true;
+  for (Rank r = 0; r < options.num_ranks; ++r) {
+    absl::StatusOr<PersistentHostSegment> segment = OpenPersistentSegment(
+        options.prefix, "keys", r, size, /*lock_memory=*/false,
+        options.fingerprint);
+    if (!segment.ok()) return segment.status();
+    all_attached = all_attached && segment->attached;
+    for (std::string& name : segment->removed) {
+      store->removed_.push_back(std::move(name));
+    }
+    store->slots_.push_back(static_cast<int32_t*>(segment->pool->host_data()));
+    store->segments_.push_back(std::move(segment->pool));
+  }
+  store->attached_ = all_attached;
+  return store;
+}
+
+absl::StatusOr<std::unique_ptr<PageKeyStore>> PageKeyStore::InMemory(
+    Rank num_ranks, int64_t pages_per_rank, uint32_t page_size) {
+  uint64_t size = 0;
+  if (absl::Status s = CheckShape(num_ranks, pages_per_rank, page_size, &size);
+      !s.ok()) {
+    return s;
+  }
+  std::unique_ptr<PageKeyStore> store(
+      new PageKeyStore(page_size, pages_per_rank));
+  for (Rank r = 0; r < num_ranks; ++r) {
+    store->memory_.emplace_back(size / sizeof(int32_t), 0);
+    store->slots_.push_back(store->memory_.back().data());
+  }
+  return store;
+}
+
+absl::Status PageKeyStore::Check(Rank rank, int64_t page, size_t count) const {
+  if (rank >= slots_.size() || page < 0 || page >= pages_per_rank_ ||
+      count > page_size_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "page key store: rank ", rank, " page ", page, " with ", count,
+        " tokens is outside ", slots_.size(), " ranks of ", pages_per_rank_,
+        " pages of ", page_size_, " tokens"));
+  }
+  return absl::OkStatus();
+}
+
+int32_t* PageKeyStore::Slot(Rank rank, int64_t page) const {
+  return slots_[rank] + static_cast<uint64_t>(page) * page_size_;
+}
+
+absl::Status PageKeyStore::Write(Rank rank, int64_t page,
+                                 absl::Span<const int32_t> tokens) {
+  if (absl::Status s = Check(rank, page, tokens.size()); !s.ok()) return s;
+  if (!tokens.empty()) {
+    std::memcpy(Slot(rank, page), tokens.data(),
+                tokens.size() * sizeof(int32_t));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<absl::Span<const int32_t>> PageKeyStore::Read(
+    Rank rank, int64_t page, size_t count) const {
+  if (absl::Status s = Check(rank, page, count); !s.ok()) return s;
+  return absl::Span<const int32_t>(Slot(rank, page), count);
+}
+
+uint64_t PageTokensChecksum(absl::Span<const int32_t> tokens) {
+  return XXH3_64bits(tokens.data(), tokens.size() * sizeof(int32_t));
+}
+
+}  // namespace hicache
