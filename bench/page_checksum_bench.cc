@@ -37,7 +37,8 @@ struct PresetCase {
   const char* name;
   uint32_t page_size;
 };
-constexpr PresetCase kPresets[] = {{"tiny", 64}, {"deepseek-v3.2-fp8", 64}};
+constexpr PresetCase kPresets[] = {
+    {"tiny", 64}, {"deepseek-v3.2-fp8", 64}, {"micro", 64}};
 constexpr HostLayout kLayouts[] = {HostLayout::kLayerFirst,
                                    HostLayout::kPageFirst};
 
@@ -134,7 +135,7 @@ void BM_VerifyHostPages(benchmark::State& state) {
 
 void Args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"preset", "layout", "threads"});
-  for (int preset = 0; preset < 2; ++preset) {
+  for (int preset = 0; preset < 3; ++preset) {
     for (int layout = 0; layout < 2; ++layout) {
       for (int threads : {1, 2}) b->Args({preset, layout, threads});
     }
@@ -164,7 +165,9 @@ BENCHMARK(BM_HostPageChecksumOne)
     ->Args({0, 0})
     ->Args({0, 1})
     ->Args({1, 0})
-    ->Args({1, 1});
+    ->Args({1, 1})
+    ->Args({2, 0})
+    ->Args({2, 1});
 
 }  // namespace
 }  // namespace hicache

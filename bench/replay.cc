@@ -146,14 +146,16 @@ int Main() {
           out->request_p50_us, out->request_p99_us, out->seconds);
       if (out->persistence.enabled) {
         std::printf(
-            "  journal: %lld puts, %lld live, file %llu bytes, status %s; "
-            "%.0f req/s, %.2f CPU s; process wrote %lld bytes to storage\n",
+            "  journal: %lld puts, %lld live, file %llu bytes, status %s, "
+            "final flush %.1f ms; %.0f req/s, %.2f CPU s; process wrote %lld "
+            "bytes to storage\n",
             static_cast<long long>(out->persistence.journal_puts),
             static_cast<long long>(out->persistence.journal_live),
             static_cast<unsigned long long>(
                 out->persistence.journal_file_bytes),
             out->persistence.journal_status.c_str(),
-            out->requests / out->seconds, cpu, written);
+            out->flush_seconds * 1e3, out->requests / out->seconds, cpu,
+            written);
       } else {
         std::printf("  %.0f req/s, %.2f CPU s\n", out->requests / out->seconds,
                     cpu);

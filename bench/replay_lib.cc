@@ -186,9 +186,13 @@ absl::StatusOr<ReplayOutcome> ReplayWith(const std::vector<TraceRequest>& trace,
   settle();
   // The journal's work counts too: everything recorded is made durable
   // before the clock stops (OK without a state_dir).
+  const auto flush_start = std::chrono::steady_clock::now();
   if (absl::Status flushed = e.FlushHostTier(/*clean=*/false); !flushed.ok()) {
     return flushed;
   }
+  out.flush_seconds = std::chrono::duration<double>(
+                          std::chrono::steady_clock::now() - flush_start)
+                          .count();
   out.seconds = std::chrono::duration<double>(
                     std::chrono::steady_clock::now() - start)
                     .count();

@@ -64,6 +64,8 @@ struct ReplayOutcome {
   EngineStats stats;
   HostTierPersistence persistence;  // enabled only with a state_dir.
   double seconds = 0;
+  // Of `seconds`: the final FlushHostTier (the journal's backlog at the end).
+  double flush_seconds = 0;
   double request_p50_us = 0;  // Wall time of one request's engine calls.
   double request_p99_us = 0;
 

@@ -1,5 +1,9 @@
 #include "daemon/engine/host_tier_recorder.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <utility>
 
 #include "daemon/core/log_format.h"
@@ -42,13 +46,24 @@ HostTierRecorder::~HostTierRecorder() {
 }
 
 void HostTierRecorder::OnHostCommitted(HostCommit& commit) {
+  const int64_t pages = static_cast<int64_t>(commit.key_pages.size());
+  {
+    MutexLock lock(&mu_);
+    if (queued_pages_ + pages > options_.max_queued_pages) {
+      // Behind by more than the bound: this node is not recorded (nothing
+      // of it is queued, so its later events name an id the journal does
+      // not know, which it ignores).
+      ++stats_.puts_refused;
+      return;
+    }
+    queued_pages_ += pages;
+  }
   Event event;
   event.kind = Event::Kind::kPut;
   persist::PutRecord& put = event.put;
   put.persist_id = commit.persist_id;
   put.parent_persist_id = commit.parent_persist_id;
   put.name_space = std::string(commit.ns);
-  event.key = std::move(commit.key);
   put.logical_len = commit.host->logical_len();
   put.page_owners.assign(commit.host->page_owners().begin(),
                          commit.host->page_owners().end());
@@ -56,11 +71,12 @@ void HostTierRecorder::OnHostCommitted(HostCommit& commit) {
   for (Rank r = 0; r < commit.host->cp_size(); ++r) {
     put.host_pages[r] = commit.host->host_pages(r);
   }
-  {
-    MutexLock lock(&mu_);
-    unrecorded_.insert(commit.persist_id);
-  }
-  Enqueue(std::move(event));
+  // The key goes to its pages' slots now, while the pages are the node's
+  // (in the tree's order): the journal will record none of it.
+  event.key_stored = StoreKey(commit.key_pages, put);
+  MutexLock lock(&mu_);
+  unrecorded_.insert(commit.persist_id);
+  EnqueueLocked(std::move(event));
 }
 
 void HostTierRecorder::OnHostReparented(uint64_t child, uint64_t parent) {
@@ -96,12 +112,33 @@ void HostTierRecorder::OnHostSplit(uint64_t persist_id, int64_t at,
 
 void HostTierRecorder::Enqueue(Event event) {
   MutexLock lock(&mu_);
+  EnqueueLocked(std::move(event));
+}
+
+void HostTierRecorder::EnqueueLocked(Event event) {
+  const bool first = queue_.empty();
+  if (first) first_queued_ = absl::Now();
   queue_.push_back(std::move(event));
-  // A busy worker takes this one with its next batch: no wake-up needed.
-  if (worker_waiting_) work_cv_.Signal();
+  // A busy worker takes this one with its next batch. A waiting one is woken
+  // for a batch's first event (it then waits until max_delay after it) and
+  // when the batch is full: two wake-ups a batch at most, not one an event.
+  if (worker_waiting_ && (first || queue_.size() == options_.wake_batch)) {
+    work_cv_.Signal();
+  }
 }
 
 void HostTierRecorder::Run() {
+  {
+    // A lower priority (nice): under contention the worker yields to the
+    // threads that serve, and catches up when the daemon is quieter (Flush
+    // waits for it; the queue is bounded, see OnHostCommitted).
+    if (options_.worker_nice > 0 &&
+        setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()),
+                    options_.worker_nice) != 0) {
+      spdlog::warn("host-tier journal: the recorder could not lower its "
+                   "priority; it runs at the daemon's");
+    }
+  }
   std::deque<Event> batch;
   while (true) {
     {
@@ -110,6 +147,14 @@ void HostTierRecorder::Run() {
       if (queue_.empty()) idle_cv_.SignalAll();
       worker_waiting_ = true;
       while (queue_.empty() && !stop_) work_cv_.Wait(&mu_);
+      // A batch: until wake_batch events, max_delay after the first, a
+      // Flush or a stop.
+      while (!stop_ && !flush_wanted_ && queue_.size() < options_.wake_batch) {
+        const absl::Duration left =
+            first_queued_ + options_.max_delay - absl::Now();
+        if (left <= absl::ZeroDuration()) break;
+        work_cv_.WaitWithTimeout(&mu_, left);
+      }
       worker_waiting_ = false;
       if (queue_.empty()) return;  // Stopping, and everything handled.
       batch.swap(queue_);  // Everything queued, in order.
@@ -152,25 +197,42 @@ bool HostTierRecorder::Checksum(persist::PutRecord* put,
   return true;
 }
 
-bool HostTierRecorder::StoreKey(absl::Span<const int32_t> key,
-                                persist::PutRecord* put) const {
-  const size_t page_size = options_.geometry.page_size();
-  if (static_cast<int64_t>(key.size()) != put->logical_len) return false;
+bool HostTierRecorder::StoreKey(
+    absl::Span<const absl::Span<const int32_t>> key_pages,
+    const persist::PutRecord& put) const {
+  if (key_pages.size() != put.page_owners.size()) return false;
+  std::vector<size_t> next(put.host_pages.size(), 0);  // Per rank.
+  for (size_t i = 0; i < key_pages.size(); ++i) {
+    const uint32_t owner = put.page_owners[i];
+    if (owner >= next.size() || next[owner] >= put.host_pages[owner].size()) {
+      return false;
+    }
+    if (!options_.keys
+             ->Write(owner, put.host_pages[owner][next[owner]++], key_pages[i])
+             .ok()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool HostTierRecorder::MixKeyChecksums(persist::PutRecord* put) const {
+  const int64_t page_size = options_.geometry.page_size();
   std::vector<size_t> next(put->host_pages.size(), 0);  // Per rank.
   for (size_t i = 0; i < put->page_owners.size(); ++i) {
     const uint32_t owner = put->page_owners[i];
-    if (owner >= next.size() || next[owner] >= put->host_pages[owner].size()) {
-      return false;
-    }
-    if (i * page_size >= key.size()) return false;
     const size_t k = next[owner]++;
-    const absl::Span<const int32_t> tokens =
-        key.subspan(i * page_size, page_size);
-    if (!options_.keys->Write(owner, put->host_pages[owner][k], tokens).ok()) {
-      return false;
+    const size_t count = static_cast<size_t>(std::min<int64_t>(
+        page_size, put->logical_len - static_cast<int64_t>(i) * page_size));
+    HICACHE_RACY_READS_BEGIN();
+    absl::StatusOr<absl::Span<const int32_t>> tokens =
+        options_.keys->Read(owner, put->host_pages[owner][k], count);
+    if (tokens.ok()) {
+      put->checksums[owner][k] =
+          PageRecordChecksum(put->checksums[owner][k], *tokens);
     }
-    put->checksums[owner][k] =
-        PageRecordChecksum(put->checksums[owner][k], tokens);
+    HICACHE_RACY_READS_END();
+    if (!tokens.ok()) return false;
   }
   return true;
 }
@@ -181,23 +243,19 @@ void HostTierRecorder::Handle(Event& event) {
     case Event::Kind::kPut: {
       const uint64_t id = event.put.persist_id;
       uint64_t bytes = 0;
-      const bool hashed = Checksum(&event.put, &bytes);
+      // Hashes the pages' KV bytes and their slots' tokens: both may be
+      // another node's by now, if this one was dropped (checked below).
+      const bool hashed = event.key_stored && Checksum(&event.put, &bytes) &&
+                          MixKeyChecksums(&event.put);
       {
         MutexLock lock(&mu_);
+        queued_pages_ -= static_cast<int64_t>(event.put.page_owners.size());
         unrecorded_.erase(id);
         stats_.hashed_bytes += bytes;
         if (dropped_early_.erase(id) > 0 || !hashed) {
           ++stats_.puts_discarded;
           return;
         }
-      }
-      if (!StoreKey(event.key, &event.put)) {
-        spdlog::error("host-tier journal: the key of node {} does not fit its "
-                      "pages",
-                      id);
-        MutexLock lock(&mu_);
-        ++stats_.puts_discarded;
-        return;
       }
       Count(journal->Put(event.put), /*put=*/true);
       return;
@@ -234,7 +292,10 @@ void HostTierRecorder::Count(const absl::Status& status, bool put) {
 absl::Status HostTierRecorder::Flush(bool clean) {
   {
     MutexLock lock(&mu_);
+    ++flush_wanted_;
+    work_cv_.Signal();
     while (!queue_.empty() || busy_) idle_cv_.Wait(&mu_);
+    --flush_wanted_;
   }
   return clean ? options_.journal->FlushClean() : options_.journal->Flush();
 }

@@ -6,9 +6,11 @@
 // The tree reports under the engine's lock; the recorder only copies the
 // event into an ordered queue and returns. One worker thread takes events in
 // order: a commit's page checksums are computed there, off the engine lock,
-// its key is written to the pages' PageKeyStore slots, and the record (the
-// index only, no tokens) goes to the journal writer (which makes it durable
-// in the background); drops, splits and reparents go straight through.
+// and the record (the index only, no tokens) goes to the journal writer
+// (which makes it durable in the background); drops, splits and reparents go
+// straight through. The only work under the engine's lock is copying the
+// event and the node's key into its pages' PageKeyStore slots (one page of
+// tokens each, as the KV copy is one page of bytes each).
 //
 // Why checksums computed later are still right: a committed host page is
 // never written again while its node holds it, and the tree reports a drop
@@ -17,10 +19,11 @@
 // was queued: if it was, the hash may cover reused bytes and the Put is
 // discarded; if it was not, the hash was taken while the pages were still
 // the node's. A page reused by another node can never verify for this one.
-// Keys: the slots are written after that check, in event order, so a slot
-// ends with the key of the last node committed with that page; a slot that
-// holds another node's key (a crash before a Drop became durable) fails the
-// recorded checksum at recovery, as reused KV bytes do.
+// Keys: a slot is written at commit, in the tree's order, so it holds the
+// key of the last node committed with that page; the worker hashes it with
+// the KV bytes, under the same dropped-meanwhile check. A slot that holds
+// another node's key at recovery (a crash before a Drop became durable)
+// fails the recorded checksum, as reused KV bytes do.
 //
 // The journal failing (a full disk) or refusing a Put (its queue is full)
 // never stops the cache: the node just does not survive a restart, and
@@ -37,6 +40,8 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "daemon/core/mutex.h"
 #include "daemon/persist/journal_writer.h"
@@ -49,7 +54,9 @@ namespace hicache {
 struct HostTierRecorderStats {
   int64_t puts = 0;            // Handed to the journal.
   int64_t puts_discarded = 0;  // Dropped before their checksums were taken.
-  int64_t puts_refused = 0;    // The journal refused them (queue full).
+  // Not recorded: the recorder's queue (max_queued_pages) or the journal's
+  // was full.
+  int64_t puts_refused = 0;
   int64_t journal_errors = 0;  // Calls that failed otherwise (broken).
   int64_t events = 0;          // Everything the worker has handled.
   uint64_t hashed_bytes = 0;   // Host page bytes checksummed.
@@ -69,6 +76,17 @@ class HostTierRecorder final : public HostTierListener {
     std::vector<HostPool> pools;  // Every rank of the journal's geometry.
     persist::JournalWriter* journal = nullptr;  // Not owned; outlives this.
     PageKeyStore* keys = nullptr;  // Not owned; outlives this.
+    // The worker takes events in batches: it is woken when wake_batch are
+    // queued, else it takes them max_delay after the first (or at a Flush).
+    size_t wake_batch = 64;
+    absl::Duration max_delay = absl::Milliseconds(5);
+    // The worker's nice level (0: the daemon's own priority). Lower
+    // priority keeps hashing off the serving threads' CPU under contention.
+    int worker_nice = 10;
+    // Commits waiting to be hashed, in pages: past this bound a commit is
+    // not recorded (its node does not survive a restart; puts_refused), so
+    // a recorder that falls behind never holds unbounded memory.
+    int64_t max_queued_pages = int64_t{1} << 22;
     // Test seam: the worker calls it before handling each event.
     std::function<void()> before_event;
   };
@@ -99,21 +117,26 @@ class HostTierRecorder final : public HostTierListener {
   struct Event {
     enum class Kind { kPut, kDrop, kSplit, kReparent } kind = Kind::kPut;
     persist::PutRecord put;  // kPut: everything but the checksums.
-    std::vector<int32_t> key;  // kPut: the node's tokens.
+    bool key_stored = false;  // kPut: its slots hold its key.
     uint64_t id = 0;         // kDrop, kSplit: the node; kReparent: the child.
     uint64_t other = 0;      // kSplit: the head; kReparent: the parent.
     int64_t at = 0;          // kSplit: the token it split at.
   };
 
   void Enqueue(Event event) ABSL_LOCKS_EXCLUDED(mu_);
+  void EnqueueLocked(Event event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Run() ABSL_LOCKS_EXCLUDED(mu_);
   void Handle(Event& event) ABSL_LOCKS_EXCLUDED(mu_);
   // Fills put->checksums with the pages' KV checksums; false if a page
   // cannot be read (a bad record).
   bool Checksum(persist::PutRecord* put, uint64_t* bytes) const;
-  // Writes each page's tokens of `key` to its slot and mixes them into its
-  // checksum (PageRecordChecksum); false if a slot cannot be written.
-  bool StoreKey(absl::Span<const int32_t> key, persist::PutRecord* put) const;
+  // Writes each page's tokens to its slot (under the engine's lock); false
+  // if the key does not fit the pages or a slot cannot be written.
+  bool StoreKey(absl::Span<const absl::Span<const int32_t>> key_pages,
+                const persist::PutRecord& put) const;
+  // Mixes each page's slot tokens into its checksum (PageRecordChecksum);
+  // false if a slot cannot be read.
+  bool MixKeyChecksums(persist::PutRecord* put) const;
   void Count(const absl::Status& status, bool put) ABSL_LOCKS_EXCLUDED(mu_);
 
   const Options options_;
@@ -125,6 +148,9 @@ class HostTierRecorder final : public HostTierListener {
   bool busy_ ABSL_GUARDED_BY(mu_) = false;  // The worker holds a batch.
   bool worker_waiting_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  int flush_wanted_ ABSL_GUARDED_BY(mu_) = 0;  // Flush calls waiting.
+  int64_t queued_pages_ ABSL_GUARDED_BY(mu_) = 0;  // Of queued commits.
+  absl::Time first_queued_ ABSL_GUARDED_BY(mu_);  // Of the queued batch.
   // Commits queued or being hashed, and those of them dropped meanwhile.
   absl::flat_hash_set<uint64_t> unrecorded_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint64_t> dropped_early_ ABSL_GUARDED_BY(mu_);

@@ -46,7 +46,8 @@ class PageKeyStore {
   };
 
   // Attaches every rank's segment of this fingerprint that exists with the
-  // right size, or creates it (kept: it survives the daemon); segments of
+  // right size, or creates it (kept: it survives the daemon), and faults its
+  // memory in (writes never page-fault later); segments of
   // other fingerprints are removed (`removed` names them). INVALID_ARGUMENT
   // for num_ranks < 1, pages_per_rank < 0, page_size == 0 or a size over
   // 2^40 bytes a rank; errors of OpenPersistentSegment otherwise. Call it

@@ -40,18 +40,28 @@ struct HostCommit {
   uint64_t persist_id = 0;
   uint64_t parent_persist_id = kRootParent;  // Or kDetachedParent.
   std::string_view ns;
-  // The node's own tokens. OnHostCommitted may take them (std::move): the
-  // tree made this copy for the listener.
-  std::vector<int32_t> key;
+  // The node's own tokens, one span per logical page (page_size tokens; the
+  // last may be shorter), pointing into the tree: no copy is made for the
+  // listener, and they are valid during the call only.
+  std::vector<absl::Span<const int32_t>> key_pages;
   const CpHostMeta* host = nullptr;
   uint64_t node = 0;  // The tree's NodeId, e.g. to protect it meanwhile.
+
+  // The tokens of key_pages, concatenated (a copy).
+  std::vector<int32_t> KeyTokens() const {
+    std::vector<int32_t> key;
+    for (absl::Span<const int32_t> page : key_pages) {
+      key.insert(key.end(), page.begin(), page.end());
+    }
+    return key;
+  }
 };
 
 class HostTierListener {
  public:
   virtual ~HostTierListener() = default;
-  // A host copy became visible (a committed backup). Valid during the call,
-  // except `key`, which the listener may move out.
+  // A host copy became visible (a committed backup). `commit` is valid
+  // during the call only.
   virtual void OnHostCommitted(HostCommit& commit) = 0;
   // `child` (recorded detached) now hangs from `parent`, which just got its
   // host copy.

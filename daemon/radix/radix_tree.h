@@ -422,8 +422,8 @@ class RadixTree {
   uint64_t next_persist_id_ = 1;
   absl::flat_hash_set<uint64_t> restored_persist_ids_;
 
-  // The node's own key, copied a page at a time.
-  std::vector<int32_t> KeyOf(const Node* node) const;
+  // The node's own tokens, a span per page into the token store.
+  std::vector<absl::Span<const int32_t>> KeyPagesOf(const Node* node) const;
   // The listener hears that `node`'s host copy is gone (before it goes).
   void ReportHostDropped(Node* node);
   // The listener hears that `node` just got its host copy, and that its

@@ -12,16 +12,17 @@ namespace hicache {
 
 using radix_internal::Node;
 
-std::vector<int32_t> RadixTree::KeyOf(const Node* node) const {
-  // A block (one page of tokens) at a time.
-  std::vector<int32_t> key(static_cast<size_t>(node->len()));
+std::vector<absl::Span<const int32_t>> RadixTree::KeyPagesOf(
+    const Node* node) const {
+  std::vector<absl::Span<const int32_t>> pages;
+  pages.reserve(node->blocks.size());
   const int64_t page = options_.page_size;
   for (size_t i = 0; i < node->blocks.size(); ++i) {
     const int64_t from = static_cast<int64_t>(i) * page;
-    std::memcpy(key.data() + from, tokens_.Data(node->blocks[i]),
-                sizeof(int32_t) * std::min(page, node->len() - from));
+    pages.emplace_back(tokens_.Data(node->blocks[i]),
+                       static_cast<size_t>(std::min(page, node->len() - from)));
   }
-  return key;
+  return pages;
 }
 
 void RadixTree::SetHostTierListener(HostTierListener* listener,
@@ -59,7 +60,7 @@ void RadixTree::ReportHostCommitted(Node* node) {
   const Node* root = node;
   while (!root->is_root()) root = root->parent;
   commit.ns = *root->ns;
-  commit.key = KeyOf(node);
+  commit.key_pages = KeyPagesOf(node);
   commit.host = node->host.get();
   commit.node = node->id;
   host_listener_->OnHostCommitted(commit);
@@ -130,7 +131,7 @@ void RadixTree::VisitHostTier(
         visit(HostCommit{.persist_id = node->persist_id,
                          .parent_persist_id = RecordedParent(node),
                          .ns = ns,
-                         .key = KeyOf(node),
+                         .key_pages = KeyPagesOf(node),
                          .host = node->host.get(),
                          .node = node->id});
       }

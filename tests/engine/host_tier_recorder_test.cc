@@ -70,7 +70,8 @@ class RecorderTest : public ::testing::Test {
     keys_.reset();
     RemovePersistentHostSegments(prefix_);
   }
-  void StartRecorder(std::function<void()> before_event = {}) {
+  void StartRecorder(std::function<void()> before_event = {},
+                     int64_t max_queued_pages = int64_t{1} << 22) {
     recorder_ = std::make_unique<HostTierRecorder>(HostTierRecorder::Options{
         .geometry = geometry_,
         .layout = HostLayout::kLayerFirst,
@@ -78,6 +79,7 @@ class RecorderTest : public ::testing::Test {
         .pools = {{.rank = 0, .bytes = bytes_}},
         .journal = writer_.get(),
         .keys = keys_.get(),
+        .max_queued_pages = max_queued_pages,
         .before_event = std::move(before_event)});
     tree_->SetHostTierListener(recorder_.get());
   }
@@ -119,7 +121,7 @@ class RecorderTest : public ::testing::Test {
     std::map<uint64_t, std::vector<int32_t>> keys;
     tree_->VisitHostTier([&](const HostCommit& c) {
       expected[c.persist_id] = c;
-      keys[c.persist_id].assign(c.key.begin(), c.key.end());
+      keys[c.persist_id] = c.KeyTokens();
     });
     for (const persist::PutRecord& put : loaded.puts) {
       auto it = expected.find(put.persist_id);
@@ -248,6 +250,37 @@ TEST_F(RecorderTest, ANodeDroppedBeforeItsChecksumsIsNeverRecorded) {
   EXPECT_TRUE(loaded.puts.empty());
   EXPECT_EQ(recorder_->stats().puts_discarded, 1);
   EXPECT_EQ(recorder_->stats().puts, 0);
+}
+
+// A recorder that falls behind (its worker held here) queues at most
+// max_queued_pages of commits; past that a commit is not recorded, and the
+// rest of the journal is unaffected, including later events naming it.
+TEST_F(RecorderTest, ABacklogPastItsBoundLeavesCommitsUnrecorded) {
+  std::promise<void> go;
+  std::shared_future<void> started = go.get_future().share();
+  StartRecorder([started] { started.wait(); }, /*max_queued_pages=*/4);
+  std::vector<NodeId> nodes;
+  for (int i = 0; i < 3; ++i) {  // Three roots of two pages each.
+    auto node = tree_->Insert("", Seq(1000 * (i + 1), 8), Pages(8));
+    ASSERT_TRUE(node.ok());
+    ASSERT_TRUE(Backup(node->node));
+    nodes.push_back(node->node);
+  }
+  EXPECT_EQ(recorder_->stats().puts_refused, 1);
+  go.set_value();
+  ASSERT_TRUE(recorder_->Flush().ok());
+  std::vector<uint64_t> ids;
+  for (const persist::PutRecord& put : Load().puts) ids.push_back(put.persist_id);
+  EXPECT_EQ(ids.size(), 2u);
+  EXPECT_EQ(recorder_->stats().puts, 2);
+  // Every node's host copy goes, the refused one's too: the journal ends
+  // empty and no drop was an error.
+  Free(tree_->EvictDevice(std::vector<int64_t>{6}).freed_host_pages);
+  Free(tree_->EvictHost(std::vector<int64_t>{6}).freed_host_pages);
+  for (NodeId node : nodes) EXPECT_FALSE(tree_->Inspect(node).ok());
+  ASSERT_TRUE(recorder_->Flush().ok());
+  EXPECT_TRUE(Load().puts.empty());
+  EXPECT_EQ(recorder_->stats().journal_errors, 0);
 }
 
 // A detached record is reparented when its parent gets a host copy, and a

@@ -405,6 +405,67 @@ TEST_F(HotRestartTest, CorruptedChildPageKeepsItsParent) {
   ASSERT_NO_FATAL_FAILURE(Stop(SIGTERM, 0));
 }
 
+// The journal records no tokens: a node's key is read back from its pages'
+// key slots (/<prefix>-keys-r<rank>-g<fp>) and verified with the KV bytes.
+// A token changed in a slot while the daemon is down drops that node (and
+// its child): it is served neither under its real key nor under the one the
+// slot now spells.
+TEST_F(HotRestartTest, CorruptedKeySlotDropsItsNode) {
+  const uint32_t cp = 2;
+  ASSERT_NO_FATAL_FAILURE(Start(Flags(cp)));
+  const std::vector<int32_t> a = Tokens(1000, 3);
+  const std::vector<int32_t> a_ext = Concat(a, Tokens(3000, 2));
+  const std::vector<int32_t> c = Tokens(2000, 3);
+  const uint64_t node_a = Request(a);
+  ASSERT_NE(node_a, 0u);
+  ASSERT_NE(Request(a_ext), 0u);
+  ASSERT_NE(Request(c), 0u);
+  ASSERT_NO_FATAL_FAILURE(WaitJournal(3));
+  v1::NodeInfo info;
+  {
+    grpc::ClientContext ctx;
+    v1::InspectNodeRequest request;
+    request.set_node(node_a);
+    ASSERT_TRUE(stub_->InspectNode(&ctx, request, &info).ok());
+  }
+  // A's first page is on the rank its first owner names.
+  ASSERT_GT(info.page_owners_size(), 0) << info.DebugString();
+  const uint32_t rank = info.page_owners(0);
+  ASSERT_GT(info.host_pages_by_rank(rank).pages_size(), 0);
+  const int64_t host_page = info.host_pages_by_rank(rank).pages(0);
+  std::string keys = layout_.ranks(rank).host().name();
+  const size_t at = keys.rfind("-host-r");
+  ASSERT_NE(at, std::string::npos) << keys;
+  keys.replace(at, 7, "-keys-r");
+  const std::string segment = ShmPath(keys);
+  ASSERT_NO_FATAL_FAILURE(Stop(SIGKILL, 128 + SIGKILL));
+  std::vector<int32_t> spelled = a;
+  {
+    // Token 1 of that page's slot.
+    const off_t offset = (host_page * page_size_ + 1) * sizeof(int32_t);
+    const int fd = open(segment.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0) << segment;
+    int32_t token = 0;
+    ASSERT_EQ(pread(fd, &token, sizeof(token), offset), sizeof(token));
+    ASSERT_EQ(token, a[1]);
+    token = 424242;
+    spelled[1] = token;
+    ASSERT_EQ(pwrite(fd, &token, sizeof(token), offset), sizeof(token));
+    close(fd);
+  }
+  ASSERT_NO_FATAL_FAILURE(Start(Flags(cp)));
+  const v1::HostTierPersistence p = Stats().persistence();
+  EXPECT_TRUE(p.recovered()) << p.DebugString();
+  EXPECT_EQ(p.dropped_checksum(), 1) << p.DebugString();
+  EXPECT_EQ(p.nodes_recovered(), 1) << p.DebugString();  // c only.
+  EXPECT_EQ(HostHit(a), 0);
+  EXPECT_EQ(HostHit(a_ext), 0);
+  EXPECT_EQ(HostHit(spelled), 0);
+  EXPECT_EQ(HostHit(c), static_cast<int64_t>(c.size()));
+  ASSERT_NO_FATAL_FAILURE(LoadAndVerify(c));
+  ASSERT_NO_FATAL_FAILURE(Stop(SIGTERM, 0));
+}
+
 // A host copy dropped before the kill (operator eviction of both tiers)
 // stays dropped, even though its pages were reused by a later node whose
 // Put is in the journal too.

@@ -44,7 +44,7 @@ class ModelIndex final : public HostTierListener {
     live_.insert_or_assign(
         c.persist_id,
         Record{c.parent_persist_id, std::string(c.ns),
-               std::vector<int32_t>(c.key.begin(), c.key.end()), *c.host});
+               c.KeyTokens(), *c.host});
     ++events_;
   }
   void OnHostReparented(uint64_t child, uint64_t parent) override {
@@ -97,7 +97,7 @@ std::map<uint64_t, Record> Snapshot(const RadixTree& tree) {
     out.insert_or_assign(
         c.persist_id,
         Record{c.parent_persist_id, std::string(c.ns),
-               std::vector<int32_t>(c.key.begin(), c.key.end()), *c.host});
+               c.KeyTokens(), *c.host});
   });
   return out;
 }
