@@ -6,8 +6,8 @@ Usage: check_layering.py FILE...   (paths relative to the workspace root)
 Rules:
   * A file in daemon/<layer>/ includes "daemon/<other>/..." only for layers at or
     before its own in LAYERS.
-  * Cache logic (every layer up to engine but backend) includes no gRPC,
-    protobuf or CUDA header.
+  * Cache logic (every layer up to engine but backend, and group) includes no
+    gRPC, protobuf or CUDA header.
   * Backends: daemon/backend/backend.h is the interface; daemon/backend/cpu/
     and daemon/backend/cuda/ are implementations. Cache logic may include the
     interface and the CPU backend (the engine's default), never the CUDA
@@ -21,9 +21,11 @@ Prints one line per violation; exits 1 if there is any.
 import re
 import sys
 
-LAYERS = ["core", "layout", "alloc", "pool", "persist", "transfer", "backend",
-          "radix", "engine", "service", "metrics", "main"]
-CACHE_LOGIC = set(LAYERS[:LAYERS.index("engine") + 1]) - {"backend"}
+LAYERS = ["core", "comm", "layout", "alloc", "pool", "persist", "transfer",
+          "backend", "radix", "engine", "group", "service", "metrics", "main"]
+# The CP group layer (daemon/group) sits after the engine and, like it, sees
+# no gRPC, protobuf or CUDA header.
+CACHE_LOGIC = (set(LAYERS[:LAYERS.index("engine") + 1]) | {"group"}) - {"backend"}
 FORBIDDEN_IN_CACHE_LOGIC = re.compile(
     r'^(grpc|grpcpp|google/protobuf|cuda|cuda_runtime|nccl|hicache/v1|'
     r'hicache/cuda_kernels|cuda_kernels/|daemon/backend/cuda/)')

@@ -184,12 +184,15 @@ wait "${daemon_pid}" || rc=$?
 daemon_pid=""
 [[ "${rc}" -eq 0 ]] || { cat "${tmp}/daemon.log" >&2; fail "hicached exited ${rc} after SIGTERM"; }
 [[ ! -e "${sock}" ]] || fail "the socket outlived the daemon"
-# The packaged flagfile turns hot restart on: the host pool (named after its
-# geometry) and the journal stay for the next daemon; everything else goes.
+# The packaged flagfile turns hot restart on: the host pool and its page keys
+# (named after their geometry) and the journal stay for the next daemon;
+# everything else goes.
 host_pools=(/dev/shm/hicache-debtest$$-host-r0-g*)
 [[ -e "${host_pools[0]}" ]] || fail "the host pool did not outlive the daemon (--state_dir)"
+page_keys=(/dev/shm/hicache-debtest$$-keys-r0-g*)
+[[ -e "${page_keys[0]}" ]] || fail "the page keys did not outlive the daemon (--state_dir)"
 [[ -s "${tmp}/state/journal" ]] || fail "no journal in the state directory"
-rm -f "${host_pools[@]}"
+rm -f "${host_pools[@]}" "${page_keys[@]}"
 if compgen -G "/dev/shm/hicache-debtest$$-*" >/dev/null; then
   fail "pool segments outlived the daemon"
 fi
