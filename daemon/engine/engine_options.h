@@ -44,6 +44,13 @@ struct EngineOptions {
   // lanes (one logical page space); pools exist and copies run only for
   // these ranks, and an op completes when each of them has acked each step.
   std::vector<Rank> served_ranks;
+  // Ranks whose pools live in this process (ascending; empty: the served
+  // ranks). A CP group's leader (docs/cp-groups.md) serves every rank of
+  // its group, since every rank's acks count, but holds pools only for its
+  // own; the other ranks' copies go to their daemons through
+  // `wrap_transfer`. Must be a subset of the served ranks; a state_dir needs
+  // them all.
+  std::vector<Rank> pool_ranks;
   int transfer_workers = 2;  // Default backend's copy threads.
   // Hot restart (docs/hot-restart.md): the directory of the host tier's
   // journal. Non-empty: the host pools outlive the daemon and the host tier
@@ -72,11 +79,12 @@ struct EngineOptions {
   // Per-layer copy timings (metrics); not owned, must outlive the engine.
   // Null: none.
   EngineObserver* observer = nullptr;
-  // Test seam (fault injection): wraps the backend's transfer engine. Given
-  // the engine's listener and a factory of the backend engine, returns the
-  // transfer engine to use; a decorator builds the backend engine with
-  // itself as its listener and reports completions to `listener`. Empty:
-  // the backend engine as is.
+  // Transfer decorator seam (fault injection in tests; a CP group's routing
+  // of remote ranks, daemon/group): wraps the backend's transfer engine.
+  // Given the engine's listener and a factory of the backend engine (over
+  // the pools of `pool_ranks` only), returns the transfer engine to use; a
+  // decorator builds the backend engine with itself as its listener and
+  // reports completions to `listener`. Empty: the backend engine as is.
   std::function<std::unique_ptr<TransferEngine>(
       TransferListener* listener, const TransferEngineFactory& backend)>
       wrap_transfer;

@@ -34,6 +34,25 @@ absl::StatusOr<std::unique_ptr<HiCacheEngine>> HiCacheEngine::Create(
   absl::StatusOr<CpLayout> layout = CpLayout::Create(
       options.page_size, options.cp_size, options.served_ranks);
   if (!layout.ok()) return layout.status();
+  // The ranks with pools here: a subset of the served ones.
+  for (Rank r : options.pool_ranks) {
+    if (!layout->Serves(r)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pool rank ", r, " is not a rank this engine serves"));
+    }
+  }
+  absl::StatusOr<CpLayout> pool_layout =
+      options.pool_ranks.empty()
+          ? layout
+          : CpLayout::Create(options.page_size, options.cp_size,
+                             options.pool_ranks);
+  if (!pool_layout.ok()) return pool_layout.status();
+  if (!options.state_dir.empty() &&
+      pool_layout->served_ranks().size() != options.cp_size) {
+    return absl::InvalidArgumentError(
+        "state_dir needs every rank's pools in this engine: the host tier of "
+        "a multi-daemon CP group does not persist yet");
+  }
   absl::StatusOr<KvGeometry> geometry =
       KvGeometry::Preset(options.kv_preset, options.page_size);
   if (!geometry.ok()) return geometry.status();
@@ -65,11 +84,11 @@ absl::StatusOr<std::unique_ptr<HiCacheEngine>> HiCacheEngine::Create(
   }
   if (options.check_capacity) {
     absl::Status fits = backend->CheckCapacity(RankPools::SizesFor(
-        engine->layout_, engine->geometry_, pool_options));
+        *pool_layout, engine->geometry_, pool_options));
     if (!fits.ok()) return fits;
   }
   absl::StatusOr<std::unique_ptr<RankPools>> pools =
-      RankPools::Create(engine->layout_, engine->geometry_, pool_options,
+      RankPools::Create(*pool_layout, engine->geometry_, pool_options,
                         backend->pools());
   if (!pools.ok()) return pools.status();
   engine->pools_ = *std::move(pools);

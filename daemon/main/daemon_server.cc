@@ -100,7 +100,7 @@ std::string Gib(uint64_t bytes) {
 // time as it was created).
 void LogPools(const HiCacheEngine& engine) {
   uint64_t device = 0, host = 0;
-  for (Rank rank : engine.layout().served_ranks()) {
+  for (Rank rank : engine.pools().layout().served_ranks()) {
     const KvPool* device_pool = engine.pools().device(rank);
     const KvPool* host_pool = engine.pools().host(rank);
     device += device_pool->size_bytes();

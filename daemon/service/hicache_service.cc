@@ -165,7 +165,8 @@ grpc::Status HiCacheService::GetLayout(grpc::ServerContext* context,
   response->set_bytes_per_page(g.BytesPerPage());
   response->set_num_steps(g.NumSteps());
   response->set_target_steps(g.TargetSteps());
-  for (Rank r : engine_->layout().served_ranks()) {
+  // The ranks whose pools live here (a CP group's leader serves more).
+  for (Rank r : engine_->pools().layout().served_ranks()) {
     v1::RankSegments* rank = response->add_ranks();
     rank->set_rank(r);
     for (auto [pool, out] :
