@@ -1,0 +1,488 @@
+#include "daemon/group/group_wire.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace hicache::group {
+namespace {
+
+// The smallest encoding of each repeated element: bounds counts before
+// anything is allocated.
+constexpr size_t kMinTaskBytes = kTaskFixedBytes;
+constexpr size_t kMinRankCopyBytes = 4 + 8 + 4 + 4;
+constexpr size_t kMinStepDoneBytes = 8 + 1 + 4 + 4 + 1 + 4 + 8 + 4;
+constexpr uint8_t kMaxStatusCode = 16;  // absl::StatusCode::kUnauthenticated.
+
+// ---- Encoding --------------------------------------------------------------
+
+class Writer {
+ public:
+  explicit Writer(std::string* out) : out_(out) {}
+  void U8(uint8_t v) { out_->push_back(static_cast<char>(v)); }
+  void U32(uint32_t v) {
+    for (int i = 0; i < 4; ++i) U8(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  void U64(uint64_t v) {
+    for (int i = 0; i < 8; ++i) U8(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  void Str(absl::string_view s) {
+    U32(static_cast<uint32_t>(s.size()));
+    out_->append(s.data(), s.size());
+  }
+  void Varint(uint64_t v) {
+    while (v >= 0x80) {
+      U8(static_cast<uint8_t>(v | 0x80));
+      v >>= 7;
+    }
+    U8(static_cast<uint8_t>(v));
+  }
+  template <typename T>
+  void Pages(const std::vector<T>& pages) {
+    U32(static_cast<uint32_t>(pages.size()));
+    uint64_t prev = 0;
+    for (T page : pages) {
+      const uint64_t cur = static_cast<uint64_t>(page);
+      const uint64_t delta = cur - prev;  // Wrapping.
+      // Zigzag: small negative and positive deltas both stay small.
+      const uint64_t zz = (delta << 1) ^ (0 - (delta >> 63));
+      Varint(zz);
+      prev = cur;
+    }
+  }
+
+ private:
+  std::string* out_;
+};
+
+size_t VarintBytes(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+
+template <typename T>
+size_t PagesBytes(const std::vector<T>& pages) {
+  size_t n = 4;
+  uint64_t prev = 0;
+  for (T page : pages) {
+    const uint64_t cur = static_cast<uint64_t>(page);
+    const uint64_t delta = cur - prev;
+    n += VarintBytes((delta << 1) ^ (0 - (delta >> 63)));
+    prev = cur;
+  }
+  return n;
+}
+
+uint8_t WireCode(const absl::Status& status) {
+  const int code = static_cast<int>(status.code());
+  return code >= 0 && code <= kMaxStatusCode
+             ? static_cast<uint8_t>(code)
+             : static_cast<uint8_t>(absl::StatusCode::kUnknown);
+}
+
+void EncodeTask(Writer& w, const TransferTask& task) {
+  w.U64(task.op_id);
+  w.U8(task.direction == TransferDirection::kDeviceToHost ? 0 : 1);
+  w.U32(task.step);
+  w.U32(static_cast<uint32_t>(task.ranks.size()));
+  for (const RankCopy& copy : task.ranks) {
+    w.U32(copy.rank);
+    w.U64(copy.wait_fence);
+    w.Pages(copy.device_pages);
+    w.Pages(copy.host_pages);
+  }
+}
+
+void EncodeStepDone(Writer& w, const StepDone& done) {
+  w.U64(done.op_id);
+  w.U8(done.direction == TransferDirection::kDeviceToHost ? 0 : 1);
+  w.U32(done.rank);
+  w.U32(done.step);
+  const uint8_t code = WireCode(done.status);
+  w.U8(code);
+  w.Str(code == 0 ? absl::string_view() : done.status.message());
+  w.U64(done.bytes);
+  w.Str(done.fence);
+}
+
+struct BodyEncoder {
+  Writer& w;
+  void operator()(const Hello& h) const {
+    w.U64(static_cast<uint64_t>(h.sender_time_ns));
+    w.U32(h.member_index);
+  }
+  void operator()(const Heartbeat& h) const {
+    w.U64(static_cast<uint64_t>(h.sender_time_ns));
+    w.U32(h.member_index);
+  }
+  void operator()(const TaskBatch& b) const {
+    w.U32(static_cast<uint32_t>(b.tasks.size()));
+    for (const TransferTask& task : b.tasks) EncodeTask(w, task);
+  }
+  void operator()(const StepDoneBatch& b) const {
+    w.U32(static_cast<uint32_t>(b.dones.size()));
+    for (const StepDone& done : b.dones) EncodeStepDone(w, done);
+  }
+  void operator()(const Bye& b) const { w.Str(b.reason); }
+};
+
+// ---- Decoding --------------------------------------------------------------
+
+class Reader {
+ public:
+  explicit Reader(absl::string_view data) : data_(data) {}
+  size_t remaining() const { return data_.size() - pos_; }
+  size_t pos() const { return pos_; }
+
+  absl::Status U8(const char* what, uint8_t* v) {
+    if (remaining() < 1) return Truncated(what);
+    *v = static_cast<uint8_t>(data_[pos_++]);
+    return absl::OkStatus();
+  }
+  absl::Status U32(const char* what, uint32_t* v) {
+    if (remaining() < 4) return Truncated(what);
+    uint32_t x = 0;
+    for (int i = 0; i < 4; ++i) {
+      x |= static_cast<uint32_t>(static_cast<uint8_t>(data_[pos_ + i]))
+           << (8 * i);
+    }
+    pos_ += 4;
+    *v = x;
+    return absl::OkStatus();
+  }
+  absl::Status U64(const char* what, uint64_t* v) {
+    if (remaining() < 8) return Truncated(what);
+    uint64_t x = 0;
+    for (int i = 0; i < 8; ++i) {
+      x |= static_cast<uint64_t>(static_cast<uint8_t>(data_[pos_ + i]))
+           << (8 * i);
+    }
+    pos_ += 8;
+    *v = x;
+    return absl::OkStatus();
+  }
+  absl::Status Str(const char* what, std::string* s) {
+    uint32_t n = 0;
+    if (absl::Status st = U32(what, &n); !st.ok()) return st;
+    if (n > remaining()) {
+      return Bad(absl::StrCat(what, ": length ", n, " but only ", remaining(),
+                              " bytes remain"));
+    }
+    s->assign(data_.data() + pos_, n);
+    pos_ += n;
+    return absl::OkStatus();
+  }
+  // A count of elements that take at least `min_bytes` each.
+  absl::Status Count(const char* what, size_t min_bytes, uint32_t* n) {
+    if (absl::Status st = U32(what, n); !st.ok()) return st;
+    if (static_cast<uint64_t>(*n) * min_bytes > remaining()) {
+      return Bad(absl::StrCat(what, ": count ", *n, " needs at least ",
+                              static_cast<uint64_t>(*n) * min_bytes,
+                              " bytes but only ", remaining(), " remain"));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Varint(const char* what, uint64_t* v) {
+    uint64_t x = 0;
+    for (int i = 0; i < 10; ++i) {
+      if (remaining() < 1) return Truncated(what);
+      const uint8_t b = static_cast<uint8_t>(data_[pos_++]);
+      if (i == 9 && b > 1) return Bad(absl::StrCat(what, ": varint overflows"));
+      x |= static_cast<uint64_t>(b & 0x7f) << (7 * i);
+      if ((b & 0x80) == 0) {
+        if (b == 0 && i > 0) {
+          return Bad(absl::StrCat(what, ": varint is not minimal"));
+        }
+        *v = x;
+        return absl::OkStatus();
+      }
+    }
+    return Bad(absl::StrCat(what, ": varint longer than 10 bytes"));
+  }
+  template <typename T>
+  absl::Status Pages(const char* what, std::vector<T>* pages) {
+    uint32_t n = 0;
+    if (absl::Status st = Count(what, 1, &n); !st.ok()) return st;
+    pages->resize(n);
+    uint64_t prev = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+      uint64_t zz = 0;
+      if (absl::Status st = Varint(what, &zz); !st.ok()) return st;
+      const uint64_t delta = (zz >> 1) ^ (0 - (zz & 1));
+      prev += delta;  // Wrapping.
+      (*pages)[i] = static_cast<T>(prev);
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Direction(const char* what, TransferDirection* d) {
+    uint8_t v = 0;
+    if (absl::Status st = U8(what, &v); !st.ok()) return st;
+    if (v > 1) return Bad(absl::StrCat(what, ": direction ", v, " is not 0 or 1"));
+    *d = v == 0 ? TransferDirection::kDeviceToHost
+                : TransferDirection::kHostToDevice;
+    return absl::OkStatus();
+  }
+
+  absl::Status Truncated(const char* what) const {
+    return Bad(absl::StrCat(what, ": truncated"));
+  }
+  absl::Status Bad(absl::string_view why) const {
+    return absl::DataLossError(
+        absl::StrCat("malformed group frame at byte ", pos_ + kFrameHeaderBytes,
+                     ": ", why));
+  }
+
+ private:
+  absl::string_view data_;
+  size_t pos_ = 0;
+};
+
+#define WIRE_RETURN_IF_ERROR(expr)         \
+  do {                                     \
+    absl::Status wire_status_ = (expr);    \
+    if (!wire_status_.ok()) return wire_status_; \
+  } while (0)
+
+absl::Status DecodeTask(Reader& r, TransferTask* task) {
+  uint32_t step = 0;
+  uint32_t n = 0;
+  WIRE_RETURN_IF_ERROR(r.U64("task op_id", &task->op_id));
+  WIRE_RETURN_IF_ERROR(r.Direction("task direction", &task->direction));
+  WIRE_RETURN_IF_ERROR(r.U32("task step", &step));
+  task->step = step;
+  WIRE_RETURN_IF_ERROR(r.Count("task rank count", kMinRankCopyBytes, &n));
+  task->ranks.resize(n);
+  for (RankCopy& copy : task->ranks) {
+    uint32_t rank = 0;
+    WIRE_RETURN_IF_ERROR(r.U32("rank", &rank));
+    copy.rank = rank;
+    WIRE_RETURN_IF_ERROR(r.U64("wait_fence", &copy.wait_fence));
+    WIRE_RETURN_IF_ERROR(r.Pages("device pages", &copy.device_pages));
+    WIRE_RETURN_IF_ERROR(r.Pages("host pages", &copy.host_pages));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DecodeStepDone(Reader& r, StepDone* done) {
+  uint32_t rank = 0;
+  uint32_t step = 0;
+  uint8_t code = 0;
+  std::string message;
+  WIRE_RETURN_IF_ERROR(r.U64("step_done op_id", &done->op_id));
+  WIRE_RETURN_IF_ERROR(r.Direction("step_done direction", &done->direction));
+  WIRE_RETURN_IF_ERROR(r.U32("step_done rank", &rank));
+  WIRE_RETURN_IF_ERROR(r.U32("step_done step", &step));
+  WIRE_RETURN_IF_ERROR(r.U8("step_done status code", &code));
+  if (code > kMaxStatusCode) {
+    return r.Bad(absl::StrCat("step_done status code ", code,
+                              " is not an absl::StatusCode"));
+  }
+  WIRE_RETURN_IF_ERROR(r.Str("step_done status message", &message));
+  if (code == 0 && !message.empty()) {
+    return r.Bad("step_done: an OK status carries a message");
+  }
+  WIRE_RETURN_IF_ERROR(r.U64("step_done bytes", &done->bytes));
+  WIRE_RETURN_IF_ERROR(r.Str("step_done fence", &done->fence));
+  done->rank = rank;
+  done->step = step;
+  done->status = absl::Status(static_cast<absl::StatusCode>(code), message);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<FrameBody> DecodeBody(FrameKind kind, Reader& r) {
+  switch (kind) {
+    case FrameKind::kHello:
+    case FrameKind::kHeartbeat: {
+      uint64_t t = 0;
+      uint32_t member = 0;
+      WIRE_RETURN_IF_ERROR(r.U64("sender_time_ns", &t));
+      WIRE_RETURN_IF_ERROR(r.U32("member_index", &member));
+      if (kind == FrameKind::kHello) {
+        return FrameBody(Hello{static_cast<int64_t>(t), member});
+      }
+      return FrameBody(Heartbeat{static_cast<int64_t>(t), member});
+    }
+    case FrameKind::kTasks: {
+      TaskBatch batch;
+      uint32_t n = 0;
+      WIRE_RETURN_IF_ERROR(r.Count("task count", kMinTaskBytes, &n));
+      batch.tasks.resize(n);
+      for (TransferTask& task : batch.tasks) {
+        WIRE_RETURN_IF_ERROR(DecodeTask(r, &task));
+      }
+      return FrameBody(std::move(batch));
+    }
+    case FrameKind::kStepDones: {
+      StepDoneBatch batch;
+      uint32_t n = 0;
+      WIRE_RETURN_IF_ERROR(r.Count("step_done count", kMinStepDoneBytes, &n));
+      batch.dones.resize(n);
+      for (StepDone& done : batch.dones) {
+        WIRE_RETURN_IF_ERROR(DecodeStepDone(r, &done));
+      }
+      return FrameBody(std::move(batch));
+    }
+    case FrameKind::kBye: {
+      Bye bye;
+      WIRE_RETURN_IF_ERROR(r.Str("bye reason", &bye.reason));
+      return FrameBody(std::move(bye));
+    }
+  }
+  return absl::DataLossError("unknown group frame kind");
+}
+
+bool SameStatus(const absl::Status& a, const absl::Status& b) {
+  return a.code() == b.code() && a.message() == b.message();
+}
+
+bool SameCopy(const RankCopy& a, const RankCopy& b) {
+  return a.rank == b.rank && a.wait_fence == b.wait_fence &&
+         a.device_pages == b.device_pages && a.host_pages == b.host_pages;
+}
+
+}  // namespace
+
+std::string FrameKindName(uint8_t kind) {
+  switch (kind) {
+    case static_cast<uint8_t>(FrameKind::kHello):
+      return "hello";
+    case static_cast<uint8_t>(FrameKind::kHeartbeat):
+      return "heartbeat";
+    case static_cast<uint8_t>(FrameKind::kTasks):
+      return "tasks";
+    case static_cast<uint8_t>(FrameKind::kStepDones):
+      return "step_dones";
+    case static_cast<uint8_t>(FrameKind::kBye):
+      return "bye";
+    default:
+      return absl::StrCat("kind ", kind);
+  }
+}
+
+FrameKind KindOf(const FrameBody& body) {
+  return static_cast<FrameKind>(body.index() + 1);
+}
+
+std::string EncodeFrame(uint64_t epoch, uint64_t seq, const FrameBody& body) {
+  std::string out;
+  Writer w(&out);
+  w.U8(kWireVersion);
+  w.U8(static_cast<uint8_t>(KindOf(body)));
+  w.U64(epoch);
+  w.U64(seq);
+  std::visit(BodyEncoder{w}, body);
+  return out;
+}
+
+absl::StatusOr<FrameHeader> DecodeFrameHeader(absl::string_view frame) {
+  if (frame.size() < kFrameHeaderBytes) {
+    return absl::DataLossError(absl::StrCat("group frame of ", frame.size(),
+                                            " bytes is shorter than its ",
+                                            kFrameHeaderBytes, "-byte header"));
+  }
+  const uint8_t version = static_cast<uint8_t>(frame[0]);
+  if (version != kWireVersion) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("group frame version ", version, "; this daemon speaks ",
+                     kWireVersion));
+  }
+  const uint8_t kind = static_cast<uint8_t>(frame[1]);
+  if (kind < static_cast<uint8_t>(FrameKind::kHello) ||
+      kind > static_cast<uint8_t>(FrameKind::kBye)) {
+    return absl::DataLossError(
+        absl::StrCat("unknown group frame kind ", kind));
+  }
+  FrameHeader header;
+  header.version = version;
+  header.kind = static_cast<FrameKind>(kind);
+  for (int i = 0; i < 8; ++i) {
+    header.epoch |= static_cast<uint64_t>(static_cast<uint8_t>(frame[2 + i]))
+                    << (8 * i);
+    header.seq |= static_cast<uint64_t>(static_cast<uint8_t>(frame[10 + i]))
+                  << (8 * i);
+  }
+  return header;
+}
+
+absl::StatusOr<Frame> DecodeFrame(absl::string_view frame) {
+  absl::StatusOr<FrameHeader> header = DecodeFrameHeader(frame);
+  if (!header.ok()) return header.status();
+  Reader r(frame.substr(kFrameHeaderBytes));
+  absl::StatusOr<FrameBody> body = DecodeBody(header->kind, r);
+  if (!body.ok()) return body.status();
+  if (r.remaining() != 0) {
+    return r.Bad(absl::StrCat(r.remaining(), " trailing bytes after a ",
+                              FrameKindName(static_cast<uint8_t>(header->kind)),
+                              " body"));
+  }
+  return Frame{*header, *std::move(body)};
+}
+
+size_t EncodedRankCopyBytes(const RankCopy& copy) {
+  return 4 + 8 + PagesBytes(copy.device_pages) + PagesBytes(copy.host_pages);
+}
+
+size_t EncodedTaskBytes(const TransferTask& task) {
+  size_t n = kTaskFixedBytes;
+  for (const RankCopy& copy : task.ranks) n += EncodedRankCopyBytes(copy);
+  return n;
+}
+
+size_t EncodedStepDoneBytes(const StepDone& done) {
+  const size_t message = WireCode(done.status) == 0 ? 0 : done.status.message().size();
+  return kMinStepDoneBytes + message + done.fence.size();
+}
+
+bool SameTask(const TransferTask& a, const TransferTask& b) {
+  if (a.op_id != b.op_id || a.direction != b.direction || a.step != b.step ||
+      a.ranks.size() != b.ranks.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.ranks.size(); ++i) {
+    if (!SameCopy(a.ranks[i], b.ranks[i])) return false;
+  }
+  return true;
+}
+
+bool SameStepDone(const StepDone& a, const StepDone& b) {
+  return a.op_id == b.op_id && a.direction == b.direction &&
+         a.rank == b.rank && a.step == b.step &&
+         SameStatus(a.status, b.status) && a.bytes == b.bytes &&
+         a.fence == b.fence;
+}
+
+bool SameFrame(const Frame& a, const Frame& b) {
+  if (!(a.header == b.header) || a.body.index() != b.body.index()) {
+    return false;
+  }
+  if (const auto* x = std::get_if<TaskBatch>(&a.body)) {
+    const auto& y = std::get<TaskBatch>(b.body);
+    if (x->tasks.size() != y.tasks.size()) return false;
+    for (size_t i = 0; i < x->tasks.size(); ++i) {
+      if (!SameTask(x->tasks[i], y.tasks[i])) return false;
+    }
+    return true;
+  }
+  if (const auto* x = std::get_if<StepDoneBatch>(&a.body)) {
+    const auto& y = std::get<StepDoneBatch>(b.body);
+    if (x->dones.size() != y.dones.size()) return false;
+    for (size_t i = 0; i < x->dones.size(); ++i) {
+      if (!SameStepDone(x->dones[i], y.dones[i])) return false;
+    }
+    return true;
+  }
+  if (const auto* x = std::get_if<Hello>(&a.body)) {
+    return *x == std::get<Hello>(b.body);
+  }
+  if (const auto* x = std::get_if<Heartbeat>(&a.body)) {
+    return *x == std::get<Heartbeat>(b.body);
+  }
+  return std::get<Bye>(a.body) == std::get<Bye>(b.body);
+}
+
+}  // namespace hicache::group

@@ -1,0 +1,152 @@
+#pragma once
+
+// The wire format between the daemons of a CP group (docs/cp-groups.md,
+// "Wire format and remote transfers"): the frames a leader and a follower
+// exchange over one comm::Communicator link. Hand-packed, little-endian,
+// versioned; no protobuf (the group layer sees no protobuf header).
+//
+// Frame = header (18 bytes) + body:
+//
+//   u8  version   kWireVersion (1)
+//   u8  kind      FrameKind
+//   u64 epoch     the member's epoch (a readmitted member gets a new one)
+//   u64 seq       1 for the first frame a side sends on a link, then +1
+//
+// Bodies (all integers little-endian, no padding):
+//
+//   Hello, Heartbeat (12 bytes):
+//     i64 sender_time_ns, u32 member_index
+//   Tasks:
+//     u32 n, then n tasks:
+//       u64 op_id, u8 direction (0 device->host, 1 host->device),
+//       u32 step, u32 n_ranks, then n_ranks rank copies:
+//         u32 rank, u64 wait_fence, PageList device_pages,
+//         PageList host_pages
+//   StepDones:
+//     u32 n, then n completions:
+//       u64 op_id, u8 direction, u32 rank, u32 step,
+//       u8 status code (absl::StatusCode, 0..16), Str message (empty for OK),
+//       u64 bytes, Str fence
+//   Bye:
+//     Str reason
+//
+//   PageList: u32 count, then count varints: page[i] - page[i-1] (page[-1] =
+//     0, wrapping 64-bit arithmetic), zigzag-mapped, as LEB128 (7 bits a
+//     byte, low groups first, minimal length). Consecutive pages cost one
+//     byte each.
+//   Str: u32 length, then that many bytes.
+//
+// Decoding takes untrusted bytes. Every count is checked against the bytes
+// that remain (each element costs at least one byte) before anything is
+// allocated, so a frame of B bytes allocates O(B); the body must be consumed
+// exactly; an unknown version is INVALID_ARGUMENT, anything else malformed
+// (unknown kind, truncation, trailing bytes, a count past the end, a
+// non-minimal varint, a direction or status code out of range, an OK status
+// with a message) is DATA_LOSS naming the field. Decoding is canonical:
+// whatever decodes re-encodes to the same bytes.
+//
+// New kinds get new numbers; a peer that does not know a kind refuses the
+// frame (and the link dies), so both sides of a link must run the same
+// kWireVersion (checked at Join).
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "daemon/transfer/transfer_engine.h"
+
+namespace hicache::group {
+
+inline constexpr uint8_t kWireVersion = 1;
+inline constexpr size_t kFrameHeaderBytes = 18;
+
+enum class FrameKind : uint8_t {
+  kHello = 1,
+  kHeartbeat = 2,
+  kTasks = 3,
+  kStepDones = 4,
+  kBye = 5,
+};
+
+// "hello", "heartbeat", ..., or "kind 9" for an unknown one.
+std::string FrameKindName(uint8_t kind);
+
+struct FrameHeader {
+  uint8_t version = kWireVersion;
+  FrameKind kind = FrameKind::kHello;
+  uint64_t epoch = 0;
+  uint64_t seq = 0;
+  bool operator==(const FrameHeader&) const = default;
+};
+
+struct Hello {
+  int64_t sender_time_ns = 0;
+  uint32_t member_index = 0;
+  bool operator==(const Hello&) const = default;
+};
+
+struct Heartbeat {
+  int64_t sender_time_ns = 0;
+  uint32_t member_index = 0;
+  bool operator==(const Heartbeat&) const = default;
+};
+
+struct TaskBatch {
+  std::vector<TransferTask> tasks;
+};
+
+struct StepDoneBatch {
+  std::vector<StepDone> dones;
+};
+
+struct Bye {
+  std::string reason;
+  bool operator==(const Bye&) const = default;
+};
+
+// The alternatives, in FrameKind order (index + 1 == kind).
+using FrameBody = std::variant<Hello, Heartbeat, TaskBatch, StepDoneBatch, Bye>;
+
+struct Frame {
+  FrameHeader header;  // header.kind always matches body.
+  FrameBody body;
+};
+
+// The kind of a body.
+FrameKind KindOf(const FrameBody& body);
+
+// Encodes a whole frame; header.kind is taken from the body. Any value
+// encodes (mismatched page lists, a negative page: the receiver checks
+// meaning, the wire only shape); a status code outside absl's is sent as
+// UNKNOWN.
+std::string EncodeFrame(uint64_t epoch, uint64_t seq, const FrameBody& body);
+inline std::string EncodeFrame(const Frame& frame) {
+  return EncodeFrame(frame.header.epoch, frame.header.seq, frame.body);
+}
+
+// Just the header (version and kind checked, body untouched).
+absl::StatusOr<FrameHeader> DecodeFrameHeader(absl::string_view frame);
+
+// The whole frame.
+absl::StatusOr<Frame> DecodeFrame(absl::string_view frame);
+
+// Sizes, for batching under comm::kMaxFrameBytes: the encoded bytes of one
+// task inside a Tasks body, of one rank copy inside a task, and of one
+// completion inside a StepDones body. A Tasks frame is kFrameHeaderBytes + 4
+// + the sum of its tasks' sizes; likewise StepDones.
+size_t EncodedTaskBytes(const TransferTask& task);
+size_t EncodedRankCopyBytes(const RankCopy& copy);
+size_t EncodedStepDoneBytes(const StepDone& done);
+// The fixed part of a task (without its rank copies).
+inline constexpr size_t kTaskFixedBytes = 8 + 1 + 4 + 4;
+
+// Field-by-field equality (the transfer structs have no operator==).
+bool SameTask(const TransferTask& a, const TransferTask& b);
+bool SameStepDone(const StepDone& a, const StepDone& b);
+bool SameFrame(const Frame& a, const Frame& b);
+
+}  // namespace hicache::group

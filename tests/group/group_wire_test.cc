@@ -1,0 +1,303 @@
+#include "daemon/group/group_wire.h"
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace hicache::group {
+namespace {
+
+constexpr auto kD2H = TransferDirection::kDeviceToHost;
+constexpr auto kH2D = TransferDirection::kHostToDevice;
+
+TransferTask SampleTask(uint64_t op, uint32_t step, int pages) {
+  TransferTask task{.op_id = op, .direction = kD2H, .step = step};
+  for (Rank rank : {Rank{0}, Rank{1}}) {
+    RankCopy copy{.rank = rank};
+    for (int i = 0; i < pages; ++i) {
+      copy.device_pages.push_back(100 + i);
+      copy.host_pages.push_back(7 + 3 * i);
+    }
+    task.ranks.push_back(std::move(copy));
+  }
+  return task;
+}
+
+Frame RoundTrip(const Frame& frame) {
+  const std::string bytes = EncodeFrame(frame);
+  absl::StatusOr<Frame> decoded = DecodeFrame(bytes);
+  EXPECT_TRUE(decoded.ok()) << decoded.status();
+  if (!decoded.ok()) return Frame{};
+  EXPECT_TRUE(SameFrame(frame, *decoded));
+  // Canonical: what decodes re-encodes to the same bytes.
+  EXPECT_EQ(EncodeFrame(*decoded), bytes);
+  return *decoded;
+}
+
+std::vector<Frame> SampleFrames() {
+  std::vector<Frame> frames;
+  auto add = [&](FrameBody body) {
+    const FrameKind kind = KindOf(body);
+    frames.push_back(Frame{{kWireVersion, kind, 3, frames.size() + 1},
+                           std::move(body)});
+  };
+  add(Hello{.sender_time_ns = 1234567890123, .member_index = 2});
+  add(Heartbeat{.sender_time_ns = -5, .member_index = 0});
+  TaskBatch tasks;
+  tasks.tasks.push_back(SampleTask(9, 0, 3));
+  TransferTask odd{.op_id = std::numeric_limits<uint64_t>::max(),
+                   .direction = kH2D,
+                   .step = 4000000000u};
+  // Shapes the receiver refuses still travel: mismatched lists, negative and
+  // extreme pages, a fence.
+  odd.ranks.push_back(RankCopy{
+      .rank = 0xffffffffu,
+      .device_pages = {std::numeric_limits<int64_t>::min(), -1, 0,
+                       std::numeric_limits<int64_t>::max()},
+      .host_pages = {5},
+      .wait_fence = 77});
+  odd.ranks.push_back(RankCopy{.rank = 3});
+  tasks.tasks.push_back(odd);
+  tasks.tasks.push_back(TransferTask{.op_id = 1});
+  add(tasks);
+  add(TaskBatch{});
+  StepDoneBatch dones;
+  dones.dones.push_back(StepDone{.op_id = 9,
+                                 .direction = kD2H,
+                                 .rank = 1,
+                                 .step = 2,
+                                 .status = absl::OkStatus(),
+                                 .bytes = 4096});
+  dones.dones.push_back(StepDone{.op_id = 10,
+                                 .direction = kH2D,
+                                 .rank = 0,
+                                 .step = 0,
+                                 .status = absl::UnavailableError("gone"),
+                                 .bytes = 0,
+                                 .fence = std::string("\0\1\2", 3)});
+  dones.dones.push_back(StepDone{.status = absl::InternalError("")});
+  add(dones);
+  add(Bye{.reason = "shutting down"});
+  add(Bye{});
+  return frames;
+}
+
+TEST(GroupWireTest, EveryKindRoundTrips) {
+  for (const Frame& frame : SampleFrames()) RoundTrip(frame);
+}
+
+TEST(GroupWireTest, HeaderDecodesAlone) {
+  const std::string bytes =
+      EncodeFrame(42, 7, Heartbeat{.sender_time_ns = 1, .member_index = 1});
+  absl::StatusOr<FrameHeader> header = DecodeFrameHeader(bytes);
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_EQ(header->kind, FrameKind::kHeartbeat);
+  EXPECT_EQ(header->epoch, 42u);
+  EXPECT_EQ(header->seq, 7u);
+}
+
+// The layout docs/cp-groups.md and group_wire.h document, byte for byte.
+TEST(GroupWireTest, TasksFrameLayoutIsAsDocumented) {
+  TaskBatch batch;
+  batch.tasks.push_back(TransferTask{
+      .op_id = 0x0102030405060708ull,
+      .direction = kH2D,
+      .step = 5,
+      .ranks = {RankCopy{.rank = 2,
+                         .device_pages = {3, 4, 2},
+                         .host_pages = {200},
+                         .wait_fence = 0x99}}});
+  const std::string bytes = EncodeFrame(0x11, 0x22, batch);
+  const std::vector<uint8_t> expected = {
+      1, 3,                                            // version, kind tasks
+      0x11, 0, 0, 0, 0, 0, 0, 0,                       // epoch
+      0x22, 0, 0, 0, 0, 0, 0, 0,                       // seq
+      1, 0, 0, 0,                                      // one task
+      8, 7, 6, 5, 4, 3, 2, 1,                          // op_id
+      1,                                               // host -> device
+      5, 0, 0, 0,                                      // step
+      1, 0, 0, 0,                                      // one rank copy
+      2, 0, 0, 0,                                      // rank
+      0x99, 0, 0, 0, 0, 0, 0, 0,                       // wait_fence
+      3, 0, 0, 0, 6, 2, 3,                             // device: +3 +1 -2
+      1, 0, 0, 0, 0x90, 0x03,                          // host: +200
+  };
+  ASSERT_EQ(bytes.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(static_cast<uint8_t>(bytes[i]), expected[i]) << "byte " << i;
+  }
+  EXPECT_EQ(bytes.size(),
+            kFrameHeaderBytes + 4 + EncodedTaskBytes(batch.tasks[0]));
+  RoundTrip(Frame{{kWireVersion, FrameKind::kTasks, 0x11, 0x22}, batch});
+}
+
+TEST(GroupWireTest, StepDonesAndHelloLayoutIsAsDocumented) {
+  const std::string hello =
+      EncodeFrame(1, 1, Hello{.sender_time_ns = 0x0a0b, .member_index = 3});
+  EXPECT_EQ(hello, std::string("\x01\x01"
+                               "\x01\0\0\0\0\0\0\0"
+                               "\x01\0\0\0\0\0\0\0"
+                               "\x0b\x0a\0\0\0\0\0\0"
+                               "\x03\0\0\0",
+                               30));
+  StepDoneBatch batch;
+  batch.dones.push_back(StepDone{.op_id = 1,
+                                 .direction = kD2H,
+                                 .rank = 2,
+                                 .step = 3,
+                                 .status = absl::NotFoundError("x"),
+                                 .bytes = 4,
+                                 .fence = "f"});
+  const std::string dones = EncodeFrame(0, 0, batch);
+  const std::string body = dones.substr(kFrameHeaderBytes);
+  EXPECT_EQ(body, std::string("\x01\0\0\0"            // one
+                              "\x01\0\0\0\0\0\0\0"    // op
+                              "\x00"                  // d2h
+                              "\x02\0\0\0"            // rank
+                              "\x03\0\0\0"            // step
+                              "\x05"                  // NOT_FOUND
+                              "\x01\0\0\0x"           // message
+                              "\x04\0\0\0\0\0\0\0"    // bytes
+                              "\x01\0\0\0f",          // fence
+                              4 + 8 + 1 + 4 + 4 + 1 + 5 + 8 + 5));
+  EXPECT_EQ(dones.size(),
+            kFrameHeaderBytes + 4 + EncodedStepDoneBytes(batch.dones[0]));
+}
+
+TEST(GroupWireTest, EveryTruncationIsRefused) {
+  for (const Frame& frame : SampleFrames()) {
+    const std::string bytes = EncodeFrame(frame);
+    for (size_t n = 0; n < bytes.size(); ++n) {
+      absl::StatusOr<Frame> decoded = DecodeFrame(bytes.substr(0, n));
+      // A few prefixes are themselves complete frames (an empty batch); all
+      // others must be refused as DATA_LOSS.
+      if (decoded.ok()) {
+        EXPECT_EQ(EncodeFrame(*decoded), bytes.substr(0, n));
+        continue;
+      }
+      EXPECT_EQ(decoded.status().code(), absl::StatusCode::kDataLoss)
+          << n << ": " << decoded.status();
+    }
+    // And a byte too many.
+    absl::StatusOr<Frame> longer = DecodeFrame(bytes + std::string(1, '\0'));
+    ASSERT_FALSE(longer.ok());
+    EXPECT_EQ(longer.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(longer.status().message().find("trailing"), std::string::npos)
+        << longer.status();
+  }
+}
+
+TEST(GroupWireTest, UnknownVersionAndKindAreRefused) {
+  std::string bytes = EncodeFrame(1, 1, Bye{"x"});
+  std::string v2 = bytes;
+  v2[0] = 2;
+  absl::StatusOr<Frame> decoded = DecodeFrame(v2);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(decoded.status().message().find("version 2"), std::string::npos);
+  for (uint8_t kind : {0, 6, 255}) {
+    std::string k = bytes;
+    k[1] = static_cast<char>(kind);
+    decoded = DecodeFrame(k);
+    ASSERT_FALSE(decoded.ok());
+    EXPECT_EQ(decoded.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(decoded.status().message().find("kind"), std::string::npos);
+  }
+}
+
+std::string Header(FrameKind kind) {
+  std::string h = EncodeFrame(0, 0, Bye{}).substr(0, kFrameHeaderBytes);
+  h[1] = static_cast<char>(kind);
+  return h;
+}
+
+std::string U32(uint32_t v) {
+  std::string s;
+  for (int i = 0; i < 4; ++i) s.push_back(static_cast<char>(v >> (8 * i)));
+  return s;
+}
+
+void ExpectDataLoss(const std::string& bytes, const std::string& words) {
+  absl::StatusOr<Frame> decoded = DecodeFrame(bytes);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(decoded.status().message().find(words), std::string::npos)
+      << decoded.status();
+}
+
+TEST(GroupWireTest, HostileCountsAreRefusedBeforeAllocating) {
+  ExpectDataLoss(Header(FrameKind::kTasks) + U32(0xffffffffu), "task count");
+  ExpectDataLoss(Header(FrameKind::kStepDones) + U32(0x10000000u),
+                 "step_done count");
+  // One task whose rank count is huge.
+  std::string task = U32(1) + std::string(8, '\0') + std::string(1, '\0') +
+                     U32(0) + U32(0x7fffffffu);
+  ExpectDataLoss(Header(FrameKind::kTasks) + task, "task rank count");
+  // One rank copy whose page count is huge.
+  std::string copy = U32(1) + std::string(8, '\0') + std::string(1, '\0') +
+                     U32(0) + U32(1) + U32(0) + std::string(8, '\0') +
+                     U32(0xfffffff0u) + std::string(8, '\0');
+  ExpectDataLoss(Header(FrameKind::kTasks) + copy, "device pages");
+  // A string longer than the frame.
+  ExpectDataLoss(Header(FrameKind::kBye) + U32(1000) + "abc", "bye reason");
+}
+
+TEST(GroupWireTest, NonCanonicalFieldsAreRefused) {
+  auto one_page = [](std::string varint) {
+    return Header(FrameKind::kTasks) + U32(1) + std::string(8, '\0') +
+           std::string(1, '\0') + U32(0) + U32(1) + U32(0) +
+           std::string(8, '\0') + U32(1) + varint + U32(0);
+  };
+  EXPECT_TRUE(DecodeFrame(one_page("\x02")).ok());
+  ExpectDataLoss(one_page(std::string("\x82\x00", 2)), "not minimal");
+  ExpectDataLoss(one_page(std::string(9, '\xff') + "\x02"), "overflows");
+  ExpectDataLoss(one_page(std::string(10, '\xff')), "overflows");
+  // Direction 2.
+  ExpectDataLoss(Header(FrameKind::kTasks) + U32(1) + std::string(8, '\0') +
+                     std::string(1, '\x02') + U32(0) + U32(0),
+                 "direction");
+  // Status code 17, and an OK status with a message.
+  auto done = [](uint8_t code, std::string message) {
+    return Header(FrameKind::kStepDones) + U32(1) + std::string(8, '\0') +
+           std::string(1, '\0') + U32(0) + U32(0) +
+           std::string(1, static_cast<char>(code)) + U32(message.size()) +
+           message + std::string(8, '\0') + U32(0);
+  };
+  EXPECT_TRUE(DecodeFrame(done(14, "m")).ok());
+  ExpectDataLoss(done(17, ""), "status code 17");
+  ExpectDataLoss(done(0, "m"), "OK status carries a message");
+}
+
+TEST(GroupWireTest, TypicalStepSizes) {
+  // 64 pages on each of 2 ranks; consecutive pages cost one byte each.
+  TaskBatch batch;
+  batch.tasks.push_back(SampleTask(1, 0, 64));
+  const std::string consecutive = EncodeFrame(1, 1, batch);
+  // Device pages 100, 101, ... (the first delta takes 2 bytes, then 1 each),
+  // host pages 7, 10, ... (1 byte each).
+  EXPECT_EQ(consecutive.size(), kFrameHeaderBytes + 4 + kTaskFixedBytes +
+                                    2 * (4 + 8 + 4 + 65 + 4 + 64));
+  // Scattered pages in a 1M-page pool: at most 3 bytes each (|delta| < 2^20).
+  for (RankCopy& copy : batch.tasks[0].ranks) {
+    for (size_t i = 0; i < copy.device_pages.size(); ++i) {
+      copy.device_pages[i] = (i * 7919 * 131) % (1 << 20);
+      copy.host_pages[i] = (i * 104729) % (1 << 20);
+    }
+  }
+  const std::string scattered = EncodeFrame(1, 1, batch);
+  EXPECT_LE(scattered.size(), kFrameHeaderBytes + 4 + kTaskFixedBytes +
+                                  2 * (4 + 8 + 4 + 3 * 64 + 4 + 3 * 64));
+  RecordProperty("tasks_frame_bytes_64_pages_2_ranks_consecutive",
+                 static_cast<int>(consecutive.size()));
+  RecordProperty("tasks_frame_bytes_64_pages_2_ranks_scattered",
+                 static_cast<int>(scattered.size()));
+  std::printf("Tasks frame, 64 pages on 2 ranks: %zu bytes consecutive, %zu "
+              "scattered\n",
+              consecutive.size(), scattered.size());
+}
+
+}  // namespace
+}  // namespace hicache::group
