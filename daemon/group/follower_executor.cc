@@ -1,0 +1,273 @@
+#include "daemon/group/follower_executor.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "daemon/core/log_format.h"
+#include "spdlog/spdlog.h"
+
+namespace hicache::group {
+namespace {
+
+constexpr size_t kDonesBudget = comm::kMaxFrameBytes - kFrameHeaderBytes - 4;
+// A completion's message and fence are cut to this, so one always fits.
+constexpr size_t kMaxTextBytes = 4096;
+
+}  // namespace
+
+FollowerExecutor::FollowerExecutor(FollowerScope scope,
+                                   std::unique_ptr<comm::Communicator> link,
+                                   uint64_t epoch,
+                                   const TransferEngineFactory& make_local,
+                                   ControlHandler on_control,
+                                   FailureHandler on_failure)
+    : scope_(std::move(scope)),
+      on_control_(std::move(on_control)),
+      on_failure_(std::move(on_failure)),
+      link_(std::make_unique<WireLink>(std::move(link), epoch)),
+      local_(make_local(this)),
+      sender_([this] { SenderLoop(); }) {}
+
+FollowerExecutor::~FollowerExecutor() {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+    send_cv_.SignalAll();
+  }
+  sender_.join();
+  link_.reset();   // No task arrives after this.
+  local_.reset();  // Finishes the copies; their answers go nowhere.
+}
+
+absl::Status FollowerExecutor::Start() {
+  return link_->Start(
+      [this](Frame frame) { return OnFrame(std::move(frame)); },
+      [this](const absl::Status& cause) { OnLinkFailure(cause); });
+}
+
+absl::Status FollowerExecutor::SendControl(const FrameBody& body) {
+  return link_->Send(body);
+}
+
+void FollowerExecutor::OnLinkFailure(const absl::Status& cause) {
+  {
+    MutexLock lock(&mu_);
+    link_failed_ = true;
+    pending_ -= static_cast<int64_t>(outbox_.size());
+    outbox_.clear();
+    if (pending_ == 0) idle_cv_.SignalAll();
+  }
+  if (!absl::IsCancelled(cause)) {
+    spdlog::error("CP group: link to {} failed: {}", scope_.leader, cause);
+  }
+  if (on_failure_) on_failure_(cause);
+}
+
+absl::Status FollowerExecutor::OnFrame(Frame frame) {
+  switch (frame.header.kind) {
+    case FrameKind::kTasks:
+      for (TransferTask& task : std::get<TaskBatch>(frame.body).tasks) {
+        Execute(std::move(task));
+      }
+      return absl::OkStatus();
+    case FrameKind::kStepDones:
+      return absl::InvalidArgumentError("the leader sent a step_dones frame");
+    case FrameKind::kHello:
+    case FrameKind::kHeartbeat:
+    case FrameKind::kBye:
+      return on_control_ ? on_control_(frame) : absl::OkStatus();
+  }
+  return absl::InvalidArgumentError("unknown frame kind");
+}
+
+absl::Status FollowerExecutor::Check(const TransferTask& task,
+                                     const RankCopy& copy) const {
+  if (std::find(scope_.ranks.begin(), scope_.ranks.end(), copy.rank) ==
+      scope_.ranks.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", copy.rank, " is not served by this daemon"));
+  }
+  if (task.step >= scope_.num_steps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step ", task.step, " is outside the geometry's ",
+                     scope_.num_steps));
+  }
+  if (copy.wait_fence != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fence ", copy.wait_fence, " named by the leader"));
+  }
+  if (copy.device_pages.size() != copy.host_pages.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(copy.device_pages.size(), " device pages but ",
+                     copy.host_pages.size(), " host pages"));
+  }
+  for (size_t i = 0; i < copy.device_pages.size(); ++i) {
+    if (copy.device_pages[i] < 0 ||
+        copy.device_pages[i] >= scope_.device_pages_per_rank ||
+        copy.host_pages[i] < 0 ||
+        copy.host_pages[i] >= scope_.host_pages_per_rank) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("page pair ", i, " (device ", copy.device_pages[i],
+                       ", host ", copy.host_pages[i],
+                       ") is outside this daemon's pools (",
+                       scope_.device_pages_per_rank, " device, ",
+                       scope_.host_pages_per_rank, " host pages a rank)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void FollowerExecutor::Execute(TransferTask task) {
+  TransferTask run{
+      .op_id = task.op_id, .direction = task.direction, .step = task.step};
+  std::vector<StepDone> refused;
+  absl::flat_hash_set<Rank> seen;
+  for (RankCopy& copy : task.ranks) {
+    absl::Status ok = seen.insert(copy.rank).second
+                          ? Check(task, copy)
+                          : absl::InvalidArgumentError(absl::StrCat(
+                                "rank ", copy.rank, " named twice"));
+    if (ok.ok()) {
+      run.ranks.push_back(std::move(copy));
+      continue;
+    }
+    const absl::Status why = absl::InvalidArgumentError(absl::StrCat(
+        "follower refused op ", task.op_id, " step ", task.step, ": ",
+        ok.message()));
+    spdlog::error("CP group: {} (from {}); not executed", why.message(),
+                  scope_.leader);
+    refused.push_back(StepDone{.op_id = task.op_id,
+                               .direction = task.direction,
+                               .rank = copy.rank,
+                               .step = task.step,
+                               .status = why,
+                               .bytes = 0});
+  }
+  const int64_t accepted = static_cast<int64_t>(run.ranks.size());
+  {
+    MutexLock lock(&mu_);
+    ++stats_.tasks_received;
+    stats_.steps_refused += static_cast<int64_t>(refused.size());
+    pending_ += accepted + static_cast<int64_t>(refused.size());
+  }
+  Answer(std::move(refused));
+  if (accepted == 0) return;
+  std::vector<Rank> ranks;
+  for (const RankCopy& copy : run.ranks) ranks.push_back(copy.rank);
+  absl::Status submitted = local_->Submit(std::move(run));
+  if (submitted.ok()) return;
+  spdlog::error("CP group: local engine refused op {} step {}: {}",
+                task.op_id, task.step, submitted);
+  std::vector<StepDone> rejected;
+  for (Rank rank : ranks) {
+    rejected.push_back(StepDone{.op_id = task.op_id,
+                                .direction = task.direction,
+                                .rank = rank,
+                                .step = task.step,
+                                .status = submitted,
+                                .bytes = 0});
+  }
+  {
+    MutexLock lock(&mu_);
+    stats_.steps_rejected += accepted;
+  }
+  Answer(std::move(rejected));
+}
+
+void FollowerExecutor::OnStepDone(StepDone done) {
+  {
+    MutexLock lock(&mu_);
+    ++stats_.steps_executed;
+  }
+  std::vector<StepDone> one;
+  one.push_back(std::move(done));
+  Answer(std::move(one));
+}
+
+void FollowerExecutor::Answer(std::vector<StepDone> dones) {
+  if (dones.empty()) return;
+  for (StepDone& done : dones) {
+    if (done.status.message().size() > kMaxTextBytes) {
+      done.status = absl::Status(
+          done.status.code(), done.status.message().substr(0, kMaxTextBytes));
+    }
+    if (done.fence.size() > kMaxTextBytes) done.fence.clear();
+  }
+  MutexLock lock(&mu_);
+  if (link_failed_) {
+    pending_ -= static_cast<int64_t>(dones.size());
+    if (pending_ == 0) idle_cv_.SignalAll();
+    return;
+  }
+  for (StepDone& done : dones) outbox_.push_back(std::move(done));
+  send_cv_.SignalAll();
+}
+
+void FollowerExecutor::SenderLoop() {
+  while (true) {
+    std::vector<StepDone> batch;
+    {
+      MutexLock lock(&mu_);
+      while (outbox_.empty() && !stopping_) send_cv_.Wait(&mu_);
+      if (outbox_.empty()) return;
+      batch.swap(outbox_);
+      sending_ = true;
+    }
+    const int64_t n = static_cast<int64_t>(batch.size());
+    int64_t frames = 0;
+    int64_t bytes = 0;
+    StepDoneBatch frame;
+    size_t used = 0;
+    auto flush = [&]() -> bool {
+      if (frame.dones.empty()) return true;
+      absl::Status sent = link_->Send(frame);
+      ++frames;
+      bytes += static_cast<int64_t>(kFrameHeaderBytes + 4 + used);
+      frame.dones.clear();
+      used = 0;
+      return sent.ok();
+    };
+    bool ok = true;
+    for (StepDone& done : batch) {
+      const size_t size = EncodedStepDoneBytes(done);
+      if (used + size > kDonesBudget && !(ok = flush())) break;
+      frame.dones.push_back(std::move(done));
+      used += size;
+    }
+    if (ok) ok = flush();
+    MutexLock lock(&mu_);
+    if (ok) {
+      stats_.done_frames += frames;
+      stats_.done_frame_bytes += bytes;
+    }
+    // A failed send means the link failed: on_failure follows (or ran).
+    pending_ -= n;
+    sending_ = false;
+    if (pending_ == 0) idle_cv_.SignalAll();
+  }
+}
+
+void FollowerExecutor::Drain() {
+  MutexLock lock(&mu_);
+  while (pending_ > 0) idle_cv_.Wait(&mu_);
+}
+
+int64_t FollowerExecutor::refused() const {
+  MutexLock lock(&mu_);
+  return stats_.steps_refused;
+}
+
+FollowerExecutor::Stats FollowerExecutor::stats() const {
+  Stats s;
+  {
+    MutexLock lock(&mu_);
+    s = stats_;
+    s.pending = pending_;
+  }
+  s.link = link_->stats();
+  return s;
+}
+
+}  // namespace hicache::group

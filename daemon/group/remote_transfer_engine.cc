@@ -1,0 +1,327 @@
+#include "daemon/group/remote_transfer_engine.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "daemon/core/log_format.h"
+#include "spdlog/spdlog.h"
+
+namespace hicache::group {
+namespace {
+
+const char* DirName(TransferDirection d) {
+  return d == TransferDirection::kDeviceToHost ? "d2h" : "h2d";
+}
+
+// The most a Tasks frame's body may take besides the header and the count.
+constexpr size_t kTasksBudget = comm::kMaxFrameBytes - kFrameHeaderBytes - 4;
+
+}  // namespace
+
+RemoteTransferEngine::RemoteTransferEngine(
+    RemoteMember member, std::unique_ptr<comm::Communicator> link,
+    uint64_t epoch, TransferListener* listener, ControlHandler on_control)
+    : member_(std::move(member)),
+      listener_(listener),
+      on_control_(std::move(on_control)),
+      completer_([this](StepDone done) {
+        listener_->OnStepDone(std::move(done));
+        Delivered(1);
+      }),
+      link_(std::make_unique<WireLink>(std::move(link), epoch)),
+      sender_([this] { SenderLoop(); }) {}
+
+RemoteTransferEngine::~RemoteTransferEngine() {
+  Fail(absl::CancelledError("remote transfer engine destroyed"));
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+    send_cv_.SignalAll();
+  }
+  sender_.join();
+  link_.reset();  // Joins the link's threads: no handler runs after this.
+  completer_.Drain();
+}
+
+absl::Status RemoteTransferEngine::Start() {
+  absl::Status started = link_->Start(
+      [this](Frame frame) { return OnFrame(std::move(frame)); },
+      [this](const absl::Status& cause) { Fail(cause); });
+  if (!started.ok()) Fail(started);
+  return started;
+}
+
+bool RemoteTransferEngine::Serves(Rank rank) const {
+  return std::find(member_.ranks.begin(), member_.ranks.end(), rank) !=
+         member_.ranks.end();
+}
+
+absl::Status RemoteTransferEngine::Validate(const TransferTask& task) const {
+  if (member_.num_steps != 0 && task.step >= member_.num_steps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step ", task.step, " is outside the geometry's ",
+                     member_.num_steps));
+  }
+  absl::flat_hash_set<Rank> seen;
+  for (const RankCopy& copy : task.ranks) {
+    if (!Serves(copy.rank)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", copy.rank, " is not served by ", member_.name));
+    }
+    if (!seen.insert(copy.rank).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", copy.rank, " is named twice"));
+    }
+    if (copy.wait_fence != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", copy.rank, ": fence ", copy.wait_fence, " named, but ",
+          member_.name, " waits on its workers' fences itself"));
+    }
+    if (copy.device_pages.size() != copy.host_pages.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", copy.rank, ": ", copy.device_pages.size(),
+          " device pages but ", copy.host_pages.size(), " host pages"));
+    }
+    for (size_t i = 0; i < copy.device_pages.size(); ++i) {
+      const bool device_ok =
+          copy.device_pages[i] >= 0 &&
+          (member_.device_pages_per_rank == 0 ||
+           copy.device_pages[i] < member_.device_pages_per_rank);
+      const bool host_ok = copy.host_pages[i] >= 0 &&
+                           (member_.host_pages_per_rank == 0 ||
+                            copy.host_pages[i] < member_.host_pages_per_rank);
+      if (!device_ok || !host_ok) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("rank ", copy.rank, ": page pair ", i, " (device ",
+                         copy.device_pages[i], ", host ", copy.host_pages[i],
+                         ") is outside the pools of ", member_.name));
+      }
+    }
+    if (kTaskFixedBytes + EncodedRankCopyBytes(copy) > kTasksBudget) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", copy.rank, ": ", copy.device_pages.size(),
+          " pages do not fit in one frame to ", member_.name));
+    }
+  }
+  return absl::OkStatus();
+}
+
+StepDone RemoteTransferEngine::Unavailable(const Site& site,
+                                           const absl::Status& cause) const {
+  return StepDone{
+      .op_id = site.op_id,
+      .direction = site.direction,
+      .rank = site.rank,
+      .step = site.step,
+      .status = absl::UnavailableError(absl::StrCat(
+          member_.name, " (ranks served remotely) is gone: ", cause.ToString())),
+      .bytes = 0};
+}
+
+absl::Status RemoteTransferEngine::Submit(TransferTask task) {
+  if (absl::Status valid = Validate(task); !valid.ok()) return valid;
+  if (task.ranks.empty()) return absl::OkStatus();
+  MutexLock lock(&mu_);
+  const int64_t n = static_cast<int64_t>(task.ranks.size());
+  in_flight_ += n;
+  ++stats_.tasks_submitted;
+  stats_.steps_submitted += n;
+  if (!failure_.ok()) {
+    std::vector<StepDone> failed;
+    for (const RankCopy& copy : task.ranks) {
+      failed.push_back(Unavailable(
+          Site{task.op_id, task.direction, copy.rank, task.step}, failure_));
+    }
+    stats_.steps_failed += n;
+    completer_.Complete(std::move(failed));  // Never calls back inline.
+    return absl::OkStatus();
+  }
+  for (const RankCopy& copy : task.ranks) {
+    ++outstanding_[Site{task.op_id, task.direction, copy.rank, task.step}];
+  }
+  outbox_.push_back(std::move(task));
+  send_cv_.SignalAll();
+  return absl::OkStatus();
+}
+
+void RemoteTransferEngine::SenderLoop() {
+  while (true) {
+    std::vector<TransferTask> batch;
+    {
+      MutexLock lock(&mu_);
+      while (outbox_.empty() && !stopping_) send_cv_.Wait(&mu_);
+      if (outbox_.empty()) return;
+      batch.swap(outbox_);
+    }
+    // Pack into frames under the limit; a task too large for one frame is
+    // split by rank (Validate made sure one rank's copy fits).
+    std::vector<TaskBatch> frames(1);
+    std::vector<size_t> frame_bytes(1, 0);  // Body bytes after the count.
+    auto add = [&](TransferTask task, size_t bytes) {
+      if (frame_bytes.back() + bytes > kTasksBudget &&
+          !frames.back().tasks.empty()) {
+        frames.emplace_back();
+        frame_bytes.push_back(0);
+      }
+      frames.back().tasks.push_back(std::move(task));
+      frame_bytes.back() += bytes;
+    };
+    for (TransferTask& task : batch) {
+      const size_t bytes = EncodedTaskBytes(task);
+      if (bytes <= kTasksBudget) {
+        add(std::move(task), bytes);
+        continue;
+      }
+      for (RankCopy& copy : task.ranks) {
+        TransferTask part{.op_id = task.op_id,
+                          .direction = task.direction,
+                          .step = task.step};
+        const size_t part_bytes = kTaskFixedBytes + EncodedRankCopyBytes(copy);
+        part.ranks.push_back(std::move(copy));
+        add(std::move(part), part_bytes);
+      }
+    }
+    for (size_t f = 0; f < frames.size(); ++f) {
+      absl::Status sent = link_->Send(frames[f]);
+      if (!sent.ok()) {
+        Fail(sent);
+        break;
+      }
+      MutexLock lock(&mu_);
+      ++stats_.task_frames;
+      stats_.task_frame_bytes +=
+          static_cast<int64_t>(kFrameHeaderBytes + 4 + frame_bytes[f]);
+    }
+  }
+}
+
+absl::Status RemoteTransferEngine::OnFrame(Frame frame) {
+  switch (frame.header.kind) {
+    case FrameKind::kStepDones:
+      return HandleStepDones(
+          std::move(std::get<StepDoneBatch>(frame.body).dones));
+    case FrameKind::kTasks:
+      return absl::InvalidArgumentError("a follower sent a tasks frame");
+    case FrameKind::kHello:
+    case FrameKind::kHeartbeat:
+    case FrameKind::kBye:
+      if (on_control_) return on_control_(frame);
+      if (frame.header.kind == FrameKind::kBye) {
+        Fail(absl::UnavailableError(
+            absl::StrCat(member_.name, " said bye: ",
+                         std::get<Bye>(frame.body).reason)));
+      }
+      return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError("unknown frame kind");
+}
+
+absl::Status RemoteTransferEngine::HandleStepDones(
+    std::vector<StepDone> dones) {
+  {
+    MutexLock lock(&mu_);
+    if (!failure_.ok()) return absl::OkStatus();  // Already reported.
+    // Check the whole frame before taking anything from it.
+    absl::flat_hash_map<Site, int64_t> claimed;
+    for (const StepDone& done : dones) {
+      const Site site{done.op_id, done.direction, done.rank, done.step};
+      if (!Serves(done.rank)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "completion for rank ", done.rank, ", which ", member_.name,
+            " does not serve"));
+      }
+      auto it = outstanding_.find(site);
+      const int64_t taken = ++claimed[site];
+      if (it == outstanding_.end() || it->second < taken) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "completion for op ", done.op_id, " ", DirName(done.direction),
+            " rank ", done.rank, " step ", done.step,
+            ", which is not outstanding"));
+      }
+    }
+    for (const auto& [site, n] : claimed) {
+      auto it = outstanding_.find(site);
+      if ((it->second -= n) == 0) outstanding_.erase(it);
+    }
+    stats_.steps_completed += static_cast<int64_t>(dones.size());
+  }
+  for (StepDone& done : dones) listener_->OnStepDone(std::move(done));
+  Delivered(static_cast<int64_t>(dones.size()));
+  return absl::OkStatus();
+}
+
+void RemoteTransferEngine::Delivered(int64_t n) {
+  MutexLock lock(&mu_);
+  in_flight_ -= n;
+  if (in_flight_ == 0) idle_cv_.SignalAll();
+}
+
+void RemoteTransferEngine::Fail(const absl::Status& cause) {
+  const absl::Status why =
+      cause.ok() ? absl::UnknownError("failed without a cause") : cause;
+  {
+    MutexLock lock(&mu_);
+    if (!failure_.ok()) return;
+    failure_ = why;
+    std::vector<StepDone> failed;
+    for (const auto& [site, n] : outstanding_) {
+      for (int64_t i = 0; i < n; ++i) failed.push_back(Unavailable(site, why));
+    }
+    outstanding_.clear();
+    outbox_.clear();  // Their steps were outstanding: reported above.
+    stats_.steps_failed += static_cast<int64_t>(failed.size());
+    if (!failed.empty() || !absl::IsCancelled(why)) {
+      spdlog::error("CP group: {} failed ({}); {} outstanding steps complete "
+                    "UNAVAILABLE",
+                    member_.name, why, failed.size());
+    }
+    completer_.Complete(std::move(failed));
+  }
+  link_->Abort(why);
+}
+
+absl::Status RemoteTransferEngine::failure() const {
+  MutexLock lock(&mu_);
+  return failure_;
+}
+
+absl::Status RemoteTransferEngine::SendControl(const FrameBody& body) {
+  return link_->Send(body);
+}
+
+RemoteTransferEngine::Stats RemoteTransferEngine::stats() const {
+  Stats s;
+  {
+    MutexLock lock(&mu_);
+    s = stats_;
+    int64_t outstanding = 0;
+    for (const auto& [site, n] : outstanding_) outstanding += n;
+    s.outstanding = outstanding;
+  }
+  s.link = link_->stats();
+  return s;
+}
+
+void RemoteTransferEngine::Drain() {
+  MutexLock lock(&mu_);
+  while (in_flight_ > 0) idle_cv_.Wait(&mu_);
+}
+
+absl::StatusOr<uint64_t> RemoteTransferEngine::RegisterFence(
+    Rank rank, const std::string& /*handle*/) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "rank ", rank, " is served by ", member_.name,
+      ": its workers register their fences with that daemon"));
+}
+
+absl::Status RemoteTransferEngine::ReleaseFence(uint64_t fence) {
+  return absl::NotFoundError(absl::StrCat("no fence ", fence));
+}
+
+absl::StatusOr<Rank> RemoteTransferEngine::FenceRank(uint64_t fence) const {
+  return absl::NotFoundError(absl::StrCat("no fence ", fence));
+}
+
+}  // namespace hicache::group
