@@ -1,6 +1,7 @@
 #include "daemon/comm/gloo_communicator.h"
 
 #include <net/if.h>
+#include <signal.h>
 
 #include <exception>
 #include <system_error>
@@ -44,6 +45,22 @@ absl::Status NonOk(const absl::Status& cause) {
                     : cause;
 }
 
+// Gloo writes to its sockets with writev(2) (also from its event-loop
+// thread) and handles EPIPE, so it needs SIGPIPE ignored: otherwise writing
+// to a peer that has just reset the connection kills the process. Ignores
+// it unless the process installed a handler of its own (hicached ignores it
+// already).
+void IgnoreSigpipe() {
+  struct sigaction current = {};
+  if (sigaction(SIGPIPE, nullptr, &current) != 0) return;
+  if (!(current.sa_flags & SA_SIGINFO) && current.sa_handler == SIG_DFL) {
+    struct sigaction ignore = {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    sigaction(SIGPIPE, &ignore, nullptr);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<gloo::transport::Device>>
@@ -52,6 +69,7 @@ GlooCommunicator::CreateTcpDevice(const std::string& bind) {
     return absl::InvalidArgumentError(
         "CP group bind address is empty: name an interface or a host");
   }
+  IgnoreSigpipe();
   gloo::transport::tcp::attr attr;
   if (if_nametoindex(bind.c_str()) != 0) {
     attr.iface = bind;

@@ -96,7 +96,8 @@ class GlooCommunicator final : public Communicator {
   // A TCP device listening on `bind`: a network interface name ("eth1") or
   // a host name / address ("10.0.0.2", "127.0.0.1"); ports are chosen by
   // the OS. INVALID_ARGUMENT for an empty bind, UNAVAILABLE if Gloo cannot
-  // resolve it.
+  // resolve it. Ignores SIGPIPE process-wide unless a handler is installed
+  // (Gloo needs it: it writes to sockets a peer may have reset).
   static absl::StatusOr<std::shared_ptr<gloo::transport::Device>>
   CreateTcpDevice(const std::string& bind);
 

@@ -1,5 +1,7 @@
 #include "daemon/comm/gloo_communicator.h"
 
+#include <signal.h>
+
 #include <chrono>
 #include <cstring>
 #include <future>
@@ -69,6 +71,20 @@ TEST_F(GlooCommunicatorTest, RejectsBadOptions) {
   expect_invalid(o);
   EXPECT_EQ(GlooCommunicator::CreateTcpDevice("").status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Gloo writes to sockets the peer may have reset (from its own event-loop
+// thread too): without SIGPIPE ignored a hard close kills the process (seen
+// as exit 141 under bazel test, whose runner leaves SIGPIPE at default).
+TEST_F(GlooCommunicatorTest, CreatingADeviceIgnoresSigpipe) {
+  struct sigaction dfl = {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  ASSERT_EQ(sigaction(SIGPIPE, &dfl, nullptr), 0);
+  ASSERT_TRUE(GlooCommunicator::CreateTcpDevice("127.0.0.1").ok());
+  struct sigaction now = {};
+  ASSERT_EQ(sigaction(SIGPIPE, nullptr, &now), 0);
+  EXPECT_EQ(now.sa_handler, SIG_IGN);
 }
 
 TEST_F(GlooCommunicatorTest, ConnectWithoutPeerTimesOut) {
@@ -275,7 +291,7 @@ TEST_F(GlooCommunicatorTest, MalformedMessageIsDataLoss) {
     try {
       auto ctx = std::make_shared<gloo::rendezvous::Context>(1, 2);
       ctx->setTimeout(std::chrono::seconds(30));
-      gloo::rendezvous::PrefixStore store("raw", factory_.store());
+      gloo::rendezvous::PrefixStore store("raw", factory_.store(1));
       std::shared_ptr<gloo::transport::Device> dev = *d1;
       ctx->connectFullMesh(store, dev);
       std::vector<char> mem(64, 0);

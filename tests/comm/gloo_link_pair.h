@@ -1,8 +1,10 @@
 #pragma once
 
 // Connects both ends of a Gloo link inside one process (two threads, two TCP
-// devices on 127.0.0.1, a FileStore in a fresh temp dir), for the Gloo tests
-// and the comm benchmark.
+// devices on 127.0.0.1, a FileStore per end over one directory, as two
+// daemons would have), for the Gloo tests and the comm benchmark. One
+// FileStore must not be shared by concurrent Connects: Gloo's FileStore
+// records the keys it set in an unguarded member.
 
 #include <future>
 #include <memory>
@@ -24,7 +26,9 @@ struct GlooLinkPair {
 class GlooLinkFactory {
  public:
   // `dir`: an existing, empty directory for the FileStore.
-  explicit GlooLinkFactory(const std::string& dir) : store_(dir) {}
+  explicit GlooLinkFactory(const std::string& dir)
+      : stores_{gloo::rendezvous::FileStore(dir),
+                gloo::rendezvous::FileStore(dir)} {}
 
   // The TCP device of daemon `i` (0 or 1), created on first use.
   absl::StatusOr<std::shared_ptr<gloo::transport::Device>> Device(int i) {
@@ -39,7 +43,7 @@ class GlooLinkFactory {
   GlooLinkOptions Options(int rank, const std::string& prefix,
                           absl::Duration receive_timeout) {
     GlooLinkOptions o;
-    o.store = &store_;
+    o.store = &stores_[rank];
     o.key_prefix = prefix;
     o.rank = rank;
     o.connect_timeout = absl::Seconds(30);
@@ -70,10 +74,11 @@ class GlooLinkFactory {
     return GlooLinkPair{*std::move(leader), *std::move(f)};
   }
 
-  gloo::rendezvous::Store& store() { return store_; }
+  // The store of the end with `rank`.
+  gloo::rendezvous::Store& store(int rank) { return stores_[rank]; }
 
  private:
-  gloo::rendezvous::FileStore store_;
+  gloo::rendezvous::FileStore stores_[2];
   std::shared_ptr<gloo::transport::Device> devices_[2];
   int next_ = 0;
 };
