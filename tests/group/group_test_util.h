@@ -77,13 +77,15 @@ class RecordingListener final : public TransferListener {
 };
 
 // Moves nothing: acks every rank copy with 10 bytes a page, OK, from one
-// worker thread in submission order. Steps >= 99 are refused (INVALID_ARGUMENT,
-// nothing queued). Hold() keeps completions back until Release(). Fences get
+// worker thread in submission order. Steps >= `refuse_from` (99) are refused
+// (INVALID_ARGUMENT, nothing queued). Hold() keeps completions back until Release(). Fences get
 // ids of its own, from 1.
 class FakeEngine final : public TransferEngine {
  public:
-  explicit FakeEngine(TransferListener* listener)
-      : listener_(listener), worker_([this] { Loop(); }) {}
+  explicit FakeEngine(TransferListener* listener, uint32_t refuse_from = 99)
+      : listener_(listener),
+        refuse_from_(refuse_from),
+        worker_([this] { Loop(); }) {}
   ~FakeEngine() override {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -95,7 +97,7 @@ class FakeEngine final : public TransferEngine {
   }
 
   absl::Status Submit(TransferTask task) override {
-    if (task.step >= 99) {
+    if (task.step >= refuse_from_) {
       return absl::InvalidArgumentError(
           absl::StrCat("step ", task.step, " refused by the fake"));
     }
@@ -189,6 +191,7 @@ class FakeEngine final : public TransferEngine {
   }
 
   TransferListener* const listener_;
+  const uint32_t refuse_from_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::condition_variable idle_cv_;
