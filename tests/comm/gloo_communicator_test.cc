@@ -325,7 +325,7 @@ TEST_F(GlooCommunicatorTest, MalformedMessageIsDataLoss) {
 // Abort from both ends, sends and destruction racing: each end reports
 // exactly once, never delivers after that, and no exception escapes.
 TEST_F(GlooCommunicatorTest, FailureIsReportedExactlyOnceUnderRaces) {
-  for (int round = 0; round < 12; ++round) {
+  for (int round = 0; round < 30; ++round) {
     LinkProbe pl, pf;
     auto pair = factory_.Connect(absl::Seconds(60), absl::Seconds(60));
     ASSERT_TRUE(pair.ok()) << pair.status();
