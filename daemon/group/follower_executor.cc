@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/core/log_format.h"
+#include "daemon/group/step_completer.h"
 #include "spdlog/spdlog.h"
 
 namespace hicache::group {
@@ -62,7 +63,7 @@ void FollowerExecutor::OnLinkFailure(const absl::Status& cause) {
   if (!absl::IsCancelled(cause)) {
     spdlog::error("CP group: link to {} failed: {}", scope_.leader, cause);
   }
-  if (on_failure_) on_failure_(cause);
+  if (on_failure_) on_failure_(CopyStatus(cause));
 }
 
 absl::Status FollowerExecutor::OnFrame(Frame frame) {
@@ -133,7 +134,7 @@ void FollowerExecutor::Execute(TransferTask task) {
       run.ranks.push_back(std::move(copy));
       continue;
     }
-    const absl::Status why = absl::InvalidArgumentError(absl::StrCat(
+    absl::Status why = absl::InvalidArgumentError(absl::StrCat(
         "follower refused op ", task.op_id, " step ", task.step, ": ",
         ok.message()));
     spdlog::error("CP group: {} (from {}); not executed", why.message(),
@@ -142,7 +143,7 @@ void FollowerExecutor::Execute(TransferTask task) {
                                .direction = task.direction,
                                .rank = copy.rank,
                                .step = task.step,
-                               .status = why,
+                               .status = std::move(why),
                                .bytes = 0});
   }
   const int64_t accepted = static_cast<int64_t>(run.ranks.size());
@@ -166,7 +167,7 @@ void FollowerExecutor::Execute(TransferTask task) {
                                 .direction = task.direction,
                                 .rank = rank,
                                 .step = task.step,
-                                .status = submitted,
+                                .status = CopyStatus(submitted),
                                 .bytes = 0});
   }
   {
@@ -189,10 +190,10 @@ void FollowerExecutor::OnStepDone(StepDone done) {
 void FollowerExecutor::Answer(std::vector<StepDone> dones) {
   if (dones.empty()) return;
   for (StepDone& done : dones) {
-    if (done.status.message().size() > kMaxTextBytes) {
-      done.status = absl::Status(
-          done.status.code(), done.status.message().substr(0, kMaxTextBytes));
-    }
+    // A representation of its own (CopyStatus), cut to the bound.
+    done.status =
+        absl::Status(done.status.code(),
+                     done.status.message().substr(0, kMaxTextBytes));
     if (done.fence.size() > kMaxTextBytes) done.fence.clear();
   }
   MutexLock lock(&mu_);

@@ -41,8 +41,8 @@ RemoteTransferEngine::~RemoteTransferEngine() {
     send_cv_.SignalAll();
   }
   sender_.join();
-  link_.reset();  // Joins the link's threads: no handler runs after this.
-  completer_.Drain();
+  // Then link_ is destroyed (joining its threads: no handler runs after
+  // that), then the completer (delivering what Fail queued).
 }
 
 absl::Status RemoteTransferEngine::Start() {
@@ -184,15 +184,18 @@ void RemoteTransferEngine::SenderLoop() {
       }
     }
     for (size_t f = 0; f < frames.size(); ++f) {
+      {
+        // Counted before the send: the completions may come back first.
+        MutexLock lock(&mu_);
+        ++stats_.task_frames;
+        stats_.task_frame_bytes +=
+            static_cast<int64_t>(kFrameHeaderBytes + 4 + frame_bytes[f]);
+      }
       absl::Status sent = link_->Send(frames[f]);
       if (!sent.ok()) {
         Fail(sent);
         break;
       }
-      MutexLock lock(&mu_);
-      ++stats_.task_frames;
-      stats_.task_frame_bytes +=
-          static_cast<int64_t>(kFrameHeaderBytes + 4 + frame_bytes[f]);
     }
   }
 }
@@ -259,12 +262,13 @@ void RemoteTransferEngine::Delivered(int64_t n) {
 }
 
 void RemoteTransferEngine::Fail(const absl::Status& cause) {
-  const absl::Status why =
-      cause.ok() ? absl::UnknownError("failed without a cause") : cause;
+  const absl::Status why = cause.ok()
+                              ? absl::UnknownError("failed without a cause")
+                              : CopyStatus(cause);
   {
     MutexLock lock(&mu_);
     if (!failure_.ok()) return;
-    failure_ = why;
+    failure_ = CopyStatus(why);
     std::vector<StepDone> failed;
     for (const auto& [site, n] : outstanding_) {
       for (int64_t i = 0; i < n; ++i) failed.push_back(Unavailable(site, why));
@@ -284,7 +288,7 @@ void RemoteTransferEngine::Fail(const absl::Status& cause) {
 
 absl::Status RemoteTransferEngine::failure() const {
   MutexLock lock(&mu_);
-  return failure_;
+  return CopyStatus(failure_);
 }
 
 absl::Status RemoteTransferEngine::SendControl(const FrameBody& body) {

@@ -154,7 +154,9 @@ class RemoteTransferEngine final : public TransferEngine {
   Stats stats_ ABSL_GUARDED_BY(mu_);
 
   StepCompleter completer_;
-  std::unique_ptr<WireLink> link_;
+  // Destroyed before the completer (joins the link's threads, whose
+  // handlers may still be reporting through it).
+  const std::unique_ptr<WireLink> link_;
   std::thread sender_;  // Last: starts once everything above exists.
 };
 

@@ -133,7 +133,7 @@ absl::Status RoutingTransferEngine::Submit(TransferTask task) {
                                   .direction = task.direction,
                                   .rank = rank,
                                   .step = task.step,
-                                  .status = submitted,
+                                  .status = CopyStatus(submitted),
                                   .bytes = 0});
     }
   }

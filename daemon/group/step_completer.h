@@ -7,10 +7,19 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "daemon/core/mutex.h"
 #include "daemon/transfer/transfer_engine.h"
 
 namespace hicache::group {
+
+// A status with the same code and message but a representation of its own.
+// Statuses handed to other threads are copied this way instead of sharing
+// one reference-counted representation: Debian's Abseil is not
+// TSan-instrumented, so the release of a shared one looks like a race.
+inline absl::Status CopyStatus(const absl::Status& status) {
+  return absl::Status(status.code(), status.message());
+}
 
 // StepCompleter: reports completions that a transfer engine decides itself
 // (a link that failed, a rank nobody serves) from its own thread, so that
