@@ -252,7 +252,9 @@ TEST(LoopbackCommunicatorTest, ThrowingReceiverFailsTheLinkInsteadOfEscaping) {
 TEST(LoopbackCommunicatorTest, FailureIsReportedExactlyOnceUnderRaces) {
   for (int round = 0; round < 200; ++round) {
     LinkProbe pa, pb;
-    auto [a, b] = LoopbackCommunicator::CreatePair();
+    auto ends = LoopbackCommunicator::CreatePair();
+    auto& a = ends.first;  // Not a structured binding: lambdas capture it.
+    auto& b = ends.second;
     ASSERT_TRUE(pa.StartOn(*a).ok());
     ASSERT_TRUE(pb.StartOn(*b).ok());
     std::promise<void> go;
