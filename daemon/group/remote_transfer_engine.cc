@@ -193,7 +193,9 @@ void RemoteTransferEngine::SenderLoop() {
       }
       absl::Status sent = link_->Send(frames[f]);
       if (!sent.ok()) {
-        Fail(sent);
+        // The link failed (its on_failure follows; whichever comes first
+        // fails the engine): the member is unavailable.
+        Fail(absl::UnavailableError(sent.message()));
         break;
       }
     }
