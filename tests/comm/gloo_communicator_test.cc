@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <future>
@@ -275,6 +276,45 @@ TEST_F(GlooCommunicatorTest, AbortBeforeStartRefusesStart) {
             absl::StatusCode::kFailedPrecondition);
   pair.value().leader.reset();
   EXPECT_EQ(pl.failures(), 0);  // on_failure of a refused Start: never.
+}
+
+// The receiver may abort its own link (a malformed frame at the group
+// layer): no deadlock, on_failure once with that cause, nothing delivered
+// after it, and Send from on_failure is refused.
+TEST_F(GlooCommunicatorTest, AbortFromInsideTheReceiver) {
+  std::promise<absl::Status> failed;
+  std::atomic<int> delivered{0};
+  std::promise<absl::Status> send_in_failure;
+  LinkProbe pf;
+  auto pair = factory_.Connect(absl::Seconds(60), absl::Seconds(60));
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  GlooCommunicator* leader = pair->leader.get();
+  ASSERT_TRUE(leader
+                  ->Start(
+                      [&](absl::string_view frame) {
+                        ++delivered;
+                        if (frame == "bad") {
+                          leader->Abort(absl::DataLossError("bad frame"));
+                        }
+                      },
+                      [&](const absl::Status& cause) {
+                        send_in_failure.set_value(leader->Send("late"));
+                        failed.set_value(cause);
+                      })
+                  .ok());
+  ASSERT_TRUE(pf.StartOn(*pair->follower).ok());
+  ASSERT_TRUE(pair->follower->Send("good").ok());
+  ASSERT_TRUE(pair->follower->Send("bad").ok());
+  for (int i = 0; i < 100; ++i) (void)pair->follower->Send("after");
+  const absl::Status cause = failed.get_future().get();
+  EXPECT_EQ(cause.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(send_in_failure.get_future().get().code(),
+            absl::StatusCode::kFailedPrecondition);
+  pair->leader.reset();
+  EXPECT_EQ(delivered.load(), 2);
+  const auto cf = pf.WaitFailure(std::chrono::seconds(20));
+  ASSERT_TRUE(cf.has_value());
+  EXPECT_EQ(cf->code(), absl::StatusCode::kUnavailable);
 }
 
 // A raw Gloo peer sends a message whose header claims more bytes than a

@@ -246,6 +246,34 @@ TEST(LoopbackCommunicatorTest, ThrowingReceiverFailsTheLinkInsteadOfEscaping) {
   EXPECT_EQ(failed.get_future().get().code(), absl::StatusCode::kInternal);
 }
 
+TEST(LoopbackCommunicatorTest, AbortFromInsideTheReceiver) {
+  std::promise<absl::Status> failed;
+  std::promise<absl::Status> send_in_failure;
+  std::atomic<int> delivered{0};
+  auto [a, b] = LoopbackCommunicator::CreatePair();
+  LoopbackCommunicator* end = b.get();
+  ASSERT_TRUE(end->Start(
+                     [&](absl::string_view frame) {
+                       ++delivered;
+                       if (frame == "bad") {
+                         end->Abort(absl::DataLossError("bad frame"));
+                       }
+                     },
+                     [&](const absl::Status& cause) {
+                       send_in_failure.set_value(end->Send("late"));
+                       failed.set_value(cause);
+                     })
+                  .ok());
+  ASSERT_TRUE(a->Send("good").ok());
+  ASSERT_TRUE(a->Send("bad").ok());
+  for (int i = 0; i < 100; ++i) (void)a->Send("after");
+  EXPECT_EQ(failed.get_future().get().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(send_in_failure.get_future().get().code(),
+            absl::StatusCode::kFailedPrecondition);
+  b.reset();
+  EXPECT_EQ(delivered.load(), 2);
+}
+
 // Abort, Break, Send and destruction racing from several threads: each end
 // reports exactly once, never delivers after that, and never calls back from
 // the racing threads.
