@@ -214,7 +214,6 @@ void FollowerExecutor::SenderLoop() {
       while (outbox_.empty() && !stopping_) send_cv_.Wait(&mu_);
       if (outbox_.empty()) return;
       batch.swap(outbox_);
-      sending_ = true;
     }
     const int64_t n = static_cast<int64_t>(batch.size());
     int64_t frames = 0;
@@ -245,7 +244,6 @@ void FollowerExecutor::SenderLoop() {
     }
     // A failed send means the link failed: on_failure follows (or ran).
     pending_ -= n;
-    sending_ = false;
     if (pending_ == 0) idle_cv_.SignalAll();
   }
 }

@@ -110,7 +110,6 @@ class FollowerExecutor final : public TransferListener {
   CondVar idle_cv_;
   std::vector<StepDone> outbox_ ABSL_GUARDED_BY(mu_);
   int64_t pending_ ABSL_GUARDED_BY(mu_) = 0;  // Accepted, not answered.
-  bool sending_ ABSL_GUARDED_BY(mu_) = false;
   bool link_failed_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   Stats stats_ ABSL_GUARDED_BY(mu_);
