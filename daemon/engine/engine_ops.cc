@@ -175,6 +175,10 @@ absl::StatusOr<std::vector<uint64_t>> HiCacheEngine::PrepareBackups(
     op->pages = spec.pages;
     op->owners = layout_.OwnersOf(spec.pages);
     op->logical_len = spec.logical_len;
+    if (BackupBlockedByLanesLocked(op->pages)) {  // engine_lanes.cc
+      ids.push_back(0);
+      continue;
+    }
     if (!ReserveHostLocked(op->owners, &op->host).ok()) {
       ++stats_.backups_skipped_no_host;
       spdlog::warn(
@@ -400,6 +404,7 @@ void HiCacheEngine::OnStepDone(StepDone done) {
         CompleteLoadLocked(op, &events);
       }
     }
+    ReapDroppedLocked();  // A failed load may release dropped nodes.
     event_queue_.insert(event_queue_.end(), events.begin(), events.end());
   }
   if (observed.has_value()) options_.observer->OnLayerCopy(*observed);
@@ -432,8 +437,18 @@ absl::StatusOr<LoadResult> HiCacheEngine::LoadBack(
   auto miss = [&](LoadMissReason reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ++stats_.load_misses;
     result.miss = reason;
+    if (reason == LoadMissReason::kLaneUnavailable) {
+      ++stats_.load_misses_lane_unavailable;
+      if (tree_->IsDetached(result.node)) {  // Dropped while we waited.
+        result.device_len = 0;
+        result.pages.clear();
+        result.node = kNoNode;
+      }
+    }
     return device_only();
   };
+  // A lane is unavailable (engine_lanes.cc): no load starts.
+  if (AnyLaneDownLocked()) return miss(LoadMissReason::kLaneUnavailable);
   absl::StatusOr<std::vector<NodeId>> chain =
       tree_->HostOnlyChain(match->last_host_node);
   if (!chain.ok()) return chain.status();
@@ -483,10 +498,21 @@ absl::StatusOr<LoadResult> HiCacheEngine::LoadBack(
   const uint64_t op_id = next_op_++;
   absl::StatusOr<std::vector<LogicalPage>> pages =
       AllocateLocked(owners, -1, PageHolder::Load(op_id), /*may_wait=*/true);
-  if (!pages.ok()) {
+  // The allocation may have waited (mu_ released) while lanes went down.
+  bool lanes_lost = AnyLaneDownLocked() || tree_->IsDetached(parent);
+  for (const auto& [node, count] : slices) {
+    lanes_lost |= tree_->IsDetached(node);
+  }
+  if (!pages.ok() || lanes_lost) {
+    if (pages.ok()) {
+      ledger_.Remove(*pages);
+      FreeDeviceLocked(*pages);
+    }
     for (const auto& [node, count] : slices) (void)tree_->ReleaseHostRef(node);
     (void)tree_->Unlock(parent);
-    return miss(LoadMissReason::kNoDeviceMemory);
+    ReapDroppedLocked();
+    return miss(lanes_lost ? LoadMissReason::kLaneUnavailable
+                           : LoadMissReason::kNoDeviceMemory);
   }
   auto op = std::make_unique<Op>();
   op->kind = Op::Kind::kLoad;
@@ -603,6 +629,7 @@ absl::Status HiCacheEngine::FinishLoad(uint64_t id) {
       op.rolled_back = true;  // Pages are freed when the copies finish.
       if (op.outstanding == 0) FinishOpLocked(id, &events);
     }
+    ReapDroppedLocked();  // Its node may have been dropped meanwhile.
     event_queue_.insert(event_queue_.end(), events.begin(), events.end());
   }
   DispatchPending();
@@ -671,6 +698,28 @@ absl::Status HiCacheEngine::CheckInvariants() const {
         return absl::InternalError(
             absl::StrCat("tree page ", p, " is not in the tree page set"));
       }
+    }
+  }
+  // Nodes dropped with their lanes but still held (engine_lanes.cc).
+  const LaneDropResult detached = tree_->DetachedPages();
+  for (Rank r = 0; r < detached.freed_host_pages.size(); ++r) {
+    for (int64_t p : detached.freed_host_pages[r]) {
+      if (absl::Status s = hold(r, p); !s.ok()) return s;
+    }
+  }
+  for (const auto& lane : detached.freed_pages) {
+    for (LogicalPage p : lane) {
+      if (!ledger_.IsHeldBy(p, PageHolder::Tree())) {
+        return absl::InternalError(absl::StrCat(
+            "dropped node's page ", p, " is not in the tree page set"));
+      }
+    }
+  }
+  for (LogicalPage p : tainted_pages_) {
+    const std::optional<PageHolder> holder = ledger_.HolderOf(p);
+    if (!holder.has_value() || holder->kind != PageHolder::Kind::kRequest) {
+      return absl::InternalError(absl::StrCat(
+          "tainted page ", p, " is not held by a request"));
     }
   }
   for (const auto& [id, op] : ops_) {

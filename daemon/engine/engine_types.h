@@ -42,6 +42,7 @@ enum class LoadMissReason {
   kOverQuota,       // More than free + evictable device pages.
   kNoDeviceMemory,  // Owner lanes short even after targeted eviction.
   kLoadInFlight,    // Another load of these nodes is running.
+  kLaneUnavailable, // A lane is unavailable (its CP member died).
 };
 absl::string_view LoadMissReasonName(LoadMissReason reason);
 
@@ -131,6 +132,34 @@ struct EngineStats {
   int64_t copy_failures = 0;
   int64_t backups_failed = 0;
   int64_t loads_failed = 0;
+  // Lanes of a dead CP member (docs/engine.md, "Engine: lanes of a dead
+  // member"): loads that were misses and backups not started because a
+  // lane was unavailable (or a page was on a dropped lane), inserts cut
+  // short before such a page, and what DropLanes took (nodes_removed
+  // includes detached nodes deleted later, when released).
+  int64_t load_misses_lane_unavailable = 0;
+  int64_t backups_skipped_lane_unavailable = 0;
+  int64_t inserts_cut_by_lanes = 0;
+  int64_t lane_drops = 0;
+  int64_t lane_nodes_removed = 0;
+  int64_t lane_nodes_detached = 0;
+  int64_t lane_device_copies_dropped = 0;
+  int64_t lane_host_copies_dropped = 0;
+  int64_t lane_ops_failed = 0;
+};
+
+// What one HiCacheEngine::DropLanes call did.
+struct LaneDropCounts {
+  int64_t nodes_removed = 0;   // Deleted now.
+  int64_t nodes_detached = 0;  // Locked or being loaded: unmatchable now,
+                               // deleted when released.
+  int64_t device_copies_dropped = 0;  // Nodes now host-only.
+  int64_t host_copies_dropped = 0;    // Nodes still on device, host copy gone.
+  int64_t device_pages_freed = 0;     // Tree pages returned (all lanes).
+  int64_t host_pages_freed = 0;       // Host pages returned (all ranks).
+  int64_t backups_failed = 0;         // In flight, never commit.
+  int64_t loads_failed = 0;           // In flight, misses.
+  int64_t request_pages_tainted = 0;  // Request pages never to be cached.
 };
 
 }  // namespace hicache

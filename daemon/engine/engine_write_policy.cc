@@ -20,6 +20,7 @@ uint64_t HiCacheEngine::StartBackupOfNodeLocked(NodeId node,
   if (!info.ok() || info->tier != NodeTier::kDevice || info->pending_backup) {
     return 0;
   }
+  if (BackupBlockedByLanesLocked(info->device_pages)) return 0;
   auto op = std::make_unique<Op>();
   op->kind = Op::Kind::kBackup;
   op->write_back = write_back;
@@ -77,6 +78,7 @@ void HiCacheEngine::ReleaseHostRefsLocked(absl::Span<const NodeId> held) {
                     node, s);
     }
   }
+  ReapDroppedLocked();  // A node dropped with its lanes meanwhile goes now.
 }
 
 std::vector<uint64_t> HiCacheEngine::StageWriteBackLocked(

@@ -25,6 +25,8 @@ absl::string_view LoadMissReasonName(LoadMissReason reason) {
       return "no_device_memory";
     case LoadMissReason::kLoadInFlight:
       return "load_in_flight";
+    case LoadMissReason::kLaneUnavailable:
+      return "lane_unavailable";
   }
   return "unknown";
 }
@@ -383,6 +385,7 @@ absl::StatusOr<std::string> HiCacheEngine::NamespaceOf(NodeId node) const {
 void HiCacheEngine::FreeDeviceLocked(absl::Span<const LogicalPage> pages) {
   std::vector<LogicalPage> now;
   for (LogicalPage page : pages) {
+    if (!tainted_pages_.empty()) tainted_pages_.erase(page);  // Freed.
     if (busy_pages_.contains(page)) {
       free_when_idle_.insert(page);
     } else {
@@ -497,7 +500,7 @@ absl::StatusOr<InsertResult> HiCacheEngine::Insert(
     return s;
   }
   absl::StatusOr<InsertResult> result =
-      tree_->Insert(ns, tokens, pages, options);
+      InsertCacheableLocked(ns, tokens, pages, options);  // engine_lanes.cc
   if (!result.ok() || result->deferred) return result;
   absl::flat_hash_set<LogicalPage> not_adopted(result->duplicate_pages.begin(),
                                                result->duplicate_pages.end());
@@ -527,7 +530,9 @@ absl::Status HiCacheEngine::Lock(NodeId node) {
 absl::Status HiCacheEngine::Unlock(NodeId node) {
   if (node == kNoNode) return absl::OkStatus();
   MutexLock lock(&mu_);
-  return tree_->Unlock(node);
+  absl::Status unlocked = tree_->Unlock(node);
+  ReapDroppedLocked();  // A dropped node goes with its last lock.
+  return unlocked;
 }
 
 absl::Status HiCacheEngine::EnforceFreeRoom() {

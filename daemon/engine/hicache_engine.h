@@ -225,6 +225,46 @@ class HiCacheEngine : public TransferListener {
   // its events have reached the listener.
   void WaitForTransfers() ABSL_LOCKS_EXCLUDED(mu_, dispatch_mu_);
 
+  // --- Lanes of a dead CP member (engine_lanes.cc; docs/engine.md) --------
+  // A CP group's leader holds the tree and page metadata of every lane; when
+  // the daemon that owns some lanes dies, their device and host pools die
+  // with it. While any lane is unavailable: LoadBack is a miss
+  // (kLaneUnavailable, no op started), PrepareBackups and write-through /
+  // write-back staging start no backup (op id 0; every backup needs an ack
+  // from every served rank, so each would wait on the dead one), matches
+  // return nothing that has a device page or recorded page owner on an
+  // unavailable lane, and Insert caches nothing from the first page on an
+  // unavailable lane on. INVALID_ARGUMENT (nothing changes) for a lane
+  // outside [0, C).
+  absl::Status SetLaneAvailability(absl::Span<const Rank> lanes,
+                                   bool available) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status SetLanesUnavailable(absl::Span<const Rank> lanes)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    return SetLaneAvailability(lanes, false);
+  }
+  absl::Status SetLanesAvailable(absl::Span<const Rank> lanes)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    return SetLaneAvailability(lanes, true);
+  }
+  std::vector<Rank> UnavailableLanes() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Forgets everything whose bytes lived on `lanes` (RadixTree::DropLanes):
+  // device copies with a page there (and device copies below them) and
+  // host copies with a page there are dropped, nodes left with neither are
+  // removed with their subtrees, and their pages freed on every lane and
+  // rank (the host-tier listener hears of each dropped host copy). Locked
+  // or host-referenced nodes are detached: never matched again, deleted and
+  // their pages freed when the last lock or load lets go. Backups in flight
+  // with a page there or on a node that lost its device copy fail (never
+  // commit), and loads with a page there or a dropped node fail (misses),
+  // as a failed copy does (engine_failures.cc). Device pages that requests
+  // hold on those lanes stay theirs but are tainted: Insert never caches
+  // them (nor anything after them in the key) and PrepareBackups skips
+  // them, until they are freed. Call SetLanesUnavailable first so that
+  // nothing new lands there meanwhile. INVALID_ARGUMENT for a lane outside
+  // [0, C) (nothing changes).
+  absl::StatusOr<LaneDropCounts> DropLanes(absl::Span<const Rank> lanes)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   EngineStats Stats() const ABSL_LOCKS_EXCLUDED(mu_);
   // Hot restart (EngineOptions::state_dir): what recovery found at start,
   // and how the journal is doing. enabled = false without a state_dir.
@@ -372,6 +412,26 @@ class HiCacheEngine : public TransferListener {
   void FinishFailedLoadLocked(Op& op, std::vector<PendingEvent>* events)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseFailedLoadLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Lanes of a dead CP member (engine_lanes.cc).
+  bool AnyLaneDownLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return lanes_down_ > 0;
+  }
+  // Whether a backup of `pages` must not start: a lane is down, or a page is
+  // tainted (counted).
+  bool BackupBlockedByLanesLocked(absl::Span<const LogicalPage> pages)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The tree insert, cut before the first page that may not be cached (on
+  // an unavailable lane, or tainted); the rest is left uncached.
+  absl::StatusOr<InsertResult> InsertCacheableLocked(
+      absl::string_view ns, absl::Span<const int32_t> tokens,
+      absl::Span<const LogicalPage> pages, const InsertOptions& options)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Deletes released detached nodes and frees their pages.
+  void ReapDroppedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees what DropLanes / ReapDetached took out of the tree.
+  void FreeDroppedLocked(const LaneDropResult& dropped, LaneDropCounts* counts)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // Delivers queued events to the listener in queue order, one dispatcher at
   // a time. Lock order: dispatch_mu_ -> mu_ (briefly, to take the queue).
   void DispatchPending() ABSL_LOCKS_EXCLUDED(mu_, dispatch_mu_);
@@ -422,6 +482,11 @@ class HiCacheEngine : public TransferListener {
   uint64_t next_op_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t outstanding_steps_ ABSL_GUARDED_BY(mu_) = 0;
   EngineStats stats_ ABSL_GUARDED_BY(mu_);
+  // Lanes of a dead CP member: unavailable lanes (sized C on first use) and
+  // their count, and request pages on dropped lanes (never cached).
+  std::vector<bool> lane_down_ ABSL_GUARDED_BY(mu_);
+  int64_t lanes_down_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_set<LogicalPage> tainted_pages_ ABSL_GUARDED_BY(mu_);
   int64_t l1_free_room_ ABSL_GUARDED_BY(mu_);
   int64_t l2_free_room_ ABSL_GUARDED_BY(mu_);
 };

@@ -47,6 +47,15 @@ struct Node {
   // The host copy's id in the durable host-tier index (HostTierListener);
   // 0 without a host copy or without a listener.
   uint64_t persist_id = 0;
+  // Lanes of a dead CP member (radix_tree_lanes.cc): a node dropped while
+  // locked or host-referenced is detached -- out of its parent's children
+  // (never matched again) and out of every counter -- and holds its former
+  // pages here until its last lock and host reference go. `detached_top`:
+  // the top of a detached subtree (its parent does not list it).
+  bool detached = false;
+  bool detached_top = false;
+  std::vector<LogicalPage> detached_pages;
+  std::unique_ptr<CpHostMeta> detached_host;
 
   int64_t len() const { return length; }
   bool on_device() const { return !device_pages.empty(); }

@@ -49,6 +49,8 @@ RadixTree::~RadixTree() {
     for (auto& [token, child] : node->children) stack.push_back(child);
     delete node;
   }
+  // Detached nodes (radix_tree_lanes.cc) are not reachable from a root.
+  for (Node* node : detached_) delete node;
 }
 
 int64_t RadixTree::NowNs() const {
@@ -73,6 +75,10 @@ absl::StatusOr<std::string> RadixTree::NamespaceOf(NodeId id) const {
   absl::StatusOr<Node*> found = FindOrError(id);
   if (!found.ok()) return found.status();
   const Node* node = *found;
+  if (node->detached) {
+    return absl::NotFoundError(absl::StrCat("radix node ", id,
+                                            " was dropped with its lanes"));
+  }
   while (!node->is_root()) node = node->parent;
   return *node->ns;
 }
@@ -296,6 +302,7 @@ absl::StatusOr<MatchResult> RadixTree::MatchPrefix(
     if (hit == 0) break;
     const bool device = on_device && child->on_device();
     if (!device && child->host == nullptr) break;  // Not cached anywhere.
+    if (MatchBlocked(child, device)) break;  // A lane no match may return.
     if (device && hit < child->len()) {
       if (child->pending != nullptr) {
         result.tail_blocked = true;
@@ -570,6 +577,10 @@ absl::StatusOr<InsertResult> RadixTree::Insert(
 absl::Status RadixTree::Lock(NodeId id) {
   absl::StatusOr<Node*> node = FindOrError(id);
   if (!node.ok()) return node.status();
+  if ((*node)->detached) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node ", id, " was dropped with its lanes; it cannot be locked"));
+  }
   for (Node* n = *node; !n->is_root(); n = n->parent) {
     if (n->lock_ref++ == 0 && n->on_device()) protected_tokens_ += n->len();
   }
@@ -592,6 +603,10 @@ absl::Status RadixTree::Unlock(NodeId id) {
 absl::Status RadixTree::AddHostRef(NodeId id) {
   absl::StatusOr<Node*> node = FindOrError(id);
   if (!node.ok()) return node.status();
+  if ((*node)->detached) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", id, " was dropped with its lanes"));
+  }
   ++(*node)->host_ref;
   return absl::OkStatus();
 }
@@ -610,6 +625,10 @@ absl::Status RadixTree::ReleaseHostRef(NodeId id) {
 absl::Status RadixTree::Pin(NodeId id, absl::Duration ttl) {
   absl::StatusOr<Node*> node = FindOrError(id);
   if (!node.ok()) return node.status();
+  if ((*node)->detached) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", id, " was dropped with its lanes"));
+  }
   if (ttl <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "pin ttl must be positive, got ", absl::FormatDuration(ttl)));

@@ -117,6 +117,19 @@ struct HostEvictResult {
                               // device).
 };
 
+// What RadixTree::DropLanes / ReapDetached took out of the tree.
+struct LaneDropResult {
+  std::vector<std::vector<LogicalPage>> freed_pages;   // Per lane: free now.
+  std::vector<std::vector<int64_t>> freed_host_pages;  // Per rank: free now.
+  // Nodes whose backup in flight was aborted (the reservation belongs to
+  // the caller's backup record, which frees it).
+  std::vector<NodeId> aborted_backups;
+  int64_t device_copies_dropped = 0;  // Lost the device copy, host-only now.
+  int64_t host_copies_dropped = 0;    // Lost the host copy, still on device.
+  int64_t nodes_removed = 0;          // Deleted.
+  int64_t nodes_detached = 0;         // Unmatchable; deleted when released.
+};
+
 enum class NodeTier { kDevice, kHost, kBoth };
 
 // A node as Dump()/Inspect() report it.
@@ -291,6 +304,33 @@ class RadixTree {
   // The sketch's estimate for a node (0 without a sketch or unknown node).
   uint32_t Frequency(NodeId node) const;
 
+  // --- Lanes of a dead CP member (radix_tree_lanes.cc) ---------------------
+  // Lanes no match may return a page of (entry l: lane l; missing entries:
+  // matchable). MatchPrefix stops before the first node whose device pages
+  // (a device hit) or recorded page owners (a host hit) use one of them.
+  void SetUnmatchableLanes(std::vector<bool> lanes);
+  // Forgets every byte that lived on the lanes marked in `dead` (entry l:
+  // lane l). Top-down: a host copy with a page owner on a dead lane is
+  // dropped; a device copy with a page on a dead lane, or below a node that
+  // is no longer on device, is dropped (the node stays host-only if its host
+  // copy survives); a node left with neither, and its whole subtree, is
+  // removed. A backup in flight on a node that loses its device copy is
+  // aborted. A node to remove that is locked or host-referenced (or has
+  // such a descendant) is detached instead: unmatchable at once, out of
+  // every counter, refusing Lock/AddHostRef/Pin/Inspect, and deleted by
+  // ReapDetached once released. The host listener hears of every dropped
+  // host copy.
+  LaneDropResult DropLanes(const std::vector<bool>& dead);
+  // Deletes the detached nodes with no lock, host reference or detached
+  // child left, returning their pages.
+  LaneDropResult ReapDetached();
+  // Every page detached nodes still hold (nothing is deleted).
+  LaneDropResult DetachedPages() const;
+  bool IsDetached(NodeId node) const;
+  int64_t DetachedNodes() const {
+    return static_cast<int64_t>(detached_.size());
+  }
+
   // The namespace of a live node (its root's name); NOT_FOUND otherwise.
   // O(depth), no copy of the node's pages or tokens.
   absl::StatusOr<std::string> NamespaceOf(NodeId node) const;
@@ -369,6 +409,13 @@ class RadixTree {
   void SetDevicePages(Node* node, std::vector<LogicalPage> pages);
   void ClearDevicePages(Node* node, std::vector<std::vector<LogicalPage>>* out);
   void RemoveLeaf(Node* node);
+  // DropLanes helpers (radix_tree_lanes.cc).
+  bool MatchBlocked(const Node* node, bool device) const;
+  void AbortPendingForLanes(Node* node, LaneDropResult* result);
+  void DetachSubtree(Node* top, LaneDropResult* result);
+  absl::Status CheckDetached(
+      absl::flat_hash_set<LogicalPage>* device_pages,
+      std::vector<absl::flat_hash_set<int64_t>>* host_pages) const;
   void RemoveSubtree(Node* node,
                      std::vector<std::vector<int64_t>>* freed_host_pages);
   bool DeviceEvictable(const Node* node) const;
@@ -421,6 +468,10 @@ class RadixTree {
   HostTierListener* host_listener_ = nullptr;
   uint64_t next_persist_id_ = 1;
   absl::flat_hash_set<uint64_t> restored_persist_ids_;
+  // Lanes of a dead CP member: lanes no match returns, and detached nodes.
+  std::vector<bool> unmatchable_lanes_;
+  bool any_unmatchable_ = false;
+  absl::flat_hash_set<Node*> detached_;
 
   // The node's own tokens, a span per page into the token store.
   std::vector<absl::Span<const int32_t>> KeyPagesOf(const Node* node) const;

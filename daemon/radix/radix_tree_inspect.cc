@@ -12,7 +12,8 @@ using radix_internal::Node;
 
 TreeStats RadixTree::Stats() const {
   TreeStats stats;
-  stats.nodes = static_cast<int64_t>(nodes_.size() - roots_.size());
+  stats.nodes = static_cast<int64_t>(nodes_.size() - roots_.size() -
+                                     detached_.size());
   stats.namespaces = static_cast<int64_t>(roots_.size());
   stats.device_tokens = device_tokens_;
   stats.protected_tokens = protected_tokens_;
@@ -139,6 +140,10 @@ absl::StatusOr<NodeInfo> RadixTree::Inspect(NodeId id) const {
   absl::StatusOr<Node*> found = FindOrError(id);
   if (!found.ok()) return found.status();
   const Node* node = *found;
+  if (node->detached) {
+    return absl::NotFoundError(absl::StrCat("radix node ", id,
+                                            " was dropped with its lanes"));
+  }
   int depth = 0;
   int64_t start = 0;
   for (const Node* n = node; !n->is_root(); n = n->parent) {
@@ -273,6 +278,10 @@ absl::Status RadixTree::CheckInvariants() const {
       }
     }
   }
+  if (absl::Status s = CheckDetached(&device_pages, &host_pages); !s.ok()) {
+    return s;
+  }
+  visited += static_cast<int64_t>(detached_.size());
   if (visited != static_cast<int64_t>(nodes_.size())) {
     return absl::InternalError(absl::StrCat("id index holds ", nodes_.size(),
                                             " nodes, the tree ", visited));
