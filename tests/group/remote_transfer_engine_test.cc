@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <future>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -344,6 +345,72 @@ TEST(RemoteTransferEngineTest, DestroyingCompletesOutstanding) {
   for (const StepDone& done : listener.dones()) {
     EXPECT_EQ(done.status.code(), absl::StatusCode::kUnavailable);
   }
+}
+
+}  // namespace
+}  // namespace hicache::group
+
+namespace hicache::group {
+namespace {
+
+// Pages alternating 0 and 2^62: every delta takes a 10-byte varint.
+RankCopy WideCopy(Rank rank, size_t pages) {
+  RankCopy copy{.rank = rank};
+  for (size_t i = 0; i < pages; ++i) {
+    const int64_t page = i % 2 ? int64_t{1} << 62 : 0;
+    copy.device_pages.push_back(page);
+    copy.host_pages.push_back(page);
+  }
+  return copy;
+}
+
+TEST(RemoteTransferEngineTest, TaskOverOneFrameIsSplitByRank) {
+  RecordingListener listener;
+  auto [leader_end, follower_end] = LoopbackCommunicator::CreatePair();
+  FakeEngine* fake = nullptr;
+  FollowerExecutor follower(
+      FollowerScope{.leader = "leader",
+                    .ranks = {1, 2},
+                    .num_steps = 8,
+                    .device_pages_per_rank = std::numeric_limits<int64_t>::max(),
+                    .host_pages_per_rank = std::numeric_limits<int64_t>::max()},
+      std::move(follower_end), kEpoch, [&](TransferListener* l) {
+        auto engine = std::make_unique<FakeEngine>(l);
+        fake = engine.get();
+        return engine;
+      });
+  RemoteTransferEngine remote(RemoteMember{.name = "follower 1",
+                                           .ranks = {1, 2}},
+                              std::move(leader_end), kEpoch, &listener);
+  ASSERT_TRUE(follower.Start().ok());
+  ASSERT_TRUE(remote.Start().ok());
+  // One rank's copy alone over the limit: refused up front.
+  // About 19 bytes a page pair (10- and 9-byte varints alternate).
+  constexpr size_t kTooMany = comm::kMaxFrameBytes / 18;
+  TransferTask huge{.op_id = 1, .step = 0};
+  huge.ranks.push_back(WideCopy(1, kTooMany));
+  absl::Status s = remote.Submit(std::move(huge));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("do not fit"), std::string::npos) << s;
+  // Two ranks that fit one frame each but not together: two frames.
+  constexpr size_t kPages = comm::kMaxFrameBytes / 19 * 6 / 10;
+  TransferTask wide{.op_id = 2, .step = 1};
+  wide.ranks.push_back(WideCopy(1, kPages));
+  wide.ranks.push_back(WideCopy(2, kPages));
+  ASSERT_GT(EncodedTaskBytes(wide), comm::kMaxFrameBytes);
+  ASSERT_TRUE(remote.Submit(std::move(wide)).ok());
+  remote.Drain();
+  ASSERT_EQ(listener.count(), 2u);
+  for (const StepDone& done : listener.dones()) {
+    EXPECT_TRUE(done.status.ok()) << done.status;
+    EXPECT_EQ(done.bytes, 10 * kPages);
+  }
+  EXPECT_EQ(remote.stats().task_frames, 2);
+  const std::vector<TransferTask> ran = fake->tasks();
+  ASSERT_EQ(ran.size(), 2u);
+  EXPECT_EQ(ran[0].ranks.size(), 1u);
+  EXPECT_EQ(ran[0].ranks[0].device_pages.size(), kPages);
+  EXPECT_EQ(ran[0].ranks[0].device_pages[1], int64_t{1} << 62);
 }
 
 }  // namespace
