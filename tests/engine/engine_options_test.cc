@@ -74,6 +74,9 @@ constexpr const char* kWiringFields[] = {
     "clock",          "backend",         "shm_prefix",
     "check_capacity", "write_back_wait", "wrap_transfer",
     "observer",  // DaemonMetrics' layer timings, when metrics are on.
+    // A CP group's leader: the ranks with pools here, set by the group's
+    // wiring (docs/cp-groups.md), not by a flag.
+    "pool_ranks",
 };
 
 TEST(EngineOptionsTest, EveryFieldIsClassified) {
