@@ -6,8 +6,8 @@
 // does, and agree with it.
 //
 //   bazel build --config=fuzz //fuzz:group_wire_fuzzer
-//   bazel-out/k8-fastbuildfuzz/bin/fuzz/group_wire_fuzzer \
-//       -max_total_time=60 CORPUS_DIR fuzz/corpus/group_wire
+//   F=bazel-out/k8-fastbuildfuzz/bin/fuzz/group_wire_fuzzer
+//   $F -max_total_time=60 CORPUS_DIR fuzz/corpus/group_wire
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
