@@ -65,7 +65,7 @@ class FollowerTest : public ::testing::Test {
                           cv_.notify_all();
                           return absl::OkStatus();
                         },
-                        [this](const absl::Status&) {})
+                        [](const absl::Status&) {})
                     .ok());
     ASSERT_TRUE(follower_->Start().ok());
   }
