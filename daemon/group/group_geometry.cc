@@ -179,10 +179,11 @@ absl::Status CheckGeometry(const GroupGeometry& leader,
                            const GroupGeometry& member,
                            absl::string_view member_name) {
   std::vector<std::string> diffs;
+  const std::string name = absl::CHexEscape(member_name);
   auto differ = [&](const char* field, const std::string& ours,
                     const std::string& theirs) {
-    diffs.push_back(absl::StrCat(field, ": leader ", ours, ", follower ",
-                                 member_name, " ", theirs));
+    diffs.push_back(absl::StrCat(field, ": leader ", ours, ", follower ", name,
+                                 " ", theirs));
   };
   auto num = [&](const char* field, uint64_t ours, uint64_t theirs) {
     if (ours != theirs) differ(field, absl::StrCat(ours), absl::StrCat(theirs));
@@ -210,12 +211,13 @@ absl::Status CheckGeometry(const GroupGeometry& leader,
   str("build", leader.build, member.build);
   if (diffs.empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(
-      absl::StrCat("CP group geometry of follower ", member_name,
+      absl::StrCat("CP group geometry of follower ", name,
                    " differs from the leader's: ", absl::StrJoin(diffs, "; ")));
 }
 
 absl::Status CheckRankAssignment(uint32_t cp_size,
-                                 absl::Span<const MemberRanks> members) {
+                                 absl::Span<const MemberRanks> members,
+                                 RankCoverage coverage) {
   if (cp_size == 0 || cp_size > DaemonConfig::kMaxCpSize) {
     return absl::FailedPreconditionError(
         absl::StrCat("CP group rank assignment: CP size ", cp_size,
@@ -226,15 +228,15 @@ absl::Status CheckRankAssignment(uint32_t cp_size,
   std::vector<std::vector<size_t>> owners(cp_size);
   for (size_t m = 0; m < members.size(); ++m) {
     const MemberRanks& member = members[m];
+    const std::string name = absl::CHexEscape(member.name);
     if (member.ranks.empty()) {
-      problems.push_back(absl::StrCat("member ", member.name,
-                                      " serves no rank"));
+      problems.push_back(absl::StrCat("member ", name, " serves no rank"));
       continue;
     }
     for (size_t i = 1; i < member.ranks.size(); ++i) {
       if (member.ranks[i] != member.ranks[i - 1] + 1) {
         problems.push_back(absl::StrCat(
-            "member ", member.name, " ranks ", RanksText(member.ranks),
+            "member ", name, " ranks ", RanksText(member.ranks),
             " are not contiguous (ascending, each one more than the last)"));
         break;
       }
@@ -252,7 +254,7 @@ absl::Status CheckRankAssignment(uint32_t cp_size,
       std::sort(out_of_range.begin(), out_of_range.end());
       out_of_range.erase(std::unique(out_of_range.begin(), out_of_range.end()),
                          out_of_range.end());
-      problems.push_back(absl::StrCat("member ", member.name, " ",
+      problems.push_back(absl::StrCat("member ", name, " ",
                                       RangesText(out_of_range),
                                       " out of range [0, ", cp_size, ")"));
     }
@@ -263,14 +265,16 @@ absl::Status CheckRankAssignment(uint32_t cp_size,
       missing.push_back(r);
     } else if (owners[r].size() > 1) {
       std::vector<std::string> names;
-      for (size_t m : owners[r]) names.push_back(members[m].name);
+      for (size_t m : owners[r]) {
+        names.push_back(absl::CHexEscape(members[m].name));
+      }
       problems.push_back(absl::StrCat(
           "rank ", r, " served by ",
           owners[r].size() == 2 ? "both " : "each of ",
           absl::StrJoin(names, owners[r].size() == 2 ? " and " : ", ")));
     }
   }
-  if (!missing.empty()) {
+  if (!missing.empty() && coverage == RankCoverage::kComplete) {
     problems.push_back(
         absl::StrCat(RangesText(missing), " served by no member"));
   }

@@ -91,7 +91,8 @@ uint64_t KvFamiliesFingerprint(const KvGeometry& kv);
 // OK when every compared field of `member` equals `leader`'s; otherwise
 // FAILED_PRECONDITION "CP group geometry of follower <name> differs from the
 // leader's: page_size: leader 64, follower <name> 32; host_layout: ..." with
-// every differing field, in declaration order, strings quoted and escaped.
+// every differing field, in declaration order, strings quoted and escaped
+// (the member's name escaped too: it may come from the member).
 absl::Status CheckGeometry(const GroupGeometry& leader,
                            const GroupGeometry& member,
                            absl::string_view member_name);
@@ -101,14 +102,21 @@ struct MemberRanks {
   std::vector<Rank> ranks;
 };
 
+enum class RankCoverage {
+  kComplete,  // Every rank of [0, C) must be served (the group forms).
+  kPartial,   // Ranks may be missing (members still joining).
+};
+
 // OK when the members' ranks partition [0, cp_size): each member's ranks
 // non-empty, ascending and consecutive, all below cp_size, no rank served by
-// two members, none served by nobody. Otherwise FAILED_PRECONDITION naming
-// every problem ("member b serves no rank; rank 2 served by both a and c;
-// ranks 5-7 served by no member"). A cp_size of 0 or over
-// DaemonConfig::kMaxCpSize is FAILED_PRECONDITION.
-absl::Status CheckRankAssignment(uint32_t cp_size,
-                                 absl::Span<const MemberRanks> members);
+// two members, and (kComplete) none served by nobody. Otherwise
+// FAILED_PRECONDITION naming every problem ("member b serves no rank; rank 2
+// served by both a and c; ranks 5-7 served by no member"). A cp_size of 0 or
+// over DaemonConfig::kMaxCpSize is FAILED_PRECONDITION. Member names are
+// escaped (C-style) in the message.
+absl::Status CheckRankAssignment(
+    uint32_t cp_size, absl::Span<const MemberRanks> members,
+    RankCoverage coverage = RankCoverage::kComplete);
 
 std::string EncodeGroupGeometry(const GroupGeometry& geometry);
 absl::StatusOr<GroupGeometry> DecodeGroupGeometry(absl::string_view bytes);

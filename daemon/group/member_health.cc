@@ -1,12 +1,30 @@
 #include "daemon/group/member_health.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 
 namespace hicache::group {
+namespace {
+
+// Time since an arbitrary origin that only moves forward, as an absl::Time.
+class MonotonicClock final : public Clock {
+ public:
+  absl::Time Now() const override {
+    return absl::UnixEpoch() +
+           absl::FromChrono(std::chrono::steady_clock::now().time_since_epoch());
+  }
+};
+
+const Clock* Monotonic() {
+  static const MonotonicClock* const clock = new MonotonicClock;
+  return clock;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<MemberHealth>> MemberHealth::Create(
     MemberHealthOptions options, SendFn send, DeadFn on_dead) {
@@ -37,7 +55,9 @@ absl::StatusOr<std::unique_ptr<MemberHealth>> MemberHealth::Create(
 MemberHealth::MemberHealth(MemberHealthOptions options, SendFn send,
                            DeadFn on_dead)
     : options_(std::move(options)),
-      clock_(options_.clock != nullptr ? options_.clock : Clock::Real()),
+      clock_(options_.clock != nullptr ? options_.clock : Monotonic()),
+      stamp_clock_(options_.clock != nullptr ? options_.clock
+                                             : Clock::Real()),
       send_(std::move(send)),
       on_dead_(std::move(on_dead)) {}
 
@@ -166,7 +186,7 @@ absl::Duration MemberHealth::Tick() {
   }
   if (send) {
     const absl::Status sent = send_(
-        Heartbeat{.sender_time_ns = absl::ToUnixNanos(now),
+        Heartbeat{.sender_time_ns = absl::ToUnixNanos(stamp_clock_->Now()),
                   .member_index = options_.member_index});
     MutexLock lock(&mu_);
     if (sent.ok()) {

@@ -28,7 +28,10 @@ struct MemberHealthOptions {
   // Must exceed `interval` (a few times it, so that a delayed heartbeat is
   // not a death).
   absl::Duration timeout = absl::Seconds(1);
-  const Clock* clock = nullptr;  // Default: Clock::Real().
+  // Measures silence and stamps heartbeats. Default: silence is measured on
+  // a monotonic clock (a wall-clock step never fakes or hides a death) and
+  // heartbeats carry the wall clock (Clock::Real()).
+  const Clock* clock = nullptr;
   // Tests: no thread; the test calls Tick() after moving a FakeClock.
   bool manual = false;
 };
@@ -58,7 +61,11 @@ struct MemberHealthSnapshot {
 //    object's own thread, which waits on a condition with a deadline (never
 //    polls).
 //  * Heard(kind) records a frame from the peer (the link's frame handler
-//    calls it for every frame). Any frame proves the peer alive.
+//    calls it for every frame). Any frame proves the peer alive. Frames
+//    arrive in order on one thread, so a handler that holds a frame for long
+//    delays the heartbeats behind it: handlers must stay well under the
+//    timeout. Frames before Start are not counted (Start begins the silence
+//    clock).
 //  * The peer is declared dead -- `on_dead(reason)` called exactly once, on
 //    the health thread (Tick's caller in manual mode), never inside Heard,
 //    LinkFailed or Stop -- when the first of these happens:
@@ -126,7 +133,8 @@ class MemberHealth {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const MemberHealthOptions options_;
-  const Clock* const clock_;
+  const Clock* const clock_;        // Silence.
+  const Clock* const stamp_clock_;  // Heartbeats' sender_time_ns.
   const SendFn send_;
   const DeadFn on_dead_;
 

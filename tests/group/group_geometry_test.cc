@@ -260,6 +260,40 @@ TEST(CheckRankAssignment, EmptyMembersAndOutOfRangeRanksAreRefused) {
   ExpectRefused(Assign(1u << 30, {{"a", {0}}}), {"CP size 1073741824"});
 }
 
+TEST(CheckRankAssignment, PartialCoverageAllowsGapsButNothingElse) {
+  // Members still joining: gaps are fine, the rest is not.
+  EXPECT_TRUE(CheckRankAssignment(8, {}, RankCoverage::kPartial).ok());
+  EXPECT_TRUE(CheckRankAssignment(8, {{"b", {4, 5, 6, 7}}},
+                                  RankCoverage::kPartial)
+                  .ok());
+  EXPECT_TRUE(CheckRankAssignment(8, {{"a", {0}}, {"b", {6, 7}}},
+                                  RankCoverage::kPartial)
+                  .ok());
+  const absl::Status s = CheckRankAssignment(
+      8, {{"a", {0, 1, 2}}, {"b", {2, 3}}, {"c", {}}, {"d", {5, 7}},
+          {"e", {8}}},
+      RankCoverage::kPartial);
+  ExpectRefused(s, {"rank 2 served by both a and b", "member c serves no rank",
+                    "member d ranks 5,7", "member e rank 8 out of range"});
+  EXPECT_FALSE(absl::StrContains(s.message(), "served by no member")) << s;
+  ExpectRefused(CheckRankAssignment(0, {}, RankCoverage::kPartial),
+                {"CP size 0"});
+}
+
+TEST(CheckRankAssignment, NamesAreEscaped) {
+  const absl::Status s =
+      Assign(2, {{"a\nb\x01", {0, 1}}, {std::string("evil\n\0", 7), {1}}});
+  ASSERT_FALSE(s.ok());
+  EXPECT_FALSE(absl::StrContains(s.message(), "\n")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "both a\\nb\\x01 and evil\\n\\x00"))
+      << s;
+  const absl::Status g =
+      CheckGeometry(Base(), GroupGeometry{}, std::string("x\ny", 3));
+  ASSERT_FALSE(g.ok());
+  EXPECT_FALSE(absl::StrContains(g.message(), "\n")) << g;
+  EXPECT_TRUE(absl::StrContains(g.message(), "follower x\\ny ")) << g;
+}
+
 TEST(CheckRankAssignment, EveryProblemIsNamedAtOnce) {
   ExpectRefused(Assign(8, {{"a", {0, 1}}, {"b", {}}, {"c", {1, 3}},
                            {"d", {9}}}),
