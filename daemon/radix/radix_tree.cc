@@ -92,6 +92,10 @@ bool RadixTree::DropNamespaceIfEmpty(absl::string_view ns) {
       root->pending != nullptr) {
     return false;
   }
+  // A locked detached node below it still walks up to it (Unlock).
+  for (const Node* node : detached_) {
+    if (node->detached_top && node->parent == root) return false;
+  }
   nodes_.erase(root->id);
   roots_.erase(it);
   return true;

@@ -112,6 +112,10 @@ void RadixTree::DetachSubtree(Node* top, LaneDropResult* result) {
     }
     n->detached = true;
     n->detached_top = n == top;
+    // Only a lock walks up from a detached node (Unlock), and a locked
+    // node's parent outlives the lock. Unlocked, the top forgets its parent,
+    // which may go first.
+    if (n == top && n->lock_ref == 0) n->parent = nullptr;
     n->pin_expiry_ns = n->pin_ttl_ns = 0;
     detached_.insert(n);
     ++result->nodes_detached;

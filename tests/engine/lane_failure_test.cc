@@ -498,11 +498,23 @@ TEST_F(LaneFailureTest, LockedNodeIsNeverMatchedAndGoesOnUnlock) {
             absl::StatusCode::kFailedPrecondition);
   ExpectInvariants();
 
+  // Its namespace's root stays while the lock walks up to it.
+  const Cached tenant = Cache("t", Seq(40, 4), {1}, /*backup=*/false);
+  auto tenant_hit = engine_->Match("t", Seq(40, 4), false, /*lock=*/true);
+  ASSERT_TRUE(tenant_hit.ok());
+  ASSERT_EQ(tenant_hit->last_device_node, tenant.node);
+  auto tenant_drop = engine_->DropLanes(one);
+  ASSERT_TRUE(tenant_drop.ok());
+  EXPECT_EQ(tenant_drop->nodes_detached, 1);
+  EXPECT_FALSE(engine_->DropNamespaceIfEmpty("t"));
+  ASSERT_TRUE(engine_->Unlock(tenant.node).ok());
+  EXPECT_TRUE(engine_->DropNamespaceIfEmpty("t"));
+
   ASSERT_TRUE(engine_->Unlock(locked).ok());
   EXPECT_EQ(engine_->DeviceAllocatedPages(), 0);
   EXPECT_EQ(engine_->HostUsedPages(0), 0);
   EXPECT_EQ(engine_->HostUsedPages(1), 0);
-  EXPECT_EQ(engine_->Stats().lane_nodes_removed, 2);
+  EXPECT_EQ(engine_->Stats().lane_nodes_removed, 3);  // Leaf, tenant, it.
   EXPECT_EQ(engine_->Unlock(locked).code(), absl::StatusCode::kNotFound);
   ExpectInvariants();
   // The same tokens cache again, end to end (lane 1 readmitted).
