@@ -5,6 +5,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -384,6 +385,53 @@ TEST(MemberHealthThread, StopFromInsideOnDeadAndFromOutside) {
   (*quiet)->LinkFailed(absl::UnavailableError("after stop"));
   quiet->reset();
   EXPECT_EQ(deaths.load(), 0);
+}
+
+TEST(MemberHealthThread, RacingHeardLinkFailedAndStopDeclareAtMostOnce) {
+  // Many rounds of frames heard from several threads while the link fails
+  // and the owner stops, all at once: at most one death, none after Stop
+  // returned, heartbeats counted consistently.
+  for (int round = 0; round < 40; ++round) {
+    std::atomic<int> deaths{0};
+    std::atomic<bool> stop_returned{false};
+    std::atomic<int> deaths_after_stop{0};
+    auto h = MemberHealth::Create(
+        ThreadOptions(absl::Microseconds(200), absl::Milliseconds(2)),
+        [](const FrameBody&) { return absl::OkStatus(); },
+        [&](const absl::Status&) {
+          deaths.fetch_add(1);
+          if (stop_returned.load()) deaths_after_stop.fetch_add(1);
+        });
+    ASSERT_TRUE(h.ok());
+    MemberHealth* health = h->get();
+    ASSERT_TRUE(health->Start().ok());
+    std::promise<void> go;
+    std::shared_future<void> start = go.get_future().share();
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 3; ++t) {
+      threads.emplace_back([&, t] {
+        start.wait();
+        for (int i = 0; i < 200; ++i) {
+          health->Heard(t == 0 ? FrameKind::kHeartbeat : FrameKind::kStepDones);
+          if (i % 50 == 0) (void)health->snapshot();
+        }
+      });
+    }
+    threads.emplace_back([&] {
+      start.wait();
+      health->LinkFailed(absl::UnavailableError("racing failure"));
+    });
+    threads.emplace_back([&] {
+      start.wait();
+      health->Stop();
+      stop_returned.store(true);
+    });
+    go.set_value();
+    for (std::thread& t : threads) t.join();
+    h->reset();  // Joins the health thread: any late callback is seen.
+    EXPECT_LE(deaths.load(), 1) << "round " << round;
+    EXPECT_EQ(deaths_after_stop.load(), 0) << "round " << round;
+  }
 }
 
 // End to end: two WireLinks over a loopback pair, each end with its own
