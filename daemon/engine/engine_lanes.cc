@@ -125,7 +125,7 @@ void HiCacheEngine::FreeDroppedLocked(const LaneDropResult& dropped,
 }
 
 void HiCacheEngine::ReapDroppedLocked() {
-  if (tree_->DetachedNodes() == 0) return;
+  if (!tree_->HasReapable()) return;
   FreeDroppedLocked(tree_->ReapDetached(), nullptr);
 }
 

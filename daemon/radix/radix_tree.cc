@@ -599,7 +599,10 @@ absl::Status RadixTree::Unlock(NodeId id) {
         absl::StrCat("node ", id, " is not locked"));
   }
   for (Node* n = *node; !n->is_root(); n = n->parent) {
-    if (--n->lock_ref == 0 && n->on_device()) protected_tokens_ -= n->len();
+    if (--n->lock_ref == 0) {
+      if (n->on_device()) protected_tokens_ -= n->len();
+      if (n->detached) reapable_.push_back(n);  // ReapDetached.
+    }
   }
   return absl::OkStatus();
 }
@@ -622,7 +625,9 @@ absl::Status RadixTree::ReleaseHostRef(NodeId id) {
     return absl::FailedPreconditionError(
         absl::StrCat("node ", id, " holds no host reference"));
   }
-  --(*node)->host_ref;
+  if (--(*node)->host_ref == 0 && (*node)->detached) {
+    reapable_.push_back(*node);  // ReapDetached.
+  }
   return absl::OkStatus();
 }
 

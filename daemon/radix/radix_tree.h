@@ -322,8 +322,10 @@ class RadixTree {
   // host copy.
   LaneDropResult DropLanes(const std::vector<bool>& dead);
   // Deletes the detached nodes with no lock, host reference or detached
-  // child left, returning their pages.
+  // child left, returning their pages. O(nodes released since the last
+  // call): Unlock and ReleaseHostRef note the detached nodes they release.
   LaneDropResult ReapDetached();
+  bool HasReapable() const { return !reapable_.empty(); }
   // Every page detached nodes still hold (nothing is deleted).
   LaneDropResult DetachedPages() const;
   bool IsDetached(NodeId node) const;
@@ -472,6 +474,7 @@ class RadixTree {
   std::vector<bool> unmatchable_lanes_;
   bool any_unmatchable_ = false;
   absl::flat_hash_set<Node*> detached_;
+  std::vector<Node*> reapable_;  // Released detached nodes, maybe deletable.
 
   // The node's own tokens, a span per page into the token store.
   std::vector<absl::Span<const int32_t>> KeyPagesOf(const Node* node) const;

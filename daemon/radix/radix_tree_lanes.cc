@@ -176,32 +176,33 @@ LaneDropResult RadixTree::DropLanes(const std::vector<bool>& dead) {
 
 LaneDropResult RadixTree::ReapDetached() {
   LaneDropResult result = EmptyResult(options_.cp_size);
-  bool progress = !detached_.empty();
-  while (progress) {
-    progress = false;
-    std::vector<Node*> free;
-    for (Node* n : detached_) {
-      if (n->lock_ref == 0 && n->host_ref == 0 && n->children.empty()) {
-        free.push_back(n);
-      }
+  // Candidates may repeat; one already deleted is no longer in detached_
+  // (nothing is allocated meanwhile, so its address is not reused).
+  while (!reapable_.empty()) {
+    Node* n = reapable_.back();
+    reapable_.pop_back();
+    if (!detached_.contains(n) || n->lock_ref > 0 || n->host_ref > 0 ||
+        !n->children.empty()) {
+      continue;
     }
-    for (Node* n : free) {
-      for (LogicalPage page : n->detached_pages) {
-        result.freed_pages[page % options_.cp_size].push_back(page);
-      }
-      if (n->detached_host != nullptr) {
-        TakeHostPages(*n->detached_host, options_.cp_size,
-                      &result.freed_host_pages);
-      }
-      // A detached top's parent may be gone (it does not list the top).
-      if (!n->detached_top) EraseChildLink(n->parent, n);
-      for (TokenStore::BlockId block : n->blocks) tokens_.Free(block);
-      nodes_.erase(n->id);
-      detached_.erase(n);
-      delete n;
-      ++result.nodes_removed;
-      progress = true;
+    for (LogicalPage page : n->detached_pages) {
+      result.freed_pages[page % options_.cp_size].push_back(page);
     }
+    if (n->detached_host != nullptr) {
+      TakeHostPages(*n->detached_host, options_.cp_size,
+                    &result.freed_host_pages);
+    }
+    // A detached top's parent may be gone (it does not list the top); any
+    // other's is detached too, and may be deletable now.
+    if (!n->detached_top) {
+      EraseChildLink(n->parent, n);
+      reapable_.push_back(n->parent);
+    }
+    for (TokenStore::BlockId block : n->blocks) tokens_.Free(block);
+    nodes_.erase(n->id);
+    detached_.erase(n);
+    delete n;
+    ++result.nodes_removed;
   }
   return result;
 }
