@@ -87,7 +87,9 @@ struct MemberHealthSnapshot {
 //
 // `send` is called without any lock of this object held, from one thread at
 // a time; it must not block for long (WireLink::Send only queues). `on_dead`
-// may take the owner's locks and call Stop, snapshot, Heard and LinkFailed.
+// may take the owner's locks and call Stop, snapshot, Heard and LinkFailed;
+// since Stop waits for a running on_dead, the owner must then not call Stop
+// while holding a lock that on_dead takes.
 //
 // Thread-safe. mu_ is a leaf.
 class MemberHealth {
