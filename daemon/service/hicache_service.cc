@@ -26,6 +26,7 @@ HiCacheService::HiCacheService(DaemonInfo info, const Clock* clock,
       hub_(parts.hub),
       watch_(parts.watch),
       callers_(parts.callers),
+      guard_(parts.group),
       limits_(limits),
       flow_(parts.sessions, parts.engine, parts.hub) {}
 
@@ -109,6 +110,11 @@ grpc::Status HiCacheService::OpenSession(grpc::ServerContext* context,
       request.role() != v1::ROLE_WORKER) {
     return Invalid(absl::StrCat("role must be ROLE_SCHEDULER or ROLE_WORKER, got ",
                                 request.role()));
+  }
+  if (request.role() == v1::ROLE_SCHEDULER) {
+    if (grpc::Status s = guard_.Check(context, "OpenSession"); !s.ok()) {
+      return s;
+    }
   }
   auto session = sessions_->Open(request.client_name(),
                                  request.role() == v1::ROLE_WORKER

@@ -8,7 +8,9 @@
 #include "daemon/engine/request_flow.h"
 #include "daemon/engine/session_manager.h"
 #include "daemon/engine/stream_context.h"
+#include "daemon/group/group_role.h"
 #include "daemon/service/caller_resolver.h"
+#include "daemon/service/leader_guard.h"
 #include "daemon/service/watch_broadcaster.h"
 #include "hicache/v1/hicache.grpc.pb.h"
 
@@ -30,6 +32,10 @@ struct ServiceParts {
   // Who makes each call; nullptr: every caller is a plain client (no
   // operator RPCs).
   const CallerResolver* callers = nullptr;
+  // This daemon's place in a CP group; nullptr: a standalone daemon, which
+  // serves every RPC. On a follower the tree RPCs (rpc_scope.h) are refused
+  // with a redirect to the leader (LeaderGuard).
+  const GroupRole* group = nullptr;
 };
 
 // hicache.v1.HiCache. Thin by design: each handler validates fields,
@@ -42,6 +48,11 @@ struct ServiceParts {
 // Roles: Evict, SetFreeRoom, DumpTree, InspectNode, ListSessions and Watch
 // act across tenants and need an operator caller (PERMISSION_DENIED
 // otherwise). Session RPCs are confined by the session they name.
+//
+// CP groups: the RPCs that read or change the radix tree or the page
+// metadata (rpc_scope.h, kTree and kByRole) check LeaderGuard first; on a
+// follower they answer FAILED_PRECONDITION with the leader's address in the
+// `hicache-leader` trailer and change nothing.
 //
 // Thread-safe: handlers share only thread-safe parts.
 class HiCacheService final : public v1::HiCache::Service {
@@ -154,6 +165,7 @@ class HiCacheService final : public v1::HiCache::Service {
   EventHub* const hub_;
   WatchBroadcaster* const watch_;
   const CallerResolver* const callers_;
+  const LeaderGuard guard_;
   const StreamLimits limits_;
   RequestFlow flow_;
 };

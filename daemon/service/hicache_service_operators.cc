@@ -176,6 +176,7 @@ bool Before(int64_t key_a, uint64_t id_a, int64_t key_b, uint64_t id_b) {
 
 grpc::Status HiCacheService::Evict(grpc::ServerContext* context,
     const v1::EvictRequest* request_in, v1::EvictResponse* response) {
+  if (grpc::Status s = guard_.Check(context, "Evict"); !s.ok()) return s;
   const v1::EvictRequest& request = *request_in;
   const Caller caller = CallerOf(context);
   if (grpc::Status s = RequireOperator(caller, "Evict"); !s.ok()) return s;
@@ -199,6 +200,7 @@ grpc::Status HiCacheService::Evict(grpc::ServerContext* context,
 
 grpc::Status HiCacheService::SetFreeRoom(grpc::ServerContext* context,
     const v1::SetFreeRoomRequest* request_in, v1::SetFreeRoomResponse* response) {
+  if (grpc::Status s = guard_.Check(context, "SetFreeRoom"); !s.ok()) return s;
   const v1::SetFreeRoomRequest& request = *request_in;
   const Caller caller = CallerOf(context);
   if (grpc::Status s = RequireOperator(caller, "SetFreeRoom"); !s.ok()) {
@@ -215,6 +217,7 @@ grpc::Status HiCacheService::SetFreeRoom(grpc::ServerContext* context,
 
 grpc::Status HiCacheService::Stats(grpc::ServerContext* context,
     const v1::GetStatsRequest* request_in, v1::CacheStats* out) {
+  if (grpc::Status s = guard_.Check(context, "Stats"); !s.ok()) return s;
   const TreeStats tree = engine_->TreeStatistics();
   const EngineStats s = engine_->Stats();
   out->set_nodes(tree.nodes);
@@ -285,6 +288,7 @@ grpc::Status HiCacheService::Stats(grpc::ServerContext* context,
 
 grpc::Status HiCacheService::DumpTree(grpc::ServerContext* context,
     const v1::DumpTreeRequest* request_in, v1::DumpTreeResponse* response) {
+  if (grpc::Status s = guard_.Check(context, "DumpTree"); !s.ok()) return s;
   const v1::DumpTreeRequest& request = *request_in;
   const Caller caller = CallerOf(context);
   if (grpc::Status s = RequireOperator(caller, "DumpTree"); !s.ok()) return s;
@@ -361,6 +365,7 @@ grpc::Status HiCacheService::DumpTree(grpc::ServerContext* context,
 
 grpc::Status HiCacheService::InspectNode(grpc::ServerContext* context,
     const v1::InspectNodeRequest* request_in, v1::NodeInfo* response) {
+  if (grpc::Status s = guard_.Check(context, "InspectNode"); !s.ok()) return s;
   const v1::InspectNodeRequest& request = *request_in;
   const Caller caller = CallerOf(context);
   if (grpc::Status s = RequireOperator(caller, "InspectNode"); !s.ok()) {
@@ -394,6 +399,7 @@ grpc::Status HiCacheService::ListSessions(grpc::ServerContext* context,
 grpc::Status HiCacheService::Watch(grpc::ServerContext* context,
                                    const v1::WatchRequest* request_in,
                                    grpc::ServerWriter<v1::CacheEvent>* writer) {
+  if (grpc::Status s = guard_.Check(context, "Watch"); !s.ok()) return s;
   const v1::WatchRequest& request = *request_in;
   const Caller caller = CallerOf(context);
   if (grpc::Status s = RequireOperator(caller, "Watch"); !s.ok()) return s;

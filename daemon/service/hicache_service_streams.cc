@@ -22,6 +22,7 @@ namespace hicache::service {
 grpc::Status HiCacheService::LoadBack(
     grpc::ServerContext* context, const v1::LoadBackRequest* request_in,
     grpc::ServerWriter<v1::LoadBackEvent>* writer) {
+  if (grpc::Status s = guard_.Check(context, "LoadBack"); !s.ok()) return s;
   const v1::LoadBackRequest& request = *request_in;
   if (!request.tokens().empty() && request.items_size() > 0) {
     return Invalid("give tokens (one request) or items (a batch), not both");
@@ -225,6 +226,17 @@ grpc::Status HiCacheService::BackupSession(
     return Invalid(
         "every BackupSession message must carry the stream's session_id");
   }
+  // A scheduler's message (prepare, store_all, rollback) needs the leader;
+  // a worker's layer_stored is served here (rpc_scope.h).
+  auto scheduler_message = [](const v1::BackupClientMessage& message) {
+    return message.has_prepare() || message.has_store_all() ||
+           message.has_rollback();
+  };
+  if (scheduler_message(in)) {
+    if (grpc::Status s = guard_.Check(context, "BackupSession"); !s.ok()) {
+      return s;
+    }
+  }
   absl::StatusOr<std::unique_ptr<BackupStream>> backups =
       BackupStream::Open(StreamContextFor(context), in.session_id());
   if (!backups.ok()) return ToGrpcStatus(backups.status());
@@ -250,6 +262,12 @@ grpc::Status HiCacheService::BackupSession(
       result = Invalid(
           "every BackupSession message must carry the stream's session_id");
       break;
+    }
+    if (scheduler_message(in)) {
+      if (grpc::Status s = guard_.Check(context, "BackupSession"); !s.ok()) {
+        result = s;
+        break;
+      }
     }
     absl::Status status;
     if (in.has_prepare()) {

@@ -1,0 +1,49 @@
+#pragma once
+
+#include <cstddef>
+#include "absl/strings/string_view.h"
+
+#include "daemon/group/group_role.h"
+#include "grpcpp/server_context.h"
+#include "grpcpp/support/status.h"
+
+namespace hicache::service {
+
+// The gRPC trailing metadata key that carries the leader's address.
+inline constexpr char kLeaderTrailer[] = "hicache-leader";
+// The longest leader address the daemon sends and clients accept.
+inline constexpr size_t kMaxLeaderAddressBytes = 255;
+
+// True for a gRPC target a client may be redirected to: at most
+// kMaxLeaderAddressBytes, "[dns:///]host:port" where host is a DNS name or
+// IPv4 address ([A-Za-z0-9.-], not starting with '-' or '.') or a bracketed
+// IPv6 literal ("[::1]"), and port is 1..65535. Nothing else: no unix
+// sockets, schemes, user info, paths or control bytes. The clients apply
+// the same rule to what they receive (client/cpp/leader_redirect.h,
+// hicache.client.valid_leader_target).
+bool IsValidLeaderTarget(absl::string_view target);
+
+// The check of the tree RPCs (rpc_scope.h: kTree, and kByRole calls made as
+// a scheduler). With no GroupRole (a standalone daemon) or on the leader
+// every call passes. On a follower the call is refused, before it changes
+// anything:
+//   FAILED_PRECONDITION "not the CP group leader; the leader is <addr>",
+//     with the trailing metadata `hicache-leader: <addr>`;
+//   UNAVAILABLE while the leader is not known yet (no trailer);
+//   FAILED_PRECONDITION without a trailer where the leader's address is not
+//     a valid target (IsValidLeaderTarget).
+// Thread-safe; `role` (may be null) must outlive the guard.
+class LeaderGuard {
+ public:
+  explicit LeaderGuard(const GroupRole* role) : role_(role) {}
+
+  // `rpc` is the method's name; one that rpc_scope.h does not list as kTree
+  // or kByRole is INTERNAL (a handler guarded by mistake).
+  grpc::Status Check(grpc::ServerContext* context,
+                     absl::string_view rpc) const;
+
+ private:
+  const GroupRole* const role_;
+};
+
+}  // namespace hicache::service
