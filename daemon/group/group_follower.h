@@ -1,0 +1,107 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "daemon/comm/communicator.h"
+#include "daemon/core/mutex.h"
+#include "daemon/group/follower_executor.h"
+#include "daemon/group/group_status.h"
+#include "daemon/group/member_health.h"
+#include "daemon/transfer/transfer_engine.h"
+
+namespace hicache::group {
+
+struct GroupFollowerOptions {
+  std::string group_name;
+  uint32_t cp_size = 0;
+  // Names the leader in logs and in the fatal status ("leader at
+  // 10.0.0.1:7070").
+  std::string leader;
+  // What this daemon serves: its ranks and pool bounds (FollowerScope's
+  // `leader` is taken from above).
+  FollowerScope scope;
+  absl::Duration heartbeat_interval = absl::Milliseconds(100);
+  absl::Duration heartbeat_timeout = absl::Seconds(1);
+};
+
+// GroupFollower: the CP group as a follower daemon sees it
+// (docs/cp-groups.md, "Leader and follower"): a FollowerExecutor running the
+// leader's copies on this daemon's pools, and a MemberHealth watching the
+// leader over the same link.
+//
+// Contract:
+//  * Run(link, admission) starts both over the link the leader admitted
+//    (epoch and member index from the leader's Admission). Once only:
+//    FAILED_PRECONDITION afterwards or after Stop; INVALID_ARGUMENT for a
+//    null link or bad heartbeat settings. A link that fails to start is
+//    returned as is (on_fatal is not called for it).
+//  * Losing the leader -- its health declares it dead (silence past the
+//    timeout, a refused heartbeat), the link fails (including a protocol
+//    error), or it says Bye -- calls `on_fatal` exactly once with
+//    UNAVAILABLE "CP group <name> leader <leader> lost: <cause>", from a
+//    thread of the link or the health, never inside Run or Stop. The
+//    daemon turns it into an exit; on_fatal must not call Stop or destroy
+//    the follower (it may take the daemon's locks and signal its main
+//    thread). Not called once Stop began.
+//  * Status() for GetStats: kForming before Run, kFormed while the leader is
+//    live, kDegraded once it was lost (with the reason), kStopped after
+//    Stop; the leader as member 0.
+//  * Stop() (idempotent; the destructor calls it): says Bye to the leader,
+//    stops the health, destroys the executor (closing the link, finishing
+//    its copies). The local engine's pools must outlive the follower.
+//
+// Thread-safe. mu_ is a leaf except for MemberHealth::Heard (a leaf) called
+// under it; on_fatal, the executor and the health are called without it.
+class GroupFollower {
+ public:
+  using FatalFn = std::function<void(const absl::Status& cause)>;
+
+  GroupFollower(GroupFollowerOptions options, TransferEngineFactory make_local,
+                FatalFn on_fatal);
+  ~GroupFollower();
+  GroupFollower(const GroupFollower&) = delete;
+  GroupFollower& operator=(const GroupFollower&) = delete;
+
+  absl::Status Run(std::unique_ptr<comm::Communicator> leader_link,
+                   uint64_t epoch, uint32_t member_index = 0)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  GroupStatus Status() const ABSL_LOCKS_EXCLUDED(mu_);
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Steps the executor refused or ran, for GetStats and tests.
+  FollowerExecutor::Stats executor_stats() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  void Lost(absl::string_view cause) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status OnControl(const Frame& frame) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const GroupFollowerOptions options_;
+  const TransferEngineFactory make_local_;
+  const FatalFn on_fatal_;
+
+  // Serializes Run and Stop (they build and destroy the pieces below).
+  Mutex run_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  // Built by Run, destroyed by Stop (after the health), under run_mu_;
+  // executor_view_ lets Status read its stats under mu_ meanwhile.
+  std::unique_ptr<FollowerExecutor> executor_ ABSL_GUARDED_BY(run_mu_);
+
+  mutable Mutex mu_;
+  bool ran_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool lost_ ABSL_GUARDED_BY(mu_) = false;
+  std::string reason_ ABSL_GUARDED_BY(mu_);
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  std::unique_ptr<MemberHealth> health_ ABSL_GUARDED_BY(mu_);
+  MemberHealthSnapshot last_health_ ABSL_GUARDED_BY(mu_);
+  FollowerExecutor* executor_view_ ABSL_GUARDED_BY(mu_) = nullptr;
+};
+
+}  // namespace hicache::group
