@@ -156,13 +156,15 @@ class SplitTransferEngine : public TransferEngine {
 class LaneFailureTest : public ::testing::Test {
  protected:
   void Make(uint32_t cp_size, std::vector<Rank> local,
-            int64_t device_pages = 32, int64_t host_pages = 64) {
+            int64_t device_pages = 32, int64_t host_pages = 64,
+            WritePolicy policy = WritePolicy::kWriteThroughSelective) {
     local_ = local;
     EngineOptions options{.page_size = kP,
                           .cp_size = cp_size,
                           .kv_preset = "tiny",
                           .device_pages_per_rank = device_pages,
-                          .host_pages_per_rank = host_pages};
+                          .host_pages_per_rank = host_pages,
+                          .write_policy = policy};
     options.pool_ranks = local;
     options.wrap_transfer = [this, local](TransferListener* listener,
                                           const TransferEngineFactory& backend) {
@@ -587,6 +589,28 @@ TEST_F(LaneFailureTest, InsertWhileALaneIsUnavailableStopsAtItsFirstPage) {
   EXPECT_EQ(inserted->cached_len, 8);
   EXPECT_EQ(inserted->uncached_pages.size(), 2u);
   ASSERT_TRUE(engine_->Free(inserted->uncached_pages).ok());
+  ExpectInvariants();
+}
+
+// Write-back while a lane is unavailable: the victims' backups are not
+// started (they would wait on the dead rank's ack), so eviction removes them
+// uncopied and the allocation neither waits nor fails.
+TEST_F(LaneFailureTest, WriteBackStagesNothingWhileALaneIsUnavailable) {
+  ASSERT_NO_FATAL_FAILURE(Make(2, {0}, /*device_pages=*/8, /*host_pages=*/64,
+                               WritePolicy::kWriteBack));
+  ASSERT_NE(Cache("", Seq(0, 12), {0, 0, 0}, /*backup=*/false).node, kNoNode);
+  ASSERT_NE(Cache("", Seq(50, 12), {0, 0, 0}, /*backup=*/false).node,
+            kNoNode);
+  const Rank one[] = {1};
+  ASSERT_TRUE(engine_->SetLanesUnavailable(one).ok());
+  auto pages = engine_->AllocateWithOwners({0, 0, 0, 0, 0, 0});
+  ASSERT_TRUE(pages.ok()) << pages.status();
+  const EngineStats stats = engine_->Stats();
+  EXPECT_EQ(stats.backups_started, 0);
+  EXPECT_GE(stats.backups_skipped_lane_unavailable, 1);
+  EXPECT_GE(stats.device_victims_removed, 1);
+  EXPECT_EQ(engine_->HostUsedPages(0), 0);
+  ASSERT_TRUE(engine_->Free(*pages).ok());
   ExpectInvariants();
 }
 
