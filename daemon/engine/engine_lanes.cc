@@ -48,7 +48,21 @@ absl::Status HiCacheEngine::SetLaneAvailability(absl::Span<const Rank> lanes,
   }
   MutexLock lock(&mu_);
   lane_down_.resize(layout_.cp_size(), false);
-  for (Rank lane : lanes) lane_down_[lane] = !available;
+  lane_dropped_.resize(layout_.cp_size(), false);
+  int64_t tainted = 0;
+  for (Rank lane : lanes) {
+    lane_down_[lane] = !available;
+    // Readmitted after a drop: the lane's pool is a fresh one, so whatever
+    // a request holds there was written (if at all) to the dead one.
+    if (available && lane_dropped_[lane]) {
+      tainted += TaintRequestPagesLocked(lane);
+      lane_dropped_[lane] = false;
+    }
+  }
+  if (tainted > 0) {
+    spdlog::warn("{} request pages on readmitted lanes will not be cached",
+                 tainted);
+  }
   lanes_down_ = std::count(lane_down_.begin(), lane_down_.end(), true);
   tree_->SetUnmatchableLanes(lane_down_);
   spdlog::info("lanes [{}] {}; {} lane(s) unavailable",
@@ -106,6 +120,19 @@ absl::StatusOr<InsertResult> HiCacheEngine::InsertCacheableLocked(
   result.uncached_pages.insert(result.uncached_pages.end(),
                                pages.begin() + cacheable, pages.end());
   return result;
+}
+
+int64_t HiCacheEngine::TaintRequestPagesLocked(Rank lane) {
+  int64_t tainted = 0;
+  for (PhysicalPage phys = 1; phys < options_.device_pages_per_rank; ++phys) {
+    const LogicalPage page = layout_.LogicalPageOf(lane, phys);
+    const std::optional<PageHolder> holder = ledger_.HolderOf(page);
+    if (holder.has_value() && holder->kind == PageHolder::Kind::kRequest &&
+        tainted_pages_.insert(page).second) {
+      ++tainted;
+    }
+  }
+  return tainted;
 }
 
 void HiCacheEngine::FreeDroppedLocked(const LaneDropResult& dropped,
@@ -189,18 +216,12 @@ absl::StatusOr<LaneDropCounts> HiCacheEngine::DropLanes(
       if (op.outstanding == 0) FinishOpLocked(id, &events);
     }
 
-    // Request pages on the lanes: theirs until freed, never cached.
+    // Request pages on the lanes: theirs until freed, never cached (and
+    // those allocated there before readmission: SetLaneAvailability).
+    lane_dropped_.resize(layout_.cp_size(), false);
     for (Rank lane : lanes) {
-      for (PhysicalPage phys = 1; phys < options_.device_pages_per_rank;
-           ++phys) {
-        const LogicalPage page = layout_.LogicalPageOf(lane, phys);
-        const std::optional<PageHolder> holder = ledger_.HolderOf(page);
-        if (holder.has_value() &&
-            holder->kind == PageHolder::Kind::kRequest &&
-            tainted_pages_.insert(page).second) {
-          ++counts.request_pages_tainted;
-        }
-      }
+      counts.request_pages_tainted += TaintRequestPagesLocked(lane);
+      lane_dropped_[lane] = true;
     }
     ReapDroppedLocked();
     ++stats_.lane_drops;

@@ -234,7 +234,9 @@ class HiCacheEngine : public TransferListener {
   // from every served rank, so each would wait on the dead one), matches
   // return nothing that has a device page or recorded page owner on an
   // unavailable lane, and Insert caches nothing from the first page on an
-  // unavailable lane on. INVALID_ARGUMENT (nothing changes) for a lane
+  // unavailable lane on. Making a lane available after a DropLanes of it
+  // taints the request pages it holds then (allocated before the fresh pool
+  // existed: never cached). INVALID_ARGUMENT (nothing changes) for a lane
   // outside [0, C).
   absl::Status SetLaneAvailability(absl::Span<const Rank> lanes,
                                    bool available) ABSL_LOCKS_EXCLUDED(mu_);
@@ -426,6 +428,8 @@ class HiCacheEngine : public TransferListener {
       absl::string_view ns, absl::Span<const int32_t> tokens,
       absl::Span<const LogicalPage> pages, const InsertOptions& options)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Taints every request page on `lane`; returns how many were new.
+  int64_t TaintRequestPagesLocked(Rank lane) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Deletes released detached nodes and frees their pages.
   void ReapDroppedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees what DropLanes / ReapDetached took out of the tree.
@@ -485,6 +489,8 @@ class HiCacheEngine : public TransferListener {
   // Lanes of a dead CP member: unavailable lanes (sized C on first use) and
   // their count, and request pages on dropped lanes (never cached).
   std::vector<bool> lane_down_ ABSL_GUARDED_BY(mu_);
+  // Dropped since they were last made available (readmission taints).
+  std::vector<bool> lane_dropped_ ABSL_GUARDED_BY(mu_);
   int64_t lanes_down_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_set<LogicalPage> tainted_pages_ ABSL_GUARDED_BY(mu_);
   int64_t l1_free_room_ ABSL_GUARDED_BY(mu_);

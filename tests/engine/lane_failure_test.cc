@@ -576,6 +576,32 @@ TEST_F(LaneFailureTest, RequestPagesOnADeadLaneAreNeverCached) {
   ExpectInvariants();
 }
 
+// Pages a request took on a dead lane after the drop (before readmission)
+// were never written to the fresh pool: readmission taints them.
+TEST_F(LaneFailureTest, PagesAllocatedBeforeReadmissionAreNeverCached) {
+  ASSERT_NO_FATAL_FAILURE(Make(2, {0}));
+  const Rank one[] = {1};
+  ASSERT_TRUE(engine_->SetLanesUnavailable(one).ok());
+  ASSERT_TRUE(engine_->DropLanes(one).ok());
+  auto pages = engine_->AllocateWithOwners({0, 1});
+  ASSERT_TRUE(pages.ok());
+  ASSERT_TRUE(engine_->SetLanesAvailable(one).ok());
+  auto inserted = engine_->Insert("", Seq(0, 8), *pages);
+  ASSERT_TRUE(inserted.ok());
+  EXPECT_EQ(inserted->cached_len, 4);
+  EXPECT_EQ(inserted->uncached_pages, std::vector<LogicalPage>{(*pages)[1]});
+  ASSERT_TRUE(engine_->Free(inserted->uncached_pages).ok());
+  // Available again without a drop in between (pools intact): no taint.
+  ASSERT_TRUE(engine_->SetLanesUnavailable(one).ok());
+  auto more = engine_->AllocateWithOwners({1});
+  ASSERT_TRUE(more.ok());
+  ASSERT_TRUE(engine_->SetLanesAvailable(one).ok());
+  auto cached = engine_->Insert("", Seq(100, 4), *more);
+  ASSERT_TRUE(cached.ok());
+  EXPECT_EQ(cached->cached_len, 4);
+  ExpectInvariants();
+}
+
 // An Insert while a lane is unavailable (not yet dropped) caches nothing
 // from its first page on that lane on.
 TEST_F(LaneFailureTest, InsertWhileALaneIsUnavailableStopsAtItsFirstPage) {
