@@ -260,11 +260,13 @@ void GroupLeader::HandleDeathsLocked() {
     std::shared_ptr<RemoteTransferEngine> remote;
     std::unique_ptr<MemberHealth> health;
     std::string reason;
+    uint32_t index = 0;
     {
       MutexLock lock(&mu_);
       if (deaths_.empty()) return;
       const Death d = deaths_.front();
       deaths_.pop_front();
+      index = d.index;
       Member& m = members_[d.index - 1];
       if (m.epoch == d.epoch && !m.live && m.remote != nullptr) {
         ranks = m.ranks;
@@ -276,6 +278,7 @@ void GroupLeader::HandleDeathsLocked() {
     if (remote != nullptr) {
       RetireLocked(ranks, std::move(remote), std::move(health),
                    absl::UnavailableError(reason));
+      if (options_.on_member_dead) options_.on_member_dead(index, reason);
     }
     MutexLock lock(&mu_);
     ++deaths_handled_;

@@ -31,6 +31,12 @@ struct GroupLeaderOptions {
   GroupGeometry geometry;
   absl::Duration heartbeat_interval = absl::Milliseconds(100);
   absl::Duration heartbeat_timeout = absl::Seconds(1);
+  // Optional: told of each death once it was handled (lanes unavailable
+  // and dropped), with the member's index and the reason, without any lock
+  // of the GroupLeader held, on the thread that handled it (the leader's
+  // own, or one inside Admit or Stop). Must not call Admit or Stop.
+  std::function<void(uint32_t member_index, const std::string& reason)>
+      on_member_dead;
 };
 
 // What an admission hands out: the member's index (stable across
