@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/cpp/leader_redirect.h"
 #include "grpcpp/client_context.h"
 
 namespace hicache::client {
@@ -151,14 +152,51 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Open(
   request.set_namespace_(ns);
   request.set_lease_ms(absl::ToInt64Milliseconds(lease));
   v1::OpenSessionResponse response;
-  if (absl::Status s = FromGrpc(stub->OpenSession(&context, request, &response),
-                                "OpenSession");
+  if (absl::Status s = StatusOfCall(
+          stub->OpenSession(&context, request, &response), context,
+          "OpenSession");
       !s.ok()) {
     return s;
   }
   return std::unique_ptr<Session>(
       new Session(std::move(stub), response.session_id(),
                   absl::Milliseconds(response.lease_ms())));
+}
+
+absl::StatusOr<std::unique_ptr<Session>> Session::OpenAt(
+    const std::string& target, const ChannelOptions& options,
+    const std::string& client_name, v1::Role role, uint32_t rank,
+    const std::string& ns, absl::Duration lease,
+    absl::Duration wait_for_daemon, std::string* opened_at) {
+  auto open = [&](const std::string& at)
+      -> absl::StatusOr<std::unique_ptr<Session>> {
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+        HiCacheClient::NewChannel(at, options);
+    if (!channel.ok()) return channel.status();
+    return Open(v1::HiCache::NewStub(*std::move(channel)), client_name, role,
+                rank, ns, lease, wait_for_daemon);
+  };
+  absl::StatusOr<std::unique_ptr<Session>> first = open(target);
+  if (first.ok() || !LeaderOf(first.status()).has_value()) {
+    if (first.ok() && opened_at != nullptr) *opened_at = target;
+    return first;
+  }
+  const std::string leader = *LeaderOf(first.status());
+  absl::StatusOr<std::unique_ptr<Session>> second = open(leader);
+  if (second.ok()) {
+    if (opened_at != nullptr) *opened_at = leader;
+    return second;
+  }
+  if (std::optional<std::string> again = LeaderOf(second.status())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "OpenSession: ", target, " is not the CP group leader and named ",
+        leader, ", which is not the leader either and named ", *again,
+        "; not followed (at most one hop)"));
+  }
+  return absl::Status(
+      second.status().code(),
+      absl::StrCat("OpenSession at the CP group leader ", leader,
+                   " (named by ", target, "): ", second.status().message()));
 }
 
 Session::Session(std::shared_ptr<v1::HiCache::Stub> stub, std::string id,

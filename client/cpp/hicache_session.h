@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "client/cpp/hicache_client.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/support/sync_stream.h"
 #include "hicache/v1/hicache.grpc.pb.h"
@@ -180,11 +181,28 @@ class Session {
  public:
   // `wait_for_daemon` > 0: OpenSession waits (wait_for_ready) up to that
   // long for a daemon that is not listening yet; 0 fails fast (UNAVAILABLE).
+  // A refusal by a CP group follower carries the leader's target (LeaderOf
+  // in client/cpp/leader_redirect.h); Open does not follow it (OpenAt does).
   static absl::StatusOr<std::unique_ptr<Session>> Open(
       std::shared_ptr<v1::HiCache::Stub> stub, const std::string& client_name,
       v1::Role role, uint32_t rank, const std::string& ns,
       absl::Duration lease = absl::Seconds(10),
       absl::Duration wait_for_daemon = absl::ZeroDuration());
+
+  // Open on the daemon at `target` (a channel of
+  // HiCacheClient::NewChannel(target, options)), following a CP group
+  // redirect: when `target` is a follower that refuses the session (a
+  // scheduler's) and names its leader, the session is opened on the leader
+  // instead, over a new channel with the same `options` (TLS, server name,
+  // client certificate). At most one hop: a leader that redirects again is
+  // FAILED_PRECONDITION naming both. `opened_at` (optional) receives the
+  // target the session lives on.
+  static absl::StatusOr<std::unique_ptr<Session>> OpenAt(
+      const std::string& target, const ChannelOptions& options,
+      const std::string& client_name, v1::Role role, uint32_t rank,
+      const std::string& ns, absl::Duration lease = absl::Seconds(10),
+      absl::Duration wait_for_daemon = absl::ZeroDuration(),
+      std::string* opened_at = nullptr);
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
