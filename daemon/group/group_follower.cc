@@ -9,8 +9,7 @@
 namespace hicache::group {
 
 GroupFollower::GroupFollower(GroupFollowerOptions options,
-                             TransferEngineFactory make_local,
-                             FatalFn on_fatal)
+                             TransferEngineFactory make_local, FatalFn on_fatal)
     : options_(std::move(options)),
       make_local_(std::move(make_local)),
       on_fatal_(std::move(on_fatal)) {}
@@ -23,9 +22,9 @@ absl::Status GroupFollower::Run(std::unique_ptr<comm::Communicator> leader_link,
   {
     MutexLock lock(&mu_);
     if (ran_ || stopping_) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("CP group ", options_.group_name, " follower: ",
-                       stopping_ ? "stopped" : "already running"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "CP group ", options_.group_name,
+          " follower: ", stopping_ ? "stopped" : "already running"));
     }
   }
   if (leader_link == nullptr) {

@@ -29,9 +29,9 @@ absl::StatusOr<std::unique_ptr<GroupLeader>> GroupLeader::Create(
         "CP group leader needs the engine and its routing transfer engine");
   }
   if (options.cp_size != options.geometry.cp_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CP group leader: cp_size ", options.cp_size,
-                     " differs from its geometry's ", options.geometry.cp_size));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CP group leader: cp_size ", options.cp_size,
+        " differs from its geometry's ", options.geometry.cp_size));
   }
   const MemberRanks self{.name = "leader", .ranks = options.geometry.ranks};
   if (absl::Status s = CheckRankAssignment(options.cp_size, {&self, 1},
@@ -132,15 +132,14 @@ absl::StatusOr<Admission> GroupLeader::Admit(const std::string& member_name,
           return absl::FailedPreconditionError(absl::StrCat(
               "CP group member ", absl::CEscape(member_name), " serves ",
               DescribeRanks(geometry.ranks), ", which overlaps the ",
-              DescribeRanks(m.ranks), " of dead member ",
-              absl::CEscape(m.name),
+              DescribeRanks(m.ranks), " of dead member ", absl::CEscape(m.name),
               " in part; rejoin with exactly those ranks"));
         }
       }
     }
     live.push_back({.name = member_name, .ranks = geometry.ranks});
-    if (absl::Status s = CheckRankAssignment(options_.cp_size, live,
-                                             RankCoverage::kPartial);
+    if (absl::Status s =
+            CheckRankAssignment(options_.cp_size, live, RankCoverage::kPartial);
         !s.ok()) {
       return absl::FailedPreconditionError(
           absl::StrCat("CP group ", options_.group_name, " refuses member ",
@@ -153,8 +152,7 @@ absl::StatusOr<Admission> GroupLeader::Admit(const std::string& member_name,
                                  : static_cast<uint32_t>(members_.size() + 1);
   }
 
-  absl::StatusOr<std::unique_ptr<comm::Communicator>> link =
-      connect(admission);
+  absl::StatusOr<std::unique_ptr<comm::Communicator>> link = connect(admission);
   if (!link.ok()) return link.status();
   if (*link == nullptr) {
     return absl::InternalError("CP group: connect returned no link");
@@ -235,7 +233,8 @@ absl::Status GroupLeader::OnControl(uint32_t index, uint64_t epoch,
   MutexLock lock(&mu_);
   if (index == 0 || index > members_.size()) return absl::OkStatus();
   Member& m = members_[index - 1];
-  if (m.epoch == epoch && m.health != nullptr) m.health->Heard(frame.header.kind);
+  if (m.epoch == epoch && m.health != nullptr)
+    m.health->Heard(frame.header.kind);
   return absl::OkStatus();
 }
 
@@ -406,8 +405,9 @@ void GroupLeader::Stop() {
     }
   }
   for (Live& l : live) {
-    absl::Status bye = l.remote->SendControl(Bye{.reason = absl::StrCat(
-        "CP group ", options_.group_name, " leader stopping")});
+    absl::Status bye = l.remote->SendControl(
+        Bye{.reason = absl::StrCat("CP group ", options_.group_name,
+                                   " leader stopping")});
     if (!bye.ok()) {  // A dead link needs no Bye.
       spdlog::debug("CP group {}: no bye to {}: {}", options_.group_name,
                     DescribeRanks(l.ranks), bye);

@@ -28,7 +28,8 @@ using testing::FakeEngine;
 
 constexpr absl::Duration kInterval = absl::Milliseconds(20);
 constexpr absl::Duration kTimeout = absl::Milliseconds(300);
-constexpr auto kWait = std::chrono::seconds(20);  // A hang fails, not times out.
+constexpr auto kWait =
+    std::chrono::seconds(20);  // A hang fails, not times out.
 constexpr uint64_t kEpoch = 7;
 
 // The leader's end: records the kinds of the frames it receives.
@@ -88,7 +89,9 @@ class GroupFollowerTest : public ::testing::Test {
                              .heartbeat_timeout = kTimeout},
         [](TransferListener* l) { return std::make_unique<FakeEngine>(l); },
         [this](const absl::Status& cause) {
-          if (++fatals_ == 1) fatal_.set_value(cause);
+          if (++fatals_ == 1)
+            fatal_.set_value(
+                absl::Status(cause.code(), std::string(cause.message())));
         });
   }
   // Runs the follower over a fresh pair; the leader's end is returned
@@ -183,14 +186,15 @@ TEST_F(GroupFollowerTest, ByeIsFatalOnce) {
 }
 
 TEST_F(GroupFollowerTest, SilenceIsFatalOnce) {
+  // Before Run: the health's silence clock starts inside it.
+  const auto start = std::chrono::steady_clock::now();
   auto leader = Connect(nullptr);
   ASSERT_TRUE(leader->Start().ok());  // Receives, never sends.
-  const auto start = std::chrono::steady_clock::now();
   const absl::Status fatal = AwaitFatal();
   const absl::Duration took =
       absl::FromChrono(std::chrono::steady_clock::now() - start);
   ExpectFatalNamingTheLeader(fatal, "nothing heard");
-  EXPECT_GE(took, kTimeout - absl::Milliseconds(5));
+  EXPECT_GE(took, kTimeout);
   follower_->Stop();
   EXPECT_EQ(fatals_.load(), 1);
 }

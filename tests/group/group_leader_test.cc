@@ -78,9 +78,9 @@ class GroupLeaderTest : public ::testing::TestWithParam<Split> {
                              .host_pages_per_rank = kHostPages};
     options_.pool_ranks = split.leader;
     EngineOptions engine_options = options_;
-    engine_options.wrap_transfer =
-        [this, split](TransferListener* listener,
-                      const TransferEngineFactory& backend)
+    engine_options.wrap_transfer = [this, split](
+                                       TransferListener* listener,
+                                       const TransferEngineFactory& backend)
         -> std::unique_ptr<TransferEngine> {
       auto routing = std::make_unique<RoutingTransferEngine>(
           listener, backend(listener), split.leader);
@@ -102,8 +102,8 @@ class GroupLeaderTest : public ::testing::TestWithParam<Split> {
       const int n = ++deaths_;
       if (n == 1) first_death_.set_value(absl::StrCat(index, ": ", reason));
     };
-    auto leader = GroupLeader::Create(std::move(leader_options), engine_.get(),
-                                      routing_);
+    auto leader =
+        GroupLeader::Create(std::move(leader_options), engine_.get(), routing_);
     ASSERT_TRUE(leader.ok()) << leader.status();
     leader_ = *std::move(leader);
   }
@@ -128,12 +128,11 @@ class GroupLeaderTest : public ::testing::TestWithParam<Split> {
         absl::StrCat("/hicache-gl-", getpid(), "-", counter++));
     auto layout = CpLayout::Create(kP, GetParam().cp_size, ranks);
     EXPECT_TRUE(layout.ok());
-    auto pools = RankPools::Create(
-        *layout, engine_->geometry(),
-        {.device_pages_per_rank = kDevicePages,
-         .host_pages_per_rank = kHostPages,
-         .host_layout = options_.host_layout},
-        *side->backend);
+    auto pools = RankPools::Create(*layout, engine_->geometry(),
+                                   {.device_pages_per_rank = kDevicePages,
+                                    .host_pages_per_rank = kHostPages,
+                                    .host_layout = options_.host_layout},
+                                   *side->backend);
     EXPECT_TRUE(pools.ok()) << pools.status();
     side->pools = *std::move(pools);
     const RankPools* raw_pools = side->pools.get();
@@ -153,7 +152,9 @@ class GroupLeaderTest : public ::testing::TestWithParam<Split> {
           return std::make_unique<CpuTransferEngine>(raw_pools, listener, 2);
         },
         [raw](const absl::Status& cause) {
-          if (++raw->fatals == 1) raw->fatal.set_value(cause);
+          if (++raw->fatals == 1)
+            raw->fatal.set_value(
+                absl::Status(cause.code(), std::string(cause.message())));
         });
     followers_.push_back(std::move(side));
     return raw;
@@ -182,8 +183,8 @@ class GroupLeaderTest : public ::testing::TestWithParam<Split> {
   // The device pool holding `page`: the leader's or the follower's.
   char* PageBase(LogicalPage page, const FollowerSide* side) const {
     const Rank lane = engine_->layout().LaneOf(page);
-    const KvPool* pool = Local(lane) ? engine_->pools().device(lane)
-                                     : side->pools->device(lane);
+    const KvPool* pool =
+        Local(lane) ? engine_->pools().device(lane) : side->pools->device(lane);
     EXPECT_NE(pool, nullptr) << "lane " << lane;
     return static_cast<char*>(pool->host_data());
   }
@@ -193,8 +194,8 @@ class GroupLeaderTest : public ::testing::TestWithParam<Split> {
     const KvGeometry& g = engine_->geometry();
     for (int f = 0; f < static_cast<int>(g.families().size()); ++f) {
       for (uint32_t l = 0; l < g.families()[f].num_layers; ++l) {
-        fn(g.DeviceOffset(kDevicePages,
-                          engine_->layout().PhysicalPageOf(page), f, l),
+        fn(g.DeviceOffset(kDevicePages, engine_->layout().PhysicalPageOf(page),
+                          f, l),
            static_cast<size_t>(kP) * g.families()[f].bytes_per_token, f, l);
       }
     }
@@ -207,7 +208,8 @@ class GroupLeaderTest : public ::testing::TestWithParam<Split> {
     for (size_t i = 0; i < pages.size(); ++i) {
       char* base = PageBase(pages[i], side);
       ForBlocks(pages[i], [&](uint64_t off, size_t n, int f, uint32_t l) {
-        for (size_t j = 0; j < n; ++j) base[off + j] = Pattern(salt, i, f, l, j);
+        for (size_t j = 0; j < n; ++j)
+          base[off + j] = Pattern(salt, i, f, l, j);
       });
     }
   }
@@ -234,16 +236,17 @@ class GroupLeaderTest : public ::testing::TestWithParam<Split> {
   // load can only be right if it copied from the host tier.
   void ScribbleDevice(const FollowerSide* side) {
     for (Rank r = 0; r < GetParam().cp_size; ++r) {
-      const KvPool* pool = Local(r) ? engine_->pools().device(r)
-                                    : side->pools->device(r);
+      const KvPool* pool =
+          Local(r) ? engine_->pools().device(r) : side->pools->device(r);
       if (pool == nullptr) continue;
       std::memset(pool->host_data(), 0x5a, pool->size_bytes());
     }
   }
 
   // Caches `tokens` on pages owned by `owners` with a committed backup.
-  void Cache(const std::vector<int32_t>& tokens, const std::vector<Rank>& owners,
-             int salt, const FollowerSide* side) {
+  void Cache(const std::vector<int32_t>& tokens,
+             const std::vector<Rank>& owners, int salt,
+             const FollowerSide* side) {
     auto pages = engine_->AllocateWithOwners(owners);
     ASSERT_TRUE(pages.ok()) << pages.status();
     WritePages(*pages, salt, side);
@@ -415,8 +418,8 @@ TEST_P(GroupLeaderTest, DeathMidTrafficThenReadmission) {
   for (uint32_t s = 1; s < engine_->geometry().NumSteps(); ++s) {
     ASSERT_TRUE(engine_->LayerStored(*ops, s).ok());
   }
-  ASSERT_EQ(first_death.wait_for(absl::ToChronoMilliseconds(
-                kTimeout + kInterval + kSlack)),
+  ASSERT_EQ(first_death.wait_for(
+                absl::ToChronoMilliseconds(kTimeout + kInterval + kSlack)),
             std::future_status::ready);
   const absl::Duration took =
       absl::FromChrono(std::chrono::steady_clock::now() - broke);
@@ -426,8 +429,8 @@ TEST_P(GroupLeaderTest, DeathMidTrafficThenReadmission) {
   EXPECT_NE(reason.find("f1"), std::string::npos) << reason;
   EXPECT_NE(reason.find("lost"), std::string::npos) << reason;
   // The follower lost its leader, once.
-  ASSERT_EQ(f->fatal_future.wait_for(absl::ToChronoMilliseconds(
-                kTimeout + kInterval + kSlack)),
+  ASSERT_EQ(f->fatal_future.wait_for(
+                absl::ToChronoMilliseconds(kTimeout + kInterval + kSlack)),
             std::future_status::ready);
   const absl::Status fatal = f->fatal_future.get();
   EXPECT_EQ(fatal.code(), absl::StatusCode::kUnavailable);
@@ -545,29 +548,30 @@ TEST_P(GroupLeaderTest, StopWithCopiesInFlightIsClean) {
   EXPECT_TRUE(engine_->CheckInvariants().ok()) << engine_->CheckInvariants();
   ASSERT_TRUE(engine_->Free(*pages).ok());
   // The follower hears of it (Bye or the closed link), once.
-  ASSERT_EQ(f->fatal_future.wait_for(absl::ToChronoMilliseconds(
-                kTimeout + kInterval + kSlack)),
+  ASSERT_EQ(f->fatal_future.wait_for(
+                absl::ToChronoMilliseconds(kTimeout + kInterval + kSlack)),
             std::future_status::ready);
   EXPECT_EQ(f->fatal_future.get().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(f->fatals.load(), 1);
   // A stopped leader admits no one; Stop is not a death.
   auto [l1, f1] = comm::LoopbackCommunicator::CreatePair("leader", "f2");
-  EXPECT_EQ(leader_->Admit("f2", FollowerGeometry(GetParam().follower),
-                           std::move(l1))
-                .status()
-                .code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      leader_->Admit("f2", FollowerGeometry(GetParam().follower), std::move(l1))
+          .status()
+          .code(),
+      absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(deaths_.load(), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Splits, GroupLeaderTest,
-    ::testing::Values(Split{2, {0}, {1}}, Split{4, {0, 1}, {2, 3}}),
-    [](const ::testing::TestParamInfo<Split>& info) {
-      return absl::StrCat("C", info.param.cp_size, "_leader",
-                          info.param.leader.size(), "_follower",
-                          info.param.follower.size());
-    });
+INSTANTIATE_TEST_SUITE_P(Splits, GroupLeaderTest,
+                         ::testing::Values(Split{2, {0}, {1}},
+                                           Split{4, {0, 1}, {2, 3}}),
+                         [](const ::testing::TestParamInfo<Split>& info) {
+                           return absl::StrCat(
+                               "C", info.param.cp_size, "_leader",
+                               info.param.leader.size(), "_follower",
+                               info.param.follower.size());
+                         });
 
 }  // namespace
 }  // namespace hicache::group
