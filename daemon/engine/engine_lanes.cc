@@ -135,6 +135,34 @@ int64_t HiCacheEngine::TaintRequestPagesLocked(Rank lane) {
   return tainted;
 }
 
+absl::Status HiCacheEngine::CheckDroppedLocked(
+    absl::FunctionRef<absl::Status(Rank, int64_t)> hold_host) const {
+  // Detached nodes still hold their host pages (reserved) and device pages
+  // (the tree's in the ledger) until released.
+  const LaneDropResult detached = tree_->DetachedPages();
+  for (Rank r = 0; r < detached.freed_host_pages.size(); ++r) {
+    for (int64_t p : detached.freed_host_pages[r]) {
+      if (absl::Status s = hold_host(r, p); !s.ok()) return s;
+    }
+  }
+  for (const auto& lane : detached.freed_pages) {
+    for (LogicalPage p : lane) {
+      if (!ledger_.IsHeldBy(p, PageHolder::Tree())) {
+        return absl::InternalError(absl::StrCat(
+            "dropped node's page ", p, " is not in the tree page set"));
+      }
+    }
+  }
+  for (LogicalPage p : tainted_pages_) {
+    const std::optional<PageHolder> holder = ledger_.HolderOf(p);
+    if (!holder.has_value() || holder->kind != PageHolder::Kind::kRequest) {
+      return absl::InternalError(
+          absl::StrCat("tainted page ", p, " is not held by a request"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 void HiCacheEngine::FreeDroppedLocked(const LaneDropResult& dropped,
                                       LaneDropCounts* counts) {
   for (const auto& lane : dropped.freed_pages) {

@@ -700,28 +700,8 @@ absl::Status HiCacheEngine::CheckInvariants() const {
       }
     }
   }
-  // Nodes dropped with their lanes but still held (engine_lanes.cc).
-  const LaneDropResult detached = tree_->DetachedPages();
-  for (Rank r = 0; r < detached.freed_host_pages.size(); ++r) {
-    for (int64_t p : detached.freed_host_pages[r]) {
-      if (absl::Status s = hold(r, p); !s.ok()) return s;
-    }
-  }
-  for (const auto& lane : detached.freed_pages) {
-    for (LogicalPage p : lane) {
-      if (!ledger_.IsHeldBy(p, PageHolder::Tree())) {
-        return absl::InternalError(absl::StrCat(
-            "dropped node's page ", p, " is not in the tree page set"));
-      }
-    }
-  }
-  for (LogicalPage p : tainted_pages_) {
-    const std::optional<PageHolder> holder = ledger_.HolderOf(p);
-    if (!holder.has_value() || holder->kind != PageHolder::Kind::kRequest) {
-      return absl::InternalError(absl::StrCat(
-          "tainted page ", p, " is not held by a request"));
-    }
-  }
+  // Nodes dropped with their lanes but still held, tainted request pages.
+  if (absl::Status s = CheckDroppedLocked(hold); !s.ok()) return s;
   for (const auto& [id, op] : ops_) {
     if (op->kind != Op::Kind::kBackup || op->done) continue;
     // An attached backup's reservation is the node's pending metadata, not

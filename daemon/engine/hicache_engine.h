@@ -8,6 +8,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -430,6 +431,11 @@ class HiCacheEngine : public TransferListener {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Taints every request page on `lane`; returns how many were new.
   int64_t TaintRequestPagesLocked(Rank lane) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // CheckInvariants' part: detached nodes' pages (host pages reported to
+  // `hold_host`) and tainted pages.
+  absl::Status CheckDroppedLocked(
+      absl::FunctionRef<absl::Status(Rank, int64_t)> hold_host) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Deletes released detached nodes and frees their pages.
   void ReapDroppedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees what DropLanes / ReapDetached took out of the tree.
