@@ -30,6 +30,7 @@ from hicache.client import (  # noqa: F401
     default_socket_path,
     pack_tokens,
     service_config,
+    valid_leader_target,
 )
 from hicache.cuda import (  # noqa: F401
     CudaError,

@@ -28,13 +28,19 @@ except ImportError:  # A checkout: Bazel's //proto:py_stubs (bazel-bin/proto/py)
 
 
 class HiCacheError(Exception):
-    """An RPC failed. ``code`` is the grpc.StatusCode, ``details`` the message."""
+    """An RPC failed. ``code`` is the grpc.StatusCode, ``details`` the message.
 
-    def __init__(self, code: grpc.StatusCode, details: str, call: str):
+    ``leader``: when a CP group follower refused the call (a tree RPC, or a
+    scheduler's OpenSession), the leader's target it named in the
+    ``hicache-leader`` trailer (valid_leader_target); else None."""
+
+    def __init__(self, code: grpc.StatusCode, details: str, call: str, *,
+                 leader: Optional[str] = None):
         super().__init__(f"{call}: {code.name}: {details}")
         self.code = code
         self.details = details
         self.call = call
+        self.leader = leader
 
 
 class StaleHandleError(HiCacheError):
@@ -101,6 +107,48 @@ def _enum(table, value, what):
 
 _STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 
+# CP group redirects (docs/api.md, "CP group leader redirect").
+LEADER_TRAILER = "hicache-leader"
+MAX_LEADER_TARGET_BYTES = 255
+_HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*\Z")
+_IPV6_LITERAL = re.compile(r"\[[0-9A-Fa-f:.]+\]\Z")
+_PORT = re.compile(r"[0-9]{1,5}\Z")
+
+
+def valid_leader_target(target) -> bool:
+    """True for a target a client may be redirected to: a str of at most
+    MAX_LEADER_TARGET_BYTES, "[dns:///]host:port", host a DNS name or IPv4
+    address ([A-Za-z0-9.-], not starting with '-' or '.') or a bracketed
+    IPv6 literal, port 1..65535. Nothing else (no unix sockets, other
+    schemes, paths, user info or control bytes): a hostile or broken daemon
+    must not send the client anywhere else. The daemon and the C++ client
+    apply the same rule."""
+    if not isinstance(target, str) or not target:
+        return False
+    if len(target.encode("utf-8", "surrogatepass")) > MAX_LEADER_TARGET_BYTES:
+        return False
+    if target.startswith("dns:///"):
+        target = target[len("dns:///"):]
+    host, colon, port = target.rpartition(":")
+    if not colon or not _PORT.match(port) or not 1 <= int(port) <= 65535:
+        return False
+    return bool(_HOST_NAME.match(host) or _IPV6_LITERAL.match(host))
+
+
+def _leader_of(error) -> Optional[str]:
+    """The leader a refused call named: exactly one valid hicache-leader
+    trailer on a FAILED_PRECONDITION; else None."""
+    if error.code() != grpc.StatusCode.FAILED_PRECONDITION:
+        return None
+    try:
+        trailers = error.trailing_metadata() or ()
+    except Exception:  # pylint: disable=broad-except
+        return None
+    leaders = [value for key, value in trailers if key == LEADER_TRAILER]
+    if len(leaders) != 1 or not valid_leader_target(leaders[0]):
+        return None
+    return leaders[0]
+
 
 def _call(name, fn, request, timeout, hint="", **kwargs):
     try:
@@ -109,7 +157,7 @@ def _call(name, fn, request, timeout, hint="", **kwargs):
         code, details = e.code(), e.details()
         if hint and code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             details = f"{details} ({hint})"
-        raise HiCacheError(code, details, name) from None
+        raise HiCacheError(code, details, name, leader=_leader_of(e)) from None
 
 
 # The RPCs gRPC itself retries (on UNAVAILABLE, with backoff) and lets wait
@@ -398,7 +446,11 @@ class Client:
     not up yet, as do OpenSession and lock-free matches (sent once
     connected); every other call that changes state is sent once and fails
     fast with UNAVAILABLE when the daemon is unreachable. `channel_options`
-    adds gRPC channel arguments."""
+    adds gRPC channel arguments.
+
+    CP groups: a scheduler session opened on a follower is opened on the
+    leader it names instead (Session), over ``for_target(leader)``, once;
+    ``follow_leader=False`` raises the HiCacheError (its ``leader`` set)."""
 
     def __init__(self, socket_path: Optional[str] = None, target: Optional[str] = None,
                  timeout: float = 10.0, *, tls_ca_file: Optional[str] = None,
@@ -406,9 +458,19 @@ class Client:
                  tls_cert_file: Optional[str] = None, tls_key_file: Optional[str] = None,
                  tls_server_name: Optional[str] = None,
                  insecure_tcp_for_testing: bool = False, wait_for_ready: bool = True,
-                 channel_options: Sequence[tuple] = ()):
+                 channel_options: Sequence[tuple] = (), follow_leader: bool = True):
         if socket_path and target:
             raise ValueError("give socket_path or target, not both")
+        # What for_target() gives a client of another daemon.
+        self._settings = dict(timeout=timeout, tls_ca_file=tls_ca_file,
+                              root_certificates=root_certificates,
+                              tls_cert_file=tls_cert_file, tls_key_file=tls_key_file,
+                              tls_server_name=tls_server_name,
+                              insecure_tcp_for_testing=insecure_tcp_for_testing,
+                              wait_for_ready=wait_for_ready,
+                              channel_options=tuple(channel_options),
+                              follow_leader=follow_leader)
+        self.follow_leader = follow_leader
         self.target = target or f"unix:{socket_path or default_socket_path()}"
         self.timeout = timeout
         self.wait_for_ready = wait_for_ready
@@ -458,6 +520,15 @@ class Client:
                     "set tls_cert_file and tls_key_file."))
         self.stub = pb_grpc.HiCacheStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
+
+    def for_target(self, target: str) -> "Client":
+        """A new Client of the daemon at TCP `target` with this client's
+        settings: TLS (CA, client certificate, server name), timeout,
+        wait_for_ready, channel options. A client of a unix socket has no
+        TLS settings: the new one verifies TLS against the system roots."""
+        if not valid_leader_target(target):
+            raise ValueError(f"not a host:port target: {target[:64]!r}")
+        return Client(target=target, **self._settings)
 
     def close(self):
         self._channel.close()
@@ -560,10 +631,18 @@ class Session:
         self.auto_reopen = auto_reopen
         self.reopens = 0
         self._reopen_lock = threading.Lock()
+        # The client of the CP group leader this session was redirected to
+        # (closed with the session); None when opened where asked.
+        self._leader_client = None
         # Sent once, but (with the client's wait_for_ready) only once the
         # daemon is reachable: waiting never resends.
-        response = client.call("OpenSession", self._open_request,
-                               wait_for_ready=client.wait_for_ready)
+        try:
+            response = client.call("OpenSession", self._open_request,
+                                   wait_for_ready=client.wait_for_ready)
+        except HiCacheError as e:
+            if e.leader is None or not client.follow_leader:
+                raise
+            response = self._open_at_leader(e.leader)
         # (session id, generation, Handle type of that generation): replaced
         # as one by a reopen, so a call reads a consistent triple.
         self._current = (response.session_id, 0, _handle_type(0))
@@ -572,6 +651,37 @@ class Session:
         self._keep_alive = threading.Thread(target=self._keep_alive_loop, daemon=True,
                                             name="hicache-keep-alive")
         self._keep_alive.start()
+
+    def _open_at_leader(self, leader: str):
+        """Opens the session on the CP group leader `leader` that the
+        client's daemon named; at most one hop. On success every later call
+        of the session goes to the leader (self.client)."""
+        first = self.client
+        leader_client = first.for_target(leader)
+        try:
+            response = leader_client.call("OpenSession", self._open_request,
+                                          wait_for_ready=leader_client.wait_for_ready)
+        except HiCacheError as e:
+            leader_client.close()
+            if e.leader is not None:
+                raise HiCacheError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"{first.target} is not the CP group leader and named {leader}, "
+                    f"which is not the leader either and named {e.leader}; not followed "
+                    "(at most one hop)", "OpenSession") from None
+            raise HiCacheError(e.code, f"at the CP group leader {leader} (named by "
+                               f"{first.target}): {e.details}", "OpenSession") from None
+        except BaseException:
+            leader_client.close()
+            raise
+        self.client = leader_client
+        self._leader_client = leader_client
+        return response
+
+    @property
+    def target(self) -> str:
+        """The daemon the session lives on (the leader after a redirect)."""
+        return self.client.target
 
     def _keep_alive_loop(self):
         while not self._closed.wait(self.lease_ms / 3000.0):
@@ -616,6 +726,9 @@ class Session:
             if _session_lost(e):  # Already gone with the daemon (or the lease).
                 return pb.CloseSessionResponse()
             raise
+        finally:
+            if self._leader_client is not None:
+                self._leader_client.close()
 
     @property
     def id(self) -> str:
