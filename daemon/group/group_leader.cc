@@ -101,12 +101,9 @@ absl::StatusOr<Admission> GroupLeader::Admit(
 absl::StatusOr<Admission> GroupLeader::Admit(const std::string& member_name,
                                              const GroupGeometry& geometry,
                                              const ConnectFn& connect) {
-  MutexLock ops(&ops_mu_);
-  HandleDeathsLocked();  // A dead slot is free only once its lanes dropped.
-  if (stopped_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("CP group ", options_.group_name, " is stopped"));
-  }
+  // Admissions one at a time (held across connect, which may take the
+  // rendezvous's time); deaths are handled meanwhile (ops_mu_ is not held).
+  MutexLock admit(&admit_mu_);
   if (absl::Status s = CheckGeometry(options_.geometry, geometry, member_name);
       !s.ok()) {
     return s;
@@ -114,6 +111,14 @@ absl::StatusOr<Admission> GroupLeader::Admit(const std::string& member_name,
   Admission admission;
   int slot = -1;  // Index into members_ of the dead member taken over.
   {
+    MutexLock ops(&ops_mu_);
+    HandleDeathsLocked();  // A dead slot is free only once its lanes dropped.
+    if (stopped_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("CP group ", options_.group_name, " is stopped"));
+    }
+    // Only admissions revive members, so what is checked here holds until
+    // the member is installed below (deaths only free ranks).
     MutexLock lock(&mu_);
     std::vector<MemberRanks> live{
         {.name = "leader", .ranks = options_.geometry.ranks}};
@@ -185,6 +190,12 @@ absl::StatusOr<Admission> GroupLeader::Admit(const std::string& member_name,
       });
   if (!health.ok()) return health.status();
   MemberHealth* const watch = health->get();
+  MutexLock ops(&ops_mu_);
+  if (stopped_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("CP group ", options_.group_name,
+                     " stopped while admitting ", absl::CEscape(member_name)));
+  }
   {
     MutexLock lock(&mu_);
     Member* m;

@@ -71,7 +71,10 @@ struct Admission {
 //    MemberHealth over it, routes its ranks to it and makes its lanes
 //    available. Once every rank is served by the leader or a live member
 //    the state is kFormed. Admissions are serialized; nothing changes when
-//    one is refused.
+//    one is refused or `connect` fails (the epoch is used up). `connect`
+//    runs with no lock held but the one serializing admissions, so deaths
+//    are handled meanwhile; it must not call Admit or Stop. A Stop during
+//    it makes the admission FAILED_PRECONDITION.
 //  * A member dies -- its MemberHealth declares it (silence past the
 //    timeout, a refused heartbeat: its link failed, which includes a
 //    protocol error) or it says Bye -- exactly once per admission. Then, on
@@ -87,13 +90,15 @@ struct Admission {
 //  * Stop() (idempotent; the destructor calls it): sends Bye to every live
 //    member, fails their engines, clears their routes, marks their lanes
 //    unavailable and drops them, joins every thread. Admit afterwards is
-//    FAILED_PRECONDITION.
+//    FAILED_PRECONDITION. Not a death (on_member_dead is not called). The
+//    GroupLeader must not be destroyed while an Admit runs.
 //
-// Thread-safe. Lock order: ops_mu_ (admissions, deaths, Stop; the engine is
-// called with it held, never with mu_) before mu_; mu_ is held only to read
-// or change the members and to call MemberHealth::Heard (whose lock is a
-// leaf). Neither the engine nor the transfer engines call into GroupLeader
-// with a lock of theirs held.
+// Thread-safe. Lock order: admit_mu_ (one admission at a time, held across
+// `connect`) before ops_mu_ (an admission's checks and install, deaths,
+// Stop; the engine is called with it held, never with mu_) before mu_; mu_ is
+// held only to read or change the members and to call MemberHealth::Heard
+// (whose lock is a leaf). Neither the engine nor the transfer engines call into
+// GroupLeader with a lock of theirs held.
 class GroupLeader {
  public:
   using ConnectFn =
@@ -113,14 +118,14 @@ class GroupLeader {
   absl::StatusOr<Admission> Admit(const std::string& member_name,
                                   const GroupGeometry& geometry,
                                   const ConnectFn& connect)
-      ABSL_LOCKS_EXCLUDED(ops_mu_, mu_);
+      ABSL_LOCKS_EXCLUDED(admit_mu_, ops_mu_, mu_);
   // The same with a link that is already connected (in-process tests, or a
   // transport whose link does not depend on the epoch). The link is
   // destroyed if the member is refused.
   absl::StatusOr<Admission> Admit(const std::string& member_name,
                                   const GroupGeometry& geometry,
                                   std::unique_ptr<comm::Communicator> link)
-      ABSL_LOCKS_EXCLUDED(ops_mu_, mu_);
+      ABSL_LOCKS_EXCLUDED(admit_mu_, ops_mu_, mu_);
 
   GroupStatus Status() const ABSL_LOCKS_EXCLUDED(mu_);
   void Stop() ABSL_LOCKS_EXCLUDED(ops_mu_, mu_);
@@ -173,6 +178,10 @@ class GroupLeader {
   HiCacheEngine* const engine_;
   RoutingTransferEngine* const routing_;
 
+  // Serializes admissions (held across their connect).
+  Mutex admit_mu_ ABSL_ACQUIRED_BEFORE(ops_mu_);
+  // Serializes what changes routes and lanes: an admission's checks and
+  // install, deaths' handling, Stop.
   Mutex ops_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   bool stopped_ ABSL_GUARDED_BY(ops_mu_) = false;
 

@@ -529,6 +529,71 @@ TEST_P(GroupLeaderTest, PartialOverlapWithADeadMemberIsRefused) {
   EXPECT_EQ(leader_->Status().state, GroupState::kDegraded);
 }
 
+// The rendezvous failing is returned as is and changes nothing but the
+// epoch.
+TEST_P(GroupLeaderTest, ConnectFailureChangesNothing) {
+  const Split& split = GetParam();
+  auto admission = leader_->Admit(
+      "f1", FollowerGeometry(split.follower),
+      [](const Admission& a)
+          -> absl::StatusOr<std::unique_ptr<comm::Communicator>> {
+        return absl::DeadlineExceededError(
+            absl::StrCat("rendezvous of epoch ", a.epoch, " timed out"));
+      });
+  EXPECT_EQ(admission.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(admission.status().message(), "rendezvous of epoch 1 timed out");
+  GroupStatus status = leader_->Status();
+  EXPECT_EQ(status.state, GroupState::kForming);
+  EXPECT_EQ(status.members.size(), 1u);
+  EXPECT_EQ(engine_->UnavailableLanes(), split.follower);
+  FollowerSide* f = NewFollower(split.follower);
+  auto joined = Join(f, "f1", split.follower, nullptr);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(joined->epoch, 2u);
+  EXPECT_EQ(joined->member_index, 1u);
+  EXPECT_EQ(leader_->Status().state, GroupState::kFormed);
+}
+
+// A death is handled while another admission waits in its rendezvous.
+TEST_P(GroupLeaderTest, DeathIsHandledDuringAnotherAdmissionsConnect) {
+  const Split& split = GetParam();
+  if (split.follower.size() < 2) GTEST_SKIP() << "needs two follower ranks";
+  const std::vector<Rank> first = {split.follower[0]};
+  const std::vector<Rank> second = {split.follower[1]};
+  FollowerSide* a = NewFollower(first);
+  comm::LoopbackCommunicator* link = nullptr;
+  ASSERT_TRUE(Join(a, "a", first, &link).ok());
+  EXPECT_EQ(leader_->Status().state, GroupState::kForming);
+  auto death = first_death_.get_future();
+  FollowerSide* b = NewFollower(second);
+  auto [leader_end, follower_end] =
+      comm::LoopbackCommunicator::CreatePair("leader", "b");
+  auto admission = leader_->Admit(
+      "b", FollowerGeometry(second),
+      [&](const Admission&)
+          -> absl::StatusOr<std::unique_ptr<comm::Communicator>> {
+        link->Break(absl::UnavailableError("a went away"));
+        if (death.wait_for(absl::ToChronoMilliseconds(kTimeout + kSlack)) !=
+            std::future_status::ready) {
+          return absl::DeadlineExceededError("the death was not handled");
+        }
+        return std::move(leader_end);
+      });
+  ASSERT_TRUE(admission.ok()) << admission.status();
+  ASSERT_TRUE(b->follower
+                  ->Run(std::move(follower_end), admission->epoch,
+                        admission->member_index)
+                  .ok());
+  EXPECT_EQ(admission->member_index, 2u);
+  EXPECT_EQ(engine_->UnavailableLanes(), first);
+  const GroupStatus status = leader_->Status();
+  EXPECT_EQ(status.state, GroupState::kDegraded);
+  ASSERT_EQ(status.members.size(), 3u);
+  EXPECT_FALSE(status.members[1].live);
+  EXPECT_TRUE(status.members[2].live);
+  EXPECT_EQ(deaths_.load(), 1);
+}
+
 TEST_P(GroupLeaderTest, StopWithCopiesInFlightIsClean) {
   FollowerSide* f = NewFollower(GetParam().follower);
   ASSERT_TRUE(Join(f, "f1", GetParam().follower, nullptr).ok());
