@@ -39,7 +39,9 @@
 #include "daemon/core/policies.h"
 #include "daemon/main/backend_factory.h"
 #include "daemon/main/daemon_server.h"
+#include "daemon/main/static_group_role.h"
 #include "daemon/pool/host_budget.h"
+#include "daemon/service/leader_guard.h"
 #include "absl/flags/usage_config.h"
 #include "spdlog/spdlog.h"
 #include "systemd/sd-daemon.h"
@@ -136,6 +138,11 @@ ABSL_FLAG(std::string, tls_client_ca_file, "",
           "PEM CA bundle: require and verify client certificates (mTLS).");
 ABSL_FLAG(bool, insecure_tcp_for_testing, false,
           "Allow --listen_tcp without TLS. Never in production.");
+ABSL_FLAG(std::string, cp_group_test_non_leader_of, "",
+          "TEST ONLY, with --insecure_tcp_for_testing: act as a CP group "
+          "follower whose leader is this host:port target: the tree RPCs "
+          "are refused with a redirect there (docs/api.md, \"CP group "
+          "leader redirect\"). No group is formed.");
 ABSL_FLAG(std::string, metrics_address, "",
           "Serve Prometheus metrics over plain HTTP at IPV4:PORT "
           "(GET /metrics; port 0 picks one, logged at start), "
@@ -396,8 +403,29 @@ int Run(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &shutdown_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  absl::StatusOr<std::unique_ptr<DaemonServer>> server =
-      DaemonServer::Start(*config, socket_path, Clock::Real());
+  std::unique_ptr<GroupRole> group_role;
+  if (const std::string non_leader_of =
+          absl::GetFlag(FLAGS_cp_group_test_non_leader_of);
+      !non_leader_of.empty()) {
+    if (!config->insecure_tcp_for_testing) {
+      spdlog::error(
+          "invalid configuration: --cp_group_test_non_leader_of is for tests "
+          "only and needs --insecure_tcp_for_testing");
+      return kExitBadConfig;
+    }
+    if (!service::IsValidLeaderTarget(non_leader_of)) {
+      spdlog::error(
+          "invalid configuration: --cp_group_test_non_leader_of must be a "
+          "host:port target");
+      return kExitBadConfig;
+    }
+    spdlog::warn("TEST ONLY: acting as a CP group follower of {}",
+                 non_leader_of);
+    group_role = std::make_unique<StaticGroupRole>(false, non_leader_of);
+  }
+
+  absl::StatusOr<std::unique_ptr<DaemonServer>> server = DaemonServer::Start(
+      *config, socket_path, Clock::Real(), std::move(group_role));
   if (!server.ok()) {
     // The checks that need the machine (a socket path that cannot be a unix
     // socket, a preset the geometry rejects, an instance name) report

@@ -1,4 +1,5 @@
-"""CP group redirects in hicache.Client (docs/python-client.md).
+"""CP group redirects in hicache.Client (docs/python-client.md), against fakes
+and against two real hicached processes (RealDaemonsTest).
 
 Fake HiCache servers (grpcio, plain TCP on 127.0.0.1 with OS-chosen ports):
 a follower refuses a scheduler's OpenSession with FAILED_PRECONDITION and
@@ -6,6 +7,9 @@ the leader's target in the `hicache-leader` trailer; the client opens the
 session on the leader instead (its settings kept), at most one hop, and
 never follows a trailer that is not a valid host:port target."""
 
+import os
+import socket
+import subprocess
 import threading
 import unittest
 from concurrent import futures
@@ -14,6 +18,16 @@ import grpc
 
 import hicache
 from hicache.client import pb
+from daemon_fixture import Daemon
+
+FLAGS = ("--page_size=4", "--kv_preset=tiny-draft", "--device_pages_per_rank=16",
+         "--host_pages_per_rank=16", "--insecure_tcp_for_testing")
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class FakeDaemon:
@@ -171,6 +185,66 @@ class RedirectTest(unittest.TestCase):
         self.assertEqual(other._settings, client._settings)  # pylint: disable=protected-access
         with self.assertRaises(ValueError):
             client.for_target("unix:/tmp/evil.sock")
+
+
+class RealDaemonsTest(unittest.TestCase):
+    """Two real hicached processes on plain loopback TCP: one is made a
+    follower of the other with the test-only --cp_group_test_non_leader_of."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.leader_target = f"127.0.0.1:{_free_port()}"
+        cls.follower_target = f"127.0.0.1:{_free_port()}"
+        cls.leader = Daemon(*FLAGS, f"--listen_tcp={cls.leader_target}")
+        try:
+            cls.follower = Daemon(*FLAGS, f"--listen_tcp={cls.follower_target}",
+                                  f"--cp_group_test_non_leader_of={cls.leader_target}")
+        except BaseException:
+            cls.leader.stop()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.follower.stop()
+        cls.leader.stop()
+
+    def client(self, target, **kwargs):
+        client = hicache.Client(target=target, timeout=10, insecure_tcp_for_testing=True,
+                                **kwargs)
+        self.addCleanup(client.close)
+        return client
+
+    def test_a_scheduler_opened_on_the_follower_works_on_the_leader(self):
+        with self.client(self.follower_target).session("sched", lease_ms=60000) as s:
+            self.assertEqual(s.target, self.leader_target)
+            s.insert([1, 2, 3, 4], s.allocate(num_pages=1))
+            self.assertEqual(s.match([[1, 2, 3, 4]])[0].device_tokens, 4)
+        self.assertEqual(self.client(self.leader_target).stats().nodes, 1)
+        with hicache.Client(self.follower.socket, timeout=10) as local:
+            with self.assertRaises(hicache.HiCacheError) as raised:
+                local.stats()  # A tree read: the follower redirects it.
+            self.assertEqual(raised.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+            self.assertEqual(raised.exception.leader, self.leader_target)
+            self.assertIn(f"the leader is {self.leader_target}", raised.exception.details)
+
+    def test_the_follower_serves_workers_and_its_own_layout(self):
+        follower = self.client(self.follower_target)
+        self.assertEqual(follower.layout().geometry.page_size_tokens, 4)
+        self.assertEqual(follower.health(), "SERVING")
+        with follower.session("w", role="worker", lease_ms=60000) as s:
+            self.assertEqual(s.target, self.follower_target)
+        with self.assertRaises(hicache.HiCacheError) as raised:
+            self.client(self.follower_target, follow_leader=False).session("sched")
+        self.assertEqual(raised.exception.leader, self.leader_target)
+
+    def test_the_flag_is_refused_without_insecure_tcp_or_with_a_bad_target(self):
+        for flags in (("--cp_group_test_non_leader_of=127.0.0.1:1",),
+                      ("--insecure_tcp_for_testing",
+                       "--cp_group_test_non_leader_of=unix:/tmp/evil.sock")):
+            result = subprocess.run([os.environ["HICACHED"], *flags, "--socket=/nonexistent/x"],
+                                    capture_output=True, timeout=30, check=False)
+            self.assertEqual(result.returncode, 2, result.stderr.decode(errors="replace"))
+            self.assertIn(b"cp_group_test_non_leader_of", result.stderr)
 
 
 if __name__ == "__main__":
