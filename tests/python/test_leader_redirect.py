@@ -226,6 +226,12 @@ class RealDaemonsTest(unittest.TestCase):
             self.assertEqual(raised.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
             self.assertEqual(raised.exception.leader, self.leader_target)
             self.assertIn(f"the leader is {self.leader_target}", raised.exception.details)
+            for name, request in (("MatchPrefix", pb.MatchPrefixRequest(session_id="x")),
+                                  ("Allocate", pb.AllocateRequest(session_id="x")),
+                                  ("DumpTree", pb.DumpTreeRequest())):
+                with self.assertRaises(hicache.HiCacheError) as raised:
+                    local.call(name, request)
+                self.assertEqual(raised.exception.leader, self.leader_target, name)
 
     def test_the_follower_serves_workers_and_its_own_layout(self):
         follower = self.client(self.follower_target)

@@ -259,6 +259,9 @@ TEST_F(GuardedServiceTest, FollowerServesLocalRpcsWithoutRedirect) {
     EXPECT_EQ(status.error_message().find("CP group leader"),
               std::string::npos)
         << entry.method << ": " << status.error_message();
+    // A local RPC that calls the guard by mistake is INTERNAL everywhere.
+    EXPECT_EQ(status.error_message().find("rpc_scope.h"), std::string::npos)
+        << entry.method;
   }
   // Served for real: GetStats, GetLayout, a worker session and its
   // keep-alive.
@@ -414,6 +417,8 @@ TEST_F(GuardedServiceTest, StandaloneServesTreeRpcs) {
     const grpc::Status s = CallRaw(std::string(entry.method), &leaders);
     EXPECT_TRUE(leaders.empty()) << entry.method;
     EXPECT_EQ(s.error_message().find("CP group leader"), std::string::npos)
+        << entry.method;
+    EXPECT_EQ(s.error_message().find("rpc_scope.h"), std::string::npos)
         << entry.method;
   }
 }

@@ -963,7 +963,8 @@ class Session:
         try:
             first = next(stream)
         except grpc.RpcError as e:  # pylint: disable=no-member
-            raise HiCacheError(e.code(), e.details(), "Subscribe") from None
+            raise HiCacheError(e.code(), e.details(), "Subscribe",
+                               leader=_leader_of(e)) from None
         if first.WhichOneof("event") != "subscribed":
             raise HiCacheError(grpc.StatusCode.INTERNAL, "no subscribed marker", "Subscribe")
         return stream
@@ -982,7 +983,8 @@ class Session:
                     yield event, generation, handle
                 return
             except grpc.RpcError as e:  # pylint: disable=no-member
-                error = HiCacheError(e.code(), e.details(), "LoadBack")
+                error = HiCacheError(e.code(), e.details(), "LoadBack",
+                                     leader=_leader_of(e))
             if started or attempt or not (self.auto_reopen and _session_lost(error)):
                 raise error
             self._reopen(session)
@@ -996,7 +998,8 @@ class Session:
                                    extend_tokens=extend_tokens),
                 timeout=self.client.timeout)
         except grpc.RpcError as e:  # pylint: disable=no-member
-            raise HiCacheError(e.code(), e.details(), "LoadBack") from None
+            raise HiCacheError(e.code(), e.details(), "LoadBack",
+                               leader=_leader_of(e)) from None
 
     def backup_stream(self, direct: Union[bool, str] = True) -> "BackupStream":
         return BackupStream(self, direct)
@@ -1249,7 +1252,8 @@ class BackupStream:
                     self.events += 1
                     self._cv.notify_all()
         except grpc.RpcError as e:  # pylint: disable=no-member
-            self._end = HiCacheError(e.code(), e.details(), "BackupSession")
+            self._end = HiCacheError(e.code(), e.details(), "BackupSession",
+                                     leader=_leader_of(e))
         finally:
             with self._cv:
                 if self._end is None:
