@@ -163,6 +163,23 @@ absl::Status HiCacheEngine::CheckDroppedLocked(
   return absl::OkStatus();
 }
 
+std::string HiCacheEngine::DroppedLaneHintLocked(LogicalPage page) const {
+  const Rank lane = layout_.LaneOf(page);
+  if (AnyLaneDownLocked() && lane_down_[lane]) {
+    return absl::StrCat(" (or no longer servable: its lane ", lane,
+                        " is unavailable, its CP member lost)");
+  }
+  if (tree_->DetachedNodes() > 0) {
+    const LaneDropResult detached = tree_->DetachedPages();
+    const auto& pages = detached.freed_pages[lane];
+    if (std::find(pages.begin(), pages.end(), page) != pages.end()) {
+      return " (or no longer servable: its node was dropped with the lanes "
+             "of a lost CP member)";
+    }
+  }
+  return "";
+}
+
 void HiCacheEngine::FreeDroppedLocked(const LaneDropResult& dropped,
                                       LaneDropCounts* counts) {
   for (const auto& lane : dropped.freed_pages) {

@@ -476,7 +476,8 @@ absl::Status HiCacheEngine::CheckInsertPagesLocked(
     if (i >= held->device_pages.size() || held->device_pages[i] != pages[i]) {
       return absl::InvalidArgumentError(
           absl::StrCat("pages[", i, "] = ", pages[i],
-                       " is held by the radix tree for other tokens"));
+                       " is held by the radix tree for other tokens",
+                       DroppedLaneHintLocked(pages[i])));  // engine_lanes.cc
     }
   }
   return absl::OkStatus();

@@ -436,6 +436,10 @@ class HiCacheEngine : public TransferListener {
   absl::Status CheckDroppedLocked(
       absl::FunctionRef<absl::Status(Rank, int64_t)> hold_host) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // For errors about a tree page: why it may no longer be served (its lane
+  // is unavailable, or its node was dropped with it), or "".
+  std::string DroppedLaneHintLocked(LogicalPage page) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Deletes released detached nodes and frees their pages.
   void ReapDroppedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees what DropLanes / ReapDetached took out of the tree.

@@ -380,6 +380,20 @@ TEST_F(LaneFailureTest, LockedNodeIsNeverMatchedAndGoesOnUnlock) {
             absl::StatusCode::kNotFound);
   EXPECT_EQ(engine_->Pin(locked, absl::Seconds(1)).code(),
             absl::StatusCode::kFailedPrecondition);
+  // The lock holder's insert passing the dropped node's pages back is
+  // refused (nothing changes), saying why.
+  auto extend = engine_->AllocateWithOwners({0});
+  ASSERT_TRUE(extend.ok());
+  std::vector<LogicalPage> passed = a.pages;
+  passed.push_back((*extend)[0]);
+  std::vector<int32_t> extended = key;
+  for (int32_t t : Seq(800, 4)) extended.push_back(t);
+  auto refused = engine_->Insert("", extended, passed);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("dropped with the lanes"),
+            std::string::npos)
+      << refused.status();
+  ASSERT_TRUE(engine_->Free(*extend).ok());
   ExpectInvariants();
 
   // Its namespace's root stays while the lock walks up to it.
