@@ -166,7 +166,7 @@ absl::StatusOr<Admission> GroupLeader::Admit(const std::string& member_name,
   const uint32_t index = admission.member_index;
   const uint64_t epoch = admission.epoch;
   const std::string label =
-      absl::StrCat("follower ", index, " (", member_name, ")");
+      absl::StrCat("follower ", index, " (", absl::CEscape(member_name), ")");
   auto remote = std::make_shared<RemoteTransferEngine>(
       RemoteMember{.name = label,
                    .ranks = geometry.ranks,
@@ -256,7 +256,7 @@ void GroupLeader::NoteDeath(uint32_t index, uint64_t epoch,
   Member& m = members_[index - 1];
   if (m.epoch != epoch || !m.live) return;  // Reported already, or stale.
   m.live = false;
-  m.reason = absl::StrCat("CP group member ", m.name, " (",
+  m.reason = absl::StrCat("CP group member ", absl::CEscape(m.name), " (",
                           DescribeRanks(m.ranks), ") lost: ", cause.message());
   spdlog::error("CP group {}: {}", options_.group_name, m.reason);
   ++deaths_noted_;

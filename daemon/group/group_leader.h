@@ -65,16 +65,17 @@ struct Admission {
 //    member that holds a rank). A member taking exactly the ranks of a DEAD
 //    member is readmitted in its slot (same index, readmissions + 1); one
 //    that overlaps a dead member's ranks only in part is refused. On
-//    success it hands out a new epoch and calls `connect(admission)` for
-//    the link (the daemon's Gloo rendezvous; the caller's own error is
-//    returned as is), then builds the member's RemoteTransferEngine and
-//    MemberHealth over it, routes its ranks to it and makes its lanes
-//    available. Once every rank is served by the leader or a live member
-//    the state is kFormed. Admissions are serialized; nothing changes when
-//    one is refused or `connect` fails (the epoch is used up). `connect`
-//    runs with no lock held but the one serializing admissions, so deaths
-//    are handled meanwhile; it must not call Admit or Stop. A Stop during
-//    it makes the admission FAILED_PRECONDITION.
+//    success (the name may come from the member: it is C-escaped in every
+//    message and log line) it hands out a new epoch and calls
+//    `connect(admission)` for the link (the daemon's Gloo rendezvous; the
+//    caller's own error is returned as is), then builds the member's
+//    RemoteTransferEngine and MemberHealth over it, routes its ranks to it and
+//    makes its lanes available. Once every rank is served by the leader or a
+//    live member the state is kFormed. Admissions are serialized; nothing
+//    changes when one is refused or `connect` fails (the epoch is used up).
+//    `connect` runs with no lock held but the one serializing admissions, so
+//    deaths are handled meanwhile; it must not call Admit or Stop. A Stop
+//    during it makes the admission FAILED_PRECONDITION.
 //  * A member dies -- its MemberHealth declares it (silence past the
 //    timeout, a refused heartbeat: its link failed, which includes a
 //    protocol error) or it says Bye -- exactly once per admission. Then, on

@@ -165,7 +165,7 @@ class GroupLeaderTest : public ::testing::TestWithParam<Split> {
                                  const std::vector<Rank>& ranks,
                                  comm::LoopbackCommunicator** leader_end) {
     auto [leader_link, follower_link] =
-        comm::LoopbackCommunicator::CreatePair("leader", name);
+        comm::LoopbackCommunicator::CreatePair("leader", "follower link");
     if (leader_end != nullptr) *leader_end = leader_link.get();
     absl::StatusOr<Admission> admission =
         leader_->Admit(name, FollowerGeometry(ranks), std::move(leader_link));
@@ -527,6 +527,30 @@ TEST_P(GroupLeaderTest, PartialOverlapWithADeadMemberIsRefused) {
   EXPECT_NE(refused.status().message().find("dead member"), std::string::npos)
       << refused.status();
   EXPECT_EQ(leader_->Status().state, GroupState::kDegraded);
+}
+
+// A hostile name never puts a newline in a message or a reason.
+TEST_P(GroupLeaderTest, MemberNamesAreEscaped) {
+  const Split& split = GetParam();
+  const std::string evil = "f1\nFATAL forged";
+  FollowerSide* f = NewFollower(split.follower);
+  comm::LoopbackCommunicator* link = nullptr;
+  ASSERT_TRUE(Join(f, evil, split.follower, &link).ok());
+  auto [l1, f1] = comm::LoopbackCommunicator::CreatePair("leader", "x");
+  auto refused =
+      leader_->Admit("x", FollowerGeometry(split.follower), std::move(l1));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message().find('\n'), std::string::npos)
+      << refused.status();
+  auto death = first_death_.get_future();
+  link->Break(absl::UnavailableError("gone"));
+  ASSERT_EQ(death.wait_for(absl::ToChronoMilliseconds(kTimeout + kSlack)),
+            std::future_status::ready);
+  const std::string reason = death.get();
+  EXPECT_EQ(reason.find('\n'), std::string::npos) << reason;
+  EXPECT_NE(reason.find("f1\\nFATAL forged"), std::string::npos) << reason;
+  leader_->AwaitDeathsHandled();
+  EXPECT_EQ(leader_->Status().members[1].reason.find('\n'), std::string::npos);
 }
 
 // The rendezvous failing is returned as is and changes nothing but the
