@@ -17,12 +17,6 @@
 namespace hicache::client {
 namespace {
 
-absl::Status FromGrpc(const grpc::Status& status, absl::string_view what) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      absl::StrCat(what, ": ", status.error_message()));
-}
-
 void Deadline(grpc::ClientContext* context) {
   context->set_deadline(std::chrono::system_clock::now() +
                         std::chrono::seconds(30));
@@ -35,7 +29,8 @@ absl::StatusOr<Response> Unary(absl::string_view what, Call call) {
   grpc::ClientContext context;
   Deadline(&context);
   Response response;
-  if (absl::Status s = FromGrpc(call(&context, &response), what); !s.ok()) {
+  if (absl::Status s = StatusOfCall(call(&context, &response), context, what);
+      !s.ok()) {
     return s;
   }
   return response;
@@ -282,8 +277,9 @@ absl::StatusOr<v1::MatchPrefixResponse> Session::MatchPrefix(
   // locking one fails fast. Neither is retried once sent (see
   // RetriedReadMethods() in client/cpp/endpoint.h).
   if (!options.lock) context.set_wait_for_ready(true);
-  if (absl::Status s = FromGrpc(
-          stub_->MatchPrefix(&context, request, &response), "MatchPrefix");
+  if (absl::Status s = StatusOfCall(
+          stub_->MatchPrefix(&context, request, &response), context,
+          "MatchPrefix");
       !s.ok()) {
     return s;
   }
@@ -417,7 +413,8 @@ absl::StatusOr<std::vector<LoadResult>> RunLoads(
       done[item] = true;
     }
   }
-  if (absl::Status s = FromGrpc(stream->Finish(), "LoadBack"); !s.ok()) {
+  if (absl::Status s = StatusOfCall(stream->Finish(), context, "LoadBack");
+      !s.ok()) {
     return s;
   }
   if (!bad.ok()) return bad;
@@ -572,7 +569,7 @@ void BackupStream::Apply(const v1::BackupServerMessage& message) {
 absl::Status BackupStream::EndOfStream() {
   if (!finished_) {
     finished_ = true;
-    final_status_ = FromGrpc(stream_->Finish(), "BackupSession");
+    final_status_ = StatusOfCall(stream_->Finish(), context_, "BackupSession");
   }
   if (!final_status_.ok()) return final_status_;
   return absl::OutOfRangeError("BackupSession: the stream ended");

@@ -14,7 +14,8 @@
 //                  (LoadBack) and WorkerEvents (a worker's Subscribe).
 //
 // Errors are absl::Status with the gRPC code and the daemon's message,
-// prefixed with the call ("Unlock: ..."). Unary calls and the blocking
+// prefixed with the call ("Unlock: "); a CP group follower's refusal also
+// names the leader (LeaderOf in client/cpp/leader_redirect.h). Unary calls and the blocking
 // LoadBack helpers have a 30 s deadline; the streams none (Cancel them).
 
 #include <atomic>

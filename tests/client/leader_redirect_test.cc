@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "client/cpp/hicache_client.h"
 #include "client/cpp/hicache_session.h"
 #include "grpcpp/security/server_credentials.h"
@@ -45,11 +46,33 @@ class FakeDaemon final : public v1::HiCache::Service {
     response->set_lease_ms(60000);
     return grpc::Status::OK;
   }
+  // Tree calls: redirected like a follower's, whoever asks.
+  grpc::Status MatchPrefix(grpc::ServerContext* context,
+                           const v1::MatchPrefixRequest*,
+                           v1::MatchPrefixResponse*) override {
+    return Refuse(context);
+  }
+  grpc::Status Allocate(grpc::ServerContext* context,
+                        const v1::AllocateRequest*,
+                        v1::AllocateResponse*) override {
+    return Refuse(context);
+  }
   grpc::Status CloseSession(grpc::ServerContext*,
                             const v1::CloseSessionRequest*,
                             v1::CloseSessionResponse*) override {
     closes_.fetch_add(1);
     return grpc::Status::OK;
+  }
+
+  grpc::Status Refuse(grpc::ServerContext* context) {
+    if (leaders_.empty()) {
+      return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "fake");
+    }
+    for (const std::string& leader : leaders_) {
+      context->AddTrailingMetadata(kLeaderTrailer, leader);
+    }
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "not the CP group leader");
   }
 
   int opens() const { return opens_.load(); }
@@ -154,6 +177,23 @@ TEST(LeaderRedirectTest, AWorkerIsNotRedirected) {
                       "", absl::Seconds(60), absl::ZeroDuration(), &opened_at);
   ASSERT_TRUE(session.ok()) << session.status();
   EXPECT_EQ(opened_at, follower->target);
+}
+
+TEST(LeaderRedirectTest, EveryRefusedCallCarriesTheLeader) {
+  std::unique_ptr<Running> follower = Serve({"leader.example:7443"});
+  absl::StatusOr<std::unique_ptr<Session>> session =
+      Session::OpenAt(follower->target, Insecure(), "w", v1::ROLE_WORKER, 0,
+                      "", absl::Seconds(60));
+  ASSERT_TRUE(session.ok()) << session.status();
+  absl::StatusOr<v1::MatchPrefixResponse> match =
+      (*session)->MatchPrefix({{1, 2, 3, 4}});
+  ASSERT_FALSE(match.ok());
+  EXPECT_EQ(LeaderOf(match.status()), "leader.example:7443");
+  EXPECT_TRUE(absl::StartsWith(match.status().message(), "MatchPrefix: "));
+  absl::StatusOr<v1::AllocateResponse> pages =
+      (*session)->Allocate({v1::AllocateItem()});
+  ASSERT_FALSE(pages.ok());
+  EXPECT_EQ(LeaderOf(pages.status()), "leader.example:7443");
 }
 
 TEST(LeaderRedirectTest, AtMostOneHop) {
