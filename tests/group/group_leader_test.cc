@@ -9,10 +9,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <string>
 #include <utility>
@@ -101,6 +103,9 @@ class GroupLeaderTest : public ::testing::TestWithParam<Split> {
                                            const std::string& reason) {
       const int n = ++deaths_;
       if (n == 1) first_death_.set_value(absl::StrCat(index, ": ", reason));
+      std::lock_guard<std::mutex> lock(reasons_mu_);
+      reasons_.push_back(reason);
+      reasons_cv_.notify_all();
     };
     auto leader =
         GroupLeader::Create(std::move(leader_options), engine_.get(), routing_);
@@ -301,6 +306,20 @@ class GroupLeaderTest : public ::testing::TestWithParam<Split> {
   std::vector<std::unique_ptr<FollowerSide>> followers_;
   std::atomic<int> deaths_{0};
   std::promise<std::string> first_death_;
+  std::mutex reasons_mu_;
+  std::condition_variable reasons_cv_;
+  std::vector<std::string> reasons_;  // Of every death, in order.
+
+  // The reason of the n-th death (1-based); empty if it did not come.
+  std::string AwaitDeath(size_t n) {
+    std::unique_lock<std::mutex> lock(reasons_mu_);
+    if (!reasons_cv_.wait_for(
+            lock, absl::ToChronoMilliseconds(kTimeout + kInterval + kSlack),
+            [&] { return reasons_.size() >= n; })) {
+      return "";
+    }
+    return reasons_[n - 1];
+  }
 };
 
 TEST_P(GroupLeaderTest, FormsOnceTheFollowerIsAdmitted) {
@@ -551,6 +570,64 @@ TEST_P(GroupLeaderTest, MemberNamesAreEscaped) {
   EXPECT_NE(reason.find("f1\\nFATAL forged"), std::string::npos) << reason;
   leader_->AwaitDeathsHandled();
   EXPECT_EQ(leader_->Status().members[1].reason.find('\n'), std::string::npos);
+}
+
+// Every way of losing a member is one death that drops its lanes: a
+// follower that never answers (silence, not before the timeout), one that
+// sends garbage (a protocol error), one that says Bye (its Stop). Each time
+// a restarted follower is readmitted.
+TEST_P(GroupLeaderTest, EveryWayOfLosingAMemberIsOneDeath) {
+  const Split& split = GetParam();
+  // Silence: admitted, but the follower's end never starts.
+  auto [l1, silent] = comm::LoopbackCommunicator::CreatePair("leader", "f");
+  const auto admitted = std::chrono::steady_clock::now();
+  ASSERT_TRUE(
+      leader_->Admit("silent", FollowerGeometry(split.follower), std::move(l1))
+          .ok());
+  std::string reason = AwaitDeath(1);
+  const absl::Duration took =
+      absl::FromChrono(std::chrono::steady_clock::now() - admitted);
+  EXPECT_NE(reason.find("nothing heard"), std::string::npos) << reason;
+  EXPECT_GE(took, kTimeout);
+  EXPECT_LE(took, kTimeout + kInterval + kSlack);
+  leader_->AwaitDeathsHandled();
+  EXPECT_EQ(engine_->UnavailableLanes(), split.follower);
+
+  // A protocol error.
+  auto [l2, raw] = comm::LoopbackCommunicator::CreatePair("leader", "f");
+  comm::LoopbackCommunicator* garbage = raw.get();
+  auto second = leader_->Admit("garbled", FollowerGeometry(split.follower),
+                               std::move(l2));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE(second->readmitted);
+  EXPECT_TRUE(engine_->UnavailableLanes().empty());
+  ASSERT_TRUE(
+      raw->Start([](absl::string_view) {}, [](const absl::Status&) {}).ok());
+  ASSERT_TRUE(garbage->Send("not a frame").ok());
+  reason = AwaitDeath(2);
+  EXPECT_NE(reason.find("protocol error"), std::string::npos) << reason;
+  leader_->AwaitDeathsHandled();
+  EXPECT_EQ(engine_->UnavailableLanes(), split.follower);
+
+  // Bye: the follower stops.
+  FollowerSide* f = NewFollower(split.follower);
+  auto third = Join(f, "polite", split.follower, nullptr);
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_EQ(third->epoch, 3u);
+  EXPECT_EQ(leader_->Status().state, GroupState::kFormed);
+  f->follower->Stop();
+  reason = AwaitDeath(3);
+  EXPECT_NE(reason.find("said bye"), std::string::npos) << reason;
+  leader_->AwaitDeathsHandled();
+  EXPECT_EQ(engine_->UnavailableLanes(), split.follower);
+  const GroupStatus status = leader_->Status();
+  EXPECT_EQ(status.state, GroupState::kDegraded);
+  EXPECT_EQ(status.deaths, 3);
+  ASSERT_EQ(status.members.size(), 2u);
+  EXPECT_EQ(status.members[1].readmissions, 2);
+  EXPECT_EQ(deaths_.load(), 3);
+  EXPECT_EQ(f->fatals.load(), 0);  // Its own Stop is no loss.
+  EXPECT_TRUE(engine_->CheckInvariants().ok()) << engine_->CheckInvariants();
 }
 
 // The rendezvous failing is returned as is and changes nothing but the
