@@ -439,11 +439,6 @@ absl::StatusOr<LoadResult> HiCacheEngine::LoadBack(
     result.miss = reason;
     if (reason == LoadMissReason::kLaneUnavailable) {
       ++stats_.load_misses_lane_unavailable;
-      if (tree_->IsDetached(result.node)) {  // Dropped while we waited.
-        result.device_len = 0;
-        result.pages.clear();
-        result.node = kNoNode;
-      }
     }
     return device_only();
   };
@@ -510,6 +505,11 @@ absl::StatusOr<LoadResult> HiCacheEngine::LoadBack(
     }
     for (const auto& [node, count] : slices) (void)tree_->ReleaseHostRef(node);
     (void)tree_->Unlock(parent);
+    if (tree_->IsDetached(parent)) {  // The device hit was dropped too.
+      result.device_len = 0;
+      result.pages.clear();
+      result.node = kNoNode;
+    }
     ReapDroppedLocked();
     return miss(lanes_lost ? LoadMissReason::kLaneUnavailable
                            : LoadMissReason::kNoDeviceMemory);

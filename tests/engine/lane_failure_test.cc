@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <map>
 #include <numeric>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon/engine/hicache_engine.h"
@@ -533,6 +535,53 @@ TEST_F(LaneFailureTest, WriteBackStagesNothingWhileALaneIsUnavailable) {
   EXPECT_GE(stats.device_victims_removed, 1);
   EXPECT_EQ(engine_->HostUsedPages(0), 0);
   ASSERT_TRUE(engine_->Free(*pages).ok());
+  ExpectInvariants();
+}
+
+// A load whose allocation waits for write-back copies (the engine lock
+// released) while the lane dies: when it resumes it is a miss
+// (kLaneUnavailable), frees what it allocated, and the node it was to load,
+// detached meanwhile, goes with its host reference.
+TEST_F(LaneFailureTest, LoadWaitingForWriteBackWhileTheLaneDiesIsAMiss) {
+  ASSERT_NO_FATAL_FAILURE(Make(2, {0}, /*device_pages=*/8, /*host_pages=*/64,
+                               WritePolicy::kWriteBack));
+  const std::vector<int32_t> key = Seq(0, 8);
+  ASSERT_NE(Cache("", key, {0, 1}).node, kNoNode);
+  ASSERT_NO_FATAL_FAILURE(EvictAllDevice());
+  ASSERT_EQ(engine_->Match("", key, true)->host_hit_len, 8);
+  // The device tier full of one unbacked node: the load's allocation must
+  // write it back first.
+  std::vector<Rank> owners(7, 0);
+  owners.insert(owners.end(), 7, 1);
+  ASSERT_NE(Cache("", Seq(100, 56), owners, /*backup=*/false).node, kNoNode);
+  const int steps = static_cast<int>(engine_->geometry().NumSteps());
+  split_->Hold();
+  const int queued_before = split_->remote_steps();
+  std::promise<absl::StatusOr<LoadResult>> loaded;
+  std::thread loader([&] { loaded.set_value(engine_->LoadBack("", key)); });
+  // The write-back's remote copies are queued: the loader waits for them,
+  // the engine lock released.
+  split_->AwaitQueued(steps);
+  ASSERT_EQ(split_->remote_steps() - queued_before, steps);
+  const Rank one[] = {1};
+  ASSERT_TRUE(engine_->SetLanesUnavailable(one).ok());
+  auto counts = engine_->DropLanes(one);
+  ASSERT_TRUE(counts.ok());
+  EXPECT_EQ(counts->nodes_detached, 1);  // The node being loaded.
+  EXPECT_EQ(counts->backups_failed, 1);  // The write-back.
+  split_->Release();
+  auto load = loaded.get_future().get();
+  loader.join();
+  ASSERT_TRUE(load.ok()) << load.status();
+  EXPECT_EQ(load->op_id, 0u);
+  EXPECT_EQ(load->miss, LoadMissReason::kLaneUnavailable);
+  EXPECT_EQ(load->device_len, 0);
+  engine_->WaitForTransfers();
+  ASSERT_TRUE(engine_->Unlock(load->node).ok());
+  EXPECT_EQ(engine_->TreeStatistics().nodes, 0);
+  EXPECT_EQ(engine_->DeviceAllocatedPages(), 0);
+  EXPECT_EQ(engine_->HostUsedPages(0), 0);
+  EXPECT_EQ(engine_->HostUsedPages(1), 0);
   ExpectInvariants();
 }
 
