@@ -147,7 +147,7 @@ std::vector<std::string> ServedMethods() {
 
 absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
     const DaemonConfig& given, const std::string& socket_path,
-    const Clock* clock, std::unique_ptr<GroupRole> group_role) {
+    const Clock* clock, std::unique_ptr<LeaderView> leader_view) {
   // The host tier's pages, from the byte budget when one is given: what the
   // engine gets and what GetStats reports.
   DaemonConfig config = given;
@@ -265,7 +265,7 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
       .listen_address = address,
       .pid = getpid(),
   };
-  daemon->group_role_ = std::move(group_role);
+  daemon->leader_view_ = std::move(leader_view);
   daemon->service_ = std::make_unique<service::HiCacheService>(
       std::move(info), clock,
       service::ServiceParts{.engine = daemon->engine_.get(),
@@ -273,7 +273,7 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
                             .hub = daemon->hub_.get(),
                             .watch = watch,
                             .callers = daemon->connections_.get(),
-                            .group = daemon->group_role_.get()},
+                            .group = daemon->leader_view_.get()},
       service::StreamLimits{
           .max_backlog = static_cast<size_t>(config.max_stream_backlog)});
   // The unix socket is accepted by our own listener, which records each

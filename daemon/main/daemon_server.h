@@ -11,7 +11,7 @@
 #include "daemon/core/clock.h"
 #include "daemon/core/daemon_config.h"
 #include "daemon/core/mutex.h"
-#include "daemon/group/group_role.h"
+#include "daemon/group/leader_view.h"
 #include "daemon/main/call_counter.h"
 #include "daemon/main/socket_guard.h"
 #include "grpcpp/security/server_credentials.h"
@@ -52,11 +52,11 @@ class DaemonServer {
   // DefaultInstanceId() of the canonical socket path; see ShmInstance, which
   // reclaims the segments a dead daemon of that instance left), and starts
   // serving on the socket with mode 0660. `clock` must outlive the server.
-  // `group_role`: this daemon's place in a CP group (ServiceParts::group);
+  // `leader_view`: this daemon's place in a CP group (ServiceParts::group);
   // nullptr for a standalone daemon.
   static absl::StatusOr<std::unique_ptr<DaemonServer>> Start(
       const DaemonConfig& config, const std::string& socket_path,
-      const Clock* clock, std::unique_ptr<GroupRole> group_role = nullptr)
+      const Clock* clock, std::unique_ptr<LeaderView> leader_view = nullptr)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   ~DaemonServer() ABSL_LOCKS_EXCLUDED(mu_);
@@ -111,7 +111,7 @@ class DaemonServer {
   // Calls in progress: shutdown closes the connections once none is left
   // (idle ones would otherwise hold gRPC's shutdown for the whole grace).
   std::shared_ptr<CallCounter> calls_ = CallCounter::Create();
-  std::unique_ptr<GroupRole> group_role_;  // Read by service_.
+  std::unique_ptr<LeaderView> leader_view_;  // Read by service_.
   std::unique_ptr<service::HiCacheService> service_;
   std::thread reaper_;
   CondVar reaper_cv_;

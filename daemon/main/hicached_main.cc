@@ -39,7 +39,7 @@
 #include "daemon/core/policies.h"
 #include "daemon/main/backend_factory.h"
 #include "daemon/main/daemon_server.h"
-#include "daemon/main/static_group_role.h"
+#include "daemon/main/static_leader_view.h"
 #include "daemon/pool/host_budget.h"
 #include "daemon/service/leader_guard.h"
 #include "absl/flags/usage_config.h"
@@ -403,7 +403,7 @@ int Run(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &shutdown_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  std::unique_ptr<GroupRole> group_role;
+  std::unique_ptr<LeaderView> leader_view;
   if (const std::string non_leader_of =
           absl::GetFlag(FLAGS_cp_group_test_non_leader_of);
       !non_leader_of.empty()) {
@@ -421,11 +421,11 @@ int Run(int argc, char** argv) {
     }
     spdlog::warn("TEST ONLY: acting as a CP group follower of {}",
                  non_leader_of);
-    group_role = std::make_unique<StaticGroupRole>(false, non_leader_of);
+    leader_view = std::make_unique<StaticLeaderView>(false, non_leader_of);
   }
 
   absl::StatusOr<std::unique_ptr<DaemonServer>> server = DaemonServer::Start(
-      *config, socket_path, Clock::Real(), std::move(group_role));
+      *config, socket_path, Clock::Real(), std::move(leader_view));
   if (!server.ok()) {
     // The checks that need the machine (a socket path that cannot be a unix
     // socket, a preset the geometry rejects, an instance name) report

@@ -8,7 +8,7 @@
 #include "daemon/engine/request_flow.h"
 #include "daemon/engine/session_manager.h"
 #include "daemon/engine/stream_context.h"
-#include "daemon/group/group_role.h"
+#include "daemon/group/leader_view.h"
 #include "daemon/service/caller_resolver.h"
 #include "daemon/service/leader_guard.h"
 #include "daemon/service/watch_broadcaster.h"
@@ -35,7 +35,7 @@ struct ServiceParts {
   // This daemon's place in a CP group; nullptr: a standalone daemon, which
   // serves every RPC. On a follower the tree RPCs (rpc_scope.h) are refused
   // with a redirect to the leader (LeaderGuard).
-  const GroupRole* group = nullptr;
+  const LeaderView* group = nullptr;
 };
 
 // hicache.v1.HiCache. Thin by design: each handler validates fields,

@@ -3,7 +3,7 @@
 #include <cstddef>
 #include "absl/strings/string_view.h"
 
-#include "daemon/group/group_role.h"
+#include "daemon/group/leader_view.h"
 #include "grpcpp/server_context.h"
 #include "grpcpp/support/status.h"
 
@@ -24,7 +24,7 @@ inline constexpr size_t kMaxLeaderAddressBytes = 255;
 bool IsValidLeaderTarget(absl::string_view target);
 
 // The check of the tree RPCs (rpc_scope.h: kTree, and kByRole calls made as
-// a scheduler). With no GroupRole (a standalone daemon) or on the leader
+// a scheduler). With no LeaderView (a standalone daemon) or on the leader
 // every call passes. On a follower the call is refused, before it changes
 // anything:
 //   FAILED_PRECONDITION "not the CP group leader; the leader is <addr>",
@@ -35,7 +35,7 @@ bool IsValidLeaderTarget(absl::string_view target);
 // Thread-safe; `role` (may be null) must outlive the guard.
 class LeaderGuard {
  public:
-  explicit LeaderGuard(const GroupRole* role) : role_(role) {}
+  explicit LeaderGuard(const LeaderView* role) : role_(role) {}
 
   // `rpc` is the method's name; one that rpc_scope.h does not list as kTree
   // or kByRole is INTERNAL (a handler guarded by mistake).
@@ -43,7 +43,7 @@ class LeaderGuard {
                      absl::string_view rpc) const;
 
  private:
-  const GroupRole* const role_;
+  const LeaderView* const role_;
 };
 
 }  // namespace hicache::service

@@ -1,7 +1,7 @@
 // The CP group leader guard (daemon/service/leader_guard.h, rpc_scope.h):
 // every RPC of the proto is classified; on a follower every tree RPC is
 // refused with the hicache-leader trailer and changes nothing, while the
-// worker-facing RPCs are served; a standalone daemon (no GroupRole) and the
+// worker-facing RPCs are served; a standalone daemon (no LeaderView) and the
 // leader serve everything.
 
 #include "daemon/service/leader_guard.h"
@@ -17,7 +17,7 @@
 #include "daemon/engine/event_hub.h"
 #include "daemon/engine/hicache_engine.h"
 #include "daemon/engine/session_manager.h"
-#include "daemon/group/group_role.h"
+#include "daemon/group/leader_view.h"
 #include "daemon/service/hicache_service.h"
 #include "daemon/service/rpc_scope.h"
 #include "daemon/service/watch_broadcaster.h"
@@ -36,7 +36,7 @@ namespace {
 
 constexpr char kLeader[] = "leader.example:7443";
 
-class FakeRole : public GroupRole {
+class FakeRole : public LeaderView {
  public:
   explicit FakeRole(bool leader, std::string address = kLeader)
       : leader_(leader), address_(std::move(address)) {}
@@ -133,7 +133,7 @@ TEST(LeaderGuardTest, LocalRpcsAreAProgrammingError) {
 // A daemon's service behind an in-process server.
 class GuardedServiceTest : public ::testing::Test {
  protected:
-  void Start(const GroupRole* role) {
+  void Start(const LeaderView* role) {
     auto engine = HiCacheEngine::Create({.device_pages_per_rank = 8,
                                          .host_pages_per_rank = 8});
     ASSERT_TRUE(engine.ok()) << engine.status();
