@@ -3,9 +3,9 @@
 // A transfer decorator for tests of an engine that holds pools for only
 // some of the ranks it serves (a CP group's leader, docs/cp-groups.md):
 // copies of the local ranks go to the backend's engine; the others "run
-// elsewhere" and complete OK from this engine's own thread (never from
-// inside Submit, as a real link's would), unless held, in which case they
-// wait for Release. Install it through EngineOptions::wrap_transfer.
+// elsewhere" and complete (OK, or with a given error) from this engine's
+// own thread (never from inside Submit, as a real link's would), unless
+// held, in which case they wait for Release. Install it through EngineOptions::wrap_transfer.
 
 #include <algorithm>
 #include <deque>
@@ -22,11 +22,15 @@ namespace hicache::testing {
 
 class SplitTransferEngine : public TransferEngine {
  public:
+  // Remote steps complete with `remote_status` (OK: the copy was done
+  // elsewhere; an error: the member that owns the rank is gone).
   SplitTransferEngine(TransferListener* listener,
                       const TransferEngineFactory& backend,
-                      std::vector<Rank> local)
+                      std::vector<Rank> local,
+                      absl::Status remote_status = absl::OkStatus())
       : listener_(listener),
         local_ranks_(std::move(local)),
+        remote_status_(std::move(remote_status)),
         local_(backend(listener)),
         thread_([this] { Run(); }) {}
   ~SplitTransferEngine() override {
@@ -52,7 +56,7 @@ class SplitTransferEngine : public TransferEngine {
                                   .direction = task.direction,
                                   .rank = copy.rank,
                                   .step = task.step,
-                                  .status = absl::OkStatus()});
+                                  .status = remote_status_});
       }
     }
     if (!local.ranks.empty()) {
@@ -123,6 +127,7 @@ class SplitTransferEngine : public TransferEngine {
 
   TransferListener* const listener_;
   const std::vector<Rank> local_ranks_;
+  const absl::Status remote_status_;
   std::unique_ptr<TransferEngine> local_;
   Mutex mu_;
   CondVar cv_;
