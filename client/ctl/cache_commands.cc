@@ -6,12 +6,14 @@
 #include <sstream>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/cpp/hicache_client.h"
+#include "client/cpp/leader_redirect.h"
 #include "client/ctl/cli.h"
 #include "client/ctl/output_format.h"
 #include "client/ctl/rpc_error.h"
@@ -42,17 +44,26 @@ void Deadline(grpc::ClientContext* ctx, absl::Duration timeout) {
                     absl::ToChronoMilliseconds(timeout));
 }
 
-int RpcError(const grpc::Status& status, const CommandContext& c) {
+// `leader`: the CP group leader the call named (LeaderOfCall), or "".
+int RpcError(const grpc::Status& status, const CommandContext& c,
+             const std::string& leader = "") {
   *c.err << "hicachectl: "
-         << DescribeRpcError(status, c.target, c.socket_path, c.timeout)
+         << DescribeRpcError(status, c.target, c.socket_path, c.timeout,
+                             leader)
          << "\n";
   return kExitFailure;
+}
+
+// A raw stub call's error, with the leader its trailers named.
+int RpcError(const grpc::Status& status, const grpc::ClientContext& ctx,
+             const CommandContext& c) {
+  return RpcError(status, c, LeaderOfCall(status, ctx));
 }
 
 int AbslError(const absl::Status& status, const CommandContext& c) {
   return RpcError(grpc::Status(static_cast<grpc::StatusCode>(status.code()),
                                std::string(status.message())),
-                  c);
+                  c, client::LeaderOf(status).value_or(""));
 }
 
 int Usage(const CommandContext& c, const std::string& message) {
@@ -86,6 +97,7 @@ class TempSession {
     request.set_namespace_(ns);
     v1::OpenSessionResponse response;
     status_ = stub_->OpenSession(&ctx, request, &response);
+    leader_ = LeaderOfCall(status_, ctx);
     id_ = response.session_id();
   }
   ~TempSession() {
@@ -104,6 +116,8 @@ class TempSession {
     }
   }
   const grpc::Status& status() const { return status_; }
+  // The CP group leader a refused OpenSession named ("" if none).
+  const std::string& leader() const { return leader_; }
   const std::string& id() const { return id_; }
 
  private:
@@ -111,6 +125,7 @@ class TempSession {
   const CommandContext& c_;
   grpc::Status status_;
   std::string id_;
+  std::string leader_;
 };
 
 void PrintNodeLine(const v1::NodeInfo& n, bool indent,
@@ -166,18 +181,38 @@ int RunStats(const CommandContext& c) {
   absl::StatusOr<v1::GetStatsResponse> stats = client.GetStats(c.timeout);
   if (!stats.ok()) return AbslError(stats.status(), c);
   // Then the cache: pools per lane, hit rates, backups, loads, evictions.
+  // A CP group follower keeps no tree (the leader does; it refuses Stats),
+  // so it shows none.
+  const bool follower =
+      stats->has_cp_group() && stats->cp_group().role() == "follower";
   if (!c.json) {
     *c.out << FormatStatsHuman(*stats) << "\n";
+    if (follower) {
+      const std::string& leader = stats->cp_group().leader_address();
+      *c.out << "cache          kept by the CP group leader"
+             << (leader.empty()
+                     ? std::string(" (not known yet)")
+                     : absl::StrCat(" (hicachectl --target ",
+                                    absl::CHexEscape(leader), " cache-stats)"))
+             << "\n";
+      return kExitOk;
+    }
     return RunCacheStats(c);
+  }
+  if (follower) {
+    Json doc = Json::object();
+    doc["daemon"] = StatsToJson(*stats);
+    PrintJson(doc, c);
+    return kExitOk;
   }
   grpc::ClientContext ctx;
   Deadline(&ctx, c.timeout);
   v1::CacheStats cache;
   const grpc::Status status =
       Stub(c)->Stats(&ctx, v1::GetStatsRequest(), &cache);
-  if (!status.ok()) return RpcError(status, c);
+  if (!status.ok()) return RpcError(status, ctx, c);
   Json doc = Json::object();
-  doc["daemon"] = ProtoToJson(*stats);
+  doc["daemon"] = StatsToJson(*stats);
   doc["cache"] = ProtoToJson(cache);
   PrintJson(doc, c);
   return kExitOk;
@@ -209,7 +244,7 @@ int RunTree(const TreeOptions& o, const CommandContext& c) {
     Deadline(&ctx, c.timeout);
     v1::DumpTreeResponse page;
     const grpc::Status status = stub->DumpTree(&ctx, request, &page);
-    if (!status.ok()) return RpcError(status, c);
+    if (!status.ok()) return RpcError(status, ctx, c);
     for (v1::NodeInfo& n : *page.mutable_nodes()) {
       *all.add_nodes() = std::move(n);
     }
@@ -254,7 +289,7 @@ int RunNode(uint64_t node, const CommandContext& c) {
   request.set_node(node);
   v1::NodeInfo n;
   const grpc::Status status = Stub(c)->InspectNode(&ctx, request, &n);
-  if (!status.ok()) return RpcError(status, c);
+  if (!status.ok()) return RpcError(status, ctx, c);
   if (c.json) {
     PrintJson(ProtoToJson(n), c);
     return kExitOk;
@@ -299,7 +334,9 @@ int RunMatch(const MatchOptions& o, const CommandContext& c) {
   }
   auto stub = Stub(c);
   TempSession session(stub.get(), c, o.ns);
-  if (!session.status().ok()) return RpcError(session.status(), c);
+  if (!session.status().ok()) {
+    return RpcError(session.status(), c, session.leader());
+  }
   grpc::ClientContext ctx;
   Deadline(&ctx, c.timeout);
   v1::MatchPrefixRequest request;
@@ -308,7 +345,7 @@ int RunMatch(const MatchOptions& o, const CommandContext& c) {
   request.add_items()->set_tokens(Pack(*tokens));
   v1::MatchPrefixResponse response;
   const grpc::Status status = stub->MatchPrefix(&ctx, request, &response);
-  if (!status.ok()) return RpcError(status, c);
+  if (!status.ok()) return RpcError(status, ctx, c);
   if (response.results_size() != 1) {
     *c.err << "hicachectl: the daemon answered " << response.results_size()
            << " results for one query\n";
@@ -334,7 +371,7 @@ int RunCacheStats(const CommandContext& c) {
   Deadline(&ctx, c.timeout);
   v1::CacheStats s;
   const grpc::Status status = Stub(c)->Stats(&ctx, v1::GetStatsRequest(), &s);
-  if (!status.ok()) return RpcError(status, c);
+  if (!status.ok()) return RpcError(status, ctx, c);
   if (c.json) {
     PrintJson(ProtoToJson(s), c);
     return kExitOk;
@@ -396,7 +433,7 @@ int RunSessions(const CommandContext& c) {
   v1::ListSessionsResponse response;
   const grpc::Status status =
       Stub(c)->ListSessions(&ctx, v1::ListSessionsRequest(), &response);
-  if (!status.ok()) return RpcError(status, c);
+  if (!status.ok()) return RpcError(status, ctx, c);
   if (c.json) {
     PrintJson(ProtoToJson(response), c);
     return kExitOk;
@@ -428,7 +465,7 @@ int RunEvict(const EvictOptions& o, const CommandContext& c) {
   Deadline(&ctx, c.timeout);
   v1::EvictResponse response;
   const grpc::Status status = Stub(c)->Evict(&ctx, request, &response);
-  if (!status.ok()) return RpcError(status, c);
+  if (!status.ok()) return RpcError(status, ctx, c);
   if (c.json) {
     PrintJson(ProtoToJson(response), c);
     return kExitOk;
@@ -447,7 +484,9 @@ int RunPin(const PinOptions& o, const CommandContext& c) {
   // Pins act in one namespace: the node's (--ns, default "").
   auto stub = Stub(c);
   TempSession session(stub.get(), c, o.ns);
-  if (!session.status().ok()) return RpcError(session.status(), c);
+  if (!session.status().ok()) {
+    return RpcError(session.status(), c, session.leader());
+  }
   grpc::ClientContext ctx;
   Deadline(&ctx, c.timeout);
   v1::PinRequest request;
@@ -456,7 +495,7 @@ int RunPin(const PinOptions& o, const CommandContext& c) {
   request.set_ttl_ms(static_cast<uint32_t>(o.ttl_ms));
   v1::PinResponse response;
   const grpc::Status status = stub->Pin(&ctx, request, &response);
-  if (!status.ok()) return RpcError(status, c);
+  if (!status.ok()) return RpcError(status, ctx, c);
   if (c.json) {
     PrintJson(ProtoToJson(response), c);
     return kExitOk;
@@ -482,7 +521,7 @@ int RunFreeRoom(const FreeRoomOptions& o, const CommandContext& c) {
     v1::CacheStats stats;
     const grpc::Status status =
         stub->Stats(&ctx, v1::GetStatsRequest(), &stats);
-    if (!status.ok()) return RpcError(status, c);
+    if (!status.ok()) return RpcError(status, ctx, c);
     if (!stats.free_room_reported()) {
       *c.err << "hicachectl: this hicached does not report its free-room "
                 "targets (it is older than hicachectl); upgrade it, or set "
@@ -501,7 +540,7 @@ int RunFreeRoom(const FreeRoomOptions& o, const CommandContext& c) {
     Deadline(&ctx, c.timeout);
     v1::SetFreeRoomResponse response;
     const grpc::Status status = stub->SetFreeRoom(&ctx, request, &response);
-    if (!status.ok()) return RpcError(status, c);
+    if (!status.ok()) return RpcError(status, ctx, c);
     // What was set is what is in force (older daemons answer nothing).
     targets.set_l1_pages_per_lane(request.l1_pages_per_lane());
     targets.set_l2_pages_per_rank(request.l2_pages_per_rank());
@@ -547,7 +586,7 @@ int RunWatch(const WatchOptions& o, const CommandContext& c) {
   if (o.count > 0 && seen == o.count) return kExitOk;
   return status.ok() || status.error_code() == grpc::StatusCode::CANCELLED
              ? kExitOk
-             : RpcError(status, c);
+             : RpcError(status, ctx, c);
 }
 
 std::string CompactOwners(const std::vector<uint32_t>& owners) {

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 
 namespace hicache::ctl {
 namespace {
@@ -151,7 +153,96 @@ std::string FormatStatsHuman(const v1::GetStatsResponse& stats) {
   absl::StrAppendFormat(&out, "%-14s %u per rank, %s\n",
                         "host pages:", geo.host_pages_per_rank(),
                         HostLayoutText(geo.host_layout()));
+  if (stats.has_cp_group()) out += FormatCpGroupHuman(stats.cp_group());
   return out;
+}
+
+std::string FormatRankRanges(
+    const google::protobuf::RepeatedField<uint32_t>& ranks) {
+  std::vector<uint32_t> sorted(ranks.begin(), ranks.end());
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  if (sorted.empty()) return "none";
+  std::vector<std::string> parts;
+  size_t i = 0;
+  while (i < sorted.size()) {
+    size_t j = i;
+    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
+    parts.push_back(j == i ? absl::StrCat(sorted[i])
+                           : absl::StrCat(sorted[i], "-", sorted[j]));
+    i = j + 1;
+  }
+  return absl::StrJoin(parts, ",");
+}
+
+std::string FormatCpGroupHuman(const v1::CpGroupStatus& group) {
+  // The daemon's strings are shown escaped: a name must not move the
+  // terminal's cursor or forge lines.
+  auto text = [](const std::string& s, const char* empty) {
+    return s.empty() ? std::string(empty) : absl::CHexEscape(s);
+  };
+  std::string out = "CP group:\n";
+  absl::StrAppendFormat(&out, "  %-12s %s\n", "name:", text(group.name(), "-"));
+  absl::StrAppendFormat(&out, "  %-12s %s\n", "role:", text(group.role(), "-"));
+  absl::StrAppendFormat(&out, "  %-12s %s\n", "state:",
+                        text(group.state(), "-"));
+  absl::StrAppendFormat(&out, "  %-12s %u (cp size %u)\n", "epoch:",
+                        group.epoch(), group.cp_size());
+  absl::StrAppendFormat(&out, "  %-12s %s\n", "leader:",
+                        text(group.leader_address(), "unknown"));
+  if (group.deaths() > 0) {
+    absl::StrAppendFormat(&out, "  %-12s %d\n", "deaths:", group.deaths());
+  }
+  if (!group.reason().empty()) {
+    absl::StrAppendFormat(&out, "  %-12s %s\n", "reason:",
+                          text(group.reason(), ""));
+  }
+  if (group.members_size() == 0) {
+    out += "  members:     none\n";
+    return out;
+  }
+  struct Row {
+    std::string index, name, ranks, health, heard, readmissions, reason;
+  };
+  std::vector<Row> rows;
+  rows.push_back(
+      {"#", "NAME", "RANKS", "HEALTH", "HEARD", "READMITS", "REASON"});
+  for (const v1::CpGroupMember& m : group.members()) {
+    rows.push_back(
+        {absl::StrCat(m.index()), text(m.name(), "-"),
+         FormatRankRanges(m.ranks()), text(m.health(), "-"),
+         m.last_heard_age_ms() > 0
+             ? absl::StrCat(
+                   absl::FormatDuration(absl::Milliseconds(m.last_heard_age_ms())),
+                   " ago")
+             : std::string("-"),
+         absl::StrCat(m.readmissions()), text(m.reason(), "")});
+  }
+  int w[6] = {0, 0, 0, 0, 0, 0};
+  for (const Row& r : rows) {
+    const std::string* cols[6] = {&r.index,  &r.name,  &r.ranks,
+                                  &r.health, &r.heard, &r.readmissions};
+    for (int k = 0; k < 6; ++k) {
+      w[k] = std::max(w[k], static_cast<int>(cols[k]->size()));
+    }
+  }
+  out += "  members:\n";
+  for (const Row& r : rows) {
+    std::string line = absl::StrFormat(
+        "    %-*s  %-*s  %-*s  %-*s  %-*s  %-*s", w[0], r.index, w[1], r.name,
+        w[2], r.ranks, w[3], r.health, w[4], r.heard, w[5], r.readmissions);
+    absl::StrAppend(&line, "  ", r.reason);
+    // No trailing blanks.
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    absl::StrAppend(&out, line, "\n");
+  }
+  return out;
+}
+
+Json StatsToJson(const v1::GetStatsResponse& stats) {
+  Json json = ProtoToJson(stats);
+  if (!stats.has_cp_group()) json.erase("cp_group");
+  return json;
 }
 
 Json ProtoToJson(const Message& message) {

@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "client/cpp/leader_redirect.h"
 
 namespace hicache::ctl {
 
@@ -17,7 +18,8 @@ std::string GrpcCodeName(grpc::StatusCode code) {
 std::string DescribeRpcError(const grpc::Status& status,
                              const std::string& target,
                              const std::string& socket_path,
-                             absl::Duration timeout) {
+                             absl::Duration timeout,
+                             const std::string& leader) {
   const std::string code = GrpcCodeName(status.error_code());
   const std::string& message = status.error_message();
   struct stat st;
@@ -77,6 +79,14 @@ std::string DescribeRpcError(const grpc::Status& status,
       return absl::StrCat(code, ": ", message,
                           " (the daemon or the reply hit a limit; for tree, "
                           "use a smaller --limit)");
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      if (!leader.empty() && client::IsValidLeaderTarget(leader)) {
+        return absl::StrCat(code, ": ", message,
+                            " (this daemon is a CP group follower; the "
+                            "leader is ",
+                            leader, " (use --target ", leader, "))");
+      }
+      return absl::StrCat(code, ": ", message);
     case grpc::StatusCode::UNIMPLEMENTED:
       return absl::StrCat(code, ": ", message,
                           " (the daemon is older than this hicachectl; "
@@ -84,6 +94,12 @@ std::string DescribeRpcError(const grpc::Status& status,
     default:
       return absl::StrCat(code, ": ", message);
   }
+}
+
+std::string LeaderOfCall(const grpc::Status& status,
+                         const grpc::ClientContext& context) {
+  return client::LeaderOf(client::StatusOfCall(status, context, ""))
+      .value_or("");
 }
 
 }  // namespace hicache::ctl

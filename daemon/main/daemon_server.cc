@@ -147,7 +147,8 @@ std::vector<std::string> ServedMethods() {
 
 absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
     const DaemonConfig& given, const std::string& socket_path,
-    const Clock* clock, std::unique_ptr<LeaderView> leader_view) {
+    const Clock* clock, std::unique_ptr<LeaderView> leader_view,
+    std::function<std::optional<group::GroupStatus>()> group_status) {
   // The host tier's pages, from the byte budget when one is given: what the
   // engine gets and what GetStats reports.
   DaemonConfig config = given;
@@ -273,7 +274,8 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
                             .hub = daemon->hub_.get(),
                             .watch = watch,
                             .callers = daemon->connections_.get(),
-                            .group = daemon->leader_view_.get()},
+                            .group = daemon->leader_view_.get(),
+                            .group_status = std::move(group_status)},
       service::StreamLimits{
           .max_backlog = static_cast<size_t>(config.max_stream_backlog)});
   // The unix socket is accepted by our own listener, which records each

@@ -1,6 +1,8 @@
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -11,6 +13,7 @@
 #include "daemon/core/clock.h"
 #include "daemon/core/daemon_config.h"
 #include "daemon/core/mutex.h"
+#include "daemon/group/group_status.h"
 #include "daemon/group/leader_view.h"
 #include "daemon/main/call_counter.h"
 #include "daemon/main/socket_guard.h"
@@ -53,11 +56,13 @@ class DaemonServer {
   // reclaims the segments a dead daemon of that instance left), and starts
   // serving on the socket with mode 0660. `clock` must outlive the server.
   // `leader_view`: this daemon's place in a CP group (ServiceParts::group);
-  // nullptr for a standalone daemon.
+  // nullptr for a standalone daemon. `group_status`: the group's snapshot
+  // for GetStats (ServiceParts::group_status); empty for none.
   static absl::StatusOr<std::unique_ptr<DaemonServer>> Start(
       const DaemonConfig& config, const std::string& socket_path,
-      const Clock* clock, std::unique_ptr<LeaderView> leader_view = nullptr)
-      ABSL_LOCKS_EXCLUDED(mu_);
+      const Clock* clock, std::unique_ptr<LeaderView> leader_view = nullptr,
+      std::function<std::optional<group::GroupStatus>()> group_status =
+          nullptr) ABSL_LOCKS_EXCLUDED(mu_);
 
   ~DaemonServer() ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <optional>
 #include <string>
 #include <thread>
@@ -39,6 +40,7 @@
 #include "daemon/core/policies.h"
 #include "daemon/main/backend_factory.h"
 #include "daemon/main/daemon_server.h"
+#include "daemon/group/group_status.h"
 #include "daemon/main/static_leader_view.h"
 #include "daemon/pool/host_budget.h"
 #include "daemon/service/leader_guard.h"
@@ -404,6 +406,7 @@ int Run(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   std::unique_ptr<LeaderView> leader_view;
+  std::function<std::optional<group::GroupStatus>()> group_status;
   if (const std::string non_leader_of =
           absl::GetFlag(FLAGS_cp_group_test_non_leader_of);
       !non_leader_of.empty()) {
@@ -422,10 +425,20 @@ int Run(int argc, char** argv) {
     spdlog::warn("TEST ONLY: acting as a CP group follower of {}",
                  non_leader_of);
     leader_view = std::make_unique<StaticLeaderView>(false, non_leader_of);
+    // A follower that never joined: forming, the leader not heard from.
+    group::GroupStatus status{.role = group::GroupRole::kFollower,
+                              .state = group::GroupState::kForming,
+                              .cp_size = config->cp_size};
+    status.members.push_back(group::GroupMemberStatus{
+        .index = 0, .name = non_leader_of, .live = false});
+    group_status = [status]() -> std::optional<group::GroupStatus> {
+      return status;
+    };
   }
 
   absl::StatusOr<std::unique_ptr<DaemonServer>> server = DaemonServer::Start(
-      *config, socket_path, Clock::Real(), std::move(leader_view));
+      *config, socket_path, Clock::Real(), std::move(leader_view),
+      std::move(group_status));
   if (!server.ok()) {
     // The checks that need the machine (a socket path that cannot be a unix
     // socket, a preset the geometry rejects, an instance name) report

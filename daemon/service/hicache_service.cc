@@ -27,6 +27,8 @@ HiCacheService::HiCacheService(DaemonInfo info, const Clock* clock,
       watch_(parts.watch),
       callers_(parts.callers),
       guard_(parts.group),
+      group_(parts.group),
+      group_status_(std::move(parts.group_status)),
       limits_(limits),
       flow_(parts.sessions, parts.engine, parts.hub) {}
 
@@ -96,6 +98,13 @@ grpc::Status HiCacheService::GetStats(
   settings->set_copy_max_blocks(c.copy_max_blocks);
   settings->mutable_gpus()->Add(c.gpus.begin(), c.gpus.end());
   settings->set_cuda_runtime(c.cuda_runtime);
+  if (group_status_) {
+    if (std::optional<group::GroupStatus> status = group_status_();
+        status.has_value()) {
+      ToProto(*status, group_ == nullptr ? "" : group_->LeaderAddress(),
+              response->mutable_cp_group());
+    }
+  }
   return grpc::Status::OK;
 }
 

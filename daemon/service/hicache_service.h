@@ -1,5 +1,8 @@
 #pragma once
 
+#include <functional>
+#include <optional>
+
 #include "daemon/core/clock.h"
 #include "daemon/core/daemon_info.h"
 #include "daemon/engine/caller.h"
@@ -8,6 +11,7 @@
 #include "daemon/engine/request_flow.h"
 #include "daemon/engine/session_manager.h"
 #include "daemon/engine/stream_context.h"
+#include "daemon/group/group_status.h"
 #include "daemon/group/leader_view.h"
 #include "daemon/service/caller_resolver.h"
 #include "daemon/service/leader_guard.h"
@@ -36,6 +40,11 @@ struct ServiceParts {
   // serves every RPC. On a follower the tree RPCs (rpc_scope.h) are refused
   // with a redirect to the leader (LeaderGuard).
   const LeaderView* group = nullptr;
+  // A snapshot of this daemon's CP group for GetStats (cp_group, with the
+  // leader's address from `group`). Empty function or nullopt: no group
+  // (GetStats leaves cp_group unset). Called on RPC threads, concurrently;
+  // must be thread-safe and must not block on an RPC.
+  std::function<std::optional<group::GroupStatus>()> group_status;
 };
 
 // hicache.v1.HiCache. Thin by design: each handler validates fields,
@@ -166,6 +175,8 @@ class HiCacheService final : public v1::HiCache::Service {
   WatchBroadcaster* const watch_;
   const CallerResolver* const callers_;
   const LeaderGuard guard_;
+  const LeaderView* const group_;  // May be null (standalone).
+  const std::function<std::optional<group::GroupStatus>()> group_status_;
   const StreamLimits limits_;
   RequestFlow flow_;
 };

@@ -1,6 +1,10 @@
 #include "daemon/service/proto_convert.h"
 
+#include <algorithm>
 #include <string>
+#include <vector>
+
+#include "absl/time/time.h"
 
 namespace hicache::service {
 
@@ -48,6 +52,37 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   // absl::StatusCode and grpc::StatusCode share their numeric values.
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
                       std::string(status.message()));
+}
+
+void ToProto(const group::GroupStatus& status, absl::string_view leader_address,
+             v1::CpGroupStatus* out) {
+  out->Clear();
+  out->set_name(status.name);
+  out->set_role(group::GroupRoleName(status.role));
+  out->set_state(group::GroupStateName(status.state));
+  out->set_cp_size(status.cp_size);
+  out->set_epoch(status.epoch);
+  out->set_leader_address(std::string(leader_address));
+  out->set_reason(status.reason);
+  out->set_deaths(status.deaths);
+  for (const group::GroupMemberStatus& m : status.members) {
+    v1::CpGroupMember* member = out->add_members();
+    member->set_index(m.index);
+    member->set_name(m.name);
+    std::vector<Rank> ranks = m.ranks;
+    std::sort(ranks.begin(), ranks.end());
+    member->mutable_ranks()->Add(ranks.begin(), ranks.end());
+    member->set_epoch(m.epoch);
+    // Not live with no death recorded: not heard from yet (a follower
+    // before it ran).
+    member->set_health(m.live ? "live" : m.reason.empty() ? "unknown" : "dead");
+    member->set_last_heard_age_ms(
+        std::max<int64_t>(0, absl::ToInt64Milliseconds(m.last_heard_age)));
+    member->set_reason(m.reason);
+    member->set_readmissions(m.readmissions);
+    member->set_heartbeats_sent(m.heartbeats_sent);
+    member->set_heartbeats_received(m.heartbeats_received);
+  }
 }
 
 }  // namespace hicache::service

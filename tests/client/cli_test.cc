@@ -130,6 +130,7 @@ TEST_F(CliTest, StatsHumanAndJson) {
   EXPECT_EQ(r.code, kExitOk) << r.err;
   EXPECT_THAT(r.out, HasSubstr("cp size:       4 (ranks served: 0,2)"));
   EXPECT_THAT(r.out, HasSubstr("lane  device free"));  // Then the cache.
+  EXPECT_THAT(r.out, Not(HasSubstr("CP group")));  // Standalone.
 
   r = Cli({"--socket=" + socket_, "--json", "stats"});
   ASSERT_EQ(r.code, kExitOk) << r.err;
@@ -151,6 +152,7 @@ TEST_F(CliTest, StatsHumanAndJson) {
   // 64-bit counters that fit are numbers, not strings.
   EXPECT_TRUE(doc["daemon"]["pid"].is_number_integer());
   EXPECT_TRUE(doc["cache"]["nodes"].is_number_integer());
+  EXPECT_FALSE(doc["daemon"].contains("cp_group"));  // Standalone.
 }
 
 TEST_F(CliTest, TargetOverridesSocket) {

@@ -1,6 +1,8 @@
 #include "client/ctl/output_format.h"
 
+#include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
@@ -11,6 +13,7 @@ namespace hicache::ctl {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 v1::GetStatsResponse SampleStats() {
   v1::GetStatsResponse stats;
@@ -144,6 +147,59 @@ TEST(OutputFormatTest, BytesAreBase64AndOneofsOnlyWhenSet) {
   const Json json = ProtoToJson(request);
   EXPECT_EQ(json["prefix"], "AQAAAA==");
   EXPECT_EQ(json["sort"], "TREE_SORT_HITS");
+}
+
+TEST(OutputFormatTest, RankRanges) {
+  auto ranges = [](std::vector<uint32_t> v) {
+    google::protobuf::RepeatedField<uint32_t> f(v.begin(), v.end());
+    return FormatRankRanges(f);
+  };
+  EXPECT_EQ(ranges({}), "none");
+  EXPECT_EQ(ranges({3}), "3");
+  EXPECT_EQ(ranges({0, 1, 2, 3}), "0-3");
+  EXPECT_EQ(ranges({6, 0, 2, 1, 3}), "0-3,6");
+  EXPECT_EQ(ranges({1, 1, 2, 5, 7, 8}), "1-2,5,7-8");
+  EXPECT_EQ(ranges({4294967295u, 4294967294u}), "4294967294-4294967295");
+}
+
+TEST(OutputFormatTest, StandaloneStatsHaveNoGroup) {
+  const v1::GetStatsResponse stats = SampleStats();
+  EXPECT_THAT(FormatStatsHuman(stats), Not(HasSubstr("CP group")));
+  const Json json = StatsToJson(stats);
+  EXPECT_FALSE(json.contains("cp_group"));
+  // Everything else is ProtoToJson's.
+  Json all = ProtoToJson(stats);
+  all.erase("cp_group");
+  EXPECT_EQ(json, all);
+}
+
+TEST(OutputFormatTest, CpGroupBlockEscapesTheDaemonsStrings) {
+  v1::GetStatsResponse stats = SampleStats();
+  v1::CpGroupStatus* g = stats.mutable_cp_group();
+  g->set_name("g\n\x1b[31mX");
+  g->set_role("follower");
+  g->set_state("degraded");
+  g->set_reason("leader lost: link closed");
+  v1::CpGroupMember* m = g->add_members();
+  m->set_name("evil\nname");
+  m->set_health("dead");
+  m->set_reason("bye\r");
+  const std::string text = FormatStatsHuman(stats);
+  EXPECT_THAT(text, HasSubstr("  name:        g\\n\\x1b[31mX\n"));
+  EXPECT_THAT(text, HasSubstr("  leader:      unknown\n"));
+  EXPECT_THAT(text, HasSubstr("  reason:      leader lost: link closed\n"));
+  EXPECT_THAT(text, HasSubstr("evil\\nname"));
+  EXPECT_THAT(text, HasSubstr("  bye\\r\n"));
+  EXPECT_EQ(text.find('\x1b'), std::string::npos);
+  // JSON keeps them as they are (escaped by JSON itself).
+  EXPECT_EQ(StatsToJson(stats)["cp_group"]["name"], "g\n\x1b[31mX");
+}
+
+TEST(OutputFormatTest, CpGroupWithoutMembers) {
+  v1::CpGroupStatus g;
+  g.set_role("leader");
+  EXPECT_THAT(FormatCpGroupHuman(g), HasSubstr("  members:     none\n"));
+  EXPECT_THAT(FormatCpGroupHuman(g), HasSubstr("  name:        -\n"));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@ namespace hicache::ctl {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 std::string Describe(grpc::StatusCode code, const std::string& message,
@@ -66,6 +67,31 @@ TEST(RpcErrorTest, UnavailableUnixSocketSaysWhetherItExists) {
       "UNAVAILABLE: no daemon answering at " + dir.path() +
           " (Permission denied); is hicached running? check --socket "
           "or --target");
+}
+
+TEST(RpcErrorTest, AFollowerNamesItsLeader) {
+  const grpc::Status refused(grpc::StatusCode::FAILED_PRECONDITION,
+                             "not the CP group leader");
+  EXPECT_EQ(DescribeRpcError(refused, "unix:/s", "", absl::Seconds(5),
+                             "10.0.0.1:7070"),
+            "FAILED_PRECONDITION: not the CP group leader (this daemon is a "
+            "CP group follower; the leader is 10.0.0.1:7070 (use --target "
+            "10.0.0.1:7070))");
+  // No leader, or one that is no valid target: no hint.
+  EXPECT_EQ(DescribeRpcError(refused, "unix:/s", "", absl::Seconds(5)),
+            "FAILED_PRECONDITION: not the CP group leader");
+  for (const std::string garbage :
+       {"unix:/tmp/evil.sock", "host:0", "a\nb:1", "-x:1", "host"}) {
+    EXPECT_EQ(DescribeRpcError(refused, "unix:/s", "", absl::Seconds(5),
+                               garbage),
+              "FAILED_PRECONDITION: not the CP group leader")
+        << garbage;
+  }
+  // Only a FAILED_PRECONDITION carries it.
+  EXPECT_THAT(DescribeRpcError(grpc::Status(grpc::StatusCode::INTERNAL, "x"),
+                               "unix:/s", "", absl::Seconds(5),
+                               "10.0.0.1:7070"),
+              Not(HasSubstr("follower")));
 }
 
 }  // namespace

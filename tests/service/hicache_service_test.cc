@@ -1,10 +1,14 @@
 #include "daemon/service/hicache_service.h"
 
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "daemon/engine/event_hub.h"
 #include "daemon/engine/hicache_engine.h"
 #include "daemon/engine/session_manager.h"
+#include "daemon/group/group_status.h"
+#include "daemon/group/leader_view.h"
 #include "daemon/service/watch_broadcaster.h"
 #include "grpcpp/server_context.h"
 #include "gtest/gtest.h"
@@ -55,6 +59,85 @@ TEST(HiCacheServiceTest, GetStatsReportsIdentityGeometryAndUptime) {
   EXPECT_EQ(response.start_time_unix(), 1'700'000'000);
   EXPECT_EQ(response.listen_address(), "unix:/tmp/x.sock");
   EXPECT_EQ(response.pid(), 4242);
+  // A standalone daemon: no CP group.
+  EXPECT_FALSE(response.has_cp_group());
+}
+
+class FixedLeaderView final : public LeaderView {
+ public:
+  bool IsLeader() const override { return false; }
+  std::string LeaderAddress() const override { return "10.0.0.1:7070"; }
+};
+
+TEST(HiCacheServiceTest, GetStatsReportsTheCpGroup) {
+  FakeClock clock(absl::FromUnixSeconds(1'700'000'000));
+  auto engine = HiCacheEngine::Create({.device_pages_per_rank = 8,
+                                       .host_pages_per_rank = 8});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  SessionManager sessions(engine->get(), &clock, absl::Minutes(1));
+  EventHub hub;
+  WatchBroadcaster watch;
+  FixedLeaderView view;
+  int calls = 0;
+  HiCacheService service(
+      TestInfo(clock.Now()), &clock,
+      ServiceParts{.engine = engine->get(),
+                   .sessions = &sessions,
+                   .hub = &hub,
+                   .watch = &watch,
+                   .group = &view,
+                   .group_status = [&calls]() -> std::optional<group::GroupStatus> {
+                     ++calls;
+                     group::GroupStatus status{
+                         .name = "g1",
+                         .role = group::GroupRole::kFollower,
+                         .state = group::GroupState::kFormed,
+                         .cp_size = 2,
+                         .epoch = 4};
+                     status.members.push_back({.index = 0,
+                                               .name = "leader-node",
+                                               .ranks = {0},
+                                               .epoch = 4});
+                     return status;
+                   }});
+  grpc::ServerContext context;
+  v1::GetStatsRequest request;
+  v1::GetStatsResponse response;
+  ASSERT_TRUE(service.GetStats(&context, &request, &response).ok());
+  EXPECT_EQ(calls, 1);  // A fresh snapshot per call.
+  ASSERT_TRUE(response.has_cp_group());
+  EXPECT_EQ(response.cp_group().name(), "g1");
+  EXPECT_EQ(response.cp_group().role(), "follower");
+  EXPECT_EQ(response.cp_group().state(), "formed");
+  EXPECT_EQ(response.cp_group().epoch(), 4u);
+  EXPECT_EQ(response.cp_group().leader_address(), "10.0.0.1:7070");
+  ASSERT_EQ(response.cp_group().members_size(), 1);
+  EXPECT_EQ(response.cp_group().members(0).name(), "leader-node");
+  EXPECT_EQ(response.cp_group().members(0).health(), "live");
+}
+
+TEST(HiCacheServiceTest, GetStatsWithASourceThatHasNoGroup) {
+  FakeClock clock(absl::FromUnixSeconds(1'700'000'000));
+  auto engine = HiCacheEngine::Create({.device_pages_per_rank = 8,
+                                       .host_pages_per_rank = 8});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  SessionManager sessions(engine->get(), &clock, absl::Minutes(1));
+  EventHub hub;
+  WatchBroadcaster watch;
+  HiCacheService service(
+      TestInfo(clock.Now()), &clock,
+      ServiceParts{.engine = engine->get(),
+                   .sessions = &sessions,
+                   .hub = &hub,
+                   .watch = &watch,
+                   .group_status = []() -> std::optional<group::GroupStatus> {
+                     return std::nullopt;
+                   }});
+  grpc::ServerContext context;
+  v1::GetStatsRequest request;
+  v1::GetStatsResponse response;
+  ASSERT_TRUE(service.GetStats(&context, &request, &response).ok());
+  EXPECT_FALSE(response.has_cp_group());
 }
 
 }  // namespace

@@ -1,5 +1,10 @@
 #include "daemon/service/proto_convert.h"
 
+#include <cstdint>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "daemon/group/group_status.h"
 #include "gtest/gtest.h"
 
 namespace hicache::service {
@@ -60,6 +65,122 @@ TEST(ProtoConvertTest, StatusCodesAndMessagesSurvive) {
             grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(ToGrpcStatus(absl::FailedPreconditionError("x")).error_code(),
             grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+group::GroupStatus LeaderWithTwoMembers() {
+  group::GroupStatus status{.name = "g1",
+                            .role = group::GroupRole::kLeader,
+                            .state = group::GroupState::kDegraded,
+                            .cp_size = 8,
+                            .epoch = 3,
+                            .deaths = 1};
+  status.members.push_back({.index = 0, .name = "leader", .ranks = {1, 0}});
+  status.members.push_back({.index = 1,
+                            .name = "node-b",
+                            .ranks = {4, 5, 6, 7},
+                            .epoch = 2,
+                            .live = true,
+                            .last_heard_age = absl::Milliseconds(12.7),
+                            .readmissions = 1,
+                            .heartbeats_sent = 40,
+                            .heartbeats_received = 39});
+  status.members.push_back({.index = 2,
+                            .name = "node-c",
+                            .ranks = {3, 2},
+                            .epoch = 3,
+                            .live = false,
+                            .last_heard_age = absl::Seconds(2),
+                            .reason = "heartbeat timeout after 1s"});
+  return status;
+}
+
+TEST(ProtoConvertTest, GroupLeaderWithTwoMembersOneDead) {
+  v1::CpGroupStatus out;
+  ToProto(LeaderWithTwoMembers(), "10.0.0.1:7070", &out);
+  EXPECT_EQ(out.name(), "g1");
+  EXPECT_EQ(out.role(), "leader");
+  EXPECT_EQ(out.state(), "degraded");
+  EXPECT_EQ(out.cp_size(), 8u);
+  EXPECT_EQ(out.epoch(), 3u);
+  EXPECT_EQ(out.leader_address(), "10.0.0.1:7070");
+  EXPECT_EQ(out.deaths(), 1);
+  EXPECT_EQ(out.reason(), "");
+  ASSERT_EQ(out.members_size(), 3);
+
+  const v1::CpGroupMember& self = out.members(0);
+  EXPECT_EQ(self.index(), 0u);
+  EXPECT_EQ(self.name(), "leader");
+  EXPECT_EQ(std::vector<uint32_t>(self.ranks().begin(), self.ranks().end()),
+            (std::vector<uint32_t>{0, 1}));  // Sorted.
+  EXPECT_EQ(self.health(), "live");
+  EXPECT_EQ(self.last_heard_age_ms(), 0);
+
+  const v1::CpGroupMember& b = out.members(1);
+  EXPECT_EQ(b.index(), 1u);
+  EXPECT_EQ(b.name(), "node-b");
+  EXPECT_EQ(std::vector<uint32_t>(b.ranks().begin(), b.ranks().end()),
+            (std::vector<uint32_t>{4, 5, 6, 7}));
+  EXPECT_EQ(b.epoch(), 2u);
+  EXPECT_EQ(b.health(), "live");
+  EXPECT_EQ(b.last_heard_age_ms(), 12);  // Whole milliseconds.
+  EXPECT_EQ(b.readmissions(), 1);
+  EXPECT_EQ(b.heartbeats_sent(), 40);
+  EXPECT_EQ(b.heartbeats_received(), 39);
+  EXPECT_EQ(b.reason(), "");
+
+  const v1::CpGroupMember& c = out.members(2);
+  EXPECT_EQ(c.index(), 2u);
+  EXPECT_EQ(c.health(), "dead");
+  EXPECT_EQ(c.reason(), "heartbeat timeout after 1s");
+  EXPECT_EQ(c.last_heard_age_ms(), 2000);
+  EXPECT_EQ(std::vector<uint32_t>(c.ranks().begin(), c.ranks().end()),
+            (std::vector<uint32_t>{2, 3}));
+}
+
+TEST(ProtoConvertTest, GroupFollower) {
+  group::GroupStatus status{.name = "g1",
+                            .role = group::GroupRole::kFollower,
+                            .state = group::GroupState::kFormed,
+                            .cp_size = 8,
+                            .epoch = 5};
+  status.members.push_back({.index = 0,
+                            .name = "10.0.0.1:7071",
+                            .epoch = 5,
+                            .live = true,
+                            .last_heard_age = absl::Milliseconds(80)});
+  v1::CpGroupStatus out;
+  ToProto(status, "10.0.0.1:7070", &out);
+  EXPECT_EQ(out.role(), "follower");
+  EXPECT_EQ(out.state(), "formed");
+  EXPECT_EQ(out.epoch(), 5u);
+  EXPECT_EQ(out.leader_address(), "10.0.0.1:7070");
+  ASSERT_EQ(out.members_size(), 1);
+  EXPECT_EQ(out.members(0).name(), "10.0.0.1:7071");
+  EXPECT_EQ(out.members(0).health(), "live");
+  EXPECT_EQ(out.members(0).last_heard_age_ms(), 80);
+}
+
+TEST(ProtoConvertTest, GroupFollowerBeforeRunAndAfterLoss) {
+  group::GroupStatus status{.name = "g",
+                            .role = group::GroupRole::kFollower,
+                            .state = group::GroupState::kForming};
+  status.members.push_back({.index = 0, .name = "l:1", .live = false});
+  v1::CpGroupStatus out;
+  ToProto(status, "", &out);
+  EXPECT_EQ(out.state(), "forming");
+  EXPECT_EQ(out.leader_address(), "");
+  EXPECT_EQ(out.members(0).health(), "unknown");  // Not heard from yet.
+
+  status.state = group::GroupState::kDegraded;
+  status.reason = "leader lost: link closed";
+  status.members[0].reason = status.reason;
+  status.members[0].last_heard_age = -absl::Seconds(1);  // Clock skew.
+  ToProto(status, "l:1", &out);  // Replaces what `out` held.
+  EXPECT_EQ(out.state(), "degraded");
+  EXPECT_EQ(out.reason(), "leader lost: link closed");
+  ASSERT_EQ(out.members_size(), 1);
+  EXPECT_EQ(out.members(0).health(), "dead");
+  EXPECT_EQ(out.members(0).last_heard_age_ms(), 0);
 }
 
 }  // namespace
