@@ -212,9 +212,9 @@ std::string FormatCpGroupHuman(const v1::CpGroupStatus& group) {
         {absl::StrCat(m.index()), text(m.name(), "-"),
          FormatRankRanges(m.ranks()), text(m.health(), "-"),
          m.last_heard_age_ms() > 0
-             ? absl::StrCat(
-                   absl::FormatDuration(absl::Milliseconds(m.last_heard_age_ms())),
-                   " ago")
+             ? absl::StrCat(absl::FormatDuration(
+                                absl::Milliseconds(m.last_heard_age_ms())),
+                            " ago")
              : std::string("-"),
          absl::StrCat(m.readmissions()), text(m.reason(), "")});
   }

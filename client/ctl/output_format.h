@@ -28,7 +28,8 @@ std::string FormatCpGroupHuman(const v1::CpGroupStatus& group);
 
 // Ranks as ascending ranges: {0,1,2,3,6} -> "0-3,6"; {} -> "none".
 // Duplicates are shown once.
-std::string FormatRankRanges(const google::protobuf::RepeatedField<uint32_t>& ranks);
+std::string FormatRankRanges(
+    const google::protobuf::RepeatedField<uint32_t>& ranks);
 
 // GetStats as JSON (ProtoToJson), without "cp_group" for a standalone
 // daemon (so its output is what it was before CP groups).

@@ -234,9 +234,9 @@ TEST_F(CliGroupTest, GarbageOrRepeatedLeaderTrailersGiveNoHint) {
            {"host:99999"},
            {std::string(300, 'a') + ":1"},
            {"10.0.0.1:7070", "10.0.0.2:7070"}}) {
-    const std::string socket = dir_.Child("g" + std::to_string(trailers.size()) +
-                                          "-" + std::to_string(trailers[0].size()) +
-                                          ".sock");
+    const std::string socket =
+        dir_.Child("g" + std::to_string(trailers.size()) + "-" +
+                   std::to_string(trailers[0].size()) + ".sock");
     FakeServer server(socket, std::nullopt, trailers);
     for (const std::vector<std::string>& args :
          std::vector<std::vector<std::string>>{
@@ -244,7 +244,8 @@ TEST_F(CliGroupTest, GarbageOrRepeatedLeaderTrailersGiveNoHint) {
              {"--socket=" + socket, "tree"}}) {
       const CliResult r = Cli(args);
       EXPECT_NE(r.code, 0);
-      EXPECT_THAT(r.err, HasSubstr("FAILED_PRECONDITION: not the CP group leader"));
+      EXPECT_THAT(r.err,
+                  HasSubstr("FAILED_PRECONDITION: not the CP group leader"));
       EXPECT_THAT(r.err, Not(HasSubstr("CP group follower"))) << r.err;
       EXPECT_THAT(r.err, Not(HasSubstr("--target"))) << r.err;
     }

@@ -79,27 +79,24 @@ TEST(HiCacheServiceTest, GetStatsReportsTheCpGroup) {
   WatchBroadcaster watch;
   FixedLeaderView view;
   int calls = 0;
-  HiCacheService service(
-      TestInfo(clock.Now()), &clock,
-      ServiceParts{.engine = engine->get(),
-                   .sessions = &sessions,
-                   .hub = &hub,
-                   .watch = &watch,
-                   .group = &view,
-                   .group_status = [&calls]() -> std::optional<group::GroupStatus> {
-                     ++calls;
-                     group::GroupStatus status{
-                         .name = "g1",
-                         .role = group::GroupRole::kFollower,
-                         .state = group::GroupState::kFormed,
-                         .cp_size = 2,
-                         .epoch = 4};
-                     status.members.push_back({.index = 0,
-                                               .name = "leader-node",
-                                               .ranks = {0},
-                                               .epoch = 4});
-                     return status;
-                   }});
+  auto source = [&calls]() -> std::optional<group::GroupStatus> {
+    ++calls;
+    group::GroupStatus status{.name = "g1",
+                              .role = group::GroupRole::kFollower,
+                              .state = group::GroupState::kFormed,
+                              .cp_size = 2,
+                              .epoch = 4};
+    status.members.push_back(
+        {.index = 0, .name = "leader-node", .ranks = {0}, .epoch = 4});
+    return status;
+  };
+  HiCacheService service(TestInfo(clock.Now()), &clock,
+                         ServiceParts{.engine = engine->get(),
+                                      .sessions = &sessions,
+                                      .hub = &hub,
+                                      .watch = &watch,
+                                      .group = &view,
+                                      .group_status = source});
   grpc::ServerContext context;
   v1::GetStatsRequest request;
   v1::GetStatsResponse response;
