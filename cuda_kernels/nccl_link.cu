@@ -4,6 +4,7 @@
 #include <nccl.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -27,7 +28,8 @@ struct Direction {
   void* device = nullptr;
   void* host = nullptr;  // Pinned.
   int peer = 0;
-  std::mutex enqueue;  // Held while NCCL calls on `comm` are enqueued.
+  // Held while NCCL calls on `comm` are enqueued (and checked `aborted`).
+  std::timed_mutex enqueue;
 };
 
 struct Link {
@@ -109,11 +111,14 @@ int RawNcclLinkOpen(void** out, const uint8_t* forward_id,
   // rank 0 and sends to rank 1. Both sides join forward first.
   Direction* forward = side == 0 ? &link->send : &link->recv;
   Direction* backward = side == 0 ? &link->recv : &link->send;
-  int e = OpenDirection(forward, forward_id, side, side == 0 ? 1 : 0,
+  // In a 2-rank communicator the peer is the other rank: 1 - my rank.
+  const int forward_rank = side;
+  const int backward_rank = 1 - side;
+  int e = OpenDirection(forward, forward_id, forward_rank, 1 - forward_rank,
                         chunk_bytes);
   if (e == 0) {
-    e = OpenDirection(backward, backward_id, 1 - side, side == 0 ? 1 : 0,
-                      chunk_bytes);
+    e = OpenDirection(backward, backward_id, backward_rank,
+                      1 - backward_rank, chunk_bytes);
   }
   if (e != 0) {
     FreeDirection(&link->send, true);
@@ -130,7 +135,7 @@ int RawNcclLinkSend(void* handle, const void* chunk) {
   Direction& d = link->send;
   if (cudaError_t e = cudaSetDevice(link->device)) return static_cast<int>(e);
   {
-    std::lock_guard<std::mutex> lock(d.enqueue);
+    std::lock_guard<std::timed_mutex> lock(d.enqueue);
     if (link->aborted.load()) return kRawNcclAborted;
     std::memcpy(d.host, chunk, link->chunk);
     if (cudaError_t e = cudaMemcpyAsync(d.device, d.host, link->chunk,
@@ -152,7 +157,7 @@ int RawNcclLinkRecv(void* handle, void* chunk) {
   Direction& d = link->recv;
   if (cudaError_t e = cudaSetDevice(link->device)) return static_cast<int>(e);
   {
-    std::lock_guard<std::mutex> lock(d.enqueue);
+    std::lock_guard<std::timed_mutex> lock(d.enqueue);
     if (link->aborted.load()) return kRawNcclAborted;
     if (int e = FromNccl(ncclRecv(d.device, link->chunk, ncclUint8, d.peer,
                                   d.comm, d.stream))) {
@@ -174,15 +179,18 @@ int RawNcclLinkAbort(void* handle) {
   Link* link = static_cast<Link*>(handle);
   if (link->aborted.exchange(true)) return 0;
   cudaSetDevice(link->device);
-  // Nothing is being enqueued on either communicator while it is aborted;
-  // a Send or Recv blocked in its stream sync returns once the kernels stop.
+  // Once `aborted` is set, a Send or Recv that takes `enqueue` returns
+  // without touching the communicator. Waiting for `enqueue` means no call
+  // is between its check and its enqueue; but ncclSend/ncclRecv may block
+  // (connecting to a peer that died), and ncclCommAbort is the call meant to
+  // unblock them from another thread, so after a short wait it goes ahead.
   int result = 0;
   for (Direction* d : {&link->send, &link->recv}) {
-    std::lock_guard<std::mutex> lock(d->enqueue);
+    const bool locked = d->enqueue.try_lock_for(std::chrono::milliseconds(200));
     if (d->comm != nullptr) {
       if (int e = FromNccl(ncclCommAbort(d->comm))) result = e;
-      d->comm = nullptr;
     }
+    if (locked) d->enqueue.unlock();
   }
   return result;
 }

@@ -6,6 +6,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/core/check.h"
 #include "daemon/core/log_format.h"
 #include "spdlog/spdlog.h"
 
@@ -129,6 +130,14 @@ absl::StatusOr<Admission> GroupLeader::Admit(const std::string& member_name,
         continue;
       }
       if (m.ranks == geometry.ranks) {
+        if (m.remote != nullptr || m.health != nullptr) {
+          // Its death was noted after HandleDeathsLocked above and is not
+          // handled yet: its lanes are not dropped. Taking the slot now
+          // would skip the drop (the death's epoch would no longer match).
+          return absl::UnavailableError(absl::StrCat(
+              "CP group member ", absl::CEscape(m.name), " with ",
+              DescribeRanks(m.ranks), " is still being retired; retry"));
+        }
         slot = static_cast<int>(i);
         continue;
       }
@@ -196,11 +205,18 @@ absl::StatusOr<Admission> GroupLeader::Admit(const std::string& member_name,
         absl::StrCat("CP group ", options_.group_name,
                      " stopped while admitting ", absl::CEscape(member_name)));
   }
+  // Deaths noted during connect are handled first (a retired slot must have
+  // its lanes dropped before it is reused).
+  HandleDeathsLocked();
   {
     MutexLock lock(&mu_);
     Member* m;
     if (slot >= 0) {
       m = &members_[slot];
+      // Only admissions revive a member, and admissions are serialized: the
+      // slot chosen above is still retired.
+      HICACHE_CHECK(!m->live && m->remote == nullptr && m->health == nullptr,
+                    "a CP group slot reused before it was retired");
       ++m->readmissions;
     } else {
       members_.emplace_back();

@@ -32,9 +32,11 @@ struct GroupLeaderOptions {
   absl::Duration heartbeat_interval = absl::Milliseconds(100);
   absl::Duration heartbeat_timeout = absl::Seconds(1);
   // Optional: told of each death once it was handled (lanes unavailable
-  // and dropped), with the member's index and the reason, without any lock
-  // of the GroupLeader held, on the thread that handled it (the leader's
-  // own, or one inside Admit or Stop). Must not call Admit or Stop.
+  // and dropped), with the member's index and the reason, on the thread
+  // that handled it (the leader's own, or one inside Admit or Stop), with
+  // the GroupLeader's ops lock held (and its admission lock when inside
+  // Admit). It must only record or hand off: it must not call Admit, Stop
+  // or AwaitDeathsHandled, nor wait for a thread that does.
   std::function<void(uint32_t member_index, const std::string& reason)>
       on_member_dead;
 };

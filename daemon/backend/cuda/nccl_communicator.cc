@@ -32,11 +32,12 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Connect(
     return absl::InvalidArgumentError(
         absl::StrCat("NCCL link side ", options.side, " (0 or 1)"));
   }
-  if (options.message_bytes < 64 ||
+  constexpr size_t kMaxMessageBytes = size_t{64} << 20;
+  if (options.message_bytes < 64 || options.message_bytes > kMaxMessageBytes ||
       options.receive_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "NCCL link: message of ", options.message_bytes,
-        " bytes (at least 64), receive timeout ",
+        " bytes (64 to 64 MiB), receive timeout ",
         absl::FormatDuration(options.receive_timeout), " (positive)"));
   }
   if (!raw::RawNcclCompiled()) {
@@ -79,6 +80,10 @@ absl::Status NcclCommunicator::FromRaw(int code, const char* what) const {
 
 absl::Status NcclCommunicator::Start(Receiver receiver,
                                      FailureHandler on_failure) {
+  if (!receiver || !on_failure) {
+    return absl::InvalidArgumentError(
+        "the NCCL link needs a receiver and a failure handler");
+  }
   MutexLock lock(&mu_);
   if (started_) {
     return absl::FailedPreconditionError("the NCCL link is started already");
@@ -166,13 +171,28 @@ void NcclCommunicator::ReceiveLoop() {
       if (!failure_.ok()) break;
       deliver = receiver_;
     }
+    bool failed = false;
     for (const std::string& frame : frames) {
       {
         MutexLock lock(&mu_);
         if (!failure_.ok()) break;
       }
-      deliver(frame);
+      // No exception leaves a Communicator (a receiver that throws, e.g.
+      // bad_alloc decoding a frame, fails the link instead).
+      try {
+        deliver(frame);
+      } catch (const std::exception& e) {
+        Fail(absl::InternalError(
+            absl::StrCat("the NCCL link's receiver threw: ", e.what())));
+        failed = true;
+        break;
+      } catch (...) {
+        Fail(absl::InternalError("the NCCL link's receiver threw"));
+        failed = true;
+        break;
+      }
     }
+    if (failed) break;
   }
   FailureHandler on_failure;
   absl::Status cause;
