@@ -46,7 +46,9 @@ HostTierRecorder::~HostTierRecorder() {
 }
 
 void HostTierRecorder::OnHostCommitted(HostCommit& commit) {
-  const int64_t pages = static_cast<int64_t>(commit.key_pages.size());
+  // Counted as the worker uncounts it (the record's page_owners).
+  const int64_t pages =
+      static_cast<int64_t>(commit.host->page_owners().size());
   {
     MutexLock lock(&mu_);
     if (queued_pages_ + pages > options_.max_queued_pages) {
@@ -119,6 +121,7 @@ void HostTierRecorder::EnqueueLocked(Event event) {
   const bool first = queue_.empty();
   if (first) first_queued_ = absl::Now();
   queue_.push_back(std::move(event));
+  ++enqueued_;
   // A busy worker takes this one with its next batch. A waiting one is woken
   // for a batch's first event (it then waits until max_delay after it) and
   // when the batch is full: two wake-ups a batch at most, not one an event.
@@ -143,8 +146,7 @@ void HostTierRecorder::Run() {
   while (true) {
     {
       MutexLock lock(&mu_);
-      busy_ = false;
-      if (queue_.empty()) idle_cv_.SignalAll();
+      idle_cv_.SignalAll();  // Flush waits for handled_ to pass its mark.
       worker_waiting_ = true;
       while (queue_.empty() && !stop_) work_cv_.Wait(&mu_);
       // A batch: until wake_batch events, max_delay after the first, a
@@ -157,8 +159,16 @@ void HostTierRecorder::Run() {
       }
       worker_waiting_ = false;
       if (queue_.empty()) return;  // Stopping, and everything handled.
-      batch.swap(queue_);  // Everything queued, in order.
-      busy_ = true;
+      // In order, at most kMaxBatch at a time, so that a Flush waits for
+      // the batch that holds its mark, not for a backlog that keeps growing.
+      if (queue_.size() <= kMaxBatch) {
+        batch.swap(queue_);
+      } else {
+        for (size_t i = 0; i < kMaxBatch; ++i) {
+          batch.push_back(std::move(queue_.front()));
+          queue_.pop_front();
+        }
+      }
     }
     for (Event& event : batch) {
       if (options_.before_event) options_.before_event();
@@ -168,6 +178,7 @@ void HostTierRecorder::Run() {
     batch.clear();
     MutexLock lock(&mu_);
     stats_.events += handled;
+    handled_ += handled;
   }
 }
 
@@ -292,9 +303,12 @@ void HostTierRecorder::Count(const absl::Status& status, bool put) {
 absl::Status HostTierRecorder::Flush(bool clean) {
   {
     MutexLock lock(&mu_);
+    // Waits for the events queued before this call only: a steady stream of
+    // later commits cannot starve it.
+    const int64_t mark = enqueued_;
     ++flush_wanted_;
     work_cv_.Signal();
-    while (!queue_.empty() || busy_) idle_cv_.Wait(&mu_);
+    while (handled_ < mark) idle_cv_.Wait(&mu_);
     --flush_wanted_;
   }
   return clean ? options_.journal->FlushClean() : options_.journal->Flush();

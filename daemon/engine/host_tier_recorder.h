@@ -106,7 +106,8 @@ class HostTierRecorder final : public HostTierListener {
   void OnHostSplit(uint64_t persist_id, int64_t at,
                    uint64_t head_persist_id) override ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Waits until every event reported so far has reached the journal, then
+  // Waits until every event reported before the call has reached the
+  // journal (later ones do not delay it), then
   // makes the journal durable (FlushClean when `clean`: the daemon stops on
   // purpose). The journal's status.
   absl::Status Flush(bool clean = false) ABSL_LOCKS_EXCLUDED(mu_);
@@ -122,6 +123,8 @@ class HostTierRecorder final : public HostTierListener {
     uint64_t other = 0;      // kSplit: the head; kReparent: the parent.
     int64_t at = 0;          // kSplit: the token it split at.
   };
+
+  static constexpr size_t kMaxBatch = 1024;  // Events the worker takes at once.
 
   void Enqueue(Event event) ABSL_LOCKS_EXCLUDED(mu_);
   void EnqueueLocked(Event event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -143,13 +146,14 @@ class HostTierRecorder final : public HostTierListener {
 
   mutable Mutex mu_;
   CondVar work_cv_;  // The worker: events queued or stop.
-  CondVar idle_cv_;  // Flush: the queue drained.
+  CondVar idle_cv_;  // Flush: the worker handled more events.
   std::deque<Event> queue_ ABSL_GUARDED_BY(mu_);
-  bool busy_ ABSL_GUARDED_BY(mu_) = false;  // The worker holds a batch.
   bool worker_waiting_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   int flush_wanted_ ABSL_GUARDED_BY(mu_) = 0;  // Flush calls waiting.
   int64_t queued_pages_ ABSL_GUARDED_BY(mu_) = 0;  // Of queued commits.
+  int64_t enqueued_ ABSL_GUARDED_BY(mu_) = 0;  // Events queued, ever.
+  int64_t handled_ ABSL_GUARDED_BY(mu_) = 0;   // Events handled, ever.
   absl::Time first_queued_ ABSL_GUARDED_BY(mu_);  // Of the queued batch.
   // Commits queued or being hashed, and those of them dropped meanwhile.
   absl::flat_hash_set<uint64_t> unrecorded_ ABSL_GUARDED_BY(mu_);

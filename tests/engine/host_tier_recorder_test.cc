@@ -9,6 +9,9 @@
 
 #include <algorithm>
 #include <future>
+#include <thread>
+#include <chrono>
+#include <atomic>
 #include <map>
 #include <random>
 #include <string>
@@ -281,6 +284,28 @@ TEST_F(RecorderTest, ABacklogPastItsBoundLeavesCommitsUnrecorded) {
   ASSERT_TRUE(recorder_->Flush().ok());
   EXPECT_TRUE(Load().puts.empty());
   EXPECT_EQ(recorder_->stats().journal_errors, 0);
+}
+
+// Flush waits for the events reported before it only: a steady stream of
+// later events (here drops of unknown ids, from another thread, with the
+// worker slowed down) cannot starve it. It once waited for an empty queue.
+TEST_F(RecorderTest, FlushIsNotStarvedByLaterEvents) {
+  StartRecorder([] { std::this_thread::sleep_for(std::chrono::microseconds(50)); });
+  std::atomic<bool> stop{false};
+  std::thread producer([&] {
+    for (uint64_t id = 1000000; !stop.load(); ++id) {
+      recorder_->OnHostDropped(id);
+      std::this_thread::sleep_for(std::chrono::microseconds(10));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto flushed = std::async(std::launch::async, [&] { return recorder_->Flush(); });
+  const bool done =
+      flushed.wait_for(std::chrono::seconds(40)) == std::future_status::ready;
+  stop.store(true);
+  producer.join();
+  ASSERT_TRUE(done) << "Flush starved by later events";
+  EXPECT_TRUE(flushed.get().ok());
 }
 
 // A detached record is reparented when its parent gets a host copy, and a
