@@ -27,6 +27,14 @@ std::string DescribeRpcError(const grpc::Status& status,
       !socket_path.empty() && ::stat(socket_path.c_str(), &st) != 0;
   switch (status.error_code()) {
     case grpc::StatusCode::UNAVAILABLE: {
+      // A CP group follower that answered but does not know its leader yet
+      // (daemon/service/leader_guard.cc words it so): not a missing daemon.
+      if (message.find("not the CP group leader") != std::string::npos) {
+        return absl::StrCat(code, ": ", message,
+                            " (this daemon is a CP group follower that does "
+                            "not know its leader yet; retry, or use --target "
+                            "with the leader's address)");
+      }
       if (!socket_path.empty()) {
         const bool exists = !socket_missing;
         // An existing socket nobody answers on: a stale file, or one this

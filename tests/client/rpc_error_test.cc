@@ -69,6 +69,20 @@ TEST(RpcErrorTest, UnavailableUnixSocketSaysWhetherItExists) {
           "or --target");
 }
 
+// A follower that answered but does not know its leader yet is not "no
+// daemon" (it was once reported so over a unix socket).
+TEST(RpcErrorTest, AFollowerWithoutALeaderYetIsNotAMissingDaemon) {
+  testing::TempDir dir;
+  const std::string message =
+      "MatchPrefix: not the CP group leader, and the leader is not known "
+      "yet; try again";
+  EXPECT_EQ(Describe(grpc::StatusCode::UNAVAILABLE, message, dir.path()),
+            "UNAVAILABLE: " + message +
+                " (this daemon is a CP group follower that does not know its "
+                "leader yet; retry, or use --target with the leader's "
+                "address)");
+}
+
 TEST(RpcErrorTest, AFollowerNamesItsLeader) {
   const grpc::Status refused(grpc::StatusCode::FAILED_PRECONDITION,
                              "not the CP group leader");
