@@ -14,24 +14,19 @@
 #include "absl/strings/string_view.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/support/status.h"
+#include "proto/leader_target.h"
 
 namespace hicache::client {
 
-// The trailer that names the leader.
-inline constexpr char kLeaderTrailer[] = "hicache-leader";
+// The redirect's wire contract (proto/leader_target.h): the trailer that
+// names the leader, the longest address accepted, and the rule a target
+// must pass to be followed (the daemon applies the same rule to what it
+// sends).
+using ::hicache::IsValidLeaderTarget;
+using ::hicache::kLeaderTrailer;
+using ::hicache::kMaxLeaderAddressBytes;
 // The absl::Status payload that carries it (the leader's target, as bytes).
 inline constexpr char kLeaderPayloadUrl[] = "type.hicache.dev/leader";
-// The longest leader target accepted.
-inline constexpr size_t kMaxLeaderAddressBytes = 255;
-
-// True for a target a client may be redirected to: at most
-// kMaxLeaderAddressBytes, "[dns:///]host:port", host a DNS name or IPv4
-// address ([A-Za-z0-9.-], not starting with '-' or '.') or a bracketed IPv6
-// literal, port 1..65535. Nothing else (no unix sockets, other schemes,
-// paths, user info or control bytes): a hostile or broken daemon must not
-// send a client anywhere else. The daemon applies the same rule
-// (daemon/service/leader_guard.h).
-bool IsValidLeaderTarget(absl::string_view target);
 
 // The absl::Status of a finished call (OK for OK): the gRPC code, the
 // message prefixed with `what`, and, when the call was refused as

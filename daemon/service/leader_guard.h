@@ -4,24 +4,17 @@
 #include "absl/strings/string_view.h"
 
 #include "daemon/group/leader_view.h"
+#include "proto/leader_target.h"
 #include "grpcpp/server_context.h"
 #include "grpcpp/support/status.h"
 
 namespace hicache::service {
 
-// The gRPC trailing metadata key that carries the leader's address.
-inline constexpr char kLeaderTrailer[] = "hicache-leader";
-// The longest leader address the daemon sends and clients accept.
-inline constexpr size_t kMaxLeaderAddressBytes = 255;
-
-// True for a gRPC target a client may be redirected to: at most
-// kMaxLeaderAddressBytes, "[dns:///]host:port" where host is a DNS name or
-// IPv4 address ([A-Za-z0-9.-], not starting with '-' or '.') or a bracketed
-// IPv6 literal ("[::1]"), and port is 1..65535. Nothing else: no unix
-// sockets, schemes, user info, paths or control bytes. The clients apply
-// the same rule to what they receive (client/cpp/leader_redirect.h,
-// hicache.client.valid_leader_target).
-bool IsValidLeaderTarget(absl::string_view target);
+// The redirect's wire contract (proto/leader_target.h), under the names
+// the service uses.
+using ::hicache::IsValidLeaderTarget;
+using ::hicache::kLeaderTrailer;
+using ::hicache::kMaxLeaderAddressBytes;
 
 // The check of the tree RPCs (rpc_scope.h: kTree, and kByRole calls made as
 // a scheduler). With no LeaderView (a standalone daemon) or on the leader

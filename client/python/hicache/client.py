@@ -122,7 +122,7 @@ def valid_leader_target(target) -> bool:
     IPv6 literal, port 1..65535. Nothing else (no unix sockets, other
     schemes, paths, user info or control bytes): a hostile or broken daemon
     must not send the client anywhere else. The daemon and the C++ client
-    apply the same rule."""
+    apply the same rule (proto/leader_target.h)."""
     if not isinstance(target, str) or not target:
         return False
     if len(target.encode("utf-8", "surrogatepass")) > MAX_LEADER_TARGET_BYTES:
