@@ -326,6 +326,14 @@ void HotRestartTest::WaitJournal(int64_t puts) {
          << Stats().persistence().DebugString();
 }
 
+void HotRestartTest::Inspect(uint64_t node, v1::NodeInfo* info) {
+  grpc::ClientContext ctx;
+  v1::InspectNodeRequest request;
+  request.set_node(node);
+  const grpc::Status status = stub_->InspectNode(&ctx, request, info);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+}
+
 int64_t HotRestartTest::HostHit(const std::vector<int32_t>& tokens) {
   client::MatchOptions options;
   options.peek = true;

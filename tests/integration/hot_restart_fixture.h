@@ -102,6 +102,9 @@ class HotRestartTest : public ::testing::Test {
   // == file size, 3 reads 30 ms apart: the writer batches every 10 ms).
   void WaitJournal(int64_t puts);
 
+  // InspectNode of `node` into *info (fails the test if the call fails).
+  void Inspect(uint64_t node, v1::NodeInfo* info);
+
   // Host hit of `tokens` (peek: no hit counted, nothing locked). After a
   // restart the device tier is empty, so it is the whole hit.
   int64_t HostHit(const std::vector<int32_t>& tokens);

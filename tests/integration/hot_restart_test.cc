@@ -182,12 +182,7 @@ TEST_F(HotRestartTest, CorruptedHostPageDropsItsNodeAndSubtreeOnly) {
   ASSERT_NO_FATAL_FAILURE(WaitJournal(3));
   // A's host pages, rank by rank.
   v1::NodeInfo info;
-  {
-    grpc::ClientContext ctx;
-    v1::InspectNodeRequest request;
-    request.set_node(node_a);
-    ASSERT_TRUE(stub_->InspectNode(&ctx, request, &info).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(Inspect(node_a, &info));
   ASSERT_EQ(info.host_pages_by_rank_size(), static_cast<int>(cp))
       << info.DebugString();
   uint32_t rank = 0;
@@ -371,12 +366,7 @@ TEST_F(HotRestartTest, CorruptedChildPageKeepsItsParent) {
   ASSERT_NE(child, 0u);
   ASSERT_NO_FATAL_FAILURE(WaitJournal(2));
   v1::NodeInfo info;
-  {
-    grpc::ClientContext ctx;
-    v1::InspectNodeRequest request;
-    request.set_node(child);
-    ASSERT_TRUE(stub_->InspectNode(&ctx, request, &info).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(Inspect(child, &info));
   ASSERT_EQ(info.host_pages_by_rank_size(), static_cast<int>(cp));
   // The child's last page, on the rank that holds it.
   uint32_t rank = cp - 1;
@@ -422,12 +412,7 @@ TEST_F(HotRestartTest, CorruptedKeySlotDropsItsNode) {
   ASSERT_NE(Request(c), 0u);
   ASSERT_NO_FATAL_FAILURE(WaitJournal(3));
   v1::NodeInfo info;
-  {
-    grpc::ClientContext ctx;
-    v1::InspectNodeRequest request;
-    request.set_node(node_a);
-    ASSERT_TRUE(stub_->InspectNode(&ctx, request, &info).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(Inspect(node_a, &info));
   // A's first page is on the rank its first owner names.
   ASSERT_GT(info.page_owners_size(), 0) << info.DebugString();
   const uint32_t rank = info.page_owners(0);
