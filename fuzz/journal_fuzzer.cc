@@ -216,19 +216,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Every restored page verifies, KV bytes and key: nothing unverified is
   // ever matchable.
   for (const PutRecord& put : recovered->survivors) {
-    std::vector<size_t> next(kRanks, 0);
-    for (size_t i = 0; i < put.page_owners.size(); ++i) {
-      const uint32_t r = put.page_owners[i];
-      const size_t k = next[r]++;
-      const size_t count = static_cast<size_t>(std::min<int64_t>(
-          kPage, put.logical_len - static_cast<int64_t>(i) * kPage));
-      absl::StatusOr<absl::Span<const int32_t>> tokens =
-          keys->Read(r, put.host_pages[r][k], count);
-      Check(tokens.ok(), "a restored page has no key slot");
-      Check(hicache::PageRecordChecksum(w.Checksum(r, put.host_pages[r][k]),
-                                        *tokens) == put.checksums[r][k],
-            "a restored page does not verify");
-    }
+    const bool shaped = hicache::persist::ForEachPage(
+        put, kPage, [&](const hicache::persist::PutPage& page) {
+          const int64_t host_page = put.host_pages[page.rank][page.index];
+          absl::StatusOr<absl::Span<const int32_t>> tokens =
+              keys->Read(page.rank, host_page, page.tokens);
+          Check(tokens.ok(), "a restored page has no key slot");
+          Check(hicache::PageRecordChecksum(w.Checksum(page.rank, host_page),
+                                            *tokens) ==
+                    put.checksums[page.rank][page.index],
+                "a restored page does not verify");
+        });
+    Check(shaped, "a restored record is misshapen");
   }
   return 0;
 }

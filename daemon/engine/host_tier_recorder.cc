@@ -212,40 +212,31 @@ bool HostTierRecorder::StoreKey(
     absl::Span<const absl::Span<const int32_t>> key_pages,
     const persist::PutRecord& put) const {
   if (key_pages.size() != put.page_owners.size()) return false;
-  std::vector<size_t> next(put.host_pages.size(), 0);  // Per rank.
-  for (size_t i = 0; i < key_pages.size(); ++i) {
-    const uint32_t owner = put.page_owners[i];
-    if (owner >= next.size() || next[owner] >= put.host_pages[owner].size()) {
-      return false;
-    }
-    if (!options_.keys
-             ->Write(owner, put.host_pages[owner][next[owner]++], key_pages[i])
-             .ok()) {
-      return false;
-    }
-  }
-  return true;
+  bool written = true;
+  const bool shaped = persist::ForEachPage(
+      put, options_.geometry.page_size(), [&](const persist::PutPage& page) {
+        written = written &&
+                  options_.keys
+                      ->Write(page.rank, put.host_pages[page.rank][page.index],
+                              key_pages[page.position])
+                      .ok();
+      });
+  return shaped && written;
 }
 
 bool HostTierRecorder::MixKeyChecksums(persist::PutRecord* put) const {
-  const int64_t page_size = options_.geometry.page_size();
-  std::vector<size_t> next(put->host_pages.size(), 0);  // Per rank.
-  for (size_t i = 0; i < put->page_owners.size(); ++i) {
-    const uint32_t owner = put->page_owners[i];
-    const size_t k = next[owner]++;
-    const size_t count = static_cast<size_t>(std::min<int64_t>(
-        page_size, put->logical_len - static_cast<int64_t>(i) * page_size));
-    HICACHE_RACY_READS_BEGIN();
-    absl::StatusOr<absl::Span<const int32_t>> tokens =
-        options_.keys->Read(owner, put->host_pages[owner][k], count);
-    if (tokens.ok()) {
-      put->checksums[owner][k] =
-          PageRecordChecksum(put->checksums[owner][k], *tokens);
-    }
-    HICACHE_RACY_READS_END();
-    if (!tokens.ok()) return false;
-  }
-  return true;
+  bool read = true;
+  const bool shaped = persist::ForEachPage(
+      *put, options_.geometry.page_size(), [&](const persist::PutPage& page) {
+        uint64_t& checksum = put->checksums[page.rank][page.index];
+        HICACHE_RACY_READS_BEGIN();
+        absl::StatusOr<absl::Span<const int32_t>> tokens = options_.keys->Read(
+            page.rank, put->host_pages[page.rank][page.index], page.tokens);
+        if (tokens.ok()) checksum = PageRecordChecksum(checksum, *tokens);
+        HICACHE_RACY_READS_END();
+        read = read && tokens.ok();
+      });
+  return shaped && read;
 }
 
 void HostTierRecorder::Handle(Event& event) {

@@ -35,29 +35,28 @@ absl::StatusOr<HostTierRecovery> RecoverHostTier(
   // back from its slot), so the KV checksum expected is unmixed with the
   // slot's tokens: a slot holding another key expects other bytes.
   const absl::Time verify_start = absl::Now();
-  const int64_t page_size = journal.geometry.page_size;
+  const uint32_t page_size = journal.geometry.page_size;
   std::vector<bool> bad(journal.puts.size(), false);
   std::vector<std::vector<int64_t>> pages(ranks);
   std::vector<std::vector<uint64_t>> expected(ranks);
   std::vector<std::vector<size_t>> owner(ranks);  // Record of each page.
   for (size_t i = 0; i < journal.puts.size(); ++i) {
     const persist::PutRecord& put = journal.puts[i];
-    std::vector<size_t> next(ranks, 0);
-    for (size_t p = 0; p < put.page_owners.size(); ++p) {
-      const uint32_t r = put.page_owners[p];
-      const size_t k = next[r]++;
-      const size_t count = static_cast<size_t>(
-          std::min<int64_t>(page_size, put.logical_len - p * page_size));
-      absl::StatusOr<absl::Span<const int32_t>> tokens =
-          targets.keys->Read(r, put.host_pages[r][k], count);
-      if (!tokens.ok()) {
-        bad[i] = true;
-        continue;
-      }
-      pages[r].push_back(put.host_pages[r][k]);
-      expected[r].push_back(KvChecksumFor(put.checksums[r][k], *tokens));
-      owner[r].push_back(i);
-    }
+    // The loader validated every record: ForEachPage sees no bad shape.
+    (void)persist::ForEachPage(
+        put, page_size, [&](const persist::PutPage& page) {
+          const int64_t host_page = put.host_pages[page.rank][page.index];
+          absl::StatusOr<absl::Span<const int32_t>> tokens =
+              targets.keys->Read(page.rank, host_page, page.tokens);
+          if (!tokens.ok()) {
+            bad[i] = true;
+            return;
+          }
+          pages[page.rank].push_back(host_page);
+          expected[page.rank].push_back(
+              KvChecksumFor(put.checksums[page.rank][page.index], *tokens));
+          owner[page.rank].push_back(i);
+        });
   }
   for (size_t r = 0; r < ranks; ++r) {
     if (pages[r].empty()) continue;
@@ -113,18 +112,17 @@ absl::StatusOr<HostTierRecovery> RecoverHostTier(
     // The key, from the pages' slots (verified above with the KV bytes).
     std::vector<int32_t> key;
     key.reserve(put.logical_len);
-    {
-      std::vector<size_t> next(ranks, 0);
-      for (size_t p = 0; p < put.page_owners.size(); ++p) {
-        const uint32_t r = put.page_owners[p];
-        const size_t count = static_cast<size_t>(
-            std::min<int64_t>(page_size, put.logical_len - p * page_size));
-        // Read in step 1 already: it cannot fail now.
-        absl::StatusOr<absl::Span<const int32_t>> tokens =
-            targets.keys->Read(r, put.host_pages[r][next[r]++], count);
-        if (tokens.ok()) key.insert(key.end(), tokens->begin(), tokens->end());
-      }
-    }
+    (void)persist::ForEachPage(
+        put, page_size, [&](const persist::PutPage& page) {
+          // Read in step 1 already: it cannot fail now.
+          absl::StatusOr<absl::Span<const int32_t>> tokens =
+              targets.keys->Read(page.rank,
+                                 put.host_pages[page.rank][page.index],
+                                 page.tokens);
+          if (tokens.ok()) {
+            key.insert(key.end(), tokens->begin(), tokens->end());
+          }
+        });
     std::vector<Rank> owners(put.page_owners.begin(), put.page_owners.end());
     absl::StatusOr<CpHostMeta> meta = CpHostMeta::Create(
         put.logical_len, journal.geometry.page_size, journal.geometry.cp_size,

@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <limits>
@@ -373,6 +374,25 @@ absl::StatusOr<uint64_t> DecodeDropPayload(absl::string_view p) {
   if (c.remaining() != 0) return Corrupt("Drop has trailing bytes");
   if (id == 0) return Corrupt("Drop of persist_id 0");
   return id;
+}
+
+bool ForEachPage(const PutRecord& put, uint32_t page_size,
+                 absl::FunctionRef<void(const PutPage&)> fn) {
+  std::vector<size_t> next(put.host_pages.size(), 0);  // Per rank.
+  for (size_t i = 0; i < put.page_owners.size(); ++i) {
+    const uint32_t rank = put.page_owners[i];
+    if (rank >= next.size() || next[rank] >= put.host_pages[rank].size()) {
+      return false;
+    }
+    const int64_t left =
+        put.logical_len - static_cast<int64_t>(i) * int64_t{page_size};
+    fn(PutPage{.position = i,
+               .rank = rank,
+               .index = next[rank]++,
+               .tokens = static_cast<size_t>(std::clamp<int64_t>(
+                   left, 0, int64_t{page_size}))});
+  }
+  return true;
 }
 
 absl::Status ValidatePut(const PutRecord& put, const JournalGeometry& g) {

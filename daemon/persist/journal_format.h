@@ -33,6 +33,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
 
 namespace hicache::persist {
@@ -127,6 +128,22 @@ absl::Status PeekPutIds(absl::string_view p, uint64_t* persist_id,
 // page_size > 0, 0 < cp_size <= kMaxCpSize, host_pages_per_rank >= 0:
 // INVALID_ARGUMENT naming the field otherwise.
 absl::Status ValidateGeometry(const JournalGeometry& geometry);
+
+// One page of a Put, in the node's position order: `position` in the node,
+// its owner `rank`, its `index` in that rank's lists (host_pages[rank] and
+// checksums[rank]: a rank's pages are listed in position order) and how
+// many of the node's tokens it holds (page_size, or fewer for the last).
+struct PutPage {
+  size_t position = 0;
+  uint32_t rank = 0;
+  size_t index = 0;
+  size_t tokens = 0;
+};
+// Calls `fn` for each page of `put` in position order. False (after the
+// pages before it) at an owner without a page list or past its list's end:
+// a record that fails ValidatePut; true otherwise.
+bool ForEachPage(const PutRecord& put, uint32_t page_size,
+                 absl::FunctionRef<void(const PutPage&)> fn);
 
 // Checks a decoded Put against the geometry (which must pass
 // ValidateGeometry, else DATA_LOSS): persist_id != 0 and != parent,

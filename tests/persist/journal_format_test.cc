@@ -46,6 +46,35 @@ TEST(JournalFormatTest, FileHeaderRoundTripAndRejections) {
   }
 }
 
+// ForEachPage walks a Put in position order: each page's owner, its index
+// in the owner's lists, and the tokens it holds (the last page fewer).
+TEST(JournalFormatTest, ForEachPageWalksPositionsInOrder) {
+  PutRecord put;
+  put.persist_id = 1;
+  put.logical_len = 10;  // Pages of 4: 4, 4, 2 tokens.
+  put.page_owners = {1, 0, 1};
+  put.host_pages = {{70}, {80, 81}};
+  put.checksums = {{7}, {8, 9}};
+  std::vector<std::vector<size_t>> seen;
+  EXPECT_TRUE(ForEachPage(put, 4, [&](const PutPage& page) {
+    seen.push_back({page.position, page.rank, page.index, page.tokens});
+  }));
+  EXPECT_EQ(seen, (std::vector<std::vector<size_t>>{
+                      {0, 1, 0, 4}, {1, 0, 0, 4}, {2, 1, 1, 2}}));
+  // Misshapen (as ValidatePut would say): an owner without a list, or past
+  // its list's end, stops the walk with false.
+  PutRecord foreign = put;
+  foreign.page_owners = {1, 2, 1};
+  int calls = 0;
+  EXPECT_FALSE(ForEachPage(foreign, 4, [&](const PutPage&) { ++calls; }));
+  EXPECT_EQ(calls, 1);
+  PutRecord short_list = put;
+  short_list.host_pages[1].pop_back();
+  calls = 0;
+  EXPECT_FALSE(ForEachPage(short_list, 4, [&](const PutPage&) { ++calls; }));
+  EXPECT_EQ(calls, 2);
+}
+
 TEST(JournalFormatTest, GeometryRoundTrip) {
   JournalGeometry g = TestGeometry(4);
   g.instance = std::string("bytes\0\xff not utf8", 16);
