@@ -1,5 +1,6 @@
 #include "daemon/service/hicache_service.h"
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -30,25 +31,54 @@ DaemonInfo TestInfo(absl::Time start) {
                     .pid = 4242};
 }
 
-TEST(HiCacheServiceTest, GetStatsReportsIdentityGeometryAndUptime) {
-  FakeClock clock(absl::FromUnixSeconds(1'700'000'000));
-  auto engine = HiCacheEngine::Create({.device_pages_per_rank = 8,
-                                       .host_pages_per_rank = 8});
-  ASSERT_TRUE(engine.ok()) << engine.status();
-  SessionManager sessions(engine->get(), &clock, absl::Minutes(1));
-  EventHub hub;
-  WatchBroadcaster watch;
-  HiCacheService service(TestInfo(clock.Now()), &clock,
-                         ServiceParts{.engine = engine->get(),
-                                      .sessions = &sessions,
-                                      .hub = &hub,
-                                      .watch = &watch});
-  clock.Advance(absl::Seconds(90) + absl::Milliseconds(500));
+class FixedLeaderView final : public LeaderView {
+ public:
+  bool IsLeader() const override { return false; }
+  std::string LeaderAddress() const override { return "10.0.0.1:7070"; }
+};
 
-  grpc::ServerContext context;
-  v1::GetStatsRequest request;
+// A service over a small real engine, with the group parts given.
+class HiCacheServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto engine = HiCacheEngine::Create({.device_pages_per_rank = 8,
+                                         .host_pages_per_rank = 8});
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = *std::move(engine);
+    sessions_ = std::make_unique<SessionManager>(engine_.get(), &clock_,
+                                                 absl::Minutes(1));
+  }
+  std::unique_ptr<HiCacheService> MakeService(
+      const LeaderView* view = nullptr,
+      std::function<std::optional<group::GroupStatus>()> source = {}) {
+    return std::make_unique<HiCacheService>(
+        TestInfo(clock_.Now()), &clock_,
+        ServiceParts{.engine = engine_.get(),
+                     .sessions = sessions_.get(),
+                     .hub = &hub_,
+                     .watch = &watch_,
+                     .group = view,
+                     .group_status = std::move(source)});
+  }
+  // GetStats through the handler (fails the test if it fails).
+  void GetStats(HiCacheService& service, v1::GetStatsResponse* response) {
+    grpc::ServerContext context;
+    v1::GetStatsRequest request;
+    ASSERT_TRUE(service.GetStats(&context, &request, response).ok());
+  }
+
+  FakeClock clock_{absl::FromUnixSeconds(1'700'000'000)};
+  std::unique_ptr<HiCacheEngine> engine_;
+  std::unique_ptr<SessionManager> sessions_;
+  EventHub hub_;
+  WatchBroadcaster watch_;
+};
+
+TEST_F(HiCacheServiceTest, GetStatsReportsIdentityGeometryAndUptime) {
+  std::unique_ptr<HiCacheService> service = MakeService();
+  clock_.Advance(absl::Seconds(90) + absl::Milliseconds(500));
   v1::GetStatsResponse response;
-  ASSERT_TRUE(service.GetStats(&context, &request, &response).ok());
+  ASSERT_NO_FATAL_FAILURE(GetStats(*service, &response));
 
   EXPECT_EQ(response.build().version(), "9.9.9");
   EXPECT_EQ(response.backend(), v1::BACKEND_CPU);
@@ -63,20 +93,7 @@ TEST(HiCacheServiceTest, GetStatsReportsIdentityGeometryAndUptime) {
   EXPECT_FALSE(response.has_cp_group());
 }
 
-class FixedLeaderView final : public LeaderView {
- public:
-  bool IsLeader() const override { return false; }
-  std::string LeaderAddress() const override { return "10.0.0.1:7070"; }
-};
-
-TEST(HiCacheServiceTest, GetStatsReportsTheCpGroup) {
-  FakeClock clock(absl::FromUnixSeconds(1'700'000'000));
-  auto engine = HiCacheEngine::Create({.device_pages_per_rank = 8,
-                                       .host_pages_per_rank = 8});
-  ASSERT_TRUE(engine.ok()) << engine.status();
-  SessionManager sessions(engine->get(), &clock, absl::Minutes(1));
-  EventHub hub;
-  WatchBroadcaster watch;
+TEST_F(HiCacheServiceTest, GetStatsReportsTheCpGroup) {
   FixedLeaderView view;
   int calls = 0;
   auto source = [&calls]() -> std::optional<group::GroupStatus> {
@@ -90,17 +107,9 @@ TEST(HiCacheServiceTest, GetStatsReportsTheCpGroup) {
         {.index = 0, .name = "leader-node", .ranks = {0}, .epoch = 4});
     return status;
   };
-  HiCacheService service(TestInfo(clock.Now()), &clock,
-                         ServiceParts{.engine = engine->get(),
-                                      .sessions = &sessions,
-                                      .hub = &hub,
-                                      .watch = &watch,
-                                      .group = &view,
-                                      .group_status = source});
-  grpc::ServerContext context;
-  v1::GetStatsRequest request;
+  std::unique_ptr<HiCacheService> service = MakeService(&view, source);
   v1::GetStatsResponse response;
-  ASSERT_TRUE(service.GetStats(&context, &request, &response).ok());
+  ASSERT_NO_FATAL_FAILURE(GetStats(*service, &response));
   EXPECT_EQ(calls, 1);  // A fresh snapshot per call.
   ASSERT_TRUE(response.has_cp_group());
   EXPECT_EQ(response.cp_group().name(), "g1");
@@ -113,27 +122,12 @@ TEST(HiCacheServiceTest, GetStatsReportsTheCpGroup) {
   EXPECT_EQ(response.cp_group().members(0).health(), "live");
 }
 
-TEST(HiCacheServiceTest, GetStatsWithASourceThatHasNoGroup) {
-  FakeClock clock(absl::FromUnixSeconds(1'700'000'000));
-  auto engine = HiCacheEngine::Create({.device_pages_per_rank = 8,
-                                       .host_pages_per_rank = 8});
-  ASSERT_TRUE(engine.ok()) << engine.status();
-  SessionManager sessions(engine->get(), &clock, absl::Minutes(1));
-  EventHub hub;
-  WatchBroadcaster watch;
-  HiCacheService service(
-      TestInfo(clock.Now()), &clock,
-      ServiceParts{.engine = engine->get(),
-                   .sessions = &sessions,
-                   .hub = &hub,
-                   .watch = &watch,
-                   .group_status = []() -> std::optional<group::GroupStatus> {
-                     return std::nullopt;
-                   }});
-  grpc::ServerContext context;
-  v1::GetStatsRequest request;
+TEST_F(HiCacheServiceTest, GetStatsWithASourceThatHasNoGroup) {
+  std::unique_ptr<HiCacheService> service = MakeService(
+      nullptr,
+      []() -> std::optional<group::GroupStatus> { return std::nullopt; });
   v1::GetStatsResponse response;
-  ASSERT_TRUE(service.GetStats(&context, &request, &response).ok());
+  ASSERT_NO_FATAL_FAILURE(GetStats(*service, &response));
   EXPECT_FALSE(response.has_cp_group());
 }
 
