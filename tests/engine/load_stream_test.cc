@@ -146,6 +146,19 @@ class LoadStreamTest : public ::testing::Test {
 
   static absl::Time Soon() { return absl::Now() + absl::Seconds(30); }
 
+  // Starts a load of `tokens` on `stream` and waits until its copies are
+  // done (its done not read yet): *op_id is the load's op.
+  void StartFinishedLoad(LoadStream* stream, const std::vector<int32_t>& tokens,
+                         uint64_t* op_id) {
+    auto load = stream->Start(0, tokens, {});
+    ASSERT_TRUE(load.ok()) << load.status();
+    ASSERT_NE(load->op_id, 0u);
+    engine_->WaitForTransfers();
+    absl::StatusOr<bool> done = engine_->LoadDone(load->op_id);
+    ASSERT_TRUE(done.ok() && *done);
+    *op_id = load->op_id;
+  }
+
   void ExpectNothingHeld() {
     engine_->WaitForTransfers();
     EXPECT_EQ(engine_->AllRequestPages(), 0);
@@ -318,12 +331,8 @@ TEST_F(LoadStreamTest, DestructionAfterAnUnreadDoneReleasesTheLoadsLock) {
   const std::vector<int32_t> tokens = Seq(0, kTokens);
   const NodeId node = CacheOnHostOnly(tokens);
   std::unique_ptr<LoadStream> stream = OpenStream();
-  auto load = stream->Start(0, tokens, {});
-  ASSERT_TRUE(load.ok()) << load.status();
-  ASSERT_NE(load->op_id, 0u);
-  engine_->WaitForTransfers();
-  absl::StatusOr<bool> done = engine_->LoadDone(load->op_id);
-  ASSERT_TRUE(done.ok() && *done);
+  uint64_t op_id = 0;
+  ASSERT_NO_FATAL_FAILURE(StartFinishedLoad(stream.get(), tokens, &op_id));
   auto info = engine_->Inspect(node);
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->lock_ref, 1);  // The load's own lock.
@@ -346,13 +355,9 @@ TEST_F(LoadStreamTest, FinishLoadBeforeTheDoneIsReadHandsNothingOver) {
   const std::vector<int32_t> tokens = Seq(0, kTokens);
   const NodeId node = CacheOnHostOnly(tokens);
   std::unique_ptr<LoadStream> stream = OpenStream();
-  auto load = stream->Start(0, tokens, {});
-  ASSERT_TRUE(load.ok()) << load.status();
-  ASSERT_NE(load->op_id, 0u);
-  engine_->WaitForTransfers();
-  absl::StatusOr<bool> finished = engine_->LoadDone(load->op_id);
-  ASSERT_TRUE(finished.ok() && *finished);
-  ASSERT_TRUE(sessions_->FinishLoad(id_, load->op_id).ok());
+  uint64_t op_id = 0;
+  ASSERT_NO_FATAL_FAILURE(StartFinishedLoad(stream.get(), tokens, &op_id));
+  ASSERT_TRUE(sessions_->FinishLoad(id_, op_id).ok());
   std::optional<LoadStream::Event> done;
   while (std::optional<LoadStream::Event> event = stream->Next(Soon())) {
     if (event->kind == LoadStream::Event::Kind::kDone) {
