@@ -78,6 +78,10 @@ absl::Status FollowerExecutor::OnFrame(Frame frame) {
     case FrameKind::kHello:
     case FrameKind::kHeartbeat:
     case FrameKind::kBye:
+    // Worker events and acks (kinds 6-8): the control handler's.
+    case FrameKind::kWorkerEvents:
+    case FrameKind::kLayerStored:
+    case FrameKind::kLayerStoredAck:
       return on_control_ ? on_control_(frame) : absl::OkStatus();
   }
   return absl::InvalidArgumentError("unknown frame kind");

@@ -14,6 +14,10 @@ constexpr size_t kMinTaskBytes = kTaskFixedBytes;
 constexpr size_t kMinRankCopyBytes = 4 + 8 + 4 + 4;
 constexpr size_t kMinStepDoneBytes = 8 + 1 + 4 + 4 + 1 + 4 + 8 + 4;
 constexpr uint8_t kMaxStatusCode = 16;  // absl::StatusCode::kUnauthenticated.
+// Kinds 6-8: the smallest event (empty fence and namespace) and op id.
+constexpr size_t kMinWorkerEventBytes = 8 + 1 + 4 + 4 + 1 + 4 + 4;
+constexpr size_t kOpIdBytes = 8;
+constexpr uint8_t kMaxWorkerEventKind = 4;  // WorkerEventKind::kLoadDone.
 
 // ---- Encoding --------------------------------------------------------------
 
@@ -129,6 +133,33 @@ struct BodyEncoder {
     for (const StepDone& done : b.dones) EncodeStepDone(w, done);
   }
   void operator()(const Bye& b) const { w.Str(b.reason); }
+  // Kinds 6-8.
+  void operator()(const WorkerEventBatch& b) const {
+    w.U32(static_cast<uint32_t>(b.events.size()));
+    for (const WorkerEventRecord& e : b.events) {
+      w.U64(e.op);
+      w.U8(static_cast<uint8_t>(e.kind));
+      w.U32(e.rank);
+      w.U32(e.step);
+      w.U8(e.ok ? 1 : 0);
+      w.Str(e.fence);
+      w.Str(e.ns);
+    }
+  }
+  void operator()(const LayerStoredRequest& r) const {
+    w.U64(r.request_id);
+    w.Str(r.ns);
+    w.U32(r.rank);
+    w.U32(r.step);
+    w.U32(static_cast<uint32_t>(r.ops.size()));
+    for (uint64_t op : r.ops) w.U64(op);
+  }
+  void operator()(const LayerStoredAck& a) const {
+    w.U64(a.request_id);
+    const uint8_t code = WireCode(a.status);
+    w.U8(code);
+    w.Str(code == 0 ? absl::string_view() : a.status.message());
+  }
 };
 
 // ---- Decoding --------------------------------------------------------------
@@ -294,6 +325,74 @@ absl::Status DecodeStepDone(Reader& r, StepDone* done) {
   return absl::OkStatus();
 }
 
+// ---- Kinds 6-8 (worker events and acks) ----
+
+absl::Status DecodeWorkerEvent(Reader& r, WorkerEventRecord* e) {
+  uint8_t kind = 0;
+  uint8_t ok = 0;
+  WIRE_RETURN_IF_ERROR(r.U64("worker_event op", &e->op));
+  WIRE_RETURN_IF_ERROR(r.U8("worker_event kind", &kind));
+  if (kind > kMaxWorkerEventKind) {
+    return r.Bad(absl::StrCat("worker_event kind ", kind, " is not 0..",
+                              kMaxWorkerEventKind));
+  }
+  e->kind = static_cast<WorkerEventKind>(kind);
+  WIRE_RETURN_IF_ERROR(r.U32("worker_event rank", &e->rank));
+  WIRE_RETURN_IF_ERROR(r.U32("worker_event step", &e->step));
+  WIRE_RETURN_IF_ERROR(r.U8("worker_event ok", &ok));
+  if (ok > 1) return r.Bad(absl::StrCat("worker_event ok ", ok, " is not 0 or 1"));
+  e->ok = ok == 1;
+  WIRE_RETURN_IF_ERROR(r.Str("worker_event fence", &e->fence));
+  WIRE_RETURN_IF_ERROR(r.Str("worker_event namespace", &e->ns));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<FrameBody> DecodeWorkerEventsBody(Reader& r) {
+  WorkerEventBatch batch;
+  uint32_t n = 0;
+  WIRE_RETURN_IF_ERROR(r.Count("worker_event count", kMinWorkerEventBytes, &n));
+  batch.events.resize(n);
+  for (WorkerEventRecord& e : batch.events) {
+    WIRE_RETURN_IF_ERROR(DecodeWorkerEvent(r, &e));
+  }
+  return FrameBody(std::move(batch));
+}
+
+absl::StatusOr<FrameBody> DecodeLayerStoredBody(Reader& r) {
+  LayerStoredRequest req;
+  uint32_t n = 0;
+  WIRE_RETURN_IF_ERROR(r.U64("layer_stored request_id", &req.request_id));
+  WIRE_RETURN_IF_ERROR(r.Str("layer_stored namespace", &req.ns));
+  WIRE_RETURN_IF_ERROR(r.U32("layer_stored rank", &req.rank));
+  WIRE_RETURN_IF_ERROR(r.U32("layer_stored step", &req.step));
+  WIRE_RETURN_IF_ERROR(r.Count("layer_stored op count", kOpIdBytes, &n));
+  req.ops.resize(n);
+  for (uint64_t& op : req.ops) {
+    WIRE_RETURN_IF_ERROR(r.U64("layer_stored op", &op));
+  }
+  return FrameBody(std::move(req));
+}
+
+absl::StatusOr<FrameBody> DecodeLayerStoredAckBody(Reader& r) {
+  LayerStoredAck ack;
+  uint8_t code = 0;
+  std::string message;
+  WIRE_RETURN_IF_ERROR(r.U64("layer_stored_ack request_id", &ack.request_id));
+  WIRE_RETURN_IF_ERROR(r.U8("layer_stored_ack status code", &code));
+  if (code > kMaxStatusCode) {
+    return r.Bad(absl::StrCat("layer_stored_ack status code ", code,
+                              " is not an absl::StatusCode"));
+  }
+  WIRE_RETURN_IF_ERROR(r.Str("layer_stored_ack status message", &message));
+  if (code == 0 && !message.empty()) {
+    return r.Bad("layer_stored_ack: an OK status carries a message");
+  }
+  ack.status = absl::Status(static_cast<absl::StatusCode>(code), message);
+  return FrameBody(std::move(ack));
+}
+
+// ---- End of kinds 6-8 ----
+
 absl::StatusOr<FrameBody> DecodeBody(FrameKind kind, Reader& r) {
   switch (kind) {
     case FrameKind::kHello:
@@ -332,6 +431,12 @@ absl::StatusOr<FrameBody> DecodeBody(FrameKind kind, Reader& r) {
       WIRE_RETURN_IF_ERROR(r.Str("bye reason", &bye.reason));
       return FrameBody(std::move(bye));
     }
+    case FrameKind::kWorkerEvents:
+      return DecodeWorkerEventsBody(r);
+    case FrameKind::kLayerStored:
+      return DecodeLayerStoredBody(r);
+    case FrameKind::kLayerStoredAck:
+      return DecodeLayerStoredAckBody(r);
   }
   return absl::DataLossError("unknown group frame kind");
 }
@@ -359,6 +464,12 @@ std::string FrameKindName(uint8_t kind) {
       return "step_dones";
     case static_cast<uint8_t>(FrameKind::kBye):
       return "bye";
+    case static_cast<uint8_t>(FrameKind::kWorkerEvents):
+      return "worker_events";
+    case static_cast<uint8_t>(FrameKind::kLayerStored):
+      return "layer_stored";
+    case static_cast<uint8_t>(FrameKind::kLayerStoredAck):
+      return "layer_stored_ack";
     default:
       return absl::StrCat("kind ", kind);
   }
@@ -393,7 +504,7 @@ absl::StatusOr<FrameHeader> DecodeFrameHeader(absl::string_view frame) {
   }
   const uint8_t kind = static_cast<uint8_t>(frame[1]);
   if (kind < static_cast<uint8_t>(FrameKind::kHello) ||
-      kind > static_cast<uint8_t>(FrameKind::kBye)) {
+      kind > static_cast<uint8_t>(FrameKind::kLayerStoredAck)) {
     return absl::DataLossError(
         absl::StrCat("unknown group frame kind ", kind));
   }
@@ -456,9 +567,24 @@ bool SameStepDone(const StepDone& a, const StepDone& b) {
          a.fence == b.fence;
 }
 
+size_t EncodedWorkerEventBytes(const WorkerEventRecord& event) {
+  return kMinWorkerEventBytes + event.fence.size() + event.ns.size();
+}
+
 bool SameFrame(const Frame& a, const Frame& b) {
   if (!(a.header == b.header) || a.body.index() != b.body.index()) {
     return false;
+  }
+  // Kinds 6-8.
+  if (const auto* x = std::get_if<WorkerEventBatch>(&a.body)) {
+    return *x == std::get<WorkerEventBatch>(b.body);
+  }
+  if (const auto* x = std::get_if<LayerStoredRequest>(&a.body)) {
+    return *x == std::get<LayerStoredRequest>(b.body);
+  }
+  if (const auto* x = std::get_if<LayerStoredAck>(&a.body)) {
+    const auto& y = std::get<LayerStoredAck>(b.body);
+    return x->request_id == y.request_id && SameStatus(x->status, y.status);
   }
   if (const auto* x = std::get_if<TaskBatch>(&a.body)) {
     const auto& y = std::get<TaskBatch>(b.body);

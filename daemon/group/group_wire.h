@@ -29,6 +29,16 @@
 //       u64 bytes, Str fence
 //   Bye:
 //     Str reason
+//   WorkerEvents (leader -> follower; docs/cp-groups.md, "Worker events and
+//   acks across the link"):
+//     u32 n, then n events:
+//       u64 op, u8 event kind (WorkerEventKind, 0..4), u32 rank, u32 step,
+//       u8 ok (0 or 1), Str fence, Str namespace
+//   LayerStored (follower -> leader, a local worker's layer ack):
+//     u64 request_id, Str namespace, u32 rank, u32 step,
+//     u32 n, then n u64 op ids
+//   LayerStoredAck (leader -> follower):
+//     u64 request_id, u8 status code, Str message (empty for OK)
 //
 //   PageList: u32 count, then count varints: page[i] - page[i-1] (page[-1] =
 //     0, wrapping 64-bit arithmetic), zigzag-mapped, as LEB128 (7 bits a
@@ -54,6 +64,7 @@
 #include <variant>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -70,6 +81,10 @@ enum class FrameKind : uint8_t {
   kTasks = 3,
   kStepDones = 4,
   kBye = 5,
+  // Worker events and acks across the link (kinds 6-8).
+  kWorkerEvents = 6,
+  kLayerStored = 7,
+  kLayerStoredAck = 8,
 };
 
 // "hello", "heartbeat", ..., or "kind 9" for an unknown one.
@@ -108,8 +123,62 @@ struct Bye {
   bool operator==(const Bye&) const = default;
 };
 
+// ---- Worker events and acks across the link (kinds 6-8) -------------------
+
+// OpEvent::Type's values, in its order.
+enum class WorkerEventKind : uint8_t {
+  kBackupStep = 0,
+  kCommitted = 1,
+  kRolledBack = 2,
+  kLoadStep = 3,
+  kLoadDone = 4,
+};
+
+// One event the leader's EventHub fanned out to its subscribers, with the
+// namespace its op is tagged with.
+struct WorkerEventRecord {
+  uint64_t op = 0;
+  WorkerEventKind kind = WorkerEventKind::kBackupStep;
+  uint32_t rank = 0;
+  uint32_t step = 0;
+  bool ok = true;
+  std::string fence;
+  std::string ns;
+  bool operator==(const WorkerEventRecord&) const = default;
+};
+
+struct WorkerEventBatch {
+  std::vector<WorkerEventRecord> events;
+  bool operator==(const WorkerEventBatch&) const = default;
+};
+
+// A follower's local worker of `rank` (namespace `ns`) wrote layer `step`
+// of `ops`.
+struct LayerStoredRequest {
+  uint64_t request_id = 0;
+  std::string ns;
+  uint32_t rank = 0;
+  uint32_t step = 0;
+  std::vector<uint64_t> ops;
+  bool operator==(const LayerStoredRequest&) const = default;
+};
+
+// The leader's answer to the LayerStoredRequest of `request_id`.
+struct LayerStoredAck {
+  uint64_t request_id = 0;
+  absl::Status status;
+};
+
+// Bytes of one event inside a WorkerEvents body (for batching under
+// comm::kMaxFrameBytes; the frame is kFrameHeaderBytes + 4 + the sum).
+size_t EncodedWorkerEventBytes(const WorkerEventRecord& event);
+
+// ---- End of kinds 6-8 -------------------------------------------------------
+
 // The alternatives, in FrameKind order (index + 1 == kind).
-using FrameBody = std::variant<Hello, Heartbeat, TaskBatch, StepDoneBatch, Bye>;
+using FrameBody = std::variant<Hello, Heartbeat, TaskBatch, StepDoneBatch, Bye,
+                               WorkerEventBatch, LayerStoredRequest,
+                               LayerStoredAck>;
 
 struct Frame {
   FrameHeader header;  // header.kind always matches body.

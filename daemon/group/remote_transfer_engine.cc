@@ -212,6 +212,10 @@ absl::Status RemoteTransferEngine::OnFrame(Frame frame) {
     case FrameKind::kHello:
     case FrameKind::kHeartbeat:
     case FrameKind::kBye:
+    // Worker events and acks (kinds 6-8): the control handler's.
+    case FrameKind::kWorkerEvents:
+    case FrameKind::kLayerStored:
+    case FrameKind::kLayerStoredAck:
       if (on_control_) return on_control_(frame);
       if (frame.header.kind == FrameKind::kBye) {
         Fail(absl::UnavailableError(

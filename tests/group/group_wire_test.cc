@@ -82,6 +82,34 @@ std::vector<Frame> SampleFrames() {
   add(dones);
   add(Bye{.reason = "shutting down"});
   add(Bye{});
+  // Kinds 6-8: worker events and acks across the link.
+  WorkerEventBatch events;
+  events.events.push_back(WorkerEventRecord{.op = 5,
+                                            .kind = WorkerEventKind::kBackupStep,
+                                            .rank = 1,
+                                            .step = 3,
+                                            .ns = "tenant-a"});
+  events.events.push_back(WorkerEventRecord{
+      .op = std::numeric_limits<uint64_t>::max(),
+      .kind = WorkerEventKind::kLoadStep,
+      .rank = 0xffffffffu,
+      .step = 4000000000u,
+      .fence = std::string("\0\xff\1", 3),
+      .ns = ""});
+  events.events.push_back(WorkerEventRecord{
+      .op = 6, .kind = WorkerEventKind::kLoadDone, .ok = false, .ns = "n"});
+  events.events.push_back(
+      WorkerEventRecord{.op = 7, .kind = WorkerEventKind::kCommitted});
+  events.events.push_back(
+      WorkerEventRecord{.op = 8, .kind = WorkerEventKind::kRolledBack});
+  add(events);
+  add(WorkerEventBatch{});
+  add(LayerStoredRequest{
+      .request_id = 11, .ns = "tenant-a", .rank = 2, .step = 7, .ops = {1, 2}});
+  add(LayerStoredRequest{});
+  add(LayerStoredAck{.request_id = 11});
+  add(LayerStoredAck{.request_id = 12,
+                     .status = absl::PermissionDeniedError("not yours")});
   return frames;
 }
 
@@ -198,7 +226,7 @@ TEST(GroupWireTest, UnknownVersionAndKindAreRefused) {
   ASSERT_FALSE(decoded.ok());
   EXPECT_EQ(decoded.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(decoded.status().message().find("version 2"), std::string::npos);
-  for (uint8_t kind : {0, 6, 255}) {
+  for (uint8_t kind : {0, 100, 255}) {
     std::string k = bytes;
     k[1] = static_cast<char>(kind);
     decoded = DecodeFrame(k);
@@ -297,6 +325,95 @@ TEST(GroupWireTest, TypicalStepSizes) {
   std::printf("Tasks frame, 64 pages on 2 ranks: %zu bytes consecutive, %zu "
               "scattered\n",
               consecutive.size(), scattered.size());
+}
+
+// ---- Kinds 6-8: worker events and acks across the link ----
+
+std::string U64(uint64_t v) {
+  std::string s;
+  for (int i = 0; i < 8; ++i) s.push_back(static_cast<char>(v >> (8 * i)));
+  return s;
+}
+std::string Str(const std::string& v) { return U32(v.size()) + v; }
+std::string Byte(uint8_t v) { return std::string(1, static_cast<char>(v)); }
+
+TEST(GroupWireTest, WorkerEventsLayoutIsAsDocumented) {
+  WorkerEventBatch batch;
+  batch.events.push_back(WorkerEventRecord{.op = 0x0102,
+                                           .kind = WorkerEventKind::kLoadStep,
+                                           .rank = 3,
+                                           .step = 4,
+                                           .ok = true,
+                                           .fence = "fe",
+                                           .ns = "ns"});
+  const std::string bytes = EncodeFrame(9, 2, batch);
+  EXPECT_EQ(static_cast<uint8_t>(bytes[1]), 6);
+  EXPECT_EQ(bytes.substr(kFrameHeaderBytes),
+            U32(1) + U64(0x0102) + Byte(3) + U32(3) + U32(4) + Byte(1) +
+                Str("fe") + Str("ns"));
+  EXPECT_EQ(bytes.size(),
+            kFrameHeaderBytes + 4 + EncodedWorkerEventBytes(batch.events[0]));
+  const std::string stored = EncodeFrame(
+      1, 1, LayerStoredRequest{.request_id = 5, .ns = "a", .rank = 1,
+                               .step = 2, .ops = {9}});
+  EXPECT_EQ(static_cast<uint8_t>(stored[1]), 7);
+  EXPECT_EQ(stored.substr(kFrameHeaderBytes),
+            U64(5) + Str("a") + U32(1) + U32(2) + U32(1) + U64(9));
+  const std::string ack = EncodeFrame(
+      1, 1, LayerStoredAck{.request_id = 5,
+                           .status = absl::InvalidArgumentError("no")});
+  EXPECT_EQ(static_cast<uint8_t>(ack[1]), 8);
+  EXPECT_EQ(ack.substr(kFrameHeaderBytes), U64(5) + Byte(3) + Str("no"));
+  EXPECT_EQ(FrameKindName(6), "worker_events");
+  EXPECT_EQ(FrameKindName(7), "layer_stored");
+  EXPECT_EQ(FrameKindName(8), "layer_stored_ack");
+}
+
+TEST(GroupWireTest, MalformedWorkerEventsAndAcksAreRefused) {
+  auto event = [](uint8_t kind, uint8_t ok, std::string fence_len) {
+    return Header(FrameKind::kWorkerEvents) + U32(1) + U64(1) + Byte(kind) +
+           U32(0) + U32(0) + Byte(ok) + fence_len + U32(0);
+  };
+  EXPECT_TRUE(DecodeFrame(event(4, 1, U32(0))).ok());
+  ExpectDataLoss(event(5, 1, U32(0)), "worker_event kind 5");
+  ExpectDataLoss(event(0, 2, U32(0)), "worker_event ok 2");
+  ExpectDataLoss(event(0, 1, U32(1000)), "worker_event fence");
+  // Namespace length past the end.
+  ExpectDataLoss(Header(FrameKind::kWorkerEvents) + U32(1) + U64(1) + Byte(0) +
+                     U32(0) + U32(0) + Byte(1) + U32(0) + U32(0x7fffffffu),
+                 "worker_event namespace");
+  // Hostile counts, refused before allocating.
+  ExpectDataLoss(Header(FrameKind::kWorkerEvents) + U32(0xffffffffu),
+                 "worker_event count");
+  ExpectDataLoss(Header(FrameKind::kLayerStored) + U64(1) + Str("n") + U32(0) +
+                     U32(0) + U32(0x40000000u) + U64(1),
+                 "layer_stored op count");
+  ExpectDataLoss(Header(FrameKind::kLayerStored) + U64(1) + U32(1000) + "n",
+                 "layer_stored namespace");
+  // Ack: status code 17, an OK status with a message, truncation.
+  auto ack = [](uint8_t code, std::string message) {
+    return Header(FrameKind::kLayerStoredAck) + U64(1) + Byte(code) +
+           Str(message);
+  };
+  EXPECT_TRUE(DecodeFrame(ack(7, "denied")).ok());
+  ExpectDataLoss(ack(17, ""), "layer_stored_ack status code 17");
+  ExpectDataLoss(ack(0, "m"), "OK status carries a message");
+  ExpectDataLoss(Header(FrameKind::kLayerStoredAck) + U64(1),
+                 "layer_stored_ack status code: truncated");
+  // Trailing bytes after an ack.
+  ExpectDataLoss(ack(0, "") + "x", "trailing");
+}
+
+TEST(GroupWireTest, AckStatusOutsideAbslIsSentAsUnknown) {
+  const std::string bytes = EncodeFrame(
+      1, 1, LayerStoredAck{.request_id = 3,
+                           .status = absl::Status(
+                               static_cast<absl::StatusCode>(99), "odd")});
+  absl::StatusOr<Frame> decoded = DecodeFrame(bytes);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  const auto& got = std::get<LayerStoredAck>(decoded->body);
+  EXPECT_EQ(got.status.code(), absl::StatusCode::kUnknown);
+  EXPECT_EQ(got.status.message(), "odd");
 }
 
 }  // namespace
