@@ -38,6 +38,7 @@ void EventHub::Push(OpEvent event) {
 void EventHub::FanOutLocked(
     const OpEvent& event, const std::string& ns,
     std::vector<std::shared_ptr<EventMailbox>>* overflowed) {
+  if (tap_) tap_(event, ns);
   const bool per_rank = event.type == OpEvent::Type::kBackupStep ||
                         event.type == OpEvent::Type::kLoadStep;
   for (const auto& [id, subscriber] : subscribers_) {

@@ -68,6 +68,15 @@ class EventHub final : public EngineListener {
   void SetObserver(std::function<void(const OpEvent&)> observer) {
     observer_ = std::move(observer);
   }
+  // CP group leader (docs/cp-groups.md, "Worker events and acks across the
+  // link"): also hands `tap` every event this hub fans out to subscribers,
+  // with its op's namespace -- once per event, as it is fanned out
+  // (including Tag's replay of queued events), whether or not a local
+  // subscriber matched. Runs with the hub's lock held: it must only enqueue
+  // (never call back into the hub, never wait). Set before use.
+  using SubscriberTap =
+      std::function<void(const OpEvent& event, const std::string& ns)>;
+  void SetSubscriberTap(SubscriberTap tap) { tap_ = std::move(tap); }
 
  private:
   struct Subscriber {
@@ -85,6 +94,7 @@ class EventHub final : public EngineListener {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::function<void(const OpEvent&)> observer_;
+  SubscriberTap tap_;
   mutable Mutex mu_;
   CondVar cv_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<EventMailbox>> claims_

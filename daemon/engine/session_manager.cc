@@ -674,6 +674,31 @@ absl::Status SessionManager::LayerStored(const std::string& id,
   return engine_->LayerStored(backups, step, fences);
 }
 
+absl::Status SessionManager::NamespaceLayerStored(
+    const std::string& ns, Rank rank, absl::Span<const uint64_t> backups,
+    uint32_t step) {
+  if (absl::Status s = CheckItems(backups.size(), "layer_stored.backup_ids");
+      !s.ok()) {
+    return s;
+  }
+  MutexLock lock(&mu_);
+  for (size_t i = 0; i < backups.size(); ++i) {
+    bool known = false;
+    for (const auto& [other_id, other] : sessions_) {
+      if (other.info.ns == ns && other.backups.contains(backups[i])) {
+        known = true;
+        break;
+      }
+    }
+    if (!known) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("backup_ids[", i, "] = ", backups[i],
+                       " is not a backup of this worker's namespace"));
+    }
+  }
+  return engine_->RankLayerStored(backups, step, rank);
+}
+
 absl::Status SessionManager::StoreAll(const std::string& id, uint64_t backup) {
   MutexLock lock(&mu_);
   absl::StatusOr<Session*> session = FindScheduler(id, "store_all");

@@ -178,6 +178,16 @@ class SessionManager {
                            absl::Span<const uint64_t> backups, uint32_t step,
                            absl::Span<const RankFence> fences = {})
       ABSL_LOCKS_EXCLUDED(mu_);
+  // A CP group follower's worker ack, relayed to the leader (docs/
+  // cp-groups.md, "Worker events and acks across the link"): exactly what a
+  // local worker session of namespace `ns` and rank `rank` may store with
+  // LayerStored and no fence -- every op must be a backup prepared by a
+  // scheduler session of `ns` (INVALID_ARGUMENT naming the first that is
+  // not, nothing submitted), at most max_items_per_request ops; then
+  // HiCacheEngine::RankLayerStored.
+  absl::Status NamespaceLayerStored(const std::string& ns, Rank rank,
+                                    absl::Span<const uint64_t> backups,
+                                    uint32_t step) ABSL_LOCKS_EXCLUDED(mu_);
   // Worker fences (backends with events): any session (a worker's, usually)
   // registers its "layer written" event for `rank`; the fence lives until
   // ReleaseFence or the session ends. RESOURCE_EXHAUSTED past

@@ -4,6 +4,9 @@
 #include "daemon/engine/event_hub.h"
 
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "daemon/engine/event_mailbox.h"
 #include "gtest/gtest.h"
@@ -57,6 +60,34 @@ TEST(EventHubTest, ClaimedAndForgottenOpsLeaveNothingBehind) {
   hub.OnBackupStep(99999, 0, 0);
   EXPECT_TRUE(hub.Next(99999, absl::ZeroDuration()).has_value());
   EXPECT_EQ(hub.claimed(), 0u);
+}
+
+// The CP group leader's tap sees exactly what is fanned out to subscribers:
+// tagged ops' events (replayed ones included) with their namespace, once
+// each, whether or not a local subscriber matched; untagged ops never.
+TEST(EventHubTest, SubscriberTapSeesWhatIsFannedOut) {
+  EventHub hub;
+  std::vector<std::pair<OpEvent, std::string>> tapped;
+  hub.SetSubscriberTap([&](const OpEvent& event, const std::string& ns) {
+    tapped.emplace_back(event, ns);
+  });
+  hub.OnBackupStep(/*op=*/1, /*rank=*/0, /*step=*/0);  // Untagged: none.
+  EXPECT_TRUE(tapped.empty());
+  hub.OnLoadStep(/*op=*/2, /*rank=*/1, /*step=*/0, "f");
+  hub.Tag(2, "ns");  // Replays the queued step.
+  ASSERT_EQ(tapped.size(), 1u);
+  EXPECT_EQ(tapped[0].first.type, OpEvent::Type::kLoadStep);
+  EXPECT_EQ(tapped[0].first.fence, "f");
+  EXPECT_EQ(tapped[0].second, "ns");
+  // Two local subscribers: still one tap call per event.
+  hub.Subscribe(1, "ns", std::make_shared<EventMailbox>(16, [] {}));
+  hub.Subscribe(0, "ns", std::make_shared<EventMailbox>(16, [] {}));
+  hub.OnLoadDone(2, false);
+  ASSERT_EQ(tapped.size(), 2u);
+  EXPECT_EQ(tapped[1].first.type, OpEvent::Type::kLoadDone);
+  EXPECT_FALSE(tapped[1].first.ok);
+  hub.OnLoadDone(2, true);  // The tag is gone after the terminal event.
+  EXPECT_EQ(tapped.size(), 2u);
 }
 
 }  // namespace
