@@ -27,6 +27,8 @@ FollowerExecutor::FollowerExecutor(FollowerScope scope,
     : scope_(std::move(scope)),
       on_control_(std::move(on_control)),
       on_failure_(std::move(on_failure)),
+      tally_(scope_.ranks, scope_.device_pages_per_rank,
+             scope_.host_pages_per_rank),
       link_(std::make_unique<WireLink>(std::move(link), epoch)),
       local_(make_local(this)),
       sender_([this] { SenderLoop(); }) {}
@@ -63,18 +65,79 @@ void FollowerExecutor::OnLinkFailure(const absl::Status& cause) {
   if (!absl::IsCancelled(cause)) {
     spdlog::error("CP group: link to {} failed: {}", scope_.leader, cause);
   }
+  ReportFailure(cause);
+}
+
+void FollowerExecutor::ReportFailure(const absl::Status& cause) {
+  {
+    MutexLock lock(&mu_);
+    if (failure_reported_) return;
+    failure_reported_ = true;
+  }
   if (on_failure_) on_failure_(CopyStatus(cause));
+}
+
+void FollowerExecutor::SkewTallyForTesting(Rank rank, int64_t pages) {
+  MutexLock lock(&mu_);
+  skews_.emplace_back(rank, pages);
+}
+
+absl::Status FollowerExecutor::HandleDigest(const Digest& digest) {
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [rank, pages] : skews_) tally_.SkewForTesting(rank, pages);
+    skews_.clear();
+  }
+  Digest mine = tally_.Snapshot();
+  const std::string diff = DescribeDivergence(
+      digest.tasks_frames, digest.ranks, mine.tasks_frames, mine.ranks);
+  const bool match = diff.empty();
+  absl::Status sent = link_->Send(DigestResult{
+      .tasks_frames = mine.tasks_frames, .match = match, .ranks = mine.ranks});
+  if (!sent.ok()) {
+    // The link failed: on_failure follows (or ran).
+    spdlog::debug("CP group: digest result to {} not sent: {}", scope_.leader,
+                  sent);
+  }
+  {
+    MutexLock lock(&mu_);
+    ++stats_.digests_checked;
+    if (match) {
+      ++stats_.digests_matched;
+      stats_.last_digest_match = absl::Now();
+    } else {
+      diverged_ = true;
+      stats_.diverged = true;
+    }
+  }
+  if (match) return absl::OkStatus();
+  spdlog::error(
+      "CP group: pool accounting diverged from {}'s at tasks frame {}: {}. "
+      "Leader's view: {}. This follower's view: {}",
+      scope_.leader, digest.tasks_frames, diff, DescribeTallies(digest.ranks),
+      DescribeTallies(mine.ranks));
+  ReportFailure(absl::DataLossError(
+      absl::StrCat("CP group pool accounting diverged from the leader's at "
+                   "tasks frame ",
+                   digest.tasks_frames, ": ", diff)));
+  return absl::OkStatus();
 }
 
 absl::Status FollowerExecutor::OnFrame(Frame frame) {
   switch (frame.header.kind) {
     case FrameKind::kTasks:
+      tally_.CountFrame();
       for (TransferTask& task : std::get<TaskBatch>(frame.body).tasks) {
         Execute(std::move(task));
       }
       return absl::OkStatus();
     case FrameKind::kStepDones:
       return absl::InvalidArgumentError("the leader sent a step_dones frame");
+    case FrameKind::kDigest:
+      return HandleDigest(std::get<Digest>(frame.body));
+    case FrameKind::kDigestResult:
+      return absl::InvalidArgumentError(
+          "the leader sent a digest_result frame");
     case FrameKind::kHello:
     case FrameKind::kHeartbeat:
     case FrameKind::kBye:
@@ -129,15 +192,35 @@ void FollowerExecutor::Execute(TransferTask task) {
       .op_id = task.op_id, .direction = task.direction, .step = task.step};
   std::vector<StepDone> refused;
   absl::flat_hash_set<Rank> seen;
+  bool diverged = false;
+  {
+    MutexLock lock(&mu_);
+    diverged = diverged_;
+  }
   for (RankCopy& copy : task.ranks) {
+    if (diverged) {
+      // Nothing runs once the accounting diverged (the daemon is exiting).
+      refused.push_back(StepDone{
+          .op_id = task.op_id,
+          .direction = task.direction,
+          .rank = copy.rank,
+          .step = task.step,
+          .status = absl::AbortedError(
+              "not executed: this follower's pool accounting diverged from "
+              "the leader's"),
+          .bytes = 0});
+      continue;
+    }
     absl::Status ok = seen.insert(copy.rank).second
                           ? Check(task, copy)
                           : absl::InvalidArgumentError(absl::StrCat(
                                 "rank ", copy.rank, " named twice"));
     if (ok.ok()) {
+      tally_.Add(task.op_id, task.direction, task.step, copy);
       run.ranks.push_back(std::move(copy));
       continue;
     }
+    tally_.AddRefused(copy.rank);
     absl::Status why = absl::InvalidArgumentError(absl::StrCat(
         "follower refused op ", task.op_id, " step ", task.step, ": ",
         ok.message()));

@@ -5,12 +5,15 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "daemon/comm/communicator.h"
 #include "daemon/core/mutex.h"
+#include "daemon/group/copy_digest.h"
 #include "daemon/group/group_wire.h"
 #include "daemon/group/wire_link.h"
 #include "daemon/transfer/transfer_engine.h"
@@ -47,8 +50,21 @@ struct FollowerScope {
 //  * Frames other than Tasks: Hello, Heartbeat and Bye go to `on_control`
 //    (non-OK: protocol error); without one they are ignored. A StepDones
 //    frame from the leader is a protocol error (the link is aborted).
-//  * `on_failure` is called once when the link fails (the group layer makes
-//    that fatal for the daemon). Copies already running finish; their
+//  * Accounting digest (docs/cp-groups.md, "Step deadline and accounting
+//    digest"): every rank copy that passed the checks is tallied, every
+//    refused one counted (CopyTally), in frame order on the link's thread.
+//    A Digest from the leader is compared with these tallies as of the
+//    same Tasks frame (frames are ordered, so they are exact) and answered
+//    with a DigestResult (match or not, and this side's tallies). On a
+//    mismatch -- refused copies count as one -- it logs both views at
+//    error level, executes nothing more (later copies are answered
+//    ABORTED) and reports DATA_LOSS "CP group pool accounting diverged from
+//    the leader's at tasks frame N: ..." through `on_failure`, which the
+//    group layer makes fatal. The link stays up so that the result reaches
+//    the leader, which fails the member on its side.
+//  * `on_failure` is called once: when the link fails (the group layer
+//    makes that fatal for the daemon) or the accounting diverged, whichever
+//    comes first. Copies already running finish; after a link failure their
 //    completions are dropped.
 //  * Drain waits until every copy accepted so far was answered (its
 //    StepDone handed to the link, or dropped because the link failed).
@@ -70,6 +86,11 @@ class FollowerExecutor final : public TransferListener {
     int64_t done_frames = 0;
     int64_t done_frame_bytes = 0;
     int64_t pending = 0;
+    int64_t digests_checked = 0;
+    int64_t digests_matched = 0;
+    bool diverged = false;
+    // Wall-clock time of the last matching digest; InfinitePast if none.
+    absl::Time last_digest_match = absl::InfinitePast();
     WireLink::Stats link;
   };
 
@@ -88,6 +109,9 @@ class FollowerExecutor final : public TransferListener {
   Stats stats() const ABSL_LOCKS_EXCLUDED(mu_);
   // Copies refused by the checks so far.
   int64_t refused() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Tests: the next digest comparison sees `pages` more device->host pages
+  // on `rank` than were copied (an injected divergence).
+  void SkewTallyForTesting(Rank rank, int64_t pages) ABSL_LOCKS_EXCLUDED(mu_);
 
   // TransferListener: the local engine's completions.
   void OnStepDone(StepDone done) override ABSL_LOCKS_EXCLUDED(mu_);
@@ -95,6 +119,9 @@ class FollowerExecutor final : public TransferListener {
  private:
   absl::Status OnFrame(Frame frame) ABSL_LOCKS_EXCLUDED(mu_);
   void Execute(TransferTask task) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status HandleDigest(const Digest& digest) ABSL_LOCKS_EXCLUDED(mu_);
+  // Calls on_failure_ unless it was called already.
+  void ReportFailure(const absl::Status& cause) ABSL_LOCKS_EXCLUDED(mu_);
   // Why `copy` of `task` may not run; OK if it may.
   absl::Status Check(const TransferTask& task, const RankCopy& copy) const;
   void Answer(std::vector<StepDone> dones) ABSL_LOCKS_EXCLUDED(mu_);
@@ -112,7 +139,12 @@ class FollowerExecutor final : public TransferListener {
   int64_t pending_ ABSL_GUARDED_BY(mu_) = 0;  // Accepted, not answered.
   bool link_failed_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool failure_reported_ ABSL_GUARDED_BY(mu_) = false;
+  bool diverged_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::pair<Rank, int64_t>> skews_ ABSL_GUARDED_BY(mu_);
   Stats stats_ ABSL_GUARDED_BY(mu_);
+  // The link thread's own (Tasks and Digest frames arrive there, in order).
+  CopyTally tally_;
 
   std::unique_ptr<WireLink> link_;
   std::unique_ptr<TransferEngine> local_;

@@ -18,6 +18,8 @@ constexpr uint8_t kMaxStatusCode = 16;  // absl::StatusCode::kUnauthenticated.
 constexpr size_t kMinWorkerEventBytes = 8 + 1 + 4 + 4 + 1 + 4 + 4;
 constexpr size_t kOpIdBytes = 8;
 constexpr uint8_t kMaxWorkerEventKind = 4;  // WorkerEventKind::kLoadDone.
+// Kinds 9-10: one RankTally.
+constexpr size_t kRankTallyBytes = 4 + 8 * 8;
 
 // ---- Encoding --------------------------------------------------------------
 
@@ -159,6 +161,30 @@ struct BodyEncoder {
     const uint8_t code = WireCode(a.status);
     w.U8(code);
     w.Str(code == 0 ? absl::string_view() : a.status.message());
+  }
+  // Kinds 9-10.
+  void Tallies(const std::vector<RankTally>& ranks) const {
+    w.U32(static_cast<uint32_t>(ranks.size()));
+    for (const RankTally& t : ranks) {
+      w.U32(t.rank);
+      w.U64(t.device_pages_per_rank);
+      w.U64(t.host_pages_per_rank);
+      w.U64(t.copies_d2h);
+      w.U64(t.copies_h2d);
+      w.U64(t.pages_d2h);
+      w.U64(t.pages_h2d);
+      w.U64(t.refused);
+      w.U64(t.hash);
+    }
+  }
+  void operator()(const Digest& d) const {
+    w.U64(d.tasks_frames);
+    Tallies(d.ranks);
+  }
+  void operator()(const DigestResult& d) const {
+    w.U64(d.tasks_frames);
+    w.U8(d.match ? 1 : 0);
+    Tallies(d.ranks);
   }
 };
 
@@ -393,6 +419,55 @@ absl::StatusOr<FrameBody> DecodeLayerStoredAckBody(Reader& r) {
 
 // ---- End of kinds 6-8 ----
 
+// ---- Kinds 9-10 (the pool-accounting digest) ----
+
+absl::Status DecodeTallies(Reader& r, std::vector<RankTally>* ranks) {
+  uint32_t n = 0;
+  WIRE_RETURN_IF_ERROR(r.Count("digest rank count", kRankTallyBytes, &n));
+  if (n > kMaxDigestRanks) {
+    return r.Bad(absl::StrCat("digest rank count ", n, " is over ",
+                              kMaxDigestRanks));
+  }
+  ranks->resize(n);
+  for (RankTally& t : *ranks) {
+    WIRE_RETURN_IF_ERROR(r.U32("digest rank", &t.rank));
+    WIRE_RETURN_IF_ERROR(
+        r.U64("digest device_pages_per_rank", &t.device_pages_per_rank));
+    WIRE_RETURN_IF_ERROR(
+        r.U64("digest host_pages_per_rank", &t.host_pages_per_rank));
+    WIRE_RETURN_IF_ERROR(r.U64("digest copies_d2h", &t.copies_d2h));
+    WIRE_RETURN_IF_ERROR(r.U64("digest copies_h2d", &t.copies_h2d));
+    WIRE_RETURN_IF_ERROR(r.U64("digest pages_d2h", &t.pages_d2h));
+    WIRE_RETURN_IF_ERROR(r.U64("digest pages_h2d", &t.pages_h2d));
+    WIRE_RETURN_IF_ERROR(r.U64("digest refused", &t.refused));
+    WIRE_RETURN_IF_ERROR(r.U64("digest hash", &t.hash));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<FrameBody> DecodeDigestBody(Reader& r) {
+  Digest d;
+  WIRE_RETURN_IF_ERROR(r.U64("digest tasks_frames", &d.tasks_frames));
+  WIRE_RETURN_IF_ERROR(DecodeTallies(r, &d.ranks));
+  return FrameBody(std::move(d));
+}
+
+absl::StatusOr<FrameBody> DecodeDigestResultBody(Reader& r) {
+  DigestResult d;
+  uint8_t match = 0;
+  WIRE_RETURN_IF_ERROR(r.U64("digest_result tasks_frames", &d.tasks_frames));
+  WIRE_RETURN_IF_ERROR(r.U8("digest_result match", &match));
+  if (match > 1) {
+    return r.Bad(absl::StrCat("digest_result match ", match,
+                              " is not 0 or 1"));
+  }
+  d.match = match == 1;
+  WIRE_RETURN_IF_ERROR(DecodeTallies(r, &d.ranks));
+  return FrameBody(std::move(d));
+}
+
+// ---- End of kinds 9-10 ----
+
 absl::StatusOr<FrameBody> DecodeBody(FrameKind kind, Reader& r) {
   switch (kind) {
     case FrameKind::kHello:
@@ -437,6 +512,10 @@ absl::StatusOr<FrameBody> DecodeBody(FrameKind kind, Reader& r) {
       return DecodeLayerStoredBody(r);
     case FrameKind::kLayerStoredAck:
       return DecodeLayerStoredAckBody(r);
+    case FrameKind::kDigest:
+      return DecodeDigestBody(r);
+    case FrameKind::kDigestResult:
+      return DecodeDigestResultBody(r);
   }
   return absl::DataLossError("unknown group frame kind");
 }
@@ -470,6 +549,10 @@ std::string FrameKindName(uint8_t kind) {
       return "layer_stored";
     case static_cast<uint8_t>(FrameKind::kLayerStoredAck):
       return "layer_stored_ack";
+    case static_cast<uint8_t>(FrameKind::kDigest):
+      return "digest";
+    case static_cast<uint8_t>(FrameKind::kDigestResult):
+      return "digest_result";
     default:
       return absl::StrCat("kind ", kind);
   }
@@ -504,7 +587,7 @@ absl::StatusOr<FrameHeader> DecodeFrameHeader(absl::string_view frame) {
   }
   const uint8_t kind = static_cast<uint8_t>(frame[1]);
   if (kind < static_cast<uint8_t>(FrameKind::kHello) ||
-      kind > static_cast<uint8_t>(FrameKind::kLayerStoredAck)) {
+      kind > static_cast<uint8_t>(FrameKind::kDigestResult)) {
     return absl::DataLossError(
         absl::StrCat("unknown group frame kind ", kind));
   }
@@ -574,6 +657,13 @@ size_t EncodedWorkerEventBytes(const WorkerEventRecord& event) {
 bool SameFrame(const Frame& a, const Frame& b) {
   if (!(a.header == b.header) || a.body.index() != b.body.index()) {
     return false;
+  }
+  // Kinds 9-10.
+  if (const auto* x = std::get_if<Digest>(&a.body)) {
+    return *x == std::get<Digest>(b.body);
+  }
+  if (const auto* x = std::get_if<DigestResult>(&a.body)) {
+    return *x == std::get<DigestResult>(b.body);
   }
   // Kinds 6-8.
   if (const auto* x = std::get_if<WorkerEventBatch>(&a.body)) {

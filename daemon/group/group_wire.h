@@ -39,6 +39,15 @@
 //     u32 n, then n u64 op ids
 //   LayerStoredAck (leader -> follower):
 //     u64 request_id, u8 status code, Str message (empty for OK)
+//   Digest (leader -> follower; docs/cp-groups.md, "Step deadline and
+//   accounting digest"):
+//     u64 tasks_frames, u32 n (at most kMaxDigestRanks), then n RankTally
+//   DigestResult (follower -> leader):
+//     u64 tasks_frames, u8 match (0 or 1), u32 n (at most kMaxDigestRanks),
+//     then n RankTally
+//   RankTally (68 bytes): u32 rank, u64 device_pages_per_rank,
+//     u64 host_pages_per_rank, u64 copies_d2h, u64 copies_h2d,
+//     u64 pages_d2h, u64 pages_h2d, u64 refused, u64 hash
 //
 //   PageList: u32 count, then count varints: page[i] - page[i-1] (page[-1] =
 //     0, wrapping 64-bit arithmetic), zigzag-mapped, as LEB128 (7 bits a
@@ -85,6 +94,9 @@ enum class FrameKind : uint8_t {
   kWorkerEvents = 6,
   kLayerStored = 7,
   kLayerStoredAck = 8,
+  // The pool-accounting digest (kinds 9-10; copy_digest.h).
+  kDigest = 9,
+  kDigestResult = 10,
 };
 
 // "hello", "heartbeat", ..., or "kind 9" for an unknown one.
@@ -175,10 +187,49 @@ size_t EncodedWorkerEventBytes(const WorkerEventRecord& event);
 
 // ---- End of kinds 6-8 -------------------------------------------------------
 
+// ---- The pool-accounting digest (kinds 9-10; copy_digest.h) ----------------
+
+// What one side accounts of the copies one rank ran over the link: the
+// pools' geometry and tallies of the copy stream (see CopyTally).
+struct RankTally {
+  uint32_t rank = 0;
+  uint64_t device_pages_per_rank = 0;  // 0 in the leader's: not known.
+  uint64_t host_pages_per_rank = 0;    // 0 in the leader's: not known.
+  uint64_t copies_d2h = 0;
+  uint64_t copies_h2d = 0;
+  uint64_t pages_d2h = 0;
+  uint64_t pages_h2d = 0;
+  uint64_t refused = 0;  // Copies the follower's checks refused.
+  uint64_t hash = 0;     // Ordered hash of every copy accepted.
+  bool operator==(const RankTally&) const = default;
+};
+
+// A digest bounds its rank count (a decoder refuses more).
+inline constexpr uint32_t kMaxDigestRanks = 4096;
+
+// The leader's tallies of the copies it shipped on this link in its first
+// `tasks_frames` Tasks frames.
+struct Digest {
+  uint64_t tasks_frames = 0;
+  std::vector<RankTally> ranks;
+  bool operator==(const Digest&) const = default;
+};
+
+// The follower's answer: its own tallies as of the same Tasks frame and
+// whether they match the leader's.
+struct DigestResult {
+  uint64_t tasks_frames = 0;
+  bool match = false;
+  std::vector<RankTally> ranks;
+  bool operator==(const DigestResult&) const = default;
+};
+
+// ---- End of kinds 9-10 ------------------------------------------------------
+
 // The alternatives, in FrameKind order (index + 1 == kind).
 using FrameBody = std::variant<Hello, Heartbeat, TaskBatch, StepDoneBatch, Bye,
                                WorkerEventBatch, LayerStoredRequest,
-                               LayerStoredAck>;
+                               LayerStoredAck, Digest, DigestResult>;
 
 struct Frame {
   FrameHeader header;  // header.kind always matches body.

@@ -18,14 +18,30 @@ const char* DirName(TransferDirection d) {
 // The most a Tasks frame's body may take besides the header and the count.
 constexpr size_t kTasksBudget = comm::kMaxFrameBytes - kFrameHeaderBytes - 4;
 
+bool Enabled(absl::Duration d) {
+  return d > absl::ZeroDuration() && d != absl::InfiniteDuration();
+}
+
+// Saturating: a huge duration is "never".
+std::chrono::steady_clock::duration ToClock(absl::Duration d) {
+  if (d >= absl::Hours(24 * 365)) return std::chrono::hours(24 * 365);
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      absl::ToChronoNanoseconds(d));
+}
+
 }  // namespace
 
 RemoteTransferEngine::RemoteTransferEngine(
     RemoteMember member, std::unique_ptr<comm::Communicator> link,
-    uint64_t epoch, TransferListener* listener, ControlHandler on_control)
+    uint64_t epoch, TransferListener* listener, ControlHandler on_control,
+    RemoteTransferOptions options)
     : member_(std::move(member)),
       listener_(listener),
       on_control_(std::move(on_control)),
+      options_(options),
+      tally_(member_.ranks, member_.device_pages_per_rank,
+             member_.host_pages_per_rank),
+      last_digest_at_(Clock::now()),
       completer_([this](StepDone done) {
         listener_->OnStepDone(std::move(done));
         Delivered(1);
@@ -138,8 +154,11 @@ absl::Status RemoteTransferEngine::Submit(TransferTask task) {
     completer_.Complete(std::move(failed));  // Never calls back inline.
     return absl::OkStatus();
   }
+  const Clock::time_point now = Clock::now();
   for (const RankCopy& copy : task.ranks) {
-    ++outstanding_[Site{task.op_id, task.direction, copy.rank, task.step}];
+    const Site site{task.op_id, task.direction, copy.rank, task.step};
+    outstanding_[site].push_back(waiting_base_ + waiting_.size());
+    waiting_.push_back(Waiting{.site = site, .since = now});
   }
   outbox_.push_back(std::move(task));
   send_cv_.SignalAll();
@@ -149,11 +168,38 @@ absl::Status RemoteTransferEngine::Submit(TransferTask task) {
 void RemoteTransferEngine::SenderLoop() {
   while (true) {
     std::vector<TransferTask> batch;
+    bool digest_due = false;
+    absl::Status overdue;
     {
       MutexLock lock(&mu_);
-      while (outbox_.empty() && !stopping_) send_cv_.Wait(&mu_);
-      if (outbox_.empty()) return;
-      batch.swap(outbox_);
+      while (true) {
+        const Clock::time_point now = Clock::now();
+        Clock::time_point wake = Clock::time_point::max();
+        if (failure_.ok()) {
+          overdue = OverdueLocked(now, &wake);
+          if (!overdue.ok()) break;
+        }
+        if (!outbox_.empty()) {
+          batch.swap(outbox_);
+          break;
+        }
+        if (stopping_) return;
+        if (failure_.ok() && DigestDueLocked(now, &wake)) {
+          digest_due = true;
+          break;
+        }
+        // Nothing outstanding and no digest due: no timer at all.
+        if (wake == Clock::time_point::max()) {
+          send_cv_.Wait(&mu_);
+        } else {
+          send_cv_.WaitWithTimeout(&mu_, absl::FromChrono(wake - now));
+        }
+      }
+      if (!overdue.ok()) ++stats_.step_timeouts;
+    }
+    if (!overdue.ok()) {
+      Fail(overdue);
+      continue;
     }
     // Pack into frames under the limit; a task too large for one frame is
     // split by rank (Validate made sure one rank's copy fits).
@@ -183,7 +229,11 @@ void RemoteTransferEngine::SenderLoop() {
         add(std::move(part), part_bytes);
       }
     }
-    for (size_t f = 0; f < frames.size(); ++f) {
+    bool link_ok = true;
+    for (size_t f = 0; f < frames.size() && !batch.empty(); ++f) {
+      // What the follower will account for this frame (CopyTally).
+      tally_.CountFrame();
+      for (const TransferTask& task : frames[f].tasks) tally_.AddTask(task);
       {
         // Counted before the send: the completions may come back first.
         MutexLock lock(&mu_);
@@ -196,10 +246,120 @@ void RemoteTransferEngine::SenderLoop() {
         // The link failed (its on_failure follows; whichever comes first
         // fails the engine): the member is unavailable.
         Fail(absl::UnavailableError(sent.message()));
+        link_ok = false;
         break;
       }
     }
+    if (!link_ok) continue;
+    if (!digest_due && !batch.empty()) {
+      // Under steady traffic the outbox is never empty when the loop looks:
+      // a digest due is sent between batches.
+      MutexLock lock(&mu_);
+      Clock::time_point unused = Clock::time_point::max();
+      digest_due = failure_.ok() && DigestDueLocked(Clock::now(), &unused);
+    }
+    if (digest_due) SendDigest();
   }
+}
+
+absl::Status RemoteTransferEngine::OverdueLocked(
+    Clock::time_point now, Clock::time_point* wake) const {
+  if (!Enabled(options_.step_timeout)) return absl::OkStatus();
+  const Clock::duration timeout = ToClock(options_.step_timeout);
+  if (!waiting_.empty()) {
+    const Waiting& oldest = waiting_.front();
+    if (now - oldest.since >= timeout) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          member_.name, " did not answer op ", oldest.site.op_id, " ",
+          DirName(oldest.site.direction), " rank ", oldest.site.rank,
+          " step ", oldest.site.step, " for ",
+          absl::FormatDuration(absl::FromChrono(now - oldest.since)),
+          " (step timeout ", absl::FormatDuration(options_.step_timeout),
+          "); ", waiting_.size(), " steps outstanding"));
+    }
+    *wake = std::min(*wake, oldest.since + timeout);
+  }
+  if (digest_pending_.has_value()) {
+    if (now - digest_pending_->sent >= timeout) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          member_.name, " did not answer the accounting digest of tasks frame ",
+          digest_pending_->digest.tasks_frames, " for ",
+          absl::FormatDuration(absl::FromChrono(now - digest_pending_->sent)),
+          " (step timeout ", absl::FormatDuration(options_.step_timeout),
+          ")"));
+    }
+    *wake = std::min(*wake, digest_pending_->sent + timeout);
+  }
+  return absl::OkStatus();
+}
+
+bool RemoteTransferEngine::DigestDueLocked(Clock::time_point now,
+                                           Clock::time_point* wake) const {
+  if (!Enabled(options_.digest_interval)) return false;
+  if (digest_pending_.has_value()) return false;  // Its answer wakes us.
+  // Nothing shipped since the last one: nothing new to compare.
+  if (digest_sent_ && tally_.tasks_frames() == last_digest_frames_) {
+    return false;
+  }
+  const Clock::time_point due =
+      last_digest_at_ + ToClock(options_.digest_interval);
+  if (now >= due) return true;
+  *wake = std::min(*wake, due);
+  return false;
+}
+
+void RemoteTransferEngine::SendDigest() {
+  const Clock::time_point now = Clock::now();
+  Digest digest = tally_.Snapshot();
+  {
+    MutexLock lock(&mu_);
+    if (!failure_.ok()) return;
+    // Recorded before sending: the answer may come back first.
+    digest_pending_ = PendingDigest{.digest = digest, .sent = now};
+    ++stats_.digests_sent;
+  }
+  last_digest_at_ = now;
+  last_digest_frames_ = digest.tasks_frames;
+  digest_sent_ = true;
+  absl::Status sent = link_->Send(std::move(digest));
+  if (!sent.ok()) Fail(absl::UnavailableError(sent.message()));
+}
+
+absl::Status RemoteTransferEngine::HandleDigestResult(DigestResult result) {
+  Digest mine;
+  {
+    MutexLock lock(&mu_);
+    if (!failure_.ok()) return absl::OkStatus();
+    if (!digest_pending_.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a digest result for tasks frame ", result.tasks_frames,
+          " with no digest outstanding"));
+    }
+    mine = std::move(digest_pending_->digest);
+    digest_pending_.reset();
+  }
+  std::string diff = DescribeDivergence(mine.tasks_frames, mine.ranks,
+                                        result.tasks_frames, result.ranks);
+  if (diff.empty() && result.match) {
+    MutexLock lock(&mu_);
+    ++stats_.digests_matched;
+    stats_.last_digest_match = absl::Now();
+    send_cv_.SignalAll();  // The next digest may be due.
+    return absl::OkStatus();
+  }
+  if (diff.empty()) diff = "the follower reports a mismatch the leader does not see";
+  spdlog::error(
+      "CP group member {} pool accounting diverged at tasks frame {}: {}. "
+      "Leader's view: {}. Follower's view: {}",
+      member_.name, mine.tasks_frames, diff, DescribeTallies(mine.ranks),
+      DescribeTallies(result.ranks));
+  {
+    MutexLock lock(&mu_);
+    ++stats_.digest_divergences;
+  }
+  Fail(absl::DataLossError(absl::StrCat("pool accounting diverged at tasks frame ",
+                                        mine.tasks_frames, ": ", diff)));
+  return absl::OkStatus();
 }
 
 absl::Status RemoteTransferEngine::OnFrame(Frame frame) {
@@ -209,6 +369,10 @@ absl::Status RemoteTransferEngine::OnFrame(Frame frame) {
           std::move(std::get<StepDoneBatch>(frame.body).dones));
     case FrameKind::kTasks:
       return absl::InvalidArgumentError("a follower sent a tasks frame");
+    case FrameKind::kDigestResult:
+      return HandleDigestResult(std::move(std::get<DigestResult>(frame.body)));
+    case FrameKind::kDigest:
+      return absl::InvalidArgumentError("a follower sent a digest frame");
     case FrameKind::kHello:
     case FrameKind::kHeartbeat:
     case FrameKind::kBye:
@@ -243,7 +407,8 @@ absl::Status RemoteTransferEngine::HandleStepDones(
       }
       auto it = outstanding_.find(site);
       const int64_t taken = ++claimed[site];
-      if (it == outstanding_.end() || it->second < taken) {
+      if (it == outstanding_.end() ||
+          static_cast<int64_t>(it->second.size()) < taken) {
         return absl::InvalidArgumentError(absl::StrCat(
             "completion for op ", done.op_id, " ", DirName(done.direction),
             " rank ", done.rank, " step ", done.step,
@@ -251,14 +416,25 @@ absl::Status RemoteTransferEngine::HandleStepDones(
       }
     }
     for (const auto& [site, n] : claimed) {
-      auto it = outstanding_.find(site);
-      if ((it->second -= n) == 0) outstanding_.erase(it);
+      for (int64_t i = 0; i < n; ++i) ResolveLocked(site);
     }
     stats_.steps_completed += static_cast<int64_t>(dones.size());
   }
   for (StepDone& done : dones) listener_->OnStepDone(std::move(done));
   Delivered(static_cast<int64_t>(dones.size()));
   return absl::OkStatus();
+}
+
+void RemoteTransferEngine::ResolveLocked(const Site& site) {
+  auto it = outstanding_.find(site);
+  const uint64_t serial = it->second.front();
+  it->second.erase(it->second.begin());
+  if (it->second.empty()) outstanding_.erase(it);
+  waiting_[serial - waiting_base_].done = true;
+  while (!waiting_.empty() && waiting_.front().done) {
+    waiting_.pop_front();
+    ++waiting_base_;
+  }
 }
 
 void RemoteTransferEngine::Delivered(int64_t n) {
@@ -276,10 +452,14 @@ void RemoteTransferEngine::Fail(const absl::Status& cause) {
     if (!failure_.ok()) return;
     failure_ = CopyStatus(why);
     std::vector<StepDone> failed;
-    for (const auto& [site, n] : outstanding_) {
-      for (int64_t i = 0; i < n; ++i) failed.push_back(Unavailable(site, why));
+    // In submission order.
+    for (const Waiting& w : waiting_) {
+      if (!w.done) failed.push_back(Unavailable(w.site, why));
     }
     outstanding_.clear();
+    waiting_base_ += waiting_.size();
+    waiting_.clear();
+    digest_pending_.reset();
     outbox_.clear();  // Their steps were outstanding: reported above.
     stats_.steps_failed += static_cast<int64_t>(failed.size());
     if (!failed.empty() || !absl::IsCancelled(why)) {
@@ -307,7 +487,9 @@ RemoteTransferEngine::Stats RemoteTransferEngine::stats() const {
     MutexLock lock(&mu_);
     s = stats_;
     int64_t outstanding = 0;
-    for (const auto& [site, n] : outstanding_) outstanding += n;
+    for (const auto& [site, serials] : outstanding_) {
+      outstanding += static_cast<int64_t>(serials.size());
+    }
     s.outstanding = outstanding;
   }
   s.link = link_->stats();

@@ -1,8 +1,11 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -10,10 +13,13 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "daemon/comm/communicator.h"
 #include "daemon/core/mutex.h"
+#include "daemon/group/copy_digest.h"
 #include "daemon/group/group_wire.h"
 #include "daemon/group/step_completer.h"
 #include "daemon/group/wire_link.h"
@@ -30,6 +36,22 @@ struct RemoteMember {
   uint32_t num_steps = 0;    // 0: not checked here.
   int64_t device_pages_per_rank = 0;  // 0: not checked here.
   int64_t host_pages_per_rank = 0;    // 0: not checked here.
+};
+
+// The engine's timers (docs/cp-groups.md, "Step deadline and accounting
+// digest").
+struct RemoteTransferOptions {
+  // Once the oldest outstanding remote step, or the digest awaiting its
+  // answer, has waited longer than this, the engine fails as on a link
+  // failure (DEADLINE_EXCEEDED naming the op, rank, step and the wait).
+  // Covers a follower whose link and heartbeats are alive but that never
+  // answers. absl::InfiniteDuration() or <= 0: no deadline.
+  absl::Duration step_timeout = absl::Seconds(10);
+  // A Digest of the copies shipped goes out this often, after Tasks frames
+  // were sent since the previous one (the first one interval after
+  // construction, with or without traffic); one at a time. 0 (or less): no
+  // digest.
+  absl::Duration digest_interval = absl::Seconds(1);
 };
 
 // RemoteTransferEngine: the leader's TransferEngine for the ranks one
@@ -60,7 +82,25 @@ struct RemoteMember {
 //    follower sends after that is dropped (its step was already reported).
 //  * Drain waits until every submitted step was reported and its listener
 //    call returned (through the follower, or through Fail). A live but
-//    silent follower holds it up until the group layer calls Fail.
+//    silent follower holds it up until the step deadline below fails it.
+//  * Step deadline (options.step_timeout): the sender thread waits on its
+//    condition until the earliest deadline (the oldest outstanding step's
+//    submission, or the pending digest's sending, plus the timeout); with
+//    nothing outstanding it waits without one. Past it the engine fails
+//    exactly as Fail(DEADLINE_EXCEEDED "<member> did not answer op 5 d2h
+//    rank 1 step 2 for 10.0s (step timeout 10s); 6 steps outstanding").
+//    Fail aborts the link, so the member's next heartbeat is refused and
+//    its MemberHealth declares it dead (GroupLeader drops its lanes).
+//  * Accounting digest (options.digest_interval): the sender thread tallies
+//    every rank copy it puts in a Tasks frame (CopyTally) and, between
+//    frames, sends a Digest {Tasks frames so far, per-rank tallies}. The
+//    follower answers with a DigestResult (its own tallies as of the same
+//    frame). If the two differ, or the follower says they do, the engine
+//    logs both views side by side at error level and fails with DATA_LOSS
+//    "pool accounting diverged at tasks frame N: rank 3 pages
+//    device->host: leader 1200, follower 1199" (the same path as the
+//    deadline). A DigestResult with no digest outstanding, or a Digest from
+//    the follower, is a protocol error.
 //  * Fences: a worker of a remote rank registers its fences with its own
 //    daemon, which waits on them itself, so RegisterFence answers
 //    FAILED_PRECONDITION and a task naming a fence is refused.
@@ -86,6 +126,12 @@ class RemoteTransferEngine final : public TransferEngine {
     int64_t task_frames = 0;
     int64_t task_frame_bytes = 0;
     int64_t outstanding = 0;
+    int64_t digests_sent = 0;
+    int64_t digests_matched = 0;
+    int64_t digest_divergences = 0;
+    int64_t step_timeouts = 0;  // Deadlines that failed the engine (0 or 1).
+    // Wall-clock time of the last matching digest; InfinitePast if none.
+    absl::Time last_digest_match = absl::InfinitePast();
     WireLink::Stats link;
   };
 
@@ -93,7 +139,8 @@ class RemoteTransferEngine final : public TransferEngine {
   RemoteTransferEngine(RemoteMember member,
                        std::unique_ptr<comm::Communicator> link,
                        uint64_t epoch, TransferListener* listener,
-                       ControlHandler on_control = nullptr);
+                       ControlHandler on_control = nullptr,
+                       RemoteTransferOptions options = {});
   ~RemoteTransferEngine() override ABSL_LOCKS_EXCLUDED(mu_);
 
   // Starts the link. A link that fails to start fails the engine.
@@ -116,6 +163,7 @@ class RemoteTransferEngine final : public TransferEngine {
   absl::StatusOr<Rank> FenceRank(uint64_t fence) const override;
 
  private:
+  using Clock = std::chrono::steady_clock;
   struct Site {
     uint64_t op_id;
     TransferDirection direction;
@@ -133,6 +181,19 @@ class RemoteTransferEngine final : public TransferEngine {
   absl::Status OnFrame(Frame frame) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status HandleStepDones(std::vector<StepDone> dones)
       ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status HandleDigestResult(DigestResult result)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // One completion of `site` arrived: forgets its oldest submission.
+  void ResolveLocked(const Site& site) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The deadline failure if one passed at `now`; else OK and `wake` lowered
+  // to the earliest deadline.
+  absl::Status OverdueLocked(Clock::time_point now, Clock::time_point* wake)
+      const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a digest is due at `now` (sender thread); else `wake` lowered to
+  // when it will be, if any.
+  bool DigestDueLocked(Clock::time_point now, Clock::time_point* wake) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SendDigest() ABSL_LOCKS_EXCLUDED(mu_);
   // The UNAVAILABLE completion of `site` after `cause`.
   StepDone Unavailable(const Site& site, const absl::Status& cause) const;
   void SenderLoop() ABSL_LOCKS_EXCLUDED(mu_);
@@ -141,17 +202,42 @@ class RemoteTransferEngine final : public TransferEngine {
   const RemoteMember member_;
   TransferListener* const listener_;
   const ControlHandler on_control_;
+  const RemoteTransferOptions options_;
 
   mutable Mutex mu_;
   CondVar send_cv_;
   CondVar idle_cv_;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  absl::flat_hash_map<Site, int64_t> outstanding_ ABSL_GUARDED_BY(mu_);
+  // Each outstanding site's submissions (serials), oldest first.
+  absl::flat_hash_map<Site, absl::InlinedVector<uint64_t, 1>> outstanding_
+      ABSL_GUARDED_BY(mu_);
+  // Every submission not yet answered, in submission (so deadline) order;
+  // waiting_.front() has serial waiting_base_. Answered ones in the middle
+  // are marked done and popped once they reach the front.
+  struct Waiting {
+    Site site;
+    Clock::time_point since;
+    bool done = false;
+  };
+  std::deque<Waiting> waiting_ ABSL_GUARDED_BY(mu_);
+  uint64_t waiting_base_ ABSL_GUARDED_BY(mu_) = 0;
+  // The digest awaiting the follower's answer.
+  struct PendingDigest {
+    Digest digest;
+    Clock::time_point sent;
+  };
+  std::optional<PendingDigest> digest_pending_ ABSL_GUARDED_BY(mu_);
   // Steps submitted whose listener call has not returned.
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<TransferTask> outbox_ ABSL_GUARDED_BY(mu_);
   Stats stats_ ABSL_GUARDED_BY(mu_);
+
+  // The sender thread's own (read by it under mu_ too, never by others).
+  CopyTally tally_;
+  Clock::time_point last_digest_at_;
+  uint64_t last_digest_frames_ = 0;
+  bool digest_sent_ = false;
 
   StepCompleter completer_;
   // Destroyed before the completer (joins the link's threads, whose
