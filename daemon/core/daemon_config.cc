@@ -274,6 +274,29 @@ absl::Status DaemonConfig::Validate() const {
           "a multi-daemon CP group does not persist yet");
     }
   }
+  if (absl::Status group = cp_group.Validate(); !group.ok()) return group;
+  if (cp_group.enabled()) {
+    if (cp_size < 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cp_group needs cp_size >= 2 (the group splits its ranks across "
+          "daemons), got ", cp_size));
+    }
+    if (cp_group.is_leader() && listen_tcp.empty()) {
+      return absl::InvalidArgumentError(
+          "a CP group leader (cp_group without cp_group_leader) needs "
+          "listen_tcp: its followers join it and schedulers reach it there");
+    }
+    if (!cp_group.is_leader() && served_ranks.empty()) {
+      return absl::InvalidArgumentError(
+          "a CP group follower needs ranks: the ranks whose pools it holds");
+    }
+    if (!state_dir.empty()) {
+      return absl::InvalidArgumentError(
+          "state_dir does not work with cp_group yet (the host tier of a "
+          "multi-daemon CP group does not persist); pass --state_dir= to "
+          "turn hot restart off");
+    }
+  }
   if (recovery_threads < 1 || recovery_threads > 64) {
     return absl::InvalidArgumentError(absl::StrCat(
         "recovery_threads must be in [1, 64], got ", recovery_threads));

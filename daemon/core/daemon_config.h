@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "daemon/core/cp_group_config.h"
 #include "daemon/core/policies.h"
 
 namespace hicache {
@@ -133,6 +134,10 @@ struct DaemonConfig {
   // (created 0700 if absent); empty: the host tier dies with the daemon.
   std::string state_dir;
   int recovery_threads = 2;  // Verifying host pages at start, 1..64.
+  // A CP group of several daemons (docs/cp-groups.md). A leader needs
+  // listen_tcp (its followers and schedulers reach it there); a follower
+  // needs served_ranks (the ranks whose pools it holds). Not with state_dir.
+  CpGroupConfig cp_group;
 
   // Operators may act across tenants (evict, free room, tree dumps, session
   // lists, watch): root, these uids, members of these groups (unix socket

@@ -20,6 +20,7 @@
 #include "daemon/engine/session_manager.h"
 #include "daemon/main/backend_factory.h"
 #include "daemon/main/connection_registry.h"
+#include "daemon/main/cp_group_runtime.h"
 #include "daemon/main/unix_listener.h"
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/pool/host_budget.h"
@@ -123,7 +124,7 @@ void LogPools(const HiCacheEngine& engine) {
   }
   spdlog::info("backend {}: {} device and {} host pool bytes over {} ranks",
                engine.backend_name(), Gib(device), Gib(host),
-               engine.layout().served_ranks().size());
+               engine.pools().layout().served_ranks().size());
 }
 
 // Every method path the server serves, for the RPC metrics' labels.
@@ -133,12 +134,14 @@ std::vector<std::string> ServedMethods() {
       "/grpc.health.v1.Health/Watch",
       "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
   };
-  const google::protobuf::ServiceDescriptor* service =
-      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
-          "hicache.v1.HiCache");
-  for (int i = 0; service != nullptr && i < service->method_count(); ++i) {
-    methods.push_back(
-        absl::StrCat("/", service->full_name(), "/", service->method(i)->name()));
+  for (const char* name : {"hicache.v1.HiCache", "hicache.internal.v1.CpGroup"}) {
+    const google::protobuf::ServiceDescriptor* service =
+        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+            name);
+    for (int i = 0; service != nullptr && i < service->method_count(); ++i) {
+      methods.push_back(absl::StrCat("/", service->full_name(), "/",
+                                     service->method(i)->name()));
+    }
   }
   return methods;
 }
@@ -217,7 +220,20 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
       MakeBackend(config, daemon->shm_->prefix());
   if (!backend.ok()) return backend.status();
   daemon->backend_ = *std::move(backend);
+  if (config.cp_group.enabled()) {
+    if (leader_view != nullptr) {
+      return absl::InvalidArgumentError(
+          "cp_group and a test leader view cannot be combined");
+    }
+    absl::StatusOr<std::unique_ptr<CpGroupRuntime>> group =
+        CpGroupRuntime::Create(config, instance);
+    if (!group.ok()) return group.status();
+    daemon->group_ = *std::move(group);
+  }
   EngineOptions engine_options = EngineOptionsFrom(config);
+  if (daemon->group_ != nullptr) {
+    daemon->group_->ConfigureEngine(&engine_options);
+  }
   engine_options.clock = clock;
   engine_options.backend = daemon->backend_.get();
   engine_options.shm_prefix = daemon->shm_->prefix();
@@ -231,6 +247,17 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   LogPools(*daemon->engine_);
   spdlog::info("{}", DescribeHostBudget(*host_budget));
   daemon->engine_->SetListener(daemon->hub_.get());
+  DaemonServer* const failing = daemon.get();
+  if (daemon->group_ != nullptr) {
+    if (absl::Status attached = daemon->group_->Attach(
+            daemon->engine_.get(), daemon->backend_.get(),
+            [failing](const absl::Status& cause) { failing->Fail(cause); });
+        !attached.ok()) {
+      return attached;
+    }
+    CpGroupRuntime* const group = daemon->group_.get();
+    group_status = [group] { return group->Status(); };
+  }
   daemon->sessions_ = std::make_unique<SessionManager>(
       daemon->engine_.get(), clock,
       absl::Milliseconds(config.default_lease_ms),
@@ -274,7 +301,9 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
                             .hub = daemon->hub_.get(),
                             .watch = watch,
                             .callers = daemon->connections_.get(),
-                            .group = daemon->leader_view_.get(),
+                            .group = daemon->group_ != nullptr
+                                          ? daemon->group_.get()
+                                          : daemon->leader_view_.get(),
                             .group_status = std::move(group_status)},
       service::StreamLimits{
           .max_backlog = static_cast<size_t>(config.max_stream_backlog)});
@@ -310,6 +339,9 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
     builder.AddListeningPort(config.listen_tcp, *credentials, &tcp_port);
   }
   builder.RegisterService(daemon->service_.get());
+  if (daemon->group_ != nullptr && daemon->group_->service() != nullptr) {
+    builder.RegisterService(daemon->group_->service());
+  }
   {
     std::vector<std::unique_ptr<
         grpc::experimental::ServerInterceptorFactoryInterface>>
@@ -341,6 +373,13 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
     daemon->metrics_->Watch(daemon->engine_.get(), daemon->sessions_.get());
   }
   daemon->listener_->Start(daemon->server_.get());
+  if (daemon->group_ != nullptr) {
+    if (absl::Status started =
+            daemon->group_->Start(daemon->server_.get(), tcp_port);
+        !started.ok()) {
+      return started;
+    }
+  }
   DaemonServer* raw = daemon.get();
   daemon->reaper_ = std::thread([raw] { raw->ReapLeases(); });
   return daemon;
@@ -362,6 +401,9 @@ DaemonServer::~DaemonServer() {
   if (metrics_ != nullptr) metrics_->StopServing();
   Shutdown(absl::ZeroDuration());
   Wait();
+  // Says Bye to the group and stops its threads while the engine and the
+  // backend still exist.
+  if (group_ != nullptr) group_->Stop();
   if (reaper_.joinable()) reaper_.join();
   std::thread failer;
   {

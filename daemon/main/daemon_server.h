@@ -23,6 +23,7 @@
 namespace hicache {
 
 class ConnectionRegistry;
+class CpGroupRuntime;
 class EventHub;
 class HiCacheEngine;
 class UnixListener;
@@ -55,9 +56,13 @@ class DaemonServer {
   // DefaultInstanceId() of the canonical socket path; see ShmInstance, which
   // reclaims the segments a dead daemon of that instance left), and starts
   // serving on the socket with mode 0660. `clock` must outlive the server.
-  // `leader_view`: this daemon's place in a CP group (ServiceParts::group);
-  // nullptr for a standalone daemon. `group_status`: the group's snapshot
-  // for GetStats (ServiceParts::group_status); empty for none.
+  // config.cp_group, when enabled, makes this daemon a CP group's leader or
+  // follower (CpGroupRuntime; a follower that loses its leader stops as
+  // after a listener failure, see failure()). `leader_view` and
+  // `group_status` stand in for a group in tests
+  // (--cp_group_test_non_leader_of): this daemon's place in a CP group
+  // (ServiceParts::group) and its snapshot for GetStats; not with
+  // config.cp_group.
   static absl::StatusOr<std::unique_ptr<DaemonServer>> Start(
       const DaemonConfig& config, const std::string& socket_path,
       const Clock* clock, std::unique_ptr<LeaderView> leader_view = nullptr,
@@ -74,8 +79,9 @@ class DaemonServer {
   void Wait();
 
   // OK, or why the daemon stopped by itself: the unix-socket listener broke
-  // (it can take no new connection), so it shut down as after Shutdown(), and
-  // hicached exits 1 for its supervisor to restart it.
+  // (it can take no new connection), or a CP group follower lost its leader,
+  // so it shut down as after Shutdown(), and hicached exits 1 for its
+  // supervisor to restart it.
   absl::Status failure() const ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string& listen_address() const { return listen_address_; }
@@ -117,6 +123,10 @@ class DaemonServer {
   // (idle ones would otherwise hold gRPC's shutdown for the whole grace).
   std::shared_ptr<CallCounter> calls_ = CallCounter::Create();
   std::unique_ptr<LeaderView> leader_view_;  // Read by service_.
+  // config.cp_group: this daemon's part in a CP group (the service's
+  // LeaderView when set). After the engine (stopped and destroyed before
+  // it), before the server (which serves its CpGroup service).
+  std::unique_ptr<CpGroupRuntime> group_;
   std::unique_ptr<service::HiCacheService> service_;
   std::thread reaper_;
   CondVar reaper_cv_;

@@ -140,6 +140,41 @@ ABSL_FLAG(std::string, tls_client_ca_file, "",
           "PEM CA bundle: require and verify client certificates (mTLS).");
 ABSL_FLAG(bool, insecure_tcp_for_testing, false,
           "Allow --listen_tcp without TLS. Never in production.");
+// CP groups of several daemons (docs/cp-groups.md).
+ABSL_FLAG(std::string, cp_group, "",
+          "Serve one CP group together with other hicached daemons, each "
+          "holding the pools of its --ranks: the group's name. Without "
+          "--cp_group_leader this daemon leads: it keeps the radix tree and "
+          "every rank's page metadata, needs --listen_tcp, and its followers "
+          "and schedulers reach it there. Empty (default): this daemon serves "
+          "every rank of its CP group itself.");
+ABSL_FLAG(std::string, cp_group_leader, "",
+          "--cp_group follower: the leader's gRPC host:port. The follower "
+          "holds its --ranks' pools and serves its workers; schedulers' tree "
+          "RPCs are redirected to the leader. Losing the leader exits 1.");
+ABSL_FLAG(std::string, cp_group_advertise, "",
+          "--cp_group leader: the host:port redirects name (default: "
+          "--listen_tcp with its bound port).");
+ABSL_FLAG(std::string, cp_group_bind, "127.0.0.1",
+          "--cp_group: the IP address (or interface) the group's links "
+          "listen on (Gloo TCP; ports chosen by the OS).");
+ABSL_FLAG(std::string, cp_group_member, "",
+          "--cp_group: this daemon's name in the group (default: its "
+          "--instance).");
+ABSL_FLAG(uint32_t, cp_group_heartbeat_ms, 100,
+          "--cp_group: heartbeat interval on each link.");
+ABSL_FLAG(uint32_t, cp_group_timeout_ms, 1000,
+          "--cp_group: a peer silent this long is lost (leader: its ranks "
+          "become unavailable; follower: exit 1).");
+ABSL_FLAG(uint32_t, cp_group_join_timeout_ms, 60000,
+          "--cp_group follower: how long to keep trying to join the leader "
+          "before exiting 1.");
+ABSL_FLAG(uint32_t, cp_group_step_timeout_ms, 10000,
+          "--cp_group leader: a member that leaves a copy step unanswered "
+          "this long is declared lost (0: no deadline).");
+ABSL_FLAG(uint32_t, cp_group_digest_interval_ms, 1000,
+          "--cp_group leader: how often each member's copy accounting is "
+          "checked against the leader's (0: never).");
 ABSL_FLAG(std::string, cp_group_test_non_leader_of, "",
           "TEST ONLY, with --insecure_tcp_for_testing: act as a CP group "
           "follower whose leader is this host:port target: the tree RPCs "
@@ -293,6 +328,19 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   config.instance = absl::GetFlag(FLAGS_instance);
   config.state_dir = absl::GetFlag(FLAGS_state_dir);
   config.recovery_threads = absl::GetFlag(FLAGS_recovery_threads);
+  config.cp_group.name = absl::GetFlag(FLAGS_cp_group);
+  config.cp_group.leader = absl::GetFlag(FLAGS_cp_group_leader);
+  config.cp_group.advertise = absl::GetFlag(FLAGS_cp_group_advertise);
+  config.cp_group.bind = absl::GetFlag(FLAGS_cp_group_bind);
+  config.cp_group.member = absl::GetFlag(FLAGS_cp_group_member);
+  config.cp_group.heartbeat_ms = absl::GetFlag(FLAGS_cp_group_heartbeat_ms);
+  config.cp_group.timeout_ms = absl::GetFlag(FLAGS_cp_group_timeout_ms);
+  config.cp_group.join_timeout_ms =
+      absl::GetFlag(FLAGS_cp_group_join_timeout_ms);
+  config.cp_group.step_timeout_ms =
+      absl::GetFlag(FLAGS_cp_group_step_timeout_ms);
+  config.cp_group.digest_interval_ms =
+      absl::GetFlag(FLAGS_cp_group_digest_interval_ms);
   // The host tier's pages (from --host_bytes_per_rank when given), then
   // every field, derived ones included.
   if (absl::StatusOr<HostBudget> host = ResolveHostPages(&config); !host.ok()) {
@@ -410,6 +458,12 @@ int Run(int argc, char** argv) {
   if (const std::string non_leader_of =
           absl::GetFlag(FLAGS_cp_group_test_non_leader_of);
       !non_leader_of.empty()) {
+    if (config->cp_group.enabled()) {
+      spdlog::error(
+          "invalid configuration: --cp_group_test_non_leader_of and "
+          "--cp_group cannot be combined");
+      return kExitBadConfig;
+    }
     if (!config->insecure_tcp_for_testing) {
       spdlog::error(
           "invalid configuration: --cp_group_test_non_leader_of is for tests "
