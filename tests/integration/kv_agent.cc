@@ -6,6 +6,9 @@
 //       is the request's i-th page.
 //   kv_agent --socket=S --mode=verify --rank=R --pages=...
 //       checks that pattern; exit 1 (and a message) on the first wrong byte.
+//   --seed=N (write, verify) varies the pattern per request.
+//   In a CP group (docs/cp-groups.md) S is the socket of the daemon that
+//   holds rank R's pools (the leader or a follower).
 //   kv_agent --socket=S --mode=hold_scheduler
 //       allocates, prepares a backup, stores one layer, caches and locks a
 //       request, prints READY and sleeps: to be killed with SIGKILL.
@@ -32,13 +35,19 @@ ABSL_FLAG(std::string, mode, "write",
           "write, verify, hold_scheduler, hold_worker.");
 ABSL_FLAG(uint32_t, rank, 0, "CP rank of a worker.");
 ABSL_FLAG(std::string, pages, "", "The request's logical pages, in order.");
+ABSL_FLAG(uint32_t, seed, 0,
+          "Mixed into the write/verify pattern, so that two requests with "
+          "the same page positions get different bytes (0: the original "
+          "pattern).");
 
 namespace hicache {
 namespace {
 
-uint8_t Pattern(int64_t position, int family, uint32_t layer, uint64_t byte) {
+uint8_t Pattern(int64_t position, int family, uint32_t layer, uint64_t byte,
+                uint32_t seed) {
+  // 97 is odd: seeds 0..255 shift every byte by a distinct amount mod 256.
   return static_cast<uint8_t>(position * 131 + family * 31 + layer * 7 +
-                              byte * 13 + 1);
+                              byte * 13 + 1 + uint64_t{seed} * 97);
 }
 
 int Fail(const std::string& message) {
@@ -113,6 +122,7 @@ int Run() {
   }
 
   const uint32_t cp = layout->geometry().cp_size();
+  const uint32_t seed = absl::GetFlag(FLAGS_seed);
   int64_t position = 0, checked = 0;
   for (absl::string_view text :
        absl::StrSplit(absl::GetFlag(FLAGS_pages), ',', absl::SkipEmpty())) {
@@ -122,12 +132,19 @@ int Run() {
     if (page % cp != rank) continue;  // Another rank's page.
     for (int f = 0; f < layout->families_size(); ++f) {
       for (uint32_t l = 0; l < layout->families(f).num_layers(); ++l) {
-        uint8_t* block = (*device)->data() +
-                         client::DeviceBlockOffset(*layout, page / cp, f, l);
+        const uint64_t offset =
+            client::DeviceBlockOffset(*layout, page / cp, f, l);
+        if (page < 0 ||
+            offset + client::BlockBytes(*layout, f) > (*device)->size()) {
+          return Fail("page " + std::to_string(page) +
+                      " lies outside rank " + std::to_string(rank) +
+                      "'s device segment");
+        }
+        uint8_t* block = (*device)->data() + offset;
         for (uint64_t b = 0; b < client::BlockBytes(*layout, f); ++b) {
           if (mode == "write") {
-            block[b] = Pattern(k, f, l, b);
-          } else if (block[b] != Pattern(k, f, l, b)) {
+            block[b] = Pattern(k, f, l, b, seed);
+          } else if (block[b] != Pattern(k, f, l, b, seed)) {
             return Fail("wrong byte: position " + std::to_string(k) + " page " +
                         std::to_string(page) + " family " + std::to_string(f) +
                         " layer " + std::to_string(l) + " byte " +
