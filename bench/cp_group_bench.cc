@@ -1,0 +1,186 @@
+// The commit latency a remote CP group follower adds (issue 13's goal:
+// last local ack -> committed, p50 <= 300 us over loopback), side by side
+// with a single daemon in one run. bench/cp_group_rig.h states the two rigs
+// and what is timed.
+//
+//   bazel run -c opt //bench:cp_group_bench -- --iterations=2000
+//       [--pages=8 --page_size=16 --kv_preset=tiny]
+//       [--drain_before_last_step=true] [--json]
+//
+// Iterations interleave the two rigs (baseline then group, then group then
+// baseline, ...) after --warmup untimed ones each, so both see the same
+// machine noise. Then the tree calls (Match of an absent key, Allocate +
+// Free) are timed on both engines, interleaved the same way.
+//
+// Reported per rig: p50 / p99 (nearest rank, bench/percentile.h) of
+//   local ack -> committed   rank 0's final StepDone reaching the engine
+//   step event -> committed  OnBackupStep(rank 0, last step)
+//   prepare -> committed     the whole backup
+// and "added": group p50 minus baseline p50, with the ratio of the p50s.
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/cp_group_rig.h"
+#include "bench/percentile.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(int, iterations, 2000, "Timed backups per rig.");
+ABSL_FLAG(int, warmup, 50, "Untimed backups per rig first.");
+ABSL_FLAG(int, tree_calls, 2000, "Timed Match and Allocate calls per rig.");
+ABSL_FLAG(int, pages, 8, "Pages per backup, zigzag over ranks 0 and 1.");
+ABSL_FLAG(uint32_t, page_size, 16, "Tokens per page.");
+ABSL_FLAG(std::string, kv_preset, "tiny", "KV preset.");
+ABSL_FLAG(int, transfer_workers, 2, "memcpy threads per copy engine.");
+ABSL_FLAG(int, heartbeat_ms, 100, "Group heartbeat interval.");
+ABSL_FLAG(int, heartbeat_timeout_ms, 1000, "Group heartbeat timeout.");
+ABSL_FLAG(bool, drain_before_last_step, true,
+          "Wait for the earlier steps' copies before storing the last "
+          "(layers spaced out by compute, as in a forward pass).");
+ABSL_FLAG(bool, json, false, "Also print one JSON line of the figures.");
+
+namespace hicache::bench {
+namespace {
+
+struct Samples {
+  std::vector<double> ack, step, end_to_end, match, allocate;
+};
+
+struct Summary {
+  double p50 = 0, p99 = 0;
+};
+Summary Sum(const std::vector<double>& v) {
+  return {Percentile(v, 0.5), Percentile(v, 0.99)};
+}
+
+void Row(const char* what, const std::vector<double>& base,
+         const std::vector<double>& group) {
+  const Summary b = Sum(base), g = Sum(group);
+  std::printf("%-28s %10.1f %10.1f %10.1f %10.1f %+10.1f %7.2fx\n", what,
+              b.p50, b.p99, g.p50, g.p99, g.p50 - b.p50,
+              b.p50 > 0 ? g.p50 / b.p50 : 0.0);
+}
+
+std::string JsonPair(const char* key, const std::vector<double>& v) {
+  const Summary s = Sum(v);
+  return absl::StrFormat("\"%s_p50_us\":%.1f,\"%s_p99_us\":%.1f", key, s.p50,
+                         key, s.p99);
+}
+
+int Main() {
+  spdlog::set_level(spdlog::level::warn);
+  CommitRigOptions options;
+  options.page_size = absl::GetFlag(FLAGS_page_size);
+  options.kv_preset = absl::GetFlag(FLAGS_kv_preset);
+  options.pages_per_backup = absl::GetFlag(FLAGS_pages);
+  options.device_pages_per_rank =
+      std::max<int64_t>(256, 4 * options.pages_per_backup);
+  options.host_pages_per_rank = options.device_pages_per_rank * 2;
+  options.transfer_workers = absl::GetFlag(FLAGS_transfer_workers);
+  options.heartbeat_interval =
+      absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
+  options.heartbeat_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_timeout_ms));
+  options.drain_before_last_step = absl::GetFlag(FLAGS_drain_before_last_step);
+
+  auto baseline = CommitRig::Baseline(options);
+  if (!baseline.ok()) {
+    std::fprintf(stderr, "baseline rig: %s\n",
+                 baseline.status().ToString().c_str());
+    return 1;
+  }
+  auto group = CommitRig::Group(options);
+  if (!group.ok()) {
+    std::fprintf(stderr, "group rig: %s\n", group.status().ToString().c_str());
+    return 1;
+  }
+  CommitRig* rigs[2] = {baseline->get(), group->get()};
+  Samples samples[2];
+  const int warmup = absl::GetFlag(FLAGS_warmup);
+  const int iterations = absl::GetFlag(FLAGS_iterations);
+  int64_t key = 0;
+  for (int i = 0; i < warmup + iterations; ++i) {
+    for (int k = 0; k < 2; ++k) {
+      const int r = (i % 2 == 0) ? k : 1 - k;  // Alternate who goes first.
+      auto timing = rigs[r]->Backup(++key);
+      if (!timing.ok()) {
+        std::fprintf(stderr, "%s backup %d: %s\n", rigs[r]->name().c_str(), i,
+                     timing.status().ToString().c_str());
+        return 1;
+      }
+      if (i < warmup) continue;
+      samples[r].ack.push_back(timing->ack_to_commit_us);
+      samples[r].step.push_back(timing->step_to_commit_us);
+      samples[r].end_to_end.push_back(timing->end_to_end_us);
+    }
+  }
+  const int tree_calls = absl::GetFlag(FLAGS_tree_calls);
+  for (int i = 0; i < tree_calls; ++i) {
+    for (int k = 0; k < 2; ++k) {
+      const int r = (i % 2 == 0) ? k : 1 - k;
+      auto match = rigs[r]->TimeMatch(++key);
+      auto allocate = rigs[r]->TimeAllocate();
+      if (!match.ok() || !allocate.ok()) {
+        std::fprintf(stderr, "%s tree calls: %s\n", rigs[r]->name().c_str(),
+                     (match.ok() ? allocate.status() : match.status())
+                         .ToString()
+                         .c_str());
+        return 1;
+      }
+      samples[r].match.push_back(*match);
+      samples[r].allocate.push_back(*allocate);
+    }
+  }
+
+  std::printf(
+      "CP group commit latency, in process: C = 2, baseline = one engine "
+      "with both ranks local; group = leader (rank 0) + follower (rank 1) "
+      "over Gloo TCP 127.0.0.1\n"
+      "%d interleaved backups per rig (after %d warm-up), %d pages zigzag, "
+      "page_size %u, %s (%u steps), heartbeat %d ms, drain before last step: "
+      "%s; %d tree calls each\n\n",
+      iterations, warmup, options.pages_per_backup, options.page_size,
+      options.kv_preset.c_str(), rigs[0]->num_steps(),
+      absl::GetFlag(FLAGS_heartbeat_ms),
+      options.drain_before_last_step ? "yes" : "no", tree_calls);
+  std::printf("%-28s %10s %10s %10s %10s %10s %8s\n", "microseconds",
+              "base p50", "base p99", "group p50", "group p99", "added p50",
+              "ratio");
+  Row("local ack -> committed", samples[0].ack, samples[1].ack);
+  Row("step event -> committed", samples[0].step, samples[1].step);
+  Row("prepare -> committed", samples[0].end_to_end, samples[1].end_to_end);
+  Row("Match (absent key)", samples[0].match, samples[1].match);
+  Row("Allocate", samples[0].allocate, samples[1].allocate);
+  if (absl::GetFlag(FLAGS_json)) {
+    std::string line = absl::StrCat("{\"iterations\":", iterations);
+    const char* names[2] = {"baseline", "group"};
+    for (int r = 0; r < 2; ++r) {
+      absl::StrAppend(&line, ",\"", names[r], "\":{",
+                      JsonPair("ack_to_commit", samples[r].ack), ",",
+                      JsonPair("step_to_commit", samples[r].step), ",",
+                      JsonPair("prepare_to_commit", samples[r].end_to_end),
+                      ",", JsonPair("match", samples[r].match), ",",
+                      JsonPair("allocate", samples[r].allocate), "}");
+    }
+    absl::StrAppend(
+        &line,
+        absl::StrFormat(",\"added_ack_to_commit_p50_us\":%.1f}",
+                        Sum(samples[1].ack).p50 - Sum(samples[0].ack).p50));
+    std::printf("%s\n", line.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace hicache::bench
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return hicache::bench::Main();
+}
