@@ -9,6 +9,7 @@
 #include "daemon/comm/gloo_communicator.h"
 #include "daemon/group/group_geometry.h"
 #include "daemon/main/grpc_rendezvous_store.h"
+#include "daemon/main/rendezvous_gloo_store.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -112,6 +113,7 @@ void CpGroupRuntime::ConfigureEngine(EngineOptions* options) {
 }
 
 absl::Status CpGroupRuntime::Attach(HiCacheEngine* engine, Backend* backend,
+                                    const service::CallerResolver* members,
                                     FatalFn on_fatal) {
   on_fatal_ = std::move(on_fatal);
   const group::GroupGeometry geometry =
@@ -144,15 +146,7 @@ absl::Status CpGroupRuntime::Attach(HiCacheEngine* engine, Backend* backend,
         group_.name, member_, leader_.get(),
         [this, timeout](const std::string& prefix)
             -> absl::StatusOr<std::unique_ptr<comm::Communicator>> {
-          std::shared_ptr<internal::v1::CpGroup::Stub> stub;
-          {
-            MutexLock lock(&mu_);
-            stub = self_stub_;
-          }
-          if (stub == nullptr) {
-            return absl::UnavailableError("the leader is not serving yet");
-          }
-          GrpcRendezvousStore store(stub, {.timeout = kConnectTimeout});
+          KvGlooStore store(kv_.get(), kConnectTimeout);
           absl::StatusOr<std::unique_ptr<comm::GlooCommunicator>> link =
               comm::GlooCommunicator::Connect(
                   {.store = &store,
@@ -166,7 +160,7 @@ absl::Status CpGroupRuntime::Attach(HiCacheEngine* engine, Backend* backend,
         },
         [this](const std::string& prefix) { kv_->EraseUnderPrefix(prefix); });
     service_ = std::make_unique<service::CpGroupService>(
-        group_.name, joins_.get(), kv_.get());
+        group_.name, joins_.get(), kv_.get(), members);
     spdlog::info("CP group {}: leading C={} with pools for ranks [{}] as '{}'",
                  group_.name, config_.cp_size,
                  absl::StrJoin(engine_options_.pool_ranks, ","), member_);
@@ -206,12 +200,8 @@ absl::Status CpGroupRuntime::Start(grpc::Server* server, int tcp_port) {
       advertise = absl::StrCat(listen.substr(0, listen.rfind(':')), ":",
                                tcp_port);
     }
-    auto stub = std::shared_ptr<internal::v1::CpGroup::Stub>(
-        internal::v1::CpGroup::NewStub(
-            server->InProcessChannel(grpc::ChannelArguments())));
     MutexLock lock(&mu_);
     advertise_ = advertise;
-    self_stub_ = std::move(stub);
     spdlog::info("CP group {}: leading on {}", group_.name, advertise);
     return absl::OkStatus();
   }

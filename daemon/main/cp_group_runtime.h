@@ -47,6 +47,7 @@
 #include "daemon/group/rendezvous_kv.h"
 #include "daemon/group/routing_transfer_engine.h"
 #include "daemon/main/leader_join_handler.h"
+#include "daemon/service/caller_resolver.h"
 #include "daemon/service/cp_group_service.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/server.h"
@@ -76,9 +77,13 @@ class CpGroupRuntime final : public LeaderView {
   void ConfigureEngine(EngineOptions* options);
 
   // After the engine: the GroupLeader or the GroupFollower. `engine` and
-  // `backend` must outlive Stop(). `on_fatal` is called at most once, from
-  // a group thread, when a follower loses (or never reaches) its leader.
+  // `backend` must outlive Stop(). `members`: who may call the leader's
+  // CpGroup service (operators only, see CpGroupService); nullptr lets any
+  // caller (--insecure_tcp_for_testing). `on_fatal` is called at most once,
+  // from a group thread, when a follower loses (or never reaches) its
+  // leader.
   absl::Status Attach(HiCacheEngine* engine, Backend* backend,
+                      const service::CallerResolver* members,
                       FatalFn on_fatal) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Leader: the internal CpGroup service to register; nullptr on a
@@ -86,7 +91,7 @@ class CpGroupRuntime final : public LeaderView {
   grpc::Service* service() { return service_.get(); }
 
   // Once the server serves. Leader: its advertised address (the bound TCP
-  // port when listen_tcp ended in :0) and its own rendezvous channel.
+  // port when listen_tcp ended in :0).
   // Follower: starts joining.
   absl::Status Start(grpc::Server* server, int tcp_port)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -122,7 +127,6 @@ class CpGroupRuntime final : public LeaderView {
   std::unique_ptr<group::InMemoryRendezvousKv> kv_;
   std::unique_ptr<LeaderJoinHandler> joins_;
   std::unique_ptr<service::CpGroupService> service_;
-  std::shared_ptr<internal::v1::CpGroup::Stub> self_stub_;
 
   // What the engine was created with (ConfigureEngine).
   EngineOptions engine_options_;

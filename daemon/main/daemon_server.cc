@@ -247,17 +247,6 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   LogPools(*daemon->engine_);
   spdlog::info("{}", DescribeHostBudget(*host_budget));
   daemon->engine_->SetListener(daemon->hub_.get());
-  DaemonServer* const failing = daemon.get();
-  if (daemon->group_ != nullptr) {
-    if (absl::Status attached = daemon->group_->Attach(
-            daemon->engine_.get(), daemon->backend_.get(),
-            [failing](const absl::Status& cause) { failing->Fail(cause); });
-        !attached.ok()) {
-      return attached;
-    }
-    CpGroupRuntime* const group = daemon->group_.get();
-    group_status = [group] { return group->Status(); };
-  }
   daemon->sessions_ = std::make_unique<SessionManager>(
       daemon->engine_.get(), clock,
       absl::Milliseconds(config.default_lease_ms),
@@ -286,6 +275,22 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   operators.cert_names = config.operator_cert_names;
   daemon->connections_ =
       std::make_unique<ConnectionRegistry>(std::move(operators));
+  DaemonServer* const failing = daemon.get();
+  if (daemon->group_ != nullptr) {
+    // The group's daemons are operators of each other (a TLS client
+    // certificate in --operator_cert_names); any caller only with
+    // --insecure_tcp_for_testing.
+    if (absl::Status attached = daemon->group_->Attach(
+            daemon->engine_.get(), daemon->backend_.get(),
+            config.insecure_tcp_for_testing ? nullptr
+                                            : daemon->connections_.get(),
+            [failing](const absl::Status& cause) { failing->Fail(cause); });
+        !attached.ok()) {
+      return attached;
+    }
+    CpGroupRuntime* const group = daemon->group_.get();
+    group_status = [group] { return group->Status(); };
+  }
   DaemonInfo info{
       .build = GetBuildInfo(),
       .config = config,

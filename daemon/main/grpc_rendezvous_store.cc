@@ -6,8 +6,6 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "gloo/common/error.h"
 
 namespace hicache {
 namespace {
@@ -19,17 +17,14 @@ absl::Status FromGrpc(const grpc::Status& s) {
                       s.error_message());
 }
 
-[[noreturn]] void Throw(absl::string_view what, const absl::Status& s) {
-  throw gloo::IoException(
-      absl::StrCat("CP group rendezvous ", what, ": ", s.ToString()));
-}
-
 }  // namespace
 
 GrpcRendezvousStore::GrpcRendezvousStore(
     std::shared_ptr<pb::CpGroup::StubInterface> stub,
     GrpcRendezvousStoreOptions options)
-    : stub_(std::move(stub)), options_(options) {}
+    : RendezvousGlooStore(options.timeout),
+      stub_(std::move(stub)),
+      options_(options) {}
 
 absl::Status GrpcRendezvousStore::Set(const std::string& key,
                                       const std::string& value) {
@@ -51,8 +46,11 @@ absl::StatusOr<std::string> GrpcRendezvousStore::Get(const std::string& key,
         std::max(deadline - absl::Now(), absl::ZeroDuration());
     pb::RendezvousGetRequest request;
     request.set_key(key);
-    request.set_wait_ms(static_cast<uint32_t>(
-        std::min<int64_t>(absl::ToInt64Milliseconds(left), INT32_MAX)));
+    // Rounded up: a wait floored to whole milliseconds would answer
+    // NOT_FOUND up to a millisecond before the caller's deadline.
+    request.set_wait_ms(static_cast<uint32_t>(std::min<int64_t>(
+        absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))),
+        INT32_MAX)));
     pb::RendezvousGetResponse response;
     grpc::ClientContext context;
     context.set_deadline(
@@ -66,42 +64,6 @@ absl::StatusOr<std::string> GrpcRendezvousStore::Get(const std::string& key,
       continue;
     }
     return FromGrpc(s);
-  }
-}
-
-void GrpcRendezvousStore::set(const std::string& key,
-                              const std::vector<char>& data) {
-  absl::Status s = Set(key, std::string(data.begin(), data.end()));
-  if (!s.ok()) Throw(absl::StrCat("set \"", absl::CHexEscape(key), "\""), s);
-}
-
-std::vector<char> GrpcRendezvousStore::get(const std::string& key) {
-  absl::StatusOr<std::string> value = Get(key, options_.timeout);
-  if (!value.ok()) {
-    Throw(absl::StrCat("get \"", absl::CHexEscape(key), "\""), value.status());
-  }
-  return std::vector<char>(value->begin(), value->end());
-}
-
-void GrpcRendezvousStore::wait(const std::vector<std::string>& keys) {
-  wait(keys, std::chrono::duration_cast<std::chrono::milliseconds>(
-                 absl::ToChronoMilliseconds(options_.timeout)));
-}
-
-void GrpcRendezvousStore::wait(const std::vector<std::string>& keys,
-                               const std::chrono::milliseconds& timeout) {
-  const absl::Time deadline = absl::Now() + absl::FromChrono(timeout);
-  for (const std::string& key : keys) {
-    absl::StatusOr<std::string> value = Get(key, deadline - absl::Now());
-    if (value.ok()) continue;
-    if (value.status().code() == absl::StatusCode::kNotFound) {
-      // FileStore's message, so logs read alike whatever the store.
-      throw gloo::IoException(absl::StrCat(
-          "Wait timeout for key(s): ", absl::StrJoin(keys, " "),
-          " (CP group rendezvous: ", value.status().message(), ")"));
-    }
-    Throw(absl::StrCat("wait for \"", absl::CHexEscape(key), "\""),
-          value.status());
   }
 }
 

@@ -5,17 +5,10 @@
 // cp_group.proto), so that a follower's Gloo link rendezvouses with the
 // leader across nodes without a shared filesystem (docs/cp-groups.md,
 // "Bootstrap: Join and rendezvous"). The leader side serves the same keys
-// from its InMemoryRendezvousKv (daemon/group/rendezvous_kv.h); a leader
-// may equally use this store against its own service.
-//
-// Gloo's contract, mirrored from its FileStore:
-//  * get(key) waits for the key up to the store's timeout, then throws;
-//  * wait(keys, timeout) returns once every key is set, or throws
-//    gloo::IoException "Wait timeout for key(s): ..." after `timeout`;
-//  * any failure (RPC error, a refused set) throws gloo::IoException (a
-//    std::exception). Gloo's callers expect exceptions from a Store; the
-//    one caller in this code base, GlooCommunicator::Connect, catches
-//    std::exception, so nothing escapes daemon/comm.
+// from its InMemoryRendezvousKv (daemon/group/rendezvous_kv.h) and uses it
+// directly for its own end (KvGlooStore). Gloo's Store contract (what
+// throws, when) is RendezvousGlooStore's (rendezvous_gloo_store.h); an RPC
+// failure or a refused set is a gloo::IoException.
 //
 // Waiting is server-side: RendezvousGet carries `wait_ms` and the leader
 // blocks on a condition variable until the key is set. The client repeats
@@ -32,7 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "gloo/rendezvous/store.h"
+#include "daemon/main/rendezvous_gloo_store.h"
 #include "grpcpp/grpcpp.h"
 #include "hicache/internal/v1/cp_group.grpc.pb.h"
 
@@ -47,23 +40,18 @@ struct GrpcRendezvousStoreOptions {
   absl::Duration rpc_timeout = absl::Seconds(10);
 };
 
-class GrpcRendezvousStore final : public gloo::rendezvous::Store {
+class GrpcRendezvousStore final : public RendezvousGlooStore {
  public:
   GrpcRendezvousStore(
       std::shared_ptr<hicache::internal::v1::CpGroup::StubInterface> stub,
       GrpcRendezvousStoreOptions options = {});
 
-  void set(const std::string& key, const std::vector<char>& data) override;
-  std::vector<char> get(const std::string& key) override;
-  void wait(const std::vector<std::string>& keys) override;
-  void wait(const std::vector<std::string>& keys,
-            const std::chrono::milliseconds& timeout) override;
-
-  // The same operations as Statuses, for callers that are not Gloo.
-  absl::Status Set(const std::string& key, const std::string& value);
+  // The Gloo operations' statuses (RendezvousGlooStore makes them Gloo's).
+  absl::Status Set(const std::string& key, const std::string& value) override;
   // NOT_FOUND when the key is still absent after `wait`; DEADLINE_EXCEEDED
   // or UNAVAILABLE when the leader does not answer.
-  absl::StatusOr<std::string> Get(const std::string& key, absl::Duration wait);
+  absl::StatusOr<std::string> Get(const std::string& key,
+                                  absl::Duration wait) override;
 
  private:
   const std::shared_ptr<hicache::internal::v1::CpGroup::StubInterface> stub_;

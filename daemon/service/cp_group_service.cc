@@ -56,12 +56,30 @@ grpc::Status MapKvStatus(const absl::Status& s) {
 }  // namespace
 
 CpGroupService::CpGroupService(std::string group, group::JoinHandler* handler,
-                               group::RendezvousKv* kv)
-    : group_(std::move(group)), handler_(handler), kv_(kv) {}
+                               group::RendezvousKv* kv,
+                               const CallerResolver* members)
+    : group_(std::move(group)), handler_(handler), kv_(kv), members_(members) {}
 
-grpc::Status CpGroupService::Join(grpc::ServerContext* /*context*/,
+grpc::Status CpGroupService::CheckCaller(
+    const grpc::ServerContext* context) const {
+  if (members_ == nullptr) return grpc::Status::OK;
+  if (context == nullptr) {
+    return Grpc(grpc::StatusCode::PERMISSION_DENIED,
+                "the CP group service needs an authenticated caller");
+  }
+  const Caller caller = members_->Resolve(*context);
+  if (caller.is_operator) return grpc::Status::OK;
+  return Grpc(grpc::StatusCode::PERMISSION_DENIED,
+              absl::StrCat("the CP group service is for the group's daemons "
+                           "(operators: a TLS client certificate named in "
+                           "--operator_cert_names); ",
+                           absl::CHexEscape(caller.name), " is not one"));
+}
+
+grpc::Status CpGroupService::Join(grpc::ServerContext* context,
                                   const pb::JoinRequest* request,
                                   pb::JoinResponse* response) {
+  if (grpc::Status caller = CheckCaller(context); !caller.ok()) return caller;
   if (request->member_name().empty() ||
       request->member_name().size() > kMaxNameBytes) {
     return Grpc(
@@ -109,8 +127,9 @@ grpc::Status CpGroupService::Join(grpc::ServerContext* /*context*/,
 }
 
 grpc::Status CpGroupService::RendezvousSet(
-    grpc::ServerContext* /*context*/, const pb::RendezvousSetRequest* request,
+    grpc::ServerContext* context, const pb::RendezvousSetRequest* request,
     pb::RendezvousSetResponse* /*response*/) {
+  if (grpc::Status caller = CheckCaller(context); !caller.ok()) return caller;
   absl::Status s = kv_->Set(request->key(), request->value());
   if (!s.ok()) return MapKvStatus(s);
   return grpc::Status::OK;
@@ -119,6 +138,7 @@ grpc::Status CpGroupService::RendezvousSet(
 grpc::Status CpGroupService::RendezvousGet(
     grpc::ServerContext* context, const pb::RendezvousGetRequest* request,
     pb::RendezvousGetResponse* response) {
+  if (grpc::Status caller = CheckCaller(context); !caller.ok()) return caller;
   absl::Duration wait = absl::Milliseconds(request->wait_ms());
   // Never wait past the caller's own deadline: it would not see the answer.
   if (context != nullptr) {

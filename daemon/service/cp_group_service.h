@@ -15,13 +15,15 @@
 //    RESOURCE_EXHAUSTED, ALREADY_EXISTS, NOT_FOUND, CANCELLED -> UNAVAILABLE
 //    since the leader is going away); any other -> INTERNAL.
 //
-// Internal only: serve it on the group's listener, not to cache clients.
+// Internal only: the group's daemons call it, not cache clients (see
+// `members` below).
 // The handler and the store are not owned and must outlive the service.
 
 #include <cstdint>
 #include <string>
 
 #include "daemon/group/join_handler.h"
+#include "daemon/service/caller_resolver.h"
 #include "grpcpp/grpcpp.h"
 #include "hicache/internal/v1/cp_group.grpc.pb.h"
 
@@ -34,8 +36,14 @@ class CpGroupService final : public hicache::internal::v1::CpGroup::Service {
   // Bytes of the geometry of a Join (a generous bound over its encoding).
   static constexpr size_t kMaxGeometryBytes = 64 << 10;
 
+  // `members`: when set, only callers it resolves as operators may call
+  // (PERMISSION_DENIED otherwise, nothing changed): the group's daemons
+  // prove themselves with a TLS client certificate named in
+  // --operator_cert_names. nullptr: any caller (tests, and
+  // --insecure_tcp_for_testing). Not owned.
   CpGroupService(std::string group, group::JoinHandler* handler,
-                 group::RendezvousKv* kv);
+                 group::RendezvousKv* kv,
+                 const CallerResolver* members = nullptr);
 
   grpc::Status Join(grpc::ServerContext* context,
                     const hicache::internal::v1::JoinRequest* request,
@@ -53,6 +61,10 @@ class CpGroupService final : public hicache::internal::v1::CpGroup::Service {
   const std::string group_;
   group::JoinHandler* const handler_;
   group::RendezvousKv* const kv_;
+  const CallerResolver* const members_;
+
+  // OK when the caller may use the service.
+  grpc::Status CheckCaller(const grpc::ServerContext* context) const;
 };
 
 }  // namespace hicache::service

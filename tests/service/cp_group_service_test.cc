@@ -231,5 +231,41 @@ TEST_F(CpGroupServiceTest, ShutDownStoreIsUnavailable) {
   EXPECT_EQ(Get("a", 10, &value).error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
+
+// With a caller resolver, only operators (the group's daemons, by TLS
+// certificate) may call; anyone else is refused and nothing changes.
+TEST_F(CpGroupServiceTest, NonOperatorsAreRefusedWhenMembersAreChecked) {
+  FixedCallerResolver clients(Caller::Client("cert CN=intruder"));
+  CpGroupService guarded("g", &handler_, &kv_, &clients);
+  grpc::ServerContext context;
+  pb::JoinRequest join = Request();
+  pb::JoinResponse joined;
+  grpc::Status s = guarded.Join(&context, &join, &joined);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(s.error_message().find("intruder"), std::string::npos)
+      << s.error_message();
+  EXPECT_EQ(handler_.calls, 0);
+  pb::RendezvousSetRequest set;
+  set.set_key("cp/g/1/b/0");
+  set.set_value("addr");
+  pb::RendezvousSetResponse set_out;
+  grpc::ServerContext set_context;
+  EXPECT_EQ(guarded.RendezvousSet(&set_context, &set, &set_out).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(kv_.num_keys(), 0u);
+  pb::RendezvousGetRequest get;
+  get.set_key("cp/g/1/b/0");
+  pb::RendezvousGetResponse get_out;
+  grpc::ServerContext get_context;
+  EXPECT_EQ(guarded.RendezvousGet(&get_context, &get, &get_out).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+
+  FixedCallerResolver operators(Caller::Operator("cert CN=node-2"));
+  CpGroupService open("g", &handler_, &kv_, &operators);
+  grpc::ServerContext ok_context;
+  EXPECT_TRUE(open.Join(&ok_context, &join, &joined).ok());
+  EXPECT_EQ(handler_.calls, 1);
+}
+
 }  // namespace
 }  // namespace hicache::service
