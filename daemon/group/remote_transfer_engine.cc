@@ -341,10 +341,13 @@ absl::Status RemoteTransferEngine::HandleDigestResult(DigestResult result) {
   std::string diff = DescribeDivergence(mine.tasks_frames, mine.ranks,
                                         result.tasks_frames, result.ranks);
   if (diff.empty() && result.match) {
-    MutexLock lock(&mu_);
-    ++stats_.digests_matched;
-    stats_.last_digest_match = absl::Now();
-    send_cv_.SignalAll();  // The next digest may be due.
+    {
+      MutexLock lock(&mu_);
+      ++stats_.digests_matched;
+      stats_.last_digest_match = absl::Now();
+      send_cv_.SignalAll();  // The next digest may be due.
+    }
+    if (options_.on_digest) options_.on_digest(mine.tasks_frames, true);
     return absl::OkStatus();
   }
   if (diff.empty()) diff = "the follower reports a mismatch the leader does not see";
@@ -359,6 +362,7 @@ absl::Status RemoteTransferEngine::HandleDigestResult(DigestResult result) {
   }
   Fail(absl::DataLossError(absl::StrCat("pool accounting diverged at tasks frame ",
                                         mine.tasks_frames, ": ", diff)));
+  if (options_.on_digest) options_.on_digest(mine.tasks_frames, false);
   return absl::OkStatus();
 }
 

@@ -52,6 +52,11 @@ struct RemoteTransferOptions {
   // construction, with or without traffic); one at a time. 0 (or less): no
   // digest.
   absl::Duration digest_interval = absl::Seconds(1);
+  // Optional: told of each digest answered (the Tasks frames it covered and
+  // whether the views matched), on the link's thread, after the engine
+  // recorded it (and, on a mismatch, failed). Must not block or call back
+  // into the engine's Submit/Drain.
+  std::function<void(uint64_t tasks_frames, bool match)> on_digest;
 };
 
 // RemoteTransferEngine: the leader's TransferEngine for the ranks one
