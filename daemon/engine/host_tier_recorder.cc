@@ -58,6 +58,8 @@ void HostTierRecorder::OnHostCommitted(HostCommit& commit) {
       ++stats_.puts_refused;
       return;
     }
+    // Reserved now, so that concurrent commits cannot pass the bound
+    // together; the event is built outside the lock.
     queued_pages_ += pages;
   }
   Event event;
@@ -74,8 +76,12 @@ void HostTierRecorder::OnHostCommitted(HostCommit& commit) {
     put.host_pages[r] = commit.host->host_pages(r);
   }
   // The key goes to its pages' slots now, while the pages are the node's
-  // (in the tree's order): the journal will record none of it.
-  event.key_stored = StoreKey(commit.key_pages, put);
+  // (in the tree's order): the journal will record none of it. One call
+  // for the whole node (checked once, one memcpy a page).
+  event.key_stored =
+      options_.keys->WriteNode(put.page_owners, put.host_pages,
+                               commit.key_pages)
+          .ok();
   MutexLock lock(&mu_);
   unrecorded_.insert(commit.persist_id);
   EnqueueLocked(std::move(event));
@@ -90,16 +96,14 @@ void HostTierRecorder::OnHostReparented(uint64_t child, uint64_t parent) {
 }
 
 void HostTierRecorder::OnHostDropped(uint64_t persist_id) {
-  {
-    MutexLock lock(&mu_);
-    // Its pages are freed right after this returns: a checksum not taken
-    // yet could read another node's bytes.
-    if (unrecorded_.contains(persist_id)) dropped_early_.insert(persist_id);
-  }
   Event event;
   event.kind = Event::Kind::kDrop;
   event.id = persist_id;
-  Enqueue(std::move(event));
+  MutexLock lock(&mu_);
+  // Its pages are freed right after this returns: a checksum not taken yet
+  // could read another node's bytes.
+  if (unrecorded_.contains(persist_id)) dropped_early_.insert(persist_id);
+  EnqueueLocked(std::move(event));
 }
 
 void HostTierRecorder::OnHostSplit(uint64_t persist_id, int64_t at,
@@ -170,16 +174,65 @@ void HostTierRecorder::Run() {
         }
       }
     }
-    for (Event& event : batch) {
-      if (options_.before_event) options_.before_event();
-      Handle(event);
-    }
-    const int64_t handled = static_cast<int64_t>(batch.size());
+    HandleBatch(batch);
     batch.clear();
-    MutexLock lock(&mu_);
-    stats_.events += handled;
-    handled_ += handled;
   }
+}
+
+void HostTierRecorder::HandleBatch(std::deque<Event>& batch) {
+  // 0. A Put whose node is already gone would be discarded in step 2
+  //    whatever its checksums: it is not hashed at all (on a churning host
+  //    tier that is a large share of the commits of a batch).
+  {
+    MutexLock lock(&mu_);
+    for (Event& event : batch) {
+      event.recordable = event.kind == Event::Kind::kPut &&
+                         event.key_stored &&
+                         !dropped_early_.contains(event.put.persist_id);
+    }
+  }
+  // 1. Checksums, no lock held. Each Put's pages' KV bytes and their slots'
+  //    tokens: both may be another node's by now, if it was dropped (step 2
+  //    finds out).
+  for (Event& event : batch) {
+    if (options_.before_event) options_.before_event();
+    if (!event.recordable) continue;
+    event.recordable = Checksum(&event.put, &event.hashed_bytes) &&
+                       MixKeyChecksums(&event.put);
+  }
+  // 2. One lock for the batch: a Put whose node was dropped since its commit
+  //    was queued is discarded (its pages may have been reused while they
+  //    were hashed). One that was not dropped by now was not dropped while
+  //    it was hashed, before this check.
+  {
+    MutexLock lock(&mu_);
+    for (Event& event : batch) {
+      if (event.kind != Event::Kind::kPut) continue;
+      const uint64_t id = event.put.persist_id;
+      queued_pages_ -= static_cast<int64_t>(event.put.page_owners.size());
+      unrecorded_.erase(id);
+      stats_.hashed_bytes += event.hashed_bytes;
+      if (dropped_early_.erase(id) > 0 || !event.recordable) {
+        event.recordable = false;
+        ++stats_.puts_discarded;
+      }
+    }
+  }
+  // 3. The journal, in the tree's order, no lock held.
+  Tally tally;
+  for (const Event& event : batch) Handle(event, &tally);
+  // 4. Counted once.
+  MutexLock lock(&mu_);
+  if (!tally.first_error.ok() && stats_.journal_errors == 0) {
+    spdlog::error("host-tier journal: {}; the host tier will not survive a "
+                  "restart",
+                  tally.first_error);
+  }
+  stats_.puts += tally.puts;
+  stats_.puts_refused += tally.puts_refused;
+  stats_.journal_errors += tally.journal_errors;
+  stats_.events += static_cast<int64_t>(batch.size());
+  handled_ += static_cast<int64_t>(batch.size());
 }
 
 bool HostTierRecorder::Checksum(persist::PutRecord* put,
@@ -208,22 +261,6 @@ bool HostTierRecorder::Checksum(persist::PutRecord* put,
   return true;
 }
 
-bool HostTierRecorder::StoreKey(
-    absl::Span<const absl::Span<const int32_t>> key_pages,
-    const persist::PutRecord& put) const {
-  if (key_pages.size() != put.page_owners.size()) return false;
-  bool written = true;
-  const bool shaped = persist::ForEachPage(
-      put, options_.geometry.page_size(), [&](const persist::PutPage& page) {
-        written = written &&
-                  options_.keys
-                      ->Write(page.rank, put.host_pages[page.rank][page.index],
-                              key_pages[page.position])
-                      .ok();
-      });
-  return shaped && written;
-}
-
 bool HostTierRecorder::MixKeyChecksums(persist::PutRecord* put) const {
   bool read = true;
   const bool shaped = persist::ForEachPage(
@@ -239,56 +276,36 @@ bool HostTierRecorder::MixKeyChecksums(persist::PutRecord* put) const {
   return shaped && read;
 }
 
-void HostTierRecorder::Handle(Event& event) {
+void HostTierRecorder::Handle(const Event& event, Tally* tally) const {
   persist::JournalWriter* journal = options_.journal;
   switch (event.kind) {
-    case Event::Kind::kPut: {
-      const uint64_t id = event.put.persist_id;
-      uint64_t bytes = 0;
-      // Hashes the pages' KV bytes and their slots' tokens: both may be
-      // another node's by now, if this one was dropped (checked below).
-      const bool hashed = event.key_stored && Checksum(&event.put, &bytes) &&
-                          MixKeyChecksums(&event.put);
-      {
-        MutexLock lock(&mu_);
-        queued_pages_ -= static_cast<int64_t>(event.put.page_owners.size());
-        unrecorded_.erase(id);
-        stats_.hashed_bytes += bytes;
-        if (dropped_early_.erase(id) > 0 || !hashed) {
-          ++stats_.puts_discarded;
-          return;
-        }
-      }
-      Count(journal->Put(event.put), /*put=*/true);
+    case Event::Kind::kPut:
+      if (event.recordable) Count(journal->Put(event.put), /*put=*/true, tally);
       return;
-    }
     case Event::Kind::kDrop:
-      Count(journal->Drop(event.id), /*put=*/false);
+      Count(journal->Drop(event.id), /*put=*/false, tally);
       return;
     case Event::Kind::kSplit:
-      Count(journal->Split(event.id, event.at, event.other), /*put=*/false);
+      Count(journal->Split(event.id, event.at, event.other), /*put=*/false,
+            tally);
       return;
     case Event::Kind::kReparent:
-      Count(journal->Reparent(event.id, event.other), /*put=*/false);
+      Count(journal->Reparent(event.id, event.other), /*put=*/false, tally);
       return;
   }
 }
 
-void HostTierRecorder::Count(const absl::Status& status, bool put) {
-  MutexLock lock(&mu_);
+void HostTierRecorder::Count(const absl::Status& status, bool put,
+                             Tally* tally) {
   if (status.ok()) {
-    if (put) ++stats_.puts;
+    if (put) ++tally->puts;
     return;
   }
   if (put && absl::IsResourceExhausted(status)) {
-    ++stats_.puts_refused;
+    ++tally->puts_refused;
     return;
   }
-  if (stats_.journal_errors++ == 0) {
-    spdlog::error("host-tier journal: {}; the host tier will not survive a "
-                  "restart",
-                  status);
-  }
+  if (tally->journal_errors++ == 0) tally->first_error = status;
 }
 
 absl::Status HostTierRecorder::Flush(bool clean) {

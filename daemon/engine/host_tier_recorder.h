@@ -119,6 +119,10 @@ class HostTierRecorder final : public HostTierListener {
     enum class Kind { kPut, kDrop, kSplit, kReparent } kind = Kind::kPut;
     persist::PutRecord put;  // kPut: everything but the checksums.
     bool key_stored = false;  // kPut: its slots hold its key.
+    // kPut, set by the worker: its checksums were taken and it was not
+    // dropped meanwhile (else it is discarded); the bytes hashed.
+    bool recordable = false;
+    uint64_t hashed_bytes = 0;
     uint64_t id = 0;         // kDrop, kSplit: the node; kReparent: the child.
     uint64_t other = 0;      // kSplit: the head; kReparent: the parent.
     int64_t at = 0;          // kSplit: the token it split at.
@@ -129,18 +133,26 @@ class HostTierRecorder final : public HostTierListener {
   void Enqueue(Event event) ABSL_LOCKS_EXCLUDED(mu_);
   void EnqueueLocked(Event event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Run() ABSL_LOCKS_EXCLUDED(mu_);
-  void Handle(Event& event) ABSL_LOCKS_EXCLUDED(mu_);
+  // What a batch's journal calls came to, added to stats_ once a batch.
+  struct Tally {
+    int64_t puts = 0;
+    int64_t puts_refused = 0;
+    int64_t journal_errors = 0;
+    absl::Status first_error;
+  };
+  // Takes a batch's checksums (no lock), decides under one lock which of
+  // its Puts are recorded, hands the batch to the journal in order (no
+  // lock), then counts it.
+  void HandleBatch(std::deque<Event>& batch) ABSL_LOCKS_EXCLUDED(mu_);
+  // The journal call for one event (a Put only if recordable).
+  void Handle(const Event& event, Tally* tally) const;
   // Fills put->checksums with the pages' KV checksums; false if a page
   // cannot be read (a bad record).
   bool Checksum(persist::PutRecord* put, uint64_t* bytes) const;
-  // Writes each page's tokens to its slot (under the engine's lock); false
-  // if the key does not fit the pages or a slot cannot be written.
-  bool StoreKey(absl::Span<const absl::Span<const int32_t>> key_pages,
-                const persist::PutRecord& put) const;
   // Mixes each page's slot tokens into its checksum (PageRecordChecksum);
   // false if a slot cannot be read.
   bool MixKeyChecksums(persist::PutRecord* put) const;
-  void Count(const absl::Status& status, bool put) ABSL_LOCKS_EXCLUDED(mu_);
+  static void Count(const absl::Status& status, bool put, Tally* tally);
 
   const Options options_;
 

@@ -3,9 +3,11 @@
 #include <sys/mman.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/pool/persistent_host_segment.h"
@@ -110,6 +112,43 @@ absl::Status PageKeyStore::Write(Rank rank, int64_t page,
                                  absl::Span<const int32_t> tokens) {
   if (absl::Status s = Check(rank, page, tokens.size()); !s.ok()) return s;
   if (!tokens.empty()) {
+    std::memcpy(Slot(rank, page), tokens.data(),
+                tokens.size() * sizeof(int32_t));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PageKeyStore::WriteNode(
+    absl::Span<const uint32_t> owners,
+    absl::Span<const std::vector<int64_t>> pages,
+    absl::Span<const absl::Span<const int32_t>> key_pages) {
+  if (key_pages.size() != owners.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page key store: ", key_pages.size(), " key pages for ",
+                     owners.size(), " page owners"));
+  }
+  const size_t ranks = std::min(pages.size(), slots_.size());
+  // Pages taken so far, by rank (a node spans few ranks: no allocation up
+  // to 16).
+  absl::InlinedVector<size_t, 16> next(ranks, 0);
+  for (size_t i = 0; i < owners.size(); ++i) {
+    const uint32_t rank = owners[i];
+    if (rank >= ranks || next[rank] >= pages[rank].size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "page key store: key page ", i, " is owned by rank ", rank,
+          ", which has no page left for it"));
+    }
+    const int64_t page = pages[rank][next[rank]++];
+    if (absl::Status s = Check(rank, page, key_pages[i].size()); !s.ok()) {
+      return s;
+    }
+  }
+  std::fill(next.begin(), next.end(), 0);
+  for (size_t i = 0; i < owners.size(); ++i) {
+    const uint32_t rank = owners[i];
+    const int64_t page = pages[rank][next[rank]++];
+    const absl::Span<const int32_t> tokens = key_pages[i];
+    if (tokens.empty()) continue;
     std::memcpy(Slot(rank, page), tokens.data(),
                 tokens.size() * sizeof(int32_t));
   }

@@ -71,6 +71,19 @@ class PageKeyStore {
   // INVALID_ARGUMENT (nothing written) for a rank, page or length out of
   // range.
   absl::Status Write(Rank rank, int64_t page, absl::Span<const int32_t> tokens);
+  // Writes one node's key to its pages' slots in one call (the host-tier
+  // recorder does it at commit, under the engine's lock, so the per-page
+  // cost matters): key_pages[i], the node's logical page i, goes to the slot
+  // of rank owners[i], page pages[owners[i]][n], where n counts the pages of
+  // that rank before position i (a rank's pages listed in position order, as
+  // CpHostMeta and the journal's Put list them). Everything is checked
+  // before a byte is written: INVALID_ARGUMENT, nothing written, if
+  // key_pages and owners differ in length, an owner is past num_ranks() or
+  // pages.size() or has no page left in its list, a key page holds more
+  // than page_size tokens, or a page is out of range.
+  absl::Status WriteNode(absl::Span<const uint32_t> owners,
+                         absl::Span<const std::vector<int64_t>> pages,
+                         absl::Span<const absl::Span<const int32_t>> key_pages);
   // The first `count` tokens of the slot of (rank, page); INVALID_ARGUMENT
   // for a rank, page or count out of range. Valid while the store lives.
   absl::StatusOr<absl::Span<const int32_t>> Read(Rank rank, int64_t page,

@@ -79,6 +79,59 @@ TEST(PageKeyStoreTest, OutOfRangeIsRefusedAndWritesNothing) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// WriteNode puts key page i in the slot of its owner's next page, in
+// position order per rank, like CpHostMeta lists them.
+TEST(PageKeyStoreTest, WriteNodeWritesEachKeyPageToItsOwnersNextPage) {
+  auto store = PageKeyStore::InMemory(2, 8, 4);
+  ASSERT_TRUE(store.ok());
+  PageKeyStore& s = **store;
+  const std::vector<int32_t> k0 = {1, 2, 3, 4}, k1 = {5, 6, 7, 8},
+                             k2 = {9, 10, 11, 12}, k3 = {13};
+  const std::vector<absl::Span<const int32_t>> key = {k0, k1, k2, k3};
+  const std::vector<uint32_t> owners = {1, 0, 1, 1};
+  const std::vector<std::vector<int64_t>> pages = {{3}, {7, 0, 5}};
+  ASSERT_TRUE(s.WriteNode(owners, pages, key).ok());
+  EXPECT_THAT(Read(s, 1, 7, 4), ElementsAre(1, 2, 3, 4));
+  EXPECT_THAT(Read(s, 0, 3, 4), ElementsAre(5, 6, 7, 8));
+  EXPECT_THAT(Read(s, 1, 0, 4), ElementsAre(9, 10, 11, 12));
+  // The last page is short: the rest of its slot is left as it was.
+  EXPECT_THAT(Read(s, 1, 5, 4), ElementsAre(13, 0, 0, 0));
+  EXPECT_TRUE(s.WriteNode({}, {}, {}).ok());  // An empty node: nothing.
+}
+
+// Every check comes before the first byte: a bad page anywhere in the node
+// leaves every slot as it was.
+TEST(PageKeyStoreTest, WriteNodeRefusesABadNodeAndWritesNothing) {
+  auto store = PageKeyStore::InMemory(2, 8, 4);
+  ASSERT_TRUE(store.ok());
+  PageKeyStore& s = **store;
+  const std::vector<int32_t> four = {1, 2, 3, 4}, five = {1, 2, 3, 4, 5};
+  const std::vector<absl::Span<const int32_t>> two = {four, four};
+  using Pages = std::vector<std::vector<int64_t>>;
+  struct Case {
+    std::vector<uint32_t> owners;
+    Pages pages;
+    std::vector<absl::Span<const int32_t>> key;
+  };
+  const Case cases[] = {
+      {{0}, Pages{{1}}, two},                       // 2 key pages, 1 owner.
+      {{0, 0}, Pages{{1}}, two},                    // Rank 0 has 1 page.
+      {{0, 2}, Pages{{1}, {2}, {3}}, two},          // Rank 2 of 2.
+      {{0, 1}, Pages{{1}}, two},                    // No list for rank 1.
+      {{0, 0}, Pages{{1, 8}}, two},                 // Page 8 of 8.
+      {{0, 0}, Pages{{1, -1}}, two},                // Negative page.
+      {{0, 0}, Pages{{1, 2}}, {four, five}},        // 5 tokens, page of 4.
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(s.WriteNode(c.owners, c.pages, c.key).code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  for (int64_t page = 0; page < 8; ++page) {
+    EXPECT_THAT(Read(s, 0, page, 4), ElementsAre(0, 0, 0, 0)) << page;
+    EXPECT_THAT(Read(s, 1, page, 4), ElementsAre(0, 0, 0, 0)) << page;
+  }
+}
+
 TEST(PageKeyStoreTest, BadShapesAreRefused) {
   EXPECT_EQ(PageKeyStore::InMemory(0, 8, 4).status().code(),
             absl::StatusCode::kInvalidArgument);
