@@ -1,9 +1,12 @@
 #include "daemon/group/group_follower.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "daemon/core/log_format.h"
+#include "daemon/group/step_completer.h"
 #include "spdlog/spdlog.h"
 
 namespace hicache::group {
@@ -64,6 +67,8 @@ absl::Status GroupFollower::Run(std::unique_ptr<comm::Communicator> leader_link,
       lost_ = true;
       reason_ = s.ToString();
       h = std::move(health_);
+      ack_cv_.SignalAll();
+      AwaitSendersLocked();
       executor_view_ = nullptr;
     }
     h.reset();
@@ -83,9 +88,157 @@ absl::Status GroupFollower::OnControl(const Frame& frame) {
     Lost(absl::StrCat("it said bye: ", std::get<Bye>(frame.body).reason));
     return absl::OkStatus();
   }
-  MutexLock lock(&mu_);
-  if (health_ != nullptr) health_->Heard(frame.header.kind);
+  if (frame.header.kind == FrameKind::kLayerStored) {
+    return absl::InvalidArgumentError("the leader sent a layer_stored frame");
+  }
+  {
+    MutexLock lock(&mu_);
+    if (health_ != nullptr) health_->Heard(frame.header.kind);
+    if (frame.header.kind == FrameKind::kLayerStoredAck) {
+      const auto& ack = std::get<LayerStoredAck>(frame.body);
+      auto it = acks_.find(ack.request_id);
+      // An unknown id is an answer that came after its caller gave up.
+      if (it != acks_.end() && !it->second.has_value()) {
+        it->second = CopyStatus(ack.status);
+        ack_cv_.SignalAll();
+      }
+      return absl::OkStatus();
+    }
+  }
+  if (frame.header.kind == FrameKind::kWorkerEvents) {
+    return ApplyWorkerEvents(std::get<WorkerEventBatch>(frame.body));
+  }
   return absl::OkStatus();
+}
+
+absl::Status GroupFollower::ApplyWorkerEvents(const WorkerEventBatch& batch) {
+  const std::vector<Rank>& ranks = options_.scope.ranks;
+  for (size_t i = 0; i < batch.events.size(); ++i) {
+    const WorkerEventRecord& e = batch.events[i];
+    const bool per_rank = e.kind == WorkerEventKind::kBackupStep ||
+                          e.kind == WorkerEventKind::kLoadStep;
+    if (per_rank && std::find(ranks.begin(), ranks.end(), e.rank) ==
+                        ranks.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "worker event ", i, " (op ", e.op, ") is for rank ", e.rank,
+          ", which this follower does not hold"));
+    }
+  }
+  EventHub* const hub = options_.events;
+  if (hub == nullptr) return absl::OkStatus();
+  MutexLock lock(&events_mu_);
+  for (const WorkerEventRecord& e : batch.events) {
+    if (!tagged_.contains(e.op)) {
+      // Bounded by the leader's ops in flight; a leader that never ends its
+      // ops cannot grow it without bound.
+      if (tagged_.size() >= 4 * EventHub::kMaxOps) tagged_.clear();
+      tagged_.insert(e.op);
+      hub->Tag(e.op, e.ns);
+    }
+    switch (e.kind) {
+      case WorkerEventKind::kBackupStep:
+        hub->OnBackupStep(e.op, e.rank, e.step);
+        break;
+      case WorkerEventKind::kCommitted:
+        hub->OnBackupCommitted(e.op, kNoNode);  // The tree is the leader's.
+        tagged_.erase(e.op);
+        break;
+      case WorkerEventKind::kRolledBack:
+        hub->OnBackupRolledBack(e.op);
+        tagged_.erase(e.op);
+        break;
+      case WorkerEventKind::kLoadStep:
+        hub->OnLoadStep(e.op, e.rank, e.step, e.fence);
+        break;
+      case WorkerEventKind::kLoadDone:
+        hub->OnLoadDone(e.op, e.ok);
+        tagged_.erase(e.op);
+        break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GroupFollower::ForwardLayerStored(const std::string& ns,
+                                               Rank rank, uint32_t step,
+                                               absl::Span<const uint64_t> ops) {
+  const std::vector<Rank>& ranks = options_.scope.ranks;
+  if (std::find(ranks.begin(), ranks.end(), rank) == ranks.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CP group ", options_.group_name, ": this follower does not hold rank ",
+        rank));
+  }
+  if (ops.size() > kMaxLayerStoredOps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer_stored names ", ops.size(), " ops; the limit is ",
+                     kMaxLayerStoredOps));
+  }
+  if (ns.size() > kMaxLayerStoredNamespaceBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("namespace of ", ns.size(), " bytes; the limit is ",
+                     kMaxLayerStoredNamespaceBytes));
+  }
+  auto unavailable = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return absl::UnavailableError(
+        stopping_ ? absl::StrCat("CP group ", options_.group_name,
+                                 " follower stopped")
+        : lost_   ? reason_
+                  : absl::StrCat("CP group ", options_.group_name,
+                                 " follower has not joined its leader yet"));
+  };
+  uint64_t id = 0;
+  FollowerExecutor* executor = nullptr;
+  {
+    MutexLock lock(&mu_);
+    if (stopping_ || lost_ || !ran_ || executor_view_ == nullptr) {
+      return unavailable();
+    }
+    id = ++next_request_;
+    acks_[id] = std::nullopt;
+    ++senders_;
+    executor = executor_view_;
+  }
+  // Not under mu_ (the link's locks are not below it); Stop waits for it.
+  const absl::Status sent = executor->SendControl(LayerStoredRequest{
+      .request_id = id,
+      .ns = ns,
+      .rank = rank,
+      .step = step,
+      .ops = std::vector<uint64_t>(ops.begin(), ops.end())});
+  MutexLock lock(&mu_);
+  if (--senders_ == 0) ack_cv_.SignalAll();
+  if (!sent.ok()) {
+    acks_.erase(id);
+    return absl::UnavailableError(absl::StrCat(
+        "CP group ", options_.group_name, ": layer_stored not sent to ",
+        options_.leader, ": ", sent.message()));
+  }
+  const absl::Time deadline = absl::Now() + options_.heartbeat_timeout;
+  while (true) {
+    auto it = acks_.find(id);
+    if (it->second.has_value()) {
+      absl::Status answer = CopyStatus(*it->second);
+      acks_.erase(it);
+      return answer;
+    }
+    if (stopping_ || lost_) {
+      acks_.erase(it);
+      return unavailable();
+    }
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      acks_.erase(it);
+      return absl::UnavailableError(absl::StrCat(
+          "CP group ", options_.group_name, ": leader ", options_.leader,
+          " did not answer a layer_stored within ",
+          absl::FormatDuration(options_.heartbeat_timeout)));
+    }
+    ack_cv_.WaitWithTimeout(&mu_, left);
+  }
+}
+
+void GroupFollower::AwaitSendersLocked() {
+  while (senders_ > 0) ack_cv_.Wait(&mu_);
 }
 
 void GroupFollower::Lost(absl::string_view cause) {
@@ -98,6 +251,7 @@ void GroupFollower::Lost(absl::string_view cause) {
         absl::StrCat("CP group ", options_.group_name, " leader ",
                      options_.leader, " lost: ", cause));
     reason_ = std::string(fatal.message());
+    ack_cv_.SignalAll();  // ForwardLayerStored's waiters.
   }
   spdlog::error("{}", fatal.message());
   if (on_fatal_) on_fatal_(fatal);
@@ -144,6 +298,7 @@ void GroupFollower::Stop() {
     MutexLock lock(&mu_);
     if (stopping_ && executor_ == nullptr) return;
     stopping_ = true;
+    ack_cv_.SignalAll();  // ForwardLayerStored's waiters.
     health = std::move(health_);
   }
   if (health != nullptr) {
@@ -163,6 +318,7 @@ void GroupFollower::Stop() {
     }
     {
       MutexLock lock(&mu_);
+      AwaitSendersLocked();  // None new: stopping_ is set.
       executor_view_ = nullptr;
     }
     executor_.reset();  // Closes the link, joins its threads.

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,7 +12,11 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "daemon/comm/communicator.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/types/span.h"
 #include "daemon/core/mutex.h"
+#include "daemon/engine/event_hub.h"
 #include "daemon/group/follower_executor.h"
 #include "daemon/group/group_status.h"
 #include "daemon/group/member_health.h"
@@ -30,6 +35,12 @@ struct GroupFollowerOptions {
   FollowerScope scope;
   absl::Duration heartbeat_interval = absl::Milliseconds(100);
   absl::Duration heartbeat_timeout = absl::Seconds(1);
+  // Worker events from the leader (docs/cp-groups.md, "Worker events and
+  // acks across the link"). Optional: this daemon's EventHub, which its
+  // local workers Subscribe to; every WorkerEvents frame is applied to it
+  // (Tag(op, ns) at an op's first event, then the matching On* call). Must
+  // outlive the follower.
+  EventHub* events = nullptr;
 };
 
 // GroupFollower: the CP group as a follower daemon sees it
@@ -54,6 +65,19 @@ struct GroupFollowerOptions {
 //  * Status() for GetStats: kForming before Run, kFormed while the leader is
 //    live, kDegraded once it was lost (with the reason), kStopped after
 //    Stop; the leader as member 0.
+//  * Worker events: a WorkerEvents frame from the leader is checked whole
+//    (a per-rank event of a rank this follower does not hold is a protocol
+//    error: the link dies, the leader is lost) and then applied, in order,
+//    to options.events (if set), on the link's thread.
+//  * ForwardLayerStored(ns, rank, step, ops) relays a local worker's
+//    layer_stored to the leader and returns the leader's answer (its
+//    SessionManager::NamespaceLayerStored status). INVALID_ARGUMENT, nothing
+//    sent, for a rank this follower does not hold, more than
+//    kMaxLayerStoredOps ops or a namespace over
+//    kMaxLayerStoredNamespaceBytes; UNAVAILABLE before Run, once the leader
+//    was lost or Stop began (waiters are woken), or when no answer came
+//    within heartbeat_timeout. Waits on a condition; any thread but the
+//    link's.
 //  * Stop() (idempotent; the destructor calls it): says Bye to the leader,
 //    stops the health, destroys the executor (closing the link, finishing
 //    its copies). The local engine's pools must outlive the follower.
@@ -76,12 +100,22 @@ class GroupFollower {
   GroupStatus Status() const ABSL_LOCKS_EXCLUDED(mu_);
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
+  absl::Status ForwardLayerStored(const std::string& ns, Rank rank,
+                                  uint32_t step,
+                                  absl::Span<const uint64_t> ops)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // Steps the executor refused or ran, for GetStats and tests.
   FollowerExecutor::Stats executor_stats() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   void Lost(absl::string_view cause) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status OnControl(const Frame& frame) ABSL_LOCKS_EXCLUDED(mu_);
+  // Checks a WorkerEvents batch whole, then applies it to options_.events.
+  absl::Status ApplyWorkerEvents(const WorkerEventBatch& batch)
+      ABSL_LOCKS_EXCLUDED(events_mu_);
+  // Waits until no ForwardLayerStored uses executor_view_ outside mu_.
+  void AwaitSendersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const GroupFollowerOptions options_;
   const TransferEngineFactory make_local_;
@@ -102,6 +136,19 @@ class GroupFollower {
   std::unique_ptr<MemberHealth> health_ ABSL_GUARDED_BY(mu_);
   MemberHealthSnapshot last_health_ ABSL_GUARDED_BY(mu_);
   FollowerExecutor* executor_view_ ABSL_GUARDED_BY(mu_) = nullptr;
+
+  // ForwardLayerStored: the answers awaited (nullopt until the ack came),
+  // and the calls sending through executor_view_ without mu_.
+  CondVar ack_cv_;  // An ack came, the leader was lost, or stopping.
+  uint64_t next_request_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<uint64_t, std::optional<absl::Status>> acks_
+      ABSL_GUARDED_BY(mu_);
+  int64_t senders_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // Worker events: the ops tagged in options_.events whose terminal event
+  // has not come yet (Tag replays queued events, so it runs once per op).
+  Mutex events_mu_;
+  absl::flat_hash_set<uint64_t> tagged_ ABSL_GUARDED_BY(events_mu_);
 };
 
 }  // namespace hicache::group

@@ -243,6 +243,36 @@ absl::StatusOr<Admission> GroupLeader::Admit(const std::string& member_name,
       !s.ok()) {
     NoteDeath(index, epoch, s);
   }
+  if (options_.events != nullptr) {
+    // Its workers' events, from now on. The sink holds the engine weakly:
+    // RetireLocked detaches it before it lets the engine go.
+    std::weak_ptr<RemoteTransferEngine> weak = remote;
+    absl::StatusOr<uint64_t> sink = options_.events->Attach(
+        label, geometry.ranks,
+        [weak](const FrameBody& body) -> absl::Status {
+          std::shared_ptr<RemoteTransferEngine> r = weak.lock();
+          if (r == nullptr) return absl::UnavailableError("member retired");
+          return r->SendControl(body);
+        },
+        [this, index, epoch](const absl::Status& cause) {
+          NoteDeath(index, epoch, cause);
+        });
+    if (!sink.ok()) {
+      NoteDeath(index, epoch, sink.status());
+    } else {
+      bool kept = false;
+      {
+        MutexLock lock(&mu_);
+        Member& m = members_[index - 1];
+        if (m.epoch == epoch && m.remote != nullptr) {
+          m.event_sink = *sink;
+          kept = true;
+        }
+      }
+      // Not under mu_: Detach waits for an on_fail, which takes mu_.
+      if (!kept) options_.events->Detach(*sink);
+    }
+  }
   spdlog::info("CP group {}: {} {} with {} (epoch {})", options_.group_name,
                admission.readmitted ? "readmitted" : "admitted", label,
                DescribeRanks(geometry.ranks), epoch);
@@ -257,12 +287,76 @@ absl::Status GroupLeader::OnControl(uint32_t index, uint64_t epoch,
                   "it said bye: ", std::get<Bye>(frame.body).reason)));
     return absl::OkStatus();
   }
-  MutexLock lock(&mu_);
-  if (index == 0 || index > members_.size()) return absl::OkStatus();
-  Member& m = members_[index - 1];
-  if (m.epoch == epoch && m.health != nullptr)
-    m.health->Heard(frame.header.kind);
+  if (frame.header.kind == FrameKind::kWorkerEvents ||
+      frame.header.kind == FrameKind::kLayerStoredAck) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a follower sent a ",
+        FrameKindName(static_cast<uint8_t>(frame.header.kind)), " frame"));
+  }
+  {
+    MutexLock lock(&mu_);
+    if (index == 0 || index > members_.size()) return absl::OkStatus();
+    Member& m = members_[index - 1];
+    if (m.epoch == epoch && m.health != nullptr)
+      m.health->Heard(frame.header.kind);
+  }
+  if (frame.header.kind == FrameKind::kLayerStored) {
+    OnLayerStored(index, epoch, std::get<LayerStoredRequest>(frame.body));
+  }
   return absl::OkStatus();
+}
+
+void GroupLeader::OnLayerStored(uint32_t index, uint64_t epoch,
+                                const LayerStoredRequest& request) {
+  // The engine that called us runs this on its own link thread: it cannot be
+  // destroyed before we return (its destruction joins that thread).
+  RemoteTransferEngine* remote = nullptr;
+  std::vector<Rank> ranks;
+  std::string name;
+  bool live = false;
+  {
+    MutexLock lock(&mu_);
+    if (index == 0 || index > members_.size()) return;
+    Member& m = members_[index - 1];
+    if (m.epoch != epoch || m.remote == nullptr) return;  // Being retired.
+    remote = m.remote.get();
+    ranks = m.ranks;
+    name = m.name;
+    live = m.live;
+  }
+  absl::Status status;
+  if (!live) {
+    status = absl::UnavailableError(
+        absl::StrCat("CP group member ", absl::CEscape(name),
+                     " is no longer part of group ", options_.group_name));
+  } else if (std::find(ranks.begin(), ranks.end(), request.rank) ==
+             ranks.end()) {
+    status = absl::PermissionDeniedError(absl::StrCat(
+        "CP group member ", absl::CEscape(name), " holds ",
+        DescribeRanks(ranks), ", not rank ", request.rank,
+        "; its workers ack only their own ranks"));
+  } else if (request.ops.size() > kMaxLayerStoredOps) {
+    status = absl::InvalidArgumentError(
+        absl::StrCat("layer_stored names ", request.ops.size(),
+                     " ops; the limit is ", kMaxLayerStoredOps));
+  } else if (request.ns.size() > kMaxLayerStoredNamespaceBytes) {
+    status = absl::InvalidArgumentError(
+        absl::StrCat("layer_stored namespace of ", request.ns.size(),
+                     " bytes; the limit is ", kMaxLayerStoredNamespaceBytes));
+  } else if (!options_.layer_stored) {
+    status = absl::UnimplementedError(absl::StrCat(
+        "CP group ", options_.group_name,
+        " leader does not take worker acks from followers"));
+  } else {
+    status = options_.layer_stored(request.ns, request.rank, request.step,
+                                   request.ops);
+  }
+  if (absl::Status sent = remote->SendControl(
+          LayerStoredAck{.request_id = request.request_id, .status = status});
+      !sent.ok()) {
+    spdlog::debug("CP group {}: no layer_stored ack to {}: {}",
+                  options_.group_name, absl::CEscape(name), sent);
+  }
 }
 
 void GroupLeader::NoteDeath(uint32_t index, uint64_t epoch,
@@ -287,6 +381,7 @@ void GroupLeader::HandleDeathsLocked() {
     std::unique_ptr<MemberHealth> health;
     std::string reason;
     uint32_t index = 0;
+    uint64_t sink = 0;
     {
       MutexLock lock(&mu_);
       if (deaths_.empty()) return;
@@ -299,11 +394,12 @@ void GroupLeader::HandleDeathsLocked() {
         remote = std::move(m.remote);
         health = std::move(m.health);
         reason = m.reason;
+        sink = std::exchange(m.event_sink, 0);
       }
     }
     if (remote != nullptr) {
       RetireLocked(ranks, std::move(remote), std::move(health),
-                   absl::UnavailableError(reason));
+                   absl::UnavailableError(reason), sink);
       if (options_.on_member_dead) options_.on_member_dead(index, reason);
     }
     MutexLock lock(&mu_);
@@ -315,7 +411,12 @@ void GroupLeader::HandleDeathsLocked() {
 void GroupLeader::RetireLocked(const std::vector<Rank>& ranks,
                                std::shared_ptr<RemoteTransferEngine> remote,
                                std::unique_ptr<MemberHealth> health,
-                               const absl::Status& cause) {
+                               const absl::Status& cause,
+                               uint64_t event_sink) {
+  // No more worker events (waits for a send to it to return).
+  if (options_.events != nullptr && event_sink != 0) {
+    options_.events->Detach(event_sink);
+  }
   // No more heartbeats; on_dead will not run again (it may be what told us).
   if (health != nullptr) health->Stop();
   remote->Fail(cause);
@@ -420,6 +521,7 @@ void GroupLeader::Stop() {
     std::vector<Rank> ranks;
     std::shared_ptr<RemoteTransferEngine> remote;
     std::unique_ptr<MemberHealth> health;
+    uint64_t event_sink = 0;
   };
   std::vector<Live> live;
   {
@@ -428,7 +530,8 @@ void GroupLeader::Stop() {
       if (m.remote == nullptr) continue;
       m.live = false;
       m.reason = "the leader stopped";
-      live.push_back({m.ranks, std::move(m.remote), std::move(m.health)});
+      live.push_back({m.ranks, std::move(m.remote), std::move(m.health),
+                      std::exchange(m.event_sink, 0)});
     }
   }
   for (Live& l : live) {
@@ -440,7 +543,8 @@ void GroupLeader::Stop() {
                     DescribeRanks(l.ranks), bye);
     }
     RetireLocked(l.ranks, std::move(l.remote), std::move(l.health),
-                 absl::UnavailableError("the CP group leader stopped"));
+                 absl::UnavailableError("the CP group leader stopped"),
+                 l.event_sink);
   }
 }
 

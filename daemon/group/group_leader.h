@@ -15,6 +15,8 @@
 #include "daemon/comm/communicator.h"
 #include "daemon/core/mutex.h"
 #include "daemon/engine/hicache_engine.h"
+#include "absl/types/span.h"
+#include "daemon/group/event_forwarder.h"
 #include "daemon/group/group_geometry.h"
 #include "daemon/group/group_status.h"
 #include "daemon/group/member_health.h"
@@ -39,6 +41,22 @@ struct GroupLeaderOptions {
   // or AwaitDeathsHandled, nor wait for a thread that does.
   std::function<void(uint32_t member_index, const std::string& reason)>
       on_member_dead;
+  // Worker events and acks across the link (docs/cp-groups.md). Optional:
+  // the forwarder the leader's EventHub taps (SetSubscriberTap); every
+  // admitted member is attached to it (its ranks, its link) and detached at
+  // its death or Stop. A member it fails (events piling up, a failed send)
+  // dies like any other. Must outlive the GroupLeader.
+  EventForwarder* events = nullptr;
+  // Optional: stores a member's relayed worker ack -- layer `step` of `ops`
+  // written by its worker of `rank` in namespace `ns` (the daemon wires it
+  // to SessionManager::NamespaceLayerStored). Called on the member's link
+  // thread with no lock of the GroupLeader's held, only for a live member,
+  // a rank it holds, at most kMaxLayerStoredOps ops and a namespace of at
+  // most kMaxLayerStoredNamespaceBytes; its status is the member's ack.
+  // Unset: every ack is UNIMPLEMENTED.
+  std::function<absl::Status(const std::string& ns, Rank rank, uint32_t step,
+                             absl::Span<const uint64_t> ops)>
+      layer_stored;
 };
 
 // What an admission hands out: the member's index (stable across
@@ -149,6 +167,7 @@ class GroupLeader {
     std::shared_ptr<RemoteTransferEngine> remote;
     std::unique_ptr<MemberHealth> health;
     MemberHealthSnapshot last_health;  // Kept once the health is gone.
+    uint64_t event_sink = 0;  // Its EventForwarder sink (0: none).
   };
   struct Death {
     uint32_t index;
@@ -170,9 +189,14 @@ class GroupLeader {
   void RetireLocked(const std::vector<Rank>& ranks,
                     std::shared_ptr<RemoteTransferEngine> remote,
                     std::unique_ptr<MemberHealth> health,
-                    const absl::Status& cause)
+                    const absl::Status& cause, uint64_t event_sink)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(ops_mu_) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status OnControl(uint32_t index, uint64_t epoch, const Frame& frame)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // A member's relayed worker ack: checked, handed to options_.layer_stored,
+  // acked with its status. On the member's link thread.
+  void OnLayerStored(uint32_t index, uint64_t epoch,
+                     const LayerStoredRequest& request)
       ABSL_LOCKS_EXCLUDED(mu_);
   GroupState StateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Run() ABSL_LOCKS_EXCLUDED(ops_mu_, mu_);

@@ -181,6 +181,11 @@ struct LayerStoredAck {
   absl::Status status;
 };
 
+// What a LayerStoredRequest may carry (both sides refuse more): ops, as a
+// SessionManager's default max_items_per_request, and namespace bytes.
+inline constexpr size_t kMaxLayerStoredOps = 4096;
+inline constexpr size_t kMaxLayerStoredNamespaceBytes = 1024;
+
 // Bytes of one event inside a WorkerEvents body (for batching under
 // comm::kMaxFrameBytes; the frame is kFrameHeaderBytes + 4 + the sum).
 size_t EncodedWorkerEventBytes(const WorkerEventRecord& event);

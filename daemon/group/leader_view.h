@@ -1,6 +1,11 @@
 #pragma once
 
+#include <cstdint>
 #include <string>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "daemon/engine/engine_types.h"
 
 namespace hicache {
 
@@ -22,6 +27,21 @@ class LeaderView {
   // The leader's gRPC target ("host:port"), as schedulers reach it; empty
   // while it is not known (e.g. before the follower joined).
   virtual std::string LeaderAddress() const = 0;
+
+  // A follower (docs/cp-groups.md, "Worker events and acks across the
+  // link"): relays the layer_stored of a local worker session of namespace
+  // `ns` and rank `rank` to the leader, which stores it as that worker would
+  // (SessionManager::NamespaceLayerStored), and returns the leader's answer
+  // (UNAVAILABLE while the leader is not reachable). The service calls it
+  // only on a daemon that is not the leader, with no fences (it refuses
+  // those itself). The default: UNIMPLEMENTED.
+  virtual absl::Status ForwardLayerStored(
+      const std::string& /*ns*/, Rank /*rank*/, uint32_t /*step*/,
+      absl::Span<const uint64_t> /*ops*/,
+      absl::Span<const RankFence> /*fences*/) const {
+    return absl::UnimplementedError(
+        "this daemon cannot relay worker acks to its CP group leader");
+  }
 };
 
 }  // namespace hicache

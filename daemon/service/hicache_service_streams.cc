@@ -292,7 +292,27 @@ grpc::Status HiCacheService::BackupSession(
       for (const v1::RankFence& fence : in.layer_stored().fences()) {
         fences.push_back({fence.rank(), fence.fence_id()});
       }
-      status = state.LayerStored(ids, in.layer_stored().step(), fences);
+      if (group_ != nullptr && !group_->IsLeader()) {
+        // A CP group follower: the leader runs the backups; a local worker's
+        // ack is relayed to it (docs/cp-groups.md, "Worker events and acks
+        // across the link") with the session's namespace and rank.
+        absl::StatusOr<SessionInfo> info = sessions_->Info(state.session());
+        if (!info.ok()) {
+          status = info.status();
+        } else if (info->role != SessionRole::kWorker) {
+          status = absl::FailedPreconditionError(absl::StrCat(
+              "a scheduler's layer_stored goes to the CP group leader at ",
+              group_->LeaderAddress()));
+        } else if (!fences.empty()) {
+          status = absl::FailedPreconditionError(
+              "fences on a CP group follower are not supported yet");
+        } else {
+          status = group_->ForwardLayerStored(
+              info->ns, info->rank, in.layer_stored().step(), ids, fences);
+        }
+      } else {
+        status = state.LayerStored(ids, in.layer_stored().step(), fences);
+      }
     } else if (in.has_store_all()) {
       status = state.StoreAll(in.store_all().backup_id());
     } else if (in.has_rollback()) {
