@@ -3,9 +3,16 @@
 // with a single daemon in one run. bench/cp_group_rig.h states the two rigs
 // and what is timed.
 //
-//   bazel run -c opt //bench:cp_group_bench -- --iterations=2000
+//   bazel run --config=opt //bench:cp_group_bench -- --iterations=2000
+//       [--mode=both|in_process|processes] [--daemon=PATH]
 //       [--pages=8 --page_size=16 --kv_preset=tiny]
 //       [--drain_before_last_step=true] [--json]
+//
+// --mode=in_process (bench/cp_group_rig.h) measures the exact definition
+// inside one process; --mode=processes (bench/cp_group_processes.h) starts
+// real hicached processes (a standalone C = 2 daemon, and a leader +
+// follower group) and drives them over gRPC as a scheduler does; "both"
+// (default) runs one then the other.
 //
 // Iterations interleave the two rigs (baseline then group, then group then
 // baseline, ...) after --warmup untimed ones each, so both see the same
@@ -27,6 +34,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/cp_group_processes.h"
 #include "bench/cp_group_rig.h"
 #include "bench/percentile.h"
 #include "spdlog/spdlog.h"
@@ -44,6 +52,12 @@ ABSL_FLAG(bool, drain_before_last_step, true,
           "Wait for the earlier steps' copies before storing the last "
           "(layers spaced out by compute, as in a forward pass).");
 ABSL_FLAG(bool, json, false, "Also print one JSON line of the figures.");
+ABSL_FLAG(std::string, mode, "both", "in_process, processes or both.");
+ABSL_FLAG(std::string, daemon, "",
+          "processes: the hicached binary; empty: //daemon:hicached's "
+          "runfile.");
+ABSL_FLAG(int, heartbeat_ms_processes, 0,
+          "processes: --cp_group_heartbeat_ms (0: hicached's default).");
 
 namespace hicache::bench {
 namespace {
@@ -73,8 +87,7 @@ std::string JsonPair(const char* key, const std::vector<double>& v) {
                          key, s.p99);
 }
 
-int Main() {
-  spdlog::set_level(spdlog::level::warn);
+int InProcess() {
   CommitRigOptions options;
   options.page_size = absl::GetFlag(FLAGS_page_size);
   options.kv_preset = absl::GetFlag(FLAGS_kv_preset);
@@ -158,7 +171,8 @@ int Main() {
   Row("Match (absent key)", samples[0].match, samples[1].match);
   Row("Allocate", samples[0].allocate, samples[1].allocate);
   if (absl::GetFlag(FLAGS_json)) {
-    std::string line = absl::StrCat("{\"iterations\":", iterations);
+    std::string line =
+        absl::StrCat("{\"in_process\":true,\"iterations\":", iterations);
     const char* names[2] = {"baseline", "group"};
     for (int r = 0; r < 2; ++r) {
       absl::StrAppend(&line, ",\"", names[r], "\":{",
@@ -177,10 +191,88 @@ int Main() {
   return 0;
 }
 
+int Processes(const char* argv0) {
+  ProcessBenchOptions o;
+  o.daemon = absl::GetFlag(FLAGS_daemon);
+  o.argv0 = argv0;
+  o.iterations = absl::GetFlag(FLAGS_iterations);
+  o.warmup = absl::GetFlag(FLAGS_warmup);
+  o.tree_calls = absl::GetFlag(FLAGS_tree_calls);
+  o.pages = absl::GetFlag(FLAGS_pages);
+  o.page_size = absl::GetFlag(FLAGS_page_size);
+  o.kv_preset = absl::GetFlag(FLAGS_kv_preset);
+  o.heartbeat_ms = absl::GetFlag(FLAGS_heartbeat_ms_processes);
+  auto r = RunProcessBench(o);
+  if (!r.ok()) {
+    std::fprintf(stderr, "processes: %s\n", r.status().ToString().c_str());
+    return 1;
+  }
+  std::printf(
+      "\nCP group commit latency, processes: single = one hicached serving "
+      "C = 2; group = hicached leader (--ranks=0) + follower (--ranks=1) over "
+      "Gloo TCP 127.0.0.1; the bench is the scheduler over gRPC (unix "
+      "sockets)\n"
+      "%d interleaved backups per daemon (after %d warm-up), %d pages "
+      "zigzag, page_size %u, %s (%u steps), heartbeat %s; %d tree calls "
+      "each; group state at the end: %s, deaths %lld\n\n",
+      o.iterations, o.warmup, o.pages, o.page_size, o.kv_preset.c_str(),
+      r->num_steps,
+      o.heartbeat_ms > 0 ? absl::StrCat(o.heartbeat_ms, " ms").c_str()
+                         : "default",
+      o.tree_calls, r->group_state.c_str(),
+      static_cast<long long>(r->group_deaths));
+  std::printf("%-28s %10s %10s %10s %10s %10s %8s\n", "microseconds",
+              "single p50", "single p99", "group p50", "group p99",
+              "added p50", "ratio");
+  Row("layer_stored(last) -> commit", r->final_step_to_commit[0],
+      r->final_step_to_commit[1]);
+  Row("prepare -> committed", r->prepare_to_commit[0],
+      r->prepare_to_commit[1]);
+  Row("MatchPrefix (absent key)", r->match[0], r->match[1]);
+  Row("Allocate", r->allocate[0], r->allocate[1]);
+  if (absl::GetFlag(FLAGS_json)) {
+    std::string line = absl::StrCat("{\"processes\":true,\"iterations\":",
+                                    o.iterations);
+    const char* names[2] = {"single", "group"};
+    for (int k = 0; k < 2; ++k) {
+      absl::StrAppend(
+          &line, ",\"", names[k], "\":{",
+          JsonPair("final_step_to_commit", r->final_step_to_commit[k]), ",",
+          JsonPair("prepare_to_commit", r->prepare_to_commit[k]), ",",
+          JsonPair("match", r->match[k]), ",",
+          JsonPair("allocate", r->allocate[k]), "}");
+    }
+    absl::StrAppend(&line, "}");
+    std::printf("%s\n", line.c_str());
+  }
+  return r->group_state == "formed" && r->group_deaths == 0 ? 0 : 1;
+}
+
+int Main(const char* argv0) {
+  spdlog::set_level(spdlog::level::warn);
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  if (mode != "in_process" && mode != "processes" && mode != "both") {
+    std::fprintf(stderr, "--mode must be in_process, processes or both\n");
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_iterations) < 1 || absl::GetFlag(FLAGS_warmup) < 0 ||
+      absl::GetFlag(FLAGS_tree_calls) < 1) {
+    std::fprintf(stderr, "--iterations and --tree_calls must be >= 1\n");
+    return 2;
+  }
+  int rc = 0;
+  if (mode != "processes") rc = InProcess();
+  if (rc == 0 && mode != "in_process") {
+    std::fflush(stdout);
+    rc = Processes(argv0);
+  }
+  return rc;
+}
+
 }  // namespace
 }  // namespace hicache::bench
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  return hicache::bench::Main();
+  return hicache::bench::Main(argv[0]);
 }
