@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include "daemon/core/log_format.h"
@@ -49,6 +50,7 @@ void HostTierRecorder::OnHostCommitted(HostCommit& commit) {
   // Counted as the worker uncounts it (the record's page_owners).
   const int64_t pages =
       static_cast<int64_t>(commit.host->page_owners().size());
+  Event event;
   {
     MutexLock lock(&mu_);
     if (queued_pages_ + pages > options_.max_queued_pages) {
@@ -61,13 +63,16 @@ void HostTierRecorder::OnHostCommitted(HostCommit& commit) {
     // Reserved now, so that concurrent commits cannot pass the bound
     // together; the event is built outside the lock.
     queued_pages_ += pages;
+    if (!spare_puts_.empty()) {
+      event.put = std::move(spare_puts_.back());  // Refilled below.
+      spare_puts_.pop_back();
+    }
   }
-  Event event;
   event.kind = Event::Kind::kPut;
   persist::PutRecord& put = event.put;
   put.persist_id = commit.persist_id;
   put.parent_persist_id = commit.parent_persist_id;
-  put.name_space = std::string(commit.ns);
+  put.name_space.assign(commit.ns.data(), commit.ns.size());
   put.logical_len = commit.host->logical_len();
   put.page_owners.assign(commit.host->page_owners().begin(),
                          commit.host->page_owners().end());
@@ -146,7 +151,7 @@ void HostTierRecorder::Run() {
                    "priority; it runs at the daemon's");
     }
   }
-  std::deque<Event> batch;
+  std::vector<Event> batch;
   while (true) {
     {
       MutexLock lock(&mu_);
@@ -168,10 +173,10 @@ void HostTierRecorder::Run() {
       if (queue_.size() <= kMaxBatch) {
         batch.swap(queue_);
       } else {
-        for (size_t i = 0; i < kMaxBatch; ++i) {
-          batch.push_back(std::move(queue_.front()));
-          queue_.pop_front();
-        }
+        batch.insert(batch.end(),
+                     std::make_move_iterator(queue_.begin()),
+                     std::make_move_iterator(queue_.begin() + kMaxBatch));
+        queue_.erase(queue_.begin(), queue_.begin() + kMaxBatch);
       }
     }
     HandleBatch(batch);
@@ -179,7 +184,7 @@ void HostTierRecorder::Run() {
   }
 }
 
-void HostTierRecorder::HandleBatch(std::deque<Event>& batch) {
+void HostTierRecorder::HandleBatch(std::vector<Event>& batch) {
   // 0. A Put whose node is already gone would be discarded in step 2
   //    whatever its checksums: it is not hashed at all (on a churning host
   //    tier that is a large share of the commits of a batch).
@@ -233,6 +238,12 @@ void HostTierRecorder::HandleBatch(std::deque<Event>& batch) {
   stats_.journal_errors += tally.journal_errors;
   stats_.events += static_cast<int64_t>(batch.size());
   handled_ += static_cast<int64_t>(batch.size());
+  for (Event& event : batch) {
+    if (event.kind != Event::Kind::kPut) continue;
+    if (spare_puts_.size() >= kMaxSparePuts) break;
+    event.put.checksums.clear();  // Recomputed for every record.
+    spare_puts_.push_back(std::move(event.put));
+  }
 }
 
 bool HostTierRecorder::Checksum(persist::PutRecord* put,

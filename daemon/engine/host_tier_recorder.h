@@ -32,7 +32,6 @@
 // Thread-safe. The listener methods must be called in the tree's order.
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <string>
 #include <thread>
@@ -129,6 +128,9 @@ class HostTierRecorder final : public HostTierListener {
   };
 
   static constexpr size_t kMaxBatch = 1024;  // Events the worker takes at once.
+  // Handled Puts kept for the next commits to refill (their vectors keep
+  // their capacity): steady traffic allocates nothing per commit.
+  static constexpr size_t kMaxSparePuts = 256;
 
   void Enqueue(Event event) ABSL_LOCKS_EXCLUDED(mu_);
   void EnqueueLocked(Event event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -143,7 +145,7 @@ class HostTierRecorder final : public HostTierListener {
   // Takes a batch's checksums (no lock), decides under one lock which of
   // its Puts are recorded, hands the batch to the journal in order (no
   // lock), then counts it.
-  void HandleBatch(std::deque<Event>& batch) ABSL_LOCKS_EXCLUDED(mu_);
+  void HandleBatch(std::vector<Event>& batch) ABSL_LOCKS_EXCLUDED(mu_);
   // The journal call for one event (a Put only if recordable).
   void Handle(const Event& event, Tally* tally) const;
   // Fills put->checksums with the pages' KV checksums; false if a page
@@ -159,7 +161,10 @@ class HostTierRecorder final : public HostTierListener {
   mutable Mutex mu_;
   CondVar work_cv_;  // The worker: events queued or stop.
   CondVar idle_cv_;  // Flush: the worker handled more events.
-  std::deque<Event> queue_ ABSL_GUARDED_BY(mu_);
+  // In order. A vector that the worker swaps with its emptied batch, so
+  // that queueing allocates nothing once both have grown.
+  std::vector<Event> queue_ ABSL_GUARDED_BY(mu_);
+  std::vector<persist::PutRecord> spare_puts_ ABSL_GUARDED_BY(mu_);
   bool worker_waiting_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   int flush_wanted_ ABSL_GUARDED_BY(mu_) = 0;  // Flush calls waiting.
