@@ -218,5 +218,119 @@ TEST(DaemonConfigTest, MetricsAddressIsAnIpLiteralAndAPort) {
   EXPECT_TRUE(off.Validate().ok());
 }
 
+// A CP group leader as hicached builds it: cp_size >= 2, listen_tcp, its own
+// pool ranks.
+DaemonConfig CpGroupLeader() {
+  DaemonConfig config;
+  config.cp_size = 2;
+  config.served_ranks = {0};
+  config.listen_tcp = "127.0.0.1:0";
+  config.insecure_tcp_for_testing = true;
+  config.cp_group.name = "g";
+  return config;
+}
+
+DaemonConfig CpGroupFollower() {
+  DaemonConfig config;
+  config.cp_size = 2;
+  config.served_ranks = {1};
+  config.cp_group.name = "g";
+  config.cp_group.leader = "127.0.0.1:7000";
+  config.cp_group.member = "f1";
+  return config;
+}
+
+TEST(DaemonConfigTest, ValidCpGroupLeaderAndFollowerPass) {
+  DaemonConfig leader = CpGroupLeader();
+  EXPECT_TRUE(leader.Validate().ok()) << leader.Validate();
+  EXPECT_TRUE(leader.cp_group.is_leader());
+  leader.served_ranks.clear();  // Holds every pool itself: still a leader.
+  EXPECT_TRUE(leader.Validate().ok()) << leader.Validate();
+
+  DaemonConfig follower = CpGroupFollower();
+  EXPECT_TRUE(follower.Validate().ok()) << follower.Validate();
+  EXPECT_FALSE(follower.cp_group.is_leader());
+  // A follower needs no TCP listener of its own.
+  EXPECT_TRUE(follower.listen_tcp.empty());
+
+  DaemonConfig four = CpGroupFollower();
+  four.cp_size = 4;
+  four.served_ranks = {2, 3};
+  EXPECT_TRUE(four.Validate().ok()) << four.Validate();
+}
+
+TEST(DaemonConfigTest, CpGroupSettingsAreValidatedThroughTheDaemonConfig) {
+  DaemonConfig config = CpGroupFollower();
+  config.cp_group.leader = "no-port";
+  absl::Status status = config.Validate();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("cp_group_leader"));
+
+  DaemonConfig stray;  // No group, but a leader target.
+  stray.cp_group.leader = "127.0.0.1:7000";
+  EXPECT_THAT(stray.Validate().message(), HasSubstr("need cp_group"));
+}
+
+TEST(DaemonConfigTest, CpGroupNeedsAtLeastTwoRanks) {
+  for (DaemonConfig config : {CpGroupLeader(), CpGroupFollower()}) {
+    config.cp_size = 1;
+    config.served_ranks = {0};
+    const absl::Status status = config.Validate();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(status.message(), HasSubstr("cp_group needs cp_size >= 2"));
+    EXPECT_THAT(status.message(), HasSubstr("got 1"));
+  }
+  // Without a group, cp_size 1 is the ordinary default.
+  DaemonConfig plain;
+  plain.cp_size = 1;
+  EXPECT_TRUE(plain.Validate().ok());
+}
+
+TEST(DaemonConfigTest, CpGroupLeaderNeedsListenTcp) {
+  DaemonConfig config = CpGroupLeader();
+  config.listen_tcp.clear();
+  const absl::Status status = config.Validate();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("needs listen_tcp"));
+  // A follower's missing listener is fine (see above); a leader's listener
+  // still needs TLS or the testing flag.
+  config.listen_tcp = "127.0.0.1:0";
+  config.insecure_tcp_for_testing = false;
+  EXPECT_THAT(config.Validate().message(), HasSubstr("needs TLS"));
+}
+
+TEST(DaemonConfigTest, CpGroupFollowerNeedsRanks) {
+  DaemonConfig config = CpGroupFollower();
+  config.served_ranks.clear();
+  const absl::Status status = config.Validate();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("follower needs ranks"));
+  // Out-of-range ranks are refused by the general rule first.
+  config.served_ranks = {2};
+  EXPECT_THAT(config.Validate().message(), HasSubstr("served_ranks[0] = 2"));
+}
+
+TEST(DaemonConfigTest, CpGroupRefusesStateDirAndSaysHowToTurnItOff) {
+  DaemonConfig leader = CpGroupLeader();
+  leader.served_ranks.clear();  // Every rank: past the partial-ranks rule.
+  leader.state_dir = "/var/lib/hicache";
+  absl::Status status = leader.Validate();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("state_dir does not work with "
+                                          "cp_group"));
+  EXPECT_THAT(status.message(), HasSubstr("--state_dir="));
+
+  // A daemon holding only some ranks is refused by the older rule (which
+  // names the multi-daemon CP group but not the flag to clear).
+  for (DaemonConfig config : {CpGroupLeader(), CpGroupFollower()}) {
+    config.state_dir = "/var/lib/hicache";
+    status = config.Validate();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(status.message(), HasSubstr("state_dir"));
+    config.state_dir.clear();
+    EXPECT_TRUE(config.Validate().ok()) << config.Validate();
+  }
+}
+
 }  // namespace
 }  // namespace hicache
