@@ -451,11 +451,11 @@ void RemoteTransferEngine::Fail(const absl::Status& cause) {
   const absl::Status why = cause.ok()
                               ? absl::UnknownError("failed without a cause")
                               : CopyStatus(cause);
+  std::vector<StepDone> failed;
   {
     MutexLock lock(&mu_);
     if (!failure_.ok()) return;
     failure_ = CopyStatus(why);
-    std::vector<StepDone> failed;
     // In submission order.
     for (const Waiting& w : waiting_) {
       if (!w.done) failed.push_back(Unavailable(w.site, why));
@@ -464,16 +464,18 @@ void RemoteTransferEngine::Fail(const absl::Status& cause) {
     waiting_base_ += waiting_.size();
     waiting_.clear();
     digest_pending_.reset();
-    outbox_.clear();  // Their steps were outstanding: reported above.
+    outbox_.clear();  // Their steps were outstanding: reported below.
     stats_.steps_failed += static_cast<int64_t>(failed.size());
     if (!failed.empty() || !absl::IsCancelled(why)) {
       spdlog::error("CP group: {} failed ({}); {} outstanding steps complete "
                     "UNAVAILABLE",
                     member_.name, why, failed.size());
     }
-    completer_.Complete(std::move(failed));
   }
+  // The link first: once a step is reported failed, the member's link is
+  // down (its next heartbeat is refused: MemberHealth declares it dead).
   link_->Abort(why);
+  completer_.Complete(std::move(failed));
 }
 
 absl::Status RemoteTransferEngine::failure() const {

@@ -51,7 +51,7 @@ class ScriptedFollower {
   };
 
   ScriptedFollower(std::unique_ptr<LoopbackCommunicator> end, Script script)
-      : raw_(end.get()), link_(std::move(end), kEpoch), script_(script) {}
+      : raw_(end.get()), script_(script), link_(std::move(end), kEpoch) {}
 
   void Start() {
     ASSERT_TRUE(link_
@@ -125,12 +125,13 @@ class ScriptedFollower {
   }
 
   LoopbackCommunicator* const raw_;
-  WireLink link_;
   const Script script_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<FrameKind> kinds_;
   std::vector<absl::Status> failures_;
+  // Last: destroyed first, joining the thread that runs the handlers.
+  WireLink link_;
 };
 
 class StepDeadlineTest : public ::testing::Test {
@@ -154,6 +155,10 @@ class StepDeadlineTest : public ::testing::Test {
     remote_.reset();
     peer_.reset();
   }
+  // Submits a step the peer will not answer; once the engine failed it
+  // completes (so the failure is recorded when this returns true).
+  void Probe() { ASSERT_TRUE(remote_->Submit(MakeTask(40, 0, {1})).ok()); }
+  bool ProbeFailed() { return listener_.WaitFor(1); }
   bool WaitDigests(size_t n) {
     std::unique_lock<std::mutex> lock(mu_);
     return cv_.wait_for(lock, std::chrono::seconds(30),
@@ -316,7 +321,9 @@ TEST_F(StepDeadlineTest, DivergentResultFailsOnceNamingBothViews) {
 
 TEST_F(StepDeadlineTest, DigestResultWithNoDigestOutstandingIsAProtocolError) {
   Make({.digest_interval = absl::ZeroDuration()}, {});
+  Probe();
   ASSERT_TRUE(peer_->link().Send(DigestResult{.match = true}).ok());
+  ASSERT_TRUE(ProbeFailed());
   EXPECT_FALSE(peer_->WaitFailure().ok());
   EXPECT_EQ(remote_->failure().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(remote_->failure().message().find("no digest outstanding"),
@@ -327,7 +334,9 @@ TEST_F(StepDeadlineTest, DigestResultWithNoDigestOutstandingIsAProtocolError) {
 
 TEST_F(StepDeadlineTest, DigestFromTheFollowerIsAProtocolError) {
   Make({.digest_interval = absl::ZeroDuration()}, {});
+  Probe();
   ASSERT_TRUE(peer_->link().Send(Digest{}).ok());
+  ASSERT_TRUE(ProbeFailed());
   EXPECT_FALSE(peer_->WaitFailure().ok());
   EXPECT_NE(remote_->failure().message().find("a follower sent a digest"),
             std::string::npos)
@@ -337,9 +346,11 @@ TEST_F(StepDeadlineTest, DigestFromTheFollowerIsAProtocolError) {
 TEST_F(StepDeadlineTest, MalformedDigestResultIsRefused) {
   Make({.digest_interval = absl::Milliseconds(10)}, {});
   ASSERT_TRUE(peer_->WaitCount(FrameKind::kDigest, 1));
+  Probe();
   std::string bad = EncodeFrame(kEpoch, 1, DigestResult{.match = true});
   bad[kFrameHeaderBytes + 8] = 7;  // Match byte.
   ASSERT_TRUE(peer_->raw()->Send(bad).ok());
+  ASSERT_TRUE(ProbeFailed());
   EXPECT_FALSE(peer_->WaitFailure().ok());
   const absl::Status failure = remote_->failure();
   EXPECT_EQ(failure.code(), absl::StatusCode::kDataLoss);
