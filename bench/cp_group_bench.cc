@@ -81,6 +81,21 @@ void Row(const char* what, const std::vector<double>& base,
               b.p50 > 0 ? g.p50 / b.p50 : 0.0);
 }
 
+// The tail of a commit interval: where a p99 comes from.
+void TailRow(const char* what, const std::vector<double>& base,
+             const std::vector<double>& group) {
+  auto over = [](const std::vector<double>& v, double us) {
+    return std::count_if(v.begin(), v.end(), [us](double x) { return x > us; });
+  };
+  std::printf(
+      "  tail of %s: p90 %.1f / %.1f, p99.9 %.1f / %.1f, max %.1f / %.1f, "
+      "over 1 ms %ld / %ld of %zu / %zu\n",
+      what, Percentile(base, 0.9), Percentile(group, 0.9),
+      Percentile(base, 0.999), Percentile(group, 0.999), Percentile(base, 1),
+      Percentile(group, 1), static_cast<long>(over(base, 1000)),
+      static_cast<long>(over(group, 1000)), base.size(), group.size());
+}
+
 std::string JsonPair(const char* key, const std::vector<double>& v) {
   const Summary s = Sum(v);
   return absl::StrFormat("\"%s_p50_us\":%.1f,\"%s_p99_us\":%.1f", key, s.p50,
@@ -167,6 +182,8 @@ int InProcess() {
               "ratio");
   Row("local ack -> committed", samples[0].ack, samples[1].ack);
   Row("step event -> committed", samples[0].step, samples[1].step);
+  TailRow("local ack -> committed (base / group)", samples[0].ack,
+          samples[1].ack);
   Row("prepare -> committed", samples[0].end_to_end, samples[1].end_to_end);
   Row("Match (absent key)", samples[0].match, samples[1].match);
   Row("Allocate", samples[0].allocate, samples[1].allocate);
@@ -226,6 +243,8 @@ int Processes(const char* argv0) {
               "added p50", "ratio");
   Row("layer_stored(last) -> commit", r->final_step_to_commit[0],
       r->final_step_to_commit[1]);
+  TailRow("layer_stored(last) -> commit (single / group)",
+          r->final_step_to_commit[0], r->final_step_to_commit[1]);
   Row("prepare -> committed", r->prepare_to_commit[0],
       r->prepare_to_commit[1]);
   Row("MatchPrefix (absent key)", r->match[0], r->match[1]);
