@@ -58,6 +58,8 @@ ABSL_FLAG(std::string, daemon, "",
           "runfile.");
 ABSL_FLAG(int, heartbeat_ms_processes, 0,
           "processes: --cp_group_heartbeat_ms (0: hicached's default).");
+ABSL_FLAG(int, timeout_ms_processes, 0,
+          "processes: --cp_group_timeout_ms (0: hicached's default).");
 
 namespace hicache::bench {
 namespace {
@@ -219,6 +221,7 @@ int Processes(const char* argv0) {
   o.page_size = absl::GetFlag(FLAGS_page_size);
   o.kv_preset = absl::GetFlag(FLAGS_kv_preset);
   o.heartbeat_ms = absl::GetFlag(FLAGS_heartbeat_ms_processes);
+  o.timeout_ms = absl::GetFlag(FLAGS_timeout_ms_processes);
   auto r = RunProcessBench(o);
   if (!r.ok()) {
     std::fprintf(stderr, "processes: %s\n", r.status().ToString().c_str());
