@@ -23,7 +23,9 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/backend/cpu/cpu_transfer_engine.h"
 #include "daemon/comm/loopback_communicator.h"
+#include "daemon/engine/event_hub.h"
 #include "daemon/engine/hicache_engine.h"
+#include "daemon/group/event_forwarder.h"
 #include "daemon/group/group_follower.h"
 #include "daemon/group/group_geometry.h"
 #include "daemon/group/group_leader.h"
@@ -56,6 +58,8 @@ struct Split {
 
 // A follower daemon: its own pools for its ranks and a GroupFollower.
 struct FollowerSide {
+  // Its daemon's EventHub: the leader's worker events land here.
+  EventHub hub;
   std::unique_ptr<ShmPoolBackend> backend;
   std::unique_ptr<RankPools> pools;
   std::unique_ptr<GroupFollower> follower;
@@ -93,6 +97,11 @@ class GroupLeaderTest : public ::testing::TestWithParam<Split> {
     ASSERT_TRUE(engine.ok()) << engine.status();
     engine_ = *std::move(engine);
     ASSERT_NE(routing_, nullptr);
+    // Worker events across the link: the hub's tap feeds the forwarder.
+    engine_->SetListener(&hub_);
+    hub_.SetSubscriberTap([this](const OpEvent& event, const std::string& ns) {
+      forwarder_.Publish(event, ns);
+    });
     GroupLeaderOptions leader_options{
         .group_name = "g",
         .cp_size = split.cp_size,
@@ -106,6 +115,13 @@ class GroupLeaderTest : public ::testing::TestWithParam<Split> {
       std::lock_guard<std::mutex> lock(reasons_mu_);
       reasons_.push_back(reason);
       reasons_cv_.notify_all();
+    };
+    leader_options.events = &forwarder_;
+    leader_options.layer_stored = [this](const std::string& ns, Rank rank,
+                                         uint32_t step,
+                                         absl::Span<const uint64_t> ops) {
+      return layer_stored_ ? layer_stored_(ns, rank, step, ops)
+                           : engine_->RankLayerStored(ops, step, rank);
     };
     auto leader =
         GroupLeader::Create(std::move(leader_options), engine_.get(), routing_);
@@ -152,7 +168,8 @@ class GroupLeaderTest : public ::testing::TestWithParam<Split> {
                       .device_pages_per_rank = kDevicePages,
                       .host_pages_per_rank = kHostPages},
             .heartbeat_interval = kInterval,
-            .heartbeat_timeout = kTimeout},
+            .heartbeat_timeout = kTimeout,
+            .events = &raw->hub},
         [raw_pools](TransferListener* listener) {
           return std::make_unique<CpuTransferEngine>(raw_pools, listener, 2);
         },
@@ -300,6 +317,14 @@ class GroupLeaderTest : public ::testing::TestWithParam<Split> {
   }
 
   EngineOptions options_;
+  // The leader daemon's EventHub and forwarder (outlive the engine and the
+  // GroupLeader), and the leader's layer_stored handler (default: the
+  // engine's RankLayerStored); set before traffic.
+  EventHub hub_;
+  EventForwarder forwarder_;
+  std::function<absl::Status(const std::string& ns, Rank rank, uint32_t step,
+                             absl::Span<const uint64_t> ops)>
+      layer_stored_;
   std::unique_ptr<HiCacheEngine> engine_;
   RoutingTransferEngine* routing_ = nullptr;  // Owned by the engine.
   std::unique_ptr<GroupLeader> leader_;
