@@ -216,6 +216,8 @@ absl::Status CpGroup::LaunchFollower(size_t member,
   }
   std::vector<std::string> argv = CommonFlags(members_[member]);
   argv.push_back("--cp_group_leader=" + leader_target_);
+  // The leader listens without TLS; so must the follower's channel to it.
+  argv.push_back("--insecure_tcp_for_testing");
   argv.insert(argv.end(), extra.begin(), extra.end());
   return Launch(member, std::move(argv));
 }
@@ -239,9 +241,25 @@ absl::Status CpGroup::Start(absl::Duration timeout) {
       return s;
     }
   }
-  absl::StatusOr<v1::CpGroupStatus> formed =
-      WaitForState(0, "formed", deadline - absl::Now());
-  return formed.status();
+  // Formed, or a follower gave up (a refused or failed join): fail fast
+  // with its log rather than at the deadline.
+  size_t exited = members_.size();
+  absl::StatusOr<v1::CpGroupStatus> formed = WaitForGroup(
+      0,
+      [&](const v1::CpGroupStatus& g) {
+        for (size_t i = 1; i < members_.size(); ++i) {
+          if (!Running(i)) exited = i;
+        }
+        return g.state() == "formed" || exited < members_.size();
+      },
+      "state \"formed\"", deadline - absl::Now());
+  if (!formed.ok()) return formed.status();
+  if (exited < members_.size() && formed->state() != "formed") {
+    return absl::FailedPreconditionError(
+        absl::StrCat(members_[exited].name, " exited before the group formed: ",
+                     LastLines(Log(exited), 30)));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CpGroup::Signal(size_t member, int signal) const {

@@ -9,8 +9,10 @@
 //   (the OS picks the port); its target is read from its log line
 //   "CP group <name>: leading on <host:port>", or else from its GetStats
 //   cp_group.leader_address.
-// - Followers get `--cp_group_leader=<that target>` and `--ranks` of their
-//   own; members are named "m<index>" (`--cp_group_member`), the leader m0.
+// - Followers get `--cp_group_leader=<that target>`,
+//   `--insecure_tcp_for_testing` (their channel to the leader is plain TCP
+//   too) and `--ranks` of their own; members are named "m<index>"
+//   (`--cp_group_member`), the leader m0.
 // - Start() returns once the leader's GetStats says the group is "formed".
 //
 // Waiting is bounded: process start-up and state changes are observed by
