@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <iterator>
 #include <utility>
 
 #include "daemon/core/log_format.h"
@@ -168,23 +167,20 @@ void HostTierRecorder::Run() {
       }
       worker_waiting_ = false;
       if (queue_.empty()) return;  // Stopping, and everything handled.
-      // In order, at most kMaxBatch at a time, so that a Flush waits for
-      // the batch that holds its mark, not for a backlog that keeps growing.
-      if (queue_.size() <= kMaxBatch) {
-        batch.swap(queue_);
-      } else {
-        batch.insert(batch.end(),
-                     std::make_move_iterator(queue_.begin()),
-                     std::make_move_iterator(queue_.begin() + kMaxBatch));
-        queue_.erase(queue_.begin(), queue_.begin() + kMaxBatch);
-      }
+      // Everything queued (a swap: nothing is copied under the lock, however
+      // long a backlog), handled below in order, kMaxBatch at a time: a
+      // Flush waits for the part that holds its mark, never for events
+      // queued after it.
+      batch.swap(queue_);
     }
-    HandleBatch(batch);
+    for (size_t begin = 0; begin < batch.size(); begin += kMaxBatch) {
+      HandleBatch(absl::MakeSpan(batch).subspan(begin, kMaxBatch));
+    }
     batch.clear();
   }
 }
 
-void HostTierRecorder::HandleBatch(std::vector<Event>& batch) {
+void HostTierRecorder::HandleBatch(absl::Span<Event> batch) {
   // 0. A Put whose node is already gone would be discarded in step 2
   //    whatever its checksums: it is not hashed at all (on a churning host
   //    tier that is a large share of the commits of a batch).

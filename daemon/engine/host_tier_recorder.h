@@ -127,7 +127,8 @@ class HostTierRecorder final : public HostTierListener {
     int64_t at = 0;          // kSplit: the token it split at.
   };
 
-  static constexpr size_t kMaxBatch = 1024;  // Events the worker takes at once.
+  // Events the worker handles (hashes, checks, journals, counts) at once.
+  static constexpr size_t kMaxBatch = 1024;
   // Handled Puts kept for the next commits to refill (their vectors keep
   // their capacity): steady traffic allocates nothing per commit.
   static constexpr size_t kMaxSparePuts = 256;
@@ -145,7 +146,7 @@ class HostTierRecorder final : public HostTierListener {
   // Takes a batch's checksums (no lock), decides under one lock which of
   // its Puts are recorded, hands the batch to the journal in order (no
   // lock), then counts it.
-  void HandleBatch(std::vector<Event>& batch) ABSL_LOCKS_EXCLUDED(mu_);
+  void HandleBatch(absl::Span<Event> batch) ABSL_LOCKS_EXCLUDED(mu_);
   // The journal call for one event (a Put only if recordable).
   void Handle(const Event& event, Tally* tally) const;
   // Fills put->checksums with the pages' KV checksums; false if a page

@@ -289,6 +289,50 @@ TEST_F(RecorderTest, ABacklogPastItsBoundLeavesCommitsUnrecorded) {
 // Flush waits for the events reported before it only: a steady stream of
 // later events (here drops of unknown ids, from another thread, with the
 // worker slowed down) cannot starve it. It once waited for an empty queue.
+// A backlog longer than the worker's batch (1024 events) is handled in
+// order, a batch at a time, and a second round of commits (refilling the
+// records the worker handed back) is recorded as exactly as the first.
+TEST_F(RecorderTest, ABacklogLongerThanABatchIsRecordedInOrder) {
+  std::promise<void> go;
+  std::shared_future<void> started = go.get_future().share();
+  StartRecorder([started] { started.wait(); });
+  constexpr int kNodes = 60;  // Two pages each, children of the root.
+  int64_t events = 0;
+  for (int round = 0; round < 2; ++round) {
+    std::vector<NodeId> nodes;
+    for (int i = 0; i < kNodes; ++i) {
+      auto node = tree_->Insert(
+          "", Seq(100000 * (round + 1) + 1000 * i, 2 * kP), Pages(2 * kP));
+      ASSERT_TRUE(node.ok());
+      ASSERT_TRUE(Backup(node->node));
+      ++events;
+      // Drops of ids the journal never saw, to pass a batch's length.
+      for (int d = 0; d < 30; ++d) {
+        recorder_->OnHostDropped(uint64_t{1} << 40 | (events << 8) | d);
+        ++events;
+      }
+      nodes.push_back(node->node);
+    }
+    if (round == 0) go.set_value();
+    ASSERT_TRUE(recorder_->Flush().ok());
+    int64_t compared = 0;
+    ASSERT_NO_FATAL_FAILURE(CompareWithTree(&compared));
+    EXPECT_EQ(compared, kNodes) << "round " << round;
+    EXPECT_EQ(recorder_->stats().puts, kNodes * (round + 1));
+    EXPECT_EQ(recorder_->stats().events, events);
+    EXPECT_EQ(recorder_->stats().journal_errors, 0);
+    // Every host copy goes before the next round reuses the pages.
+    const int64_t dropped = static_cast<int64_t>(nodes.size());
+    Free(tree_->EvictDevice(std::vector<int64_t>{4 * kNodes})
+             .freed_host_pages);
+    Free(tree_->EvictHost(std::vector<int64_t>{4 * kNodes}).freed_host_pages);
+    for (NodeId node : nodes) ASSERT_FALSE(tree_->Inspect(node).ok());
+    events += dropped;
+    ASSERT_TRUE(recorder_->Flush().ok());
+    EXPECT_TRUE(Load().puts.empty());
+  }
+}
+
 TEST_F(RecorderTest, FlushIsNotStarvedByLaterEvents) {
   StartRecorder([] { std::this_thread::sleep_for(std::chrono::microseconds(50)); });
   std::atomic<bool> stop{false};
