@@ -276,6 +276,11 @@ absl::Status CpGroup::Kill(size_t member) {
   return code.status();
 }
 
+absl::StatusOr<int> CpGroup::Stop(size_t member, absl::Duration timeout) {
+  if (absl::Status s = Signal(member, SIGTERM); !s.ok()) return s;
+  return WaitExit(member, timeout);
+}
+
 absl::StatusOr<int> CpGroup::WaitExit(size_t member, absl::Duration timeout) {
   Member& m = members_[member];
   if (m.process == nullptr) {

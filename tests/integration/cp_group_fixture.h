@@ -93,6 +93,9 @@ class CpGroup {
   absl::Status Signal(size_t member, int signal) const;
   // SIGKILLs a member and reaps it.
   absl::Status Kill(size_t member);
+  // SIGTERM, then waits up to `timeout` for the exit code.
+  absl::StatusOr<int> Stop(size_t member,
+                           absl::Duration timeout = absl::Seconds(20));
   // Waits for a member to exit; its exit code (128 + signal for a signal).
   absl::StatusOr<int> WaitExit(size_t member, absl::Duration timeout);
   bool Running(size_t member) const;
