@@ -178,20 +178,12 @@ absl::Status GroupFollower::ForwardLayerStored(const std::string& ns,
         absl::StrCat("namespace of ", ns.size(), " bytes; the limit is ",
                      kMaxLayerStoredNamespaceBytes));
   }
-  auto unavailable = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return absl::UnavailableError(
-        stopping_ ? absl::StrCat("CP group ", options_.group_name,
-                                 " follower stopped")
-        : lost_   ? reason_
-                  : absl::StrCat("CP group ", options_.group_name,
-                                 " follower has not joined its leader yet"));
-  };
   uint64_t id = 0;
   FollowerExecutor* executor = nullptr;
   {
     MutexLock lock(&mu_);
     if (stopping_ || lost_ || !ran_ || executor_view_ == nullptr) {
-      return unavailable();
+      return UnavailableLocked();
     }
     id = ++next_request_;
     acks_[id] = std::nullopt;
@@ -223,7 +215,7 @@ absl::Status GroupFollower::ForwardLayerStored(const std::string& ns,
     }
     if (stopping_ || lost_) {
       acks_.erase(it);
-      return unavailable();
+      return UnavailableLocked();
     }
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) {
@@ -235,6 +227,15 @@ absl::Status GroupFollower::ForwardLayerStored(const std::string& ns,
     }
     ack_cv_.WaitWithTimeout(&mu_, left);
   }
+}
+
+absl::Status GroupFollower::UnavailableLocked() const {
+  return absl::UnavailableError(
+      stopping_ ? absl::StrCat("CP group ", options_.group_name,
+                               " follower stopped")
+      : lost_   ? reason_
+                : absl::StrCat("CP group ", options_.group_name,
+                               " follower has not joined its leader yet"));
 }
 
 void GroupFollower::AwaitSendersLocked() {

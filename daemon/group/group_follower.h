@@ -116,6 +116,8 @@ class GroupFollower {
       ABSL_LOCKS_EXCLUDED(events_mu_);
   // Waits until no ForwardLayerStored uses executor_view_ outside mu_.
   void AwaitSendersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why ForwardLayerStored cannot reach the leader now.
+  absl::Status UnavailableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const GroupFollowerOptions options_;
   const TransferEngineFactory make_local_;

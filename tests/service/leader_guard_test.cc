@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "daemon/core/clock.h"
+#include "daemon/core/mutex.h"
 #include "daemon/engine/event_hub.h"
 #include "daemon/engine/hicache_engine.h"
 #include "daemon/engine/session_manager.h"
@@ -441,6 +442,139 @@ TEST_F(GuardedServiceTest, UnknownOrInvalidLeaderSendsNoTrailer) {
   EXPECT_TRUE(leaders.empty());
   EXPECT_EQ(status.error_message().find("evil"), std::string::npos);
   EXPECT_TRUE(sessions_->List().empty());
+}
+
+// ---- Worker acks on a CP group follower (docs/cp-groups.md, "Worker events
+// and acks across the link") ----
+
+// A follower whose relay records what it was given.
+class RelayingRole : public FakeRole {
+ public:
+  struct Call {
+    std::string ns;
+    Rank rank;
+    uint32_t step;
+    std::vector<uint64_t> ops;
+  };
+  RelayingRole() : FakeRole(false) {}
+  absl::Status ForwardLayerStored(
+      const std::string& ns, Rank rank, uint32_t step,
+      absl::Span<const uint64_t> ops,
+      absl::Span<const RankFence> fences) const override {
+    MutexLock lock(&mu_);
+    calls_.push_back({ns, rank, step, {ops.begin(), ops.end()}});
+    if (!fences.empty()) return absl::InternalError("fences reached the relay");
+    return answer_;
+  }
+  std::vector<Call> calls() const {
+    MutexLock lock(&mu_);
+    return calls_;
+  }
+  void set_answer(absl::Status answer) {
+    MutexLock lock(&mu_);
+    answer_ = answer;
+  }
+
+ private:
+  mutable Mutex mu_;
+  mutable std::vector<Call> calls_ ABSL_GUARDED_BY(mu_);
+  absl::Status answer_ ABSL_GUARDED_BY(mu_);
+};
+
+class FollowerAckTest : public GuardedServiceTest {
+ protected:
+  std::string OpenAs(v1::Role role, uint32_t rank, const std::string& ns) {
+    grpc::ClientContext context;
+    v1::OpenSessionRequest request;
+    request.set_client_name("test");
+    request.set_role(role);
+    request.set_rank(rank);
+    request.set_namespace_(ns);
+    request.set_lease_ms(60000);
+    v1::OpenSessionResponse response;
+    EXPECT_TRUE(stub_->OpenSession(&context, request, &response).ok());
+    return response.session_id();
+  }
+  // One layer_stored on a BackupSession stream; the error it got, if any
+  // (code 0: none).
+  v1::BackupServerMessage::Error LayerStored(const std::string& session,
+                                             std::vector<uint64_t> ids,
+                                             uint32_t step, bool fence) {
+    grpc::ClientContext context;
+    auto stream = stub_->BackupSession(&context);
+    v1::BackupClientMessage message;
+    message.set_session_id(session);
+    for (uint64_t id : ids) message.mutable_layer_stored()->add_backup_ids(id);
+    message.mutable_layer_stored()->set_step(step);
+    if (fence) {
+      v1::RankFence* f = message.mutable_layer_stored()->add_fences();
+      f->set_rank(0);
+      f->set_fence_id(1);
+    }
+    stream->Write(message);
+    stream->WritesDone();
+    v1::BackupServerMessage::Error error;
+    v1::BackupServerMessage in;
+    while (stream->Read(&in)) {
+      if (in.has_error()) error = in.error();
+    }
+    EXPECT_TRUE(stream->Finish().ok());
+    return error;
+  }
+};
+
+TEST_F(FollowerAckTest, AWorkersAckIsRelayedWithItsSessionsNamespaceAndRank) {
+  RelayingRole role;
+  Start(&role);
+  const std::string worker = OpenAs(v1::ROLE_WORKER, 0, "tenant");
+  ASSERT_FALSE(worker.empty());
+  EXPECT_EQ(LayerStored(worker, {5, 6}, 1, false).code(), 0);
+  ASSERT_EQ(role.calls().size(), 1u);
+  EXPECT_EQ(role.calls()[0].ns, "tenant");
+  EXPECT_EQ(role.calls()[0].rank, 0u);
+  EXPECT_EQ(role.calls()[0].step, 1u);
+  EXPECT_EQ(role.calls()[0].ops, (std::vector<uint64_t>{5, 6}));
+  // The leader's refusal is the worker's answer.
+  role.set_answer(absl::InvalidArgumentError("not a backup of this namespace"));
+  v1::BackupServerMessage::Error refused = LayerStored(worker, {7}, 0, false);
+  EXPECT_EQ(refused.code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(refused.message(), "not a backup of this namespace");
+  // Fences on a follower: refused here, not relayed.
+  v1::BackupServerMessage::Error fenced = LayerStored(worker, {7}, 0, true);
+  EXPECT_EQ(fenced.code(),
+            static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_NE(fenced.message().find("fences on a CP group follower"),
+            std::string::npos)
+      << fenced.message();
+  EXPECT_EQ(role.calls().size(), 2u);
+  // The follower's own engine was never asked.
+  EXPECT_EQ(engine_->Stats().backups_committed, 0);
+}
+
+TEST_F(FollowerAckTest, ASchedulersAckIsNotRelayed) {
+  RelayingRole role;
+  Start(&role);
+  // A follower redirects a scheduler's OpenSession; one opened behind the
+  // service's back still gets no relay.
+  auto info = sessions_->Open("test", SessionRole::kScheduler, 0, "tenant",
+                              absl::Minutes(1));
+  ASSERT_TRUE(info.ok()) << info.status();
+  const std::string scheduler = info->id;
+  v1::BackupServerMessage::Error error = LayerStored(scheduler, {5}, 0, false);
+  EXPECT_EQ(error.code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_NE(error.message().find(kLeader), std::string::npos) << error.message();
+  EXPECT_TRUE(role.calls().empty());
+}
+
+TEST_F(FollowerAckTest, OnTheLeaderAcksAreServedLocally) {
+  RelayingRole role;
+  role.set_leader(true);
+  Start(&role);
+  const std::string worker = OpenAs(v1::ROLE_WORKER, 0, "tenant");
+  // Not a backup of the namespace: the local SessionManager's answer.
+  EXPECT_EQ(LayerStored(worker, {5}, 0, false).code(),
+            static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_TRUE(role.calls().empty());
 }
 
 }  // namespace
