@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "daemon/comm/loopback_communicator.h"
+#include "daemon/group/copy_digest.h"
 #include "daemon/group/group_wire.h"
 #include "daemon/group/wire_link.h"
 #include "gtest/gtest.h"
@@ -54,6 +55,12 @@ class FollowerTest : public ::testing::Test {
                     ->Start(
                         [this](Frame frame) {
                           std::lock_guard<std::mutex> lock(mu_);
+                          if (frame.header.kind == FrameKind::kDigestResult) {
+                            results_.push_back(
+                                std::get<DigestResult>(frame.body));
+                            cv_.notify_all();
+                            return absl::OkStatus();
+                          }
                           if (frame.header.kind != FrameKind::kStepDones) {
                             return absl::InvalidArgumentError("not dones");
                           }
@@ -88,10 +95,18 @@ class FollowerTest : public ::testing::Test {
     std::lock_guard<std::mutex> lock(mu_);
     return dones_;
   }
+  bool WaitResults(size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(30),
+                        [&] { return results_.size() >= n; });
+  }
+  // The leader's tally of what the test ships (the follower's bounds).
+  static CopyTally LeaderTally() { return CopyTally({2, 3}, 16, 32); }
 
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<StepDone> dones_;
+  std::vector<DigestResult> results_;
   int frames_ = 0;
   int follower_failures_ = 0;
   absl::Status follower_cause_;
@@ -229,6 +244,101 @@ TEST_F(FollowerTest, LosingTheLeaderIsReportedOnceAndDrainReturns) {
   std::lock_guard<std::mutex> lock(mu_);
   EXPECT_EQ(follower_failures_, 1);
   EXPECT_EQ(follower_cause_.code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace hicache::group
+
+namespace hicache::group {
+namespace {
+
+TEST_F(FollowerTest, MatchingDigestIsAnsweredWithItsView) {
+  CopyTally leader = LeaderTally();
+  TaskBatch batch{{MakeTask(51, 0, {2, 3}, 3),
+                   MakeTask(52, 1, {3}, 2, TransferDirection::kHostToDevice)}};
+  leader.CountFrame();
+  for (const TransferTask& t : batch.tasks) leader.AddTask(t);
+  ASSERT_TRUE(leader_->Send(batch).ok());
+  ASSERT_TRUE(leader_->Send(leader.Snapshot()).ok());
+  ASSERT_TRUE(WaitResults(1));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    EXPECT_TRUE(results_[0].match);
+    EXPECT_EQ(results_[0].tasks_frames, 1u);
+    EXPECT_EQ(results_[0].ranks, leader.Snapshot().ranks);
+    EXPECT_EQ(follower_failures_, 0);
+  }
+  const FollowerExecutor::Stats stats = follower_->stats();
+  EXPECT_EQ(stats.digests_checked, 1);
+  EXPECT_EQ(stats.digests_matched, 1);
+  EXPECT_FALSE(stats.diverged);
+  EXPECT_NE(stats.last_digest_match, absl::InfinitePast());
+}
+
+TEST_F(FollowerTest, DivergenceIsFatalOnceAndNothingMoreRuns) {
+  CopyTally leader = LeaderTally();
+  TaskBatch batch{{MakeTask(61, 0, {2, 3}, 3)}};
+  leader.CountFrame();
+  leader.AddTask(batch.tasks[0]);
+  leader.SkewForTesting(2, 1);  // The leader thinks one more page moved.
+  ASSERT_TRUE(leader_->Send(batch).ok());
+  ASSERT_TRUE(leader_->Send(leader.Snapshot()).ok());
+  ASSERT_TRUE(WaitResults(1));
+  ASSERT_TRUE(WaitFollowerFailure());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    EXPECT_FALSE(results_[0].match);
+    EXPECT_EQ(follower_cause_.code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(follower_cause_.message().find(
+                  "diverged from the leader's at tasks frame 1: rank 2 "
+                  "pages device->host: leader 4, follower 3"),
+              std::string::npos)
+        << follower_cause_;
+  }
+  EXPECT_TRUE(follower_->stats().diverged);
+  // Later copies are answered, not run.
+  ASSERT_TRUE(leader_->Send(TaskBatch{{MakeTask(62, 0, {2})}}).ok());
+  ASSERT_TRUE(WaitDones(3));
+  follower_->Drain();
+  EXPECT_EQ(fake_->tasks().size(), 1u);
+  for (const StepDone& d : dones()) {
+    if (d.op_id == 62) {
+      EXPECT_EQ(d.status.code(), absl::StatusCode::kAborted) << d.status;
+    }
+  }
+  // The link failing afterwards is not reported again.
+  leader_.reset();
+  follower_->Drain();
+  std::lock_guard<std::mutex> lock(mu_);
+  EXPECT_EQ(follower_failures_, 1);
+}
+
+TEST_F(FollowerTest, ARefusedCopyIsADivergence) {
+  CopyTally leader = LeaderTally();
+  TaskBatch batch{{MakeTask(71, 0, {3}, 2)}};
+  batch.tasks[0].ranks[0].host_pages[1] = 32;  // Outside the host pool.
+  leader.CountFrame();
+  leader.AddTask(batch.tasks[0]);
+  ASSERT_TRUE(leader_->Send(batch).ok());
+  ASSERT_TRUE(leader_->Send(leader.Snapshot()).ok());
+  ASSERT_TRUE(WaitResults(1));
+  ASSERT_TRUE(WaitFollowerFailure());
+  std::lock_guard<std::mutex> lock(mu_);
+  EXPECT_FALSE(results_[0].match);
+  EXPECT_NE(follower_cause_.message().find(
+                "rank 3 copies refused: leader 0, follower 1"),
+            std::string::npos)
+      << follower_cause_;
+}
+
+TEST_F(FollowerTest, DigestResultFromTheLeaderIsAProtocolError) {
+  ASSERT_TRUE(leader_->Send(DigestResult{.match = true}).ok());
+  ASSERT_TRUE(WaitFollowerFailure());
+  std::lock_guard<std::mutex> lock(mu_);
+  EXPECT_EQ(follower_cause_.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(follower_cause_.message().find("digest_result frame"),
+            std::string::npos)
+      << follower_cause_;
 }
 
 }  // namespace
