@@ -67,6 +67,11 @@ constexpr absl::Duration kHealthTimeout = absl::Seconds(30);
 constexpr std::chrono::seconds kWait{60};
 constexpr size_t kMaxQueued = LeaderJoinHandler::kMaxQueued;
 
+// gmock prints Debian's absl::string_view byte by byte: match a string.
+std::string Msg(const absl::Status& status) {
+  return std::string(status.message());
+}
+
 template <typename T>
 bool Ready(const std::future<T>& future) {
   return future.wait_for(kWait) == std::future_status::ready;
@@ -346,7 +351,7 @@ TEST_F(LeaderJoinHandlerTest, RefusalsAreTheJoinsErrorAndNeverConnect) {
   bigger.host_pages_per_rank += 1;
   JoinResult refused = handler_->Join("f1", bigger);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(refused.status().message(), HasSubstr("host_pages_per_rank"));
+  EXPECT_THAT(Msg(refused.status()), HasSubstr("host_pages_per_rank"));
 
   group::GroupGeometry other_build = Geometry({kMemberRank});
   other_build.build = "someone else's build";
@@ -358,7 +363,7 @@ TEST_F(LeaderJoinHandlerTest, RefusalsAreTheJoinsErrorAndNeverConnect) {
   // Rank conflict: the leader's own rank.
   refused = handler_->Join("f3", Geometry({kLeaderRank}));
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(refused.status().message(), HasSubstr("f3"));
+  EXPECT_THAT(Msg(refused.status()), HasSubstr("f3"));
   // Both ranks: overlaps the leader too.
   refused = handler_->Join("f4", Geometry({kLeaderRank, kMemberRank}));
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -381,7 +386,7 @@ TEST_F(LeaderJoinHandlerTest, StoppedLeaderRefusesWithoutConnecting) {
   leader_->Stop();
   JoinResult refused = handler_->Join("f1", Geometry({kMemberRank}));
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(refused.status().message(), HasSubstr("stopped"));
+  EXPECT_THAT(Msg(refused.status()), HasSubstr("stopped"));
   EXPECT_TRUE(Connects().empty());
 }
 
@@ -444,7 +449,7 @@ TEST_F(LeaderJoinHandlerTest, QueueIsBoundedWhileAConnectBlocks) {
   std::vector<std::future<JoinResult>> joins = FillTheQueue(&first);
   JoinResult refused = joins[first].get();
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(refused.status().message(),
+  EXPECT_THAT(Msg(refused.status()),
               HasSubstr(absl::StrCat(kMaxQueued, " admissions already wait")));
 
   gate_.Release(absl::UnavailableError("a's link failed"));
@@ -489,7 +494,7 @@ TEST_F(LeaderJoinHandlerTest, TimedOutJoinIsUnavailableAndItsAdmissionDropped) {
   JoinResult b = handler_->Join("b", Geometry({kMemberRank}));
   EXPECT_GE(absl::Now() - before, kReplyTimeout);
   EXPECT_EQ(b.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(b.status().message(), HasSubstr("no admission within"));
+  EXPECT_THAT(Msg(b.status()), HasSubstr("no admission within"));
 
   gate_.Release(absl::UnavailableError("a's link failed"));
   EXPECT_EQ(AwaitLinksDone(1), std::vector<std::string>{"cp/g/1/a/"});
@@ -526,11 +531,11 @@ TEST_F(LeaderJoinHandlerTest, ShutdownAnswersTheQueuedAndRefusesLaterJoins) {
     ASSERT_TRUE(Ready(joins[i])) << i;
     JoinResult result = joins[i].get();
     EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable) << i;
-    EXPECT_THAT(result.status().message(), HasSubstr("shutting down")) << i;
+    EXPECT_THAT(Msg(result.status()), HasSubstr("shutting down")) << i;
   }
   JoinResult later = handler_->Join("late", Geometry({kMemberRank}));
   EXPECT_EQ(later.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(later.status().message(), HasSubstr("shutting down"));
+  EXPECT_THAT(Msg(later.status()), HasSubstr("shutting down"));
   handler_->Shutdown();  // Idempotent.
 
   // The admission in progress still finishes and reclaims its keys.
@@ -593,14 +598,14 @@ TEST_F(LeaderJoinHandlerTest,
   for (size_t i = 0; i < joins.size(); ++i) {
     ASSERT_TRUE(Ready(joins[i]));
     JoinResult result = joins[i].get();
-    EXPECT_THAT(result.status().message(), HasSubstr("no admission within"))
+    EXPECT_THAT(Msg(result.status()), HasSubstr("no admission within"))
         << i;
   }
   // Nobody waits now: a new Join is queued (and times out in turn), not
   // refused for a full queue.
   JoinResult fresh = handler_->Join("fresh", Geometry({kMemberRank}));
   EXPECT_EQ(fresh.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(fresh.status().message(), HasSubstr("no admission within"));
+  EXPECT_THAT(Msg(fresh.status()), HasSubstr("no admission within"));
   gate_.Release(absl::UnavailableError("a's link failed"));
   AwaitLinksDone(1);
 }
