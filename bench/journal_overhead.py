@@ -13,6 +13,11 @@ paired ratios (on / off).
 Arguments: N, the KV preset, then any extra flags for the replay. The binary
 is bazel-out/k8-opt/bin/bench/replay (HICACHE_REPLAY overrides it); the state
 directory is a fresh temporary one for every run.
+
+HICACHE_REPLAY_OTHER=<binary> (e.g. a build of another commit) adds a third
+run to every pair, that binary with the journal on, and prints its req/s and
+its paired ratio to the first binary's journal-on run: two builds compared
+under the same machine load.
 """
 
 import os
@@ -24,6 +29,14 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_on(binary, args):
+    state = tempfile.mkdtemp(prefix="hicache-overhead-")
+    try:
+        return run(binary, args + ["--state_dir=" + os.path.join(state, "s")])
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def run(binary, args):
@@ -43,20 +56,28 @@ def main(argv):
     args = ["--trace=" + os.path.join(ROOT, "bench/traces/mooncake_synthetic.jsonl"),
             "--policies=tinylfu", "--write_policies=write_back", "--l1_blocks=6000",
             "--l2_blocks=12000", "--kv_preset=" + preset] + extra
-    offs, ons, ratios = [], [], []
+    other = os.environ.get("HICACHE_REPLAY_OTHER")
+    offs, ons, ratios, others, other_ratios = [], [], [], [], []
     for i in range(n):
         off = run(binary, args)
-        state = tempfile.mkdtemp(prefix="hicache-overhead-")
-        try:
-            on = run(binary, args + ["--state_dir=" + os.path.join(state, "s")])
-        finally:
-            shutil.rmtree(state, ignore_errors=True)
+        on = run_on(binary, args)
         offs.append(off)
         ons.append(on)
         ratios.append(on[0] / off[0])
-        print(f"run {i + 1}: off {off[0]:.0f} req/s {off[1]:.2f} CPU s | "
-              f"on {on[0]:.0f} req/s {on[1]:.2f} CPU s | ratio {ratios[-1]:.3f}", flush=True)
+        line = (f"run {i + 1}: off {off[0]:.0f} req/s {off[1]:.2f} CPU s | "
+                f"on {on[0]:.0f} req/s {on[1]:.2f} CPU s | ratio {ratios[-1]:.3f}")
+        if other:
+            o = run_on(other, args)
+            others.append(o)
+            other_ratios.append(o[0] / on[0])
+            line += f" | other on {o[0]:.0f} req/s {o[1]:.2f} CPU s"
+        print(line, flush=True)
     med = statistics.median
+    if other:
+        print(f"other ({other}), journal on: median {med(x[0] for x in others):.0f} req/s "
+              f"({med(x[1] for x in others):.2f} CPU s); median paired ratio to this "
+              f"binary's on runs {med(other_ratios):.3f} (min {min(other_ratios):.3f}, "
+              f"max {max(other_ratios):.3f})")
     print(f"{preset}: {n} alternating pairs: off median {med(x[0] for x in offs):.0f} req/s "
           f"({med(x[1] for x in offs):.2f} CPU s), on median {med(x[0] for x in ons):.0f} "
           f"req/s ({med(x[1] for x in ons):.2f} CPU s); ratio of medians "
