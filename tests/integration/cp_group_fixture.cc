@@ -259,7 +259,21 @@ absl::Status CpGroup::Start(absl::Duration timeout) {
         absl::StrCat(members_[exited].name, " exited before the group formed: ",
                      LastLines(Log(exited), 30)));
   }
-  return absl::OkStatus();
+  return WaitFormed(deadline - absl::Now()).status();
+}
+
+absl::StatusOr<v1::CpGroupStatus> CpGroup::WaitFormed(
+    absl::Duration timeout) const {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::StatusOr<v1::CpGroupStatus> leader = WaitForState(0, "formed", timeout);
+  if (!leader.ok()) return leader.status();
+  for (size_t i = 1; i < members_.size(); ++i) {
+    if (!Running(i)) continue;
+    absl::StatusOr<v1::CpGroupStatus> follower =
+        WaitForState(i, "formed", deadline - absl::Now());
+    if (!follower.ok()) return follower.status();
+  }
+  return leader;
 }
 
 absl::Status CpGroup::Signal(size_t member, int signal) const {

@@ -41,6 +41,18 @@
 
 namespace hicache::cp_group_testing {
 
+// Heartbeats and the silence timeout of the test groups. Short, so that a
+// silent member is found quickly, but not so short that a loaded 2-core CI
+// machine delays a heartbeat past it: with 500 ms, TSan builds lost live
+// peers (a Gloo receive timing out while the other daemon was starved).
+#if defined(HICACHE_TSAN) || defined(HICACHE_ASAN)
+inline constexpr int kTestHeartbeatMs = 100;
+inline constexpr int kTestTimeoutMs = 5000;
+#else
+inline constexpr int kTestHeartbeatMs = 50;
+inline constexpr int kTestTimeoutMs = 2000;
+#endif
+
 struct GroupSpec {
   uint32_t cp_size = 4;
   // ranks[0]: the leader's; ranks[i]: follower i's. Each contiguous; all
@@ -51,8 +63,8 @@ struct GroupSpec {
   std::string kv_preset = "tiny-draft";
   uint64_t device_pages_per_rank = 16;
   uint64_t host_pages_per_rank = 32;
-  int heartbeat_ms = 50;
-  int timeout_ms = 500;
+  int heartbeat_ms = kTestHeartbeatMs;
+  int timeout_ms = kTestTimeoutMs;
   int join_timeout_ms = 20000;
   // Appended to every member's flags (a later flag wins).
   std::vector<std::string> extra_flags;
@@ -71,8 +83,8 @@ class CpGroup {
   const GroupSpec& spec() const { return spec_; }
   size_t size() const { return members_.size(); }
 
-  // Starts the leader, then every follower, and waits until the leader
-  // reports the group "formed" (within `timeout`).
+  // Starts the leader, then every follower, and waits until the leader and
+  // every follower report the group "formed" (within `timeout`).
   absl::Status Start(absl::Duration timeout = absl::Seconds(60));
 
   // Starts the leader and waits until it answers on its socket and its TCP
@@ -109,6 +121,11 @@ class CpGroup {
       size_t member, const std::function<bool(const v1::CpGroupStatus&)>& done,
       absl::string_view what, absl::Duration timeout = absl::Seconds(30),
       absl::Duration pause = absl::Milliseconds(5)) const;
+  // Waits until the leader and every running follower report "formed"
+  // (a follower hears it a little after the leader admitted it). Returns
+  // the leader's view.
+  absl::StatusOr<v1::CpGroupStatus> WaitFormed(
+      absl::Duration timeout = absl::Seconds(60)) const;
   // WaitForGroup until state == `state`.
   absl::StatusOr<v1::CpGroupStatus> WaitForState(
       size_t member, absl::string_view state,
