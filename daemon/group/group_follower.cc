@@ -129,10 +129,22 @@ absl::Status GroupFollower::ApplyWorkerEvents(const WorkerEventBatch& batch) {
   MutexLock lock(&events_mu_);
   for (const WorkerEventRecord& e : batch.events) {
     if (!tagged_.contains(e.op)) {
-      // Bounded by the leader's ops in flight; a leader that never ends its
-      // ops cannot grow it without bound.
-      if (tagged_.size() >= 4 * EventHub::kMaxOps) tagged_.clear();
       tagged_.insert(e.op);
+      tag_order_.push_back(e.op);
+      // Ops whose outcome never came (the leader forgot them) must not grow
+      // it: past the bound the oldest go (an op that is somehow still
+      // running would be tagged again, replaying its queued events).
+      while (tagged_.size() > kMaxTaggedOps) {
+        tagged_.erase(tag_order_.front());
+        tag_order_.pop_front();
+      }
+      if (tag_order_.size() > 2 * kMaxTaggedOps) {  // Ended ops' entries.
+        std::deque<uint64_t> live;
+        for (uint64_t op : tag_order_) {
+          if (tagged_.contains(op)) live.push_back(op);
+        }
+        tag_order_.swap(live);
+      }
       hub->Tag(e.op, e.ns);
     }
     switch (e.kind) {

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -149,8 +150,12 @@ class GroupFollower {
 
   // Worker events: the ops tagged in options_.events whose terminal event
   // has not come yet (Tag replays queued events, so it runs once per op).
+  // At most kMaxTaggedOps, oldest dropped first (tag_order_, which may hold
+  // entries of ended ops too, up to twice that).
+  static constexpr size_t kMaxTaggedOps = 4 * EventHub::kMaxOps;
   Mutex events_mu_;
   absl::flat_hash_set<uint64_t> tagged_ ABSL_GUARDED_BY(events_mu_);
+  std::deque<uint64_t> tag_order_ ABSL_GUARDED_BY(events_mu_);
 };
 
 }  // namespace hicache::group

@@ -16,6 +16,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/comm/loopback_communicator.h"
+#include "daemon/engine/event_hub.h"
+#include "daemon/engine/event_mailbox.h"
 #include "daemon/group/group_wire.h"
 #include "daemon/group/wire_link.h"
 #include "gtest/gtest.h"
@@ -86,7 +88,8 @@ class GroupFollowerTest : public ::testing::Test {
                                        .device_pages_per_rank = 16,
                                        .host_pages_per_rank = 16},
                              .heartbeat_interval = kInterval,
-                             .heartbeat_timeout = kTimeout},
+                             .heartbeat_timeout = kTimeout,
+                             .events = &hub_},
         [](TransferListener* l) { return std::make_unique<FakeEngine>(l); },
         [this](const absl::Status& cause) {
           if (++fatals_ == 1)
@@ -125,6 +128,7 @@ class GroupFollowerTest : public ::testing::Test {
     EXPECT_FALSE(status.members[0].live);
   }
 
+  EventHub hub_;  // The follower daemon's; outlives follower_.
   std::atomic<int> fatals_{0};
   std::promise<absl::Status> fatal_;
   std::future<absl::Status> fatal_future_ = fatal_.get_future();
@@ -224,6 +228,78 @@ TEST_F(GroupFollowerTest, StopRacingALossReportsAtMostOnce) {
     EXPECT_LE(fatals_.load(), 1) << "round " << round;
     follower_.reset();
   }
+}
+
+// Worker events from the leader reach this daemon's subscribers once each,
+// in order (docs/cp-groups.md, "Worker events and acks across the link");
+// an event of a rank this follower does not hold is a protocol error.
+TEST_F(GroupFollowerTest, LeadersWorkerEventsReachLocalSubscribers) {
+  auto box = std::make_shared<EventMailbox>(64, [] {});
+  hub_.Subscribe(1, "ns", box);
+  auto other = std::make_shared<EventMailbox>(64, [] {});
+  hub_.Subscribe(1, "other", other);
+  auto leader = Connect(nullptr);
+  ASSERT_TRUE(leader->Start().ok());
+  WorkerEventBatch batch;
+  for (uint32_t step = 0; step < 2; ++step) {
+    batch.events.push_back({.op = 5,
+                            .kind = WorkerEventKind::kBackupStep,
+                            .rank = 1,
+                            .step = step,
+                            .ns = "ns"});
+  }
+  batch.events.push_back(
+      {.op = 5, .kind = WorkerEventKind::kCommitted, .ns = "ns"});
+  batch.events.push_back({.op = 6,
+                          .kind = WorkerEventKind::kLoadStep,
+                          .rank = 1,
+                          .fence = "f",
+                          .ns = "ns"});
+  ASSERT_TRUE(leader->link().Send(batch).ok());
+  // The load's outcome in a later frame: its tag is kept across frames.
+  ASSERT_TRUE(leader->link()
+                  .Send(WorkerEventBatch{.events = {{.op = 6,
+                                                     .kind = WorkerEventKind::kLoadDone,
+                                                     .ok = false,
+                                                     .ns = "ns"}}})
+                  .ok());
+  std::vector<OpEvent> got;
+  for (int i = 0; i < 5; ++i) {
+    std::optional<OpEvent> e = box->Wait(absl::Now() + absl::Seconds(20));
+    ASSERT_TRUE(e.has_value()) << i;
+    got.push_back(*e);
+  }
+  EXPECT_EQ(got[0].type, OpEvent::Type::kBackupStep);
+  EXPECT_EQ(got[1].step, 1u);
+  EXPECT_EQ(got[2].type, OpEvent::Type::kCommitted);
+  EXPECT_EQ(got[3].type, OpEvent::Type::kLoadStep);
+  EXPECT_EQ(got[3].fence, "f");
+  EXPECT_EQ(got[4].type, OpEvent::Type::kLoadDone);
+  EXPECT_FALSE(got[4].ok);
+  EXPECT_FALSE(box->Wait(absl::Now()).has_value()) << "a duplicate";
+  EXPECT_FALSE(other->Wait(absl::Now()).has_value());
+  // Rank 0 is not this follower's: the frame is refused, the leader lost.
+  ASSERT_TRUE(leader->link()
+                  .Send(WorkerEventBatch{.events = {{.op = 7,
+                                                     .kind = WorkerEventKind::kBackupStep,
+                                                     .rank = 0,
+                                                     .ns = "ns"}}})
+                  .ok());
+  const absl::Status fatal = AwaitFatal();
+  EXPECT_NE(fatal.message().find("does not hold"), std::string::npos) << fatal;
+  EXPECT_FALSE(box->Wait(absl::Now()).has_value());
+}
+
+// A layer_stored from the leader is the wrong direction: a protocol error.
+TEST_F(GroupFollowerTest, ALayerStoredFromTheLeaderIsAProtocolError) {
+  auto leader = Connect(nullptr);
+  ASSERT_TRUE(leader->Start().ok());
+  ASSERT_TRUE(leader->link().Send(LayerStoredRequest{.rank = 1}).ok());
+  const absl::Status fatal = AwaitFatal();
+  EXPECT_NE(fatal.message().find("layer_stored"), std::string::npos) << fatal;
+  // And nothing can be relayed any more.
+  EXPECT_EQ(follower_->ForwardLayerStored("ns", 1, 0, {1}).code(),
+            absl::StatusCode::kUnavailable);
 }
 
 }  // namespace
