@@ -72,6 +72,15 @@ std::string Msg(const absl::Status& status) {
   return std::string(status.message());
 }
 
+// TSan and refusals: a refusal's Status is made on the admission thread and
+// its (refcounted) rep is shared by the Join's copy and the queued entry,
+// which the admission thread drops a little later. Debian's Abseil is not
+// instrumented, so TSan does not see the refcount order a free on that
+// thread after the test's last read of its copy, and reports a race. Tests
+// therefore keep every refused JoinResult alive until the admission thread
+// has moved on (a later connect, or the handler destroyed): the test's copy
+// is then the last owner and the free happens on the test's own thread.
+
 template <typename T>
 bool Ready(const std::future<T>& future) {
   return future.wait_for(kWait) == std::future_status::ready;
@@ -349,24 +358,30 @@ TEST_F(LeaderJoinHandlerTest, RefusalsAreTheJoinsErrorAndNeverConnect) {
 
   group::GroupGeometry bigger = Geometry({kMemberRank});
   bigger.host_pages_per_rank += 1;
-  JoinResult refused = handler_->Join("f1", bigger);
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(Msg(refused.status()), HasSubstr("host_pages_per_rank"));
+  // Kept alive to the end (see "TSan and refusals").
+  const JoinResult bigger_refused = handler_->Join("f1", bigger);
+  EXPECT_EQ(bigger_refused.status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(Msg(bigger_refused.status()), HasSubstr("host_pages_per_rank"));
 
   group::GroupGeometry other_build = Geometry({kMemberRank});
   other_build.build = "someone else's build";
-  refused = handler_->Join("f\n2", other_build);
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(refused.status().message()),
-              ::testing::Not(HasSubstr("\n")));
+  const JoinResult build_refused = handler_->Join("f\n2", other_build);
+  EXPECT_EQ(build_refused.status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(Msg(build_refused.status()), HasSubstr("f\\n2"));
+  EXPECT_THAT(Msg(build_refused.status()), ::testing::Not(HasSubstr("\n")));
 
   // Rank conflict: the leader's own rank.
-  refused = handler_->Join("f3", Geometry({kLeaderRank}));
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(Msg(refused.status()), HasSubstr("f3"));
+  const JoinResult rank_refused = handler_->Join("f3", Geometry({kLeaderRank}));
+  EXPECT_EQ(rank_refused.status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(Msg(rank_refused.status()), HasSubstr("f3"));
   // Both ranks: overlaps the leader too.
-  refused = handler_->Join("f4", Geometry({kLeaderRank, kMemberRank}));
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  const JoinResult both_refused =
+      handler_->Join("f4", Geometry({kLeaderRank, kMemberRank}));
+  EXPECT_EQ(both_refused.status().code(),
+            absl::StatusCode::kFailedPrecondition);
 
   // No refusal used an epoch, connected or finished a link: the next
   // admission (serialized after them) gets epoch 1 and the only link.
@@ -376,6 +391,7 @@ TEST_F(LeaderJoinHandlerTest, RefusalsAreTheJoinsErrorAndNeverConnect) {
   EXPECT_EQ(AwaitLinksDone(1), std::vector<std::string>{"cp/g/1/ok/"});
   EXPECT_EQ(Connects(), std::vector<std::string>{"cp/g/1/ok/"});
   EXPECT_EQ(leader_->Status().members.size(), 1u);
+  handler_.reset();  // Before the refusals go (see "TSan and refusals").
 }
 
 TEST_F(LeaderJoinHandlerTest, StoppedLeaderRefusesWithoutConnecting) {
@@ -388,6 +404,7 @@ TEST_F(LeaderJoinHandlerTest, StoppedLeaderRefusesWithoutConnecting) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(Msg(refused.status()), HasSubstr("stopped"));
   EXPECT_TRUE(Connects().empty());
+  handler_.reset();  // Before `refused` goes (see "TSan and refusals").
 }
 
 TEST_F(LeaderJoinHandlerTest, ConnectFailureCostsOnlyAnEpochAndTheMemberRejoins) {
@@ -594,11 +611,13 @@ TEST_F(LeaderJoinHandlerTest, LiveMembersRanksAreRefusedToASecondDaemon) {
                   ->Run(std::move(member_end_), first->epoch,
                         first->member_index)
                   .ok());
+  std::vector<JoinResult> refused;  // See "TSan and refusals".
   for (const char* name : {"f2", "f1"}) {  // Another name, or the same.
-    JoinResult again = handler_->Join(name, Geometry({kMemberRank}));
-    EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition)
+    refused.push_back(handler_->Join(name, Geometry({kMemberRank})));
+    EXPECT_EQ(refused.back().status().code(),
+              absl::StatusCode::kFailedPrecondition)
         << name;
-    EXPECT_THAT(Msg(again.status()), HasSubstr("f1")) << name;
+    EXPECT_THAT(Msg(refused.back().status()), HasSubstr("f1")) << name;
   }
   EXPECT_EQ(Connects(), std::vector<std::string>{"cp/g/1/f1/"});
   group::GroupStatus status = leader_->Status();
@@ -607,6 +626,7 @@ TEST_F(LeaderJoinHandlerTest, LiveMembersRanksAreRefusedToASecondDaemon) {
   ASSERT_EQ(status.members.size(), 2u);
   EXPECT_TRUE(status.members[1].live);
   EXPECT_EQ(follower_fatals_, 0);
+  handler_.reset();  // Before `refused` goes.
 }
 
 // A connect that "succeeds" without a link: the leader refuses it INTERNAL
