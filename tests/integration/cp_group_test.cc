@@ -209,7 +209,12 @@ class CpGroupTest : public ::testing::Test {
     ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
     RunWorkers("write", key.pages, seed, ranks);
     const uint64_t backup = Prepare(key);
-    EXPECT_NE(backup, 0u);
+    if (backup == 0) {
+      // Skipped: a lane is unavailable or a page tainted (allocated while
+      // the lanes were down). Waiting for its commit would hang.
+      ADD_FAILURE() << "backup skipped" << group_->DescribeLogs(10);
+      return key;
+    }
     StoreLayers(backup, 0, layout_.num_steps());
     Insert(key, backup);
     auto committed = backups_->WaitCommitted(backup);
