@@ -28,8 +28,14 @@ bool IsValidName(absl::string_view name) {
 bool IsHostPort(absl::string_view target) {
   const size_t colon = target.rfind(':');
   if (colon == absl::string_view::npos || colon == 0) return false;
+  // 1-5 ASCII digits: SimpleAtoi alone would take " 7000" or "7000\n".
+  const absl::string_view digits = target.substr(colon + 1);
+  if (digits.empty() || digits.size() > 5) return false;
+  for (char c : digits) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) return false;
+  }
   uint32_t port = 0;
-  if (!absl::SimpleAtoi(target.substr(colon + 1), &port)) return false;
+  if (!absl::SimpleAtoi(digits, &port)) return false;
   if (port == 0 || port > 65535) return false;
   for (char c : target.substr(0, colon)) {
     if (absl::ascii_iscntrl(static_cast<unsigned char>(c)) || c == ' ' ||
@@ -38,6 +44,18 @@ bool IsHostPort(absl::string_view target) {
     }
   }
   return target.size() <= 256;
+}
+
+// An address ("10.0.0.2", "fe80::1"), a host or an interface ("eth1").
+bool IsValidBind(absl::string_view bind) {
+  if (bind.empty() || bind.size() > 64) return false;
+  for (char c : bind) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' &&
+        c != '-' && c != '.' && c != ':') {
+      return false;
+    }
+  }
+  return true;
 }
 
 absl::Status Invalid(absl::string_view flag, absl::string_view want,
@@ -70,8 +88,11 @@ absl::Status CpGroupConfig::Validate() const {
   if (!advertise.empty() && !IsHostPort(advertise)) {
     return Invalid("cp_group_advertise", "host:port", advertise);
   }
-  if (bind.empty() || bind.size() > 64) {
-    return Invalid("cp_group_bind", "an IP address", bind);
+  if (!IsValidBind(bind)) {
+    return Invalid("cp_group_bind",
+                   "an IP address, host or interface name (1-64 characters "
+                   "of [A-Za-z0-9_.:-])",
+                   bind);
   }
   if (heartbeat_ms < 1 || heartbeat_ms > 60000) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -263,17 +263,6 @@ absl::Status DaemonConfig::Validate() const {
       return s;
     }
   }
-  if (!state_dir.empty()) {
-    if (state_dir[0] != '/') {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "state_dir must be an absolute path, got '", state_dir, "'"));
-    }
-    if (served_ranks.size() != 0 && served_ranks.size() != cp_size) {
-      return absl::InvalidArgumentError(
-          "state_dir needs every rank served by this daemon: the host tier of "
-          "a multi-daemon CP group does not persist yet");
-    }
-  }
   if (absl::Status group = cp_group.Validate(); !group.ok()) return group;
   if (cp_group.enabled()) {
     if (cp_size < 2) {
@@ -286,6 +275,12 @@ absl::Status DaemonConfig::Validate() const {
           "a CP group leader (cp_group without cp_group_leader) needs "
           "listen_tcp: its followers join it and schedulers reach it there");
     }
+    if (cp_group.is_leader() && !served_ranks.empty() &&
+        served_ranks.size() == cp_size) {
+      return absl::InvalidArgumentError(
+          "a CP group leader that holds every rank leaves none to its "
+          "followers: give it ranks, the rest go to followers");
+    }
     if (!cp_group.is_leader() && served_ranks.empty()) {
       return absl::InvalidArgumentError(
           "a CP group follower needs ranks: the ranks whose pools it holds");
@@ -295,6 +290,17 @@ absl::Status DaemonConfig::Validate() const {
           "state_dir does not work with cp_group yet (the host tier of a "
           "multi-daemon CP group does not persist); pass --state_dir= to "
           "turn hot restart off");
+    }
+  }
+  if (!state_dir.empty()) {
+    if (state_dir[0] != '/') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "state_dir must be an absolute path, got '", state_dir, "'"));
+    }
+    if (served_ranks.size() != 0 && served_ranks.size() != cp_size) {
+      return absl::InvalidArgumentError(
+          "state_dir needs every rank served by this daemon: the host tier of "
+          "a multi-daemon CP group does not persist yet");
     }
   }
   if (recovery_threads < 1 || recovery_threads > 64) {

@@ -187,7 +187,8 @@ absl::StatusOr<Admission> GroupLeader::Admit(const std::string& member_name,
       *std::move(link), epoch, routing_->listener(),
       [this, index, epoch](const Frame& frame) {
         return OnControl(index, epoch, frame);
-      });
+      },
+      options_.remote);
   absl::StatusOr<std::unique_ptr<MemberHealth>> health = MemberHealth::Create(
       MemberHealthOptions{.peer = label,
                           .member_index = 0,

@@ -57,6 +57,9 @@ struct GroupLeaderOptions {
   std::function<absl::Status(const std::string& ns, Rank rank, uint32_t step,
                              absl::Span<const uint64_t> ops)>
       layer_stored;
+  // Each member's RemoteTransferEngine: its step deadline and accounting
+  // digest (docs/cp-groups.md, "Step deadline and accounting digest").
+  RemoteTransferOptions remote;
 };
 
 // What an admission hands out: the member's index (stable across

@@ -113,6 +113,7 @@ void CpGroupRuntime::ConfigureEngine(EngineOptions* options) {
 }
 
 absl::Status CpGroupRuntime::Attach(HiCacheEngine* engine, Backend* backend,
+                                    EventHub* hub, SessionManager* sessions,
                                     const service::CallerResolver* members,
                                     FatalFn on_fatal) {
   on_fatal_ = std::move(on_fatal);
@@ -130,6 +131,24 @@ absl::Status CpGroupRuntime::Attach(HiCacheEngine* engine, Backend* backend,
         .geometry = geometry,
         .heartbeat_interval = interval,
         .heartbeat_timeout = timeout};
+    options.remote.step_timeout =
+        group_.step_timeout_ms == 0 ? absl::InfiniteDuration()
+                                    : absl::Milliseconds(group_.step_timeout_ms);
+    options.remote.digest_interval =
+        absl::Milliseconds(group_.digest_interval_ms);
+    // What the hub fans out to subscribers goes to the members holding the
+    // ranks too, for their workers.
+    forwarder_ = std::make_shared<group::EventForwarder>();
+    hub->SetSubscriberTap([forwarder = forwarder_](const OpEvent& event,
+                                                   const std::string& ns) {
+      forwarder->Publish(event, ns);
+    });
+    options.events = forwarder_.get();
+    options.layer_stored = [sessions](const std::string& ns, Rank rank,
+                                      uint32_t step,
+                                      absl::Span<const uint64_t> ops) {
+      return sessions->NamespaceLayerStored(ns, rank, ops, step);
+    };
     const std::string name = group_.name;
     options.on_member_dead = [name](uint32_t index, const std::string& reason) {
       spdlog::error(
@@ -181,7 +200,8 @@ absl::Status CpGroupRuntime::Attach(HiCacheEngine* engine, Backend* backend,
                     .host_pages_per_rank =
                         static_cast<int64_t>(config_.host_pages_per_rank)},
           .heartbeat_interval = interval,
-          .heartbeat_timeout = timeout},
+          .heartbeat_timeout = timeout,
+          .events = hub},
       [backend, pools](TransferListener* listener) {
         return backend->CreateTransferEngine(pools, listener);
       },
@@ -337,6 +357,17 @@ std::optional<group::GroupStatus> CpGroupRuntime::Status() const {
   return status;
 }
 
+absl::Status CpGroupRuntime::ForwardLayerStored(
+    const std::string& ns, Rank rank, uint32_t step,
+    absl::Span<const uint64_t> ops,
+    absl::Span<const RankFence> /*fences*/) const {
+  if (follower_ == nullptr) {
+    return absl::UnavailableError(
+        "this daemon is the CP group leader: acks stay local");
+  }
+  return follower_->ForwardLayerStored(ns, rank, step, ops);
+}
+
 std::string CpGroupRuntime::LeaderAddress() const {
   if (!leader_role_) return group_.leader;
   MutexLock lock(&mu_);
@@ -360,6 +391,7 @@ void CpGroupRuntime::Stop() {
   // may still hold it until the server is gone); an admission it is still
   // running is refused by the stopped leader.
   if (leader_ != nullptr) leader_->Stop();
+  if (forwarder_ != nullptr) forwarder_->Stop();
 }
 
 }  // namespace hicache

@@ -39,7 +39,10 @@
 #include "daemon/core/daemon_config.h"
 #include "daemon/core/mutex.h"
 #include "daemon/engine/engine_options.h"
+#include "daemon/engine/event_hub.h"
 #include "daemon/engine/hicache_engine.h"
+#include "daemon/engine/session_manager.h"
+#include "daemon/group/event_forwarder.h"
 #include "daemon/group/group_follower.h"
 #include "daemon/group/group_leader.h"
 #include "daemon/group/group_status.h"
@@ -82,7 +85,12 @@ class CpGroupRuntime final : public LeaderView {
   // caller (--insecure_tcp_for_testing). `on_fatal` is called at most once,
   // from a group thread, when a follower loses (or never reaches) its
   // leader.
+  // `hub` and `sessions` (which must outlive Stop() too): the leader
+  // forwards what its hub fans out to subscribers to the members holding
+  // the ranks, and stores members' relayed worker acks through `sessions`;
+  // a follower applies the leader's events to its hub, for its workers.
   absl::Status Attach(HiCacheEngine* engine, Backend* backend,
+                      EventHub* hub, SessionManager* sessions,
                       const service::CallerResolver* members,
                       FatalFn on_fatal) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -102,6 +110,13 @@ class CpGroupRuntime final : public LeaderView {
   // LeaderView.
   bool IsLeader() const override { return leader_role_; }
   std::string LeaderAddress() const override ABSL_LOCKS_EXCLUDED(mu_);
+  // A follower's worker ack, relayed to the leader (UNAVAILABLE on a
+  // leader or before the follower exists; fences never get here, the
+  // service refuses them).
+  absl::Status ForwardLayerStored(
+      const std::string& ns, Rank rank, uint32_t step,
+      absl::Span<const uint64_t> ops,
+      absl::Span<const RankFence> fences) const override;
 
   // Says Bye, stops joining and the group's threads. Idempotent. Call
   // before the engine and the server are destroyed.
@@ -123,6 +138,10 @@ class CpGroupRuntime final : public LeaderView {
 
   // Leader.
   group::RoutingTransferEngine* routing_ = nullptr;  // Owned by the engine.
+  // Before the GroupLeader: it outlives it. Shared with the hub's tap,
+  // which may still run after this runtime is gone (the engine outlives
+  // it); Stop() stops it, after which the tap's calls are dropped.
+  std::shared_ptr<group::EventForwarder> forwarder_;
   std::unique_ptr<group::GroupLeader> leader_;
   std::unique_ptr<group::InMemoryRendezvousKv> kv_;
   std::unique_ptr<LeaderJoinHandler> joins_;

@@ -281,7 +281,8 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
     // certificate in --operator_cert_names); any caller only with
     // --insecure_tcp_for_testing.
     if (absl::Status attached = daemon->group_->Attach(
-            daemon->engine_.get(), daemon->backend_.get(),
+            daemon->engine_.get(), daemon->backend_.get(), daemon->hub_.get(),
+            daemon->sessions_.get(),
             config.insecure_tcp_for_testing ? nullptr
                                             : daemon->connections_.get(),
             [failing](const absl::Status& cause) { failing->Fail(cause); });

@@ -67,7 +67,17 @@ absl::StatusOr<group::JoinReply> LeaderJoinHandler::Join(
     answer_cv_.WaitWithTimeout(&mu_, left);
   }
   if (!pending->answered) {
-    pending->abandoned = true;  // Dropped from the queue if not started.
+    pending->abandoned = true;
+    // Not started yet: it leaves the queue now, so that Joins that gave up
+    // behind a slow connect do not hold the queue's slots.
+    if (!pending->started) {
+      for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+        if (*it == pending) {
+          queue_.erase(it);
+          break;
+        }
+      }
+    }
     return absl::UnavailableError(absl::StrCat(
         "no admission within ", absl::FormatDuration(reply_timeout_),
         " (another member's link is connecting); join again"));

@@ -22,10 +22,11 @@
 //
 // Bounds, for a hostile or confused member: at most kMaxQueued admissions
 // wait (UNAVAILABLE "retry" past it); a Join waits at most `reply_timeout`
-// for its turn and its reply (UNAVAILABLE then, and its queued admission is
-// dropped unless it already started).
+// for its turn and its reply (UNAVAILABLE then, and its queued admission
+// leaves the queue unless it already started).
 //
-// Thread-safe. Shutdown() (and the destructor) refuse later Joins, answer
+// Thread-safe; no Join may still run when the handler is destroyed (stop
+// the server first). Shutdown() (and the destructor) refuse later Joins, answer
 // the queued ones UNAVAILABLE and join the thread; the connect in progress
 // is not interrupted (it fails on its own timeout, or when the leader's
 // rendezvous store shuts down).

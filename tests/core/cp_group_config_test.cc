@@ -230,12 +230,11 @@ TEST(CpGroupConfigTest, StepTimeoutIsOffOrAboveHeartbeat) {
   EXPECT_TRUE(config.Validate().ok());
 }
 
-// BUG (reported to the lead, not fixed here): IsHostPort parses the port
-// with absl::SimpleAtoi, which skips leading and trailing ASCII whitespace,
-// so "leader:7000\n", "leader: 7000" and "leader:7000 " pass Validate: a
-// control character reaches the gRPC target and the redirect trailer
-// (hicache-leader) of an advertised address. Enable once fixed.
-TEST(CpGroupConfigTest, DISABLED_BUG_WhitespaceAroundThePortIsRefused) {
+// Reproduction: IsHostPort parsed the port with absl::SimpleAtoi, which
+// skips leading and trailing ASCII whitespace, so "leader:7000\n",
+// "leader: 7000" and "leader:7000 " passed Validate and a control character
+// reached the gRPC target and the redirect trailer (hicache-leader).
+TEST(CpGroupConfigTest, WhitespaceAroundThePortIsRefused) {
   for (const char* bad : {"leader:7000\n", "leader: 7000", "leader:7000 ",
                           "leader:\t7000", "leader:7000\r"}) {
     CpGroupConfig follower = Follower();

@@ -697,15 +697,13 @@ TEST_F(LeaderJoinHandlerTest, JoinsRacingShutdownAreAllAnswered) {
   EXPECT_EQ(leader_->Status().epoch, static_cast<uint64_t>(replies));
 }
 
-// BUG (reported to the lead, not fixed here): the header says a Join that
-// times out has "its queued admission dropped" and that at most kMaxQueued
-// admissions wait, but an abandoned entry stays in queue_ (and counts
-// against kMaxQueued) until the admission thread pops it, which is only
-// after the connect in progress returns. So once kMaxQueued Joins have
-// timed out behind a slow connect, every new Join is refused "16
-// admissions already wait" although nobody waits. Enable once fixed.
+// Reproduction: an abandoned entry stayed in queue_ (and counted against
+// kMaxQueued) until the admission thread popped it, which is only after the
+// connect in progress returns. So once kMaxQueued Joins had timed out
+// behind a slow connect, every new Join was refused "16 admissions already
+// wait" although nobody waited.
 TEST_F(LeaderJoinHandlerTest,
-       DISABLED_BUG_TimedOutJoinsDoNotHoldQueueSlots) {
+       TimedOutJoinsDoNotHoldQueueSlots) {
   constexpr absl::Duration kReplyTimeout = absl::Milliseconds(300);
   MakeHandler(
       [&](const std::string& prefix) -> ConnectResult {
