@@ -38,6 +38,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/cpp/endpoint.h"
@@ -372,6 +373,20 @@ class CpGroupTest : public ::testing::Test {
     }
   }
 
+  // Every member's log lines that contain `needle`.
+  std::string GrepLogs(absl::string_view needle) const {
+    std::string out;
+    for (size_t m = 0; m < group_->size(); ++m) {
+      for (absl::string_view line :
+           absl::StrSplit(group_->Log(m), '\n')) {
+        if (absl::StrContains(line, needle)) {
+          absl::StrAppend(&out, group_->member_name(m), ": ", line, "\n");
+        }
+      }
+    }
+    return out;
+  }
+
   // No sanitizer report in any member's log (the daemons are built with
   // the test's --config).
   void ExpectNoSanitizerReport() {
@@ -451,7 +466,9 @@ TEST_P(CpGroupIntegrityTest, EveryByteRoundTripsThroughTheGroup) {
   auto after = group_->GetStats(0);
   ASSERT_TRUE(after.ok());
   EXPECT_EQ(after->cp_group().state(), "formed");
-  EXPECT_EQ(after->cp_group().deaths(), 0);
+  EXPECT_EQ(after->cp_group().deaths(), 0)
+      << after->cp_group().ShortDebugString() << "\n"
+      << GrepLogs("lost") << group_->DescribeLogs(15);
   ASSERT_NO_FATAL_FAILURE(StopGroupCleanly());
 }
 
