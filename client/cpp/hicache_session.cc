@@ -9,6 +9,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/cpp/leader_redirect.h"
@@ -165,8 +166,15 @@ absl::StatusOr<std::unique_ptr<Session>> Session::OpenAt(
     absl::Duration wait_for_daemon, std::string* opened_at) {
   auto open = [&](const std::string& at)
       -> absl::StatusOr<std::unique_ptr<Session>> {
+    // The TCP options are the leader's: a scheduler reaching its local
+    // follower on a unix socket follows the redirect to a TCP leader with
+    // them, and the unix hop takes none.
+    ChannelOptions for_target = options;
+    if (absl::StartsWith(at, "unix:")) {
+      for_target = ChannelOptions{.wait_for_ready = options.wait_for_ready};
+    }
     absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-        HiCacheClient::NewChannel(at, options);
+        HiCacheClient::NewChannel(at, for_target);
     if (!channel.ok()) return channel.status();
     return Open(v1::HiCache::NewStub(*std::move(channel)), client_name, role,
                 rank, ns, lease, wait_for_daemon);

@@ -195,7 +195,8 @@ class Session {
   // redirect: when `target` is a follower that refuses the session (a
   // scheduler's) and names its leader, the session is opened on the leader
   // instead, over a new channel with the same `options` (TLS, server name,
-  // client certificate). At most one hop: a leader that redirects again is
+  // client certificate). `options` are for TCP targets: a `unix:` target
+  // (a local follower) is opened without them, its leader with them. At most one hop: a leader that redirects again is
   // FAILED_PRECONDITION naming both. `opened_at` (optional) receives the
   // target the session lives on.
   static absl::StatusOr<std::unique_ptr<Session>> OpenAt(

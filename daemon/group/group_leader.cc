@@ -228,6 +228,7 @@ absl::StatusOr<Admission> GroupLeader::Admit(const std::string& member_name,
     m->ranks = geometry.ranks;
     m->epoch = epoch;
     m->live = true;
+    m->serving = false;  // Until its lanes are available (below).
     m->reason.clear();
     m->remote = remote;
     m->health = *std::move(health);
@@ -273,6 +274,13 @@ absl::StatusOr<Admission> GroupLeader::Admit(const std::string& member_name,
       // Not under mu_: Detach waits for an on_fail, which takes mu_.
       if (!kept) options_.events->Detach(*sink);
     }
+  }
+  {
+    // Only now do its ranks count as served ("formed"): a scheduler that
+    // acts on the state never meets lanes still unavailable.
+    MutexLock lock(&mu_);
+    Member& m = members_[index - 1];
+    if (m.epoch == epoch && m.live) m.serving = true;
   }
   spdlog::info("CP group {}: {} {} with {} (epoch {})", options_.group_name,
                admission.readmitted ? "readmitted" : "admitted", label,
@@ -465,6 +473,7 @@ GroupState GroupLeader::StateLocked() const {
       any_dead = true;
       continue;
     }
+    if (!m.serving) continue;  // Admitted, lanes not available yet.
     for (Rank r : m.ranks) served[r] = true;
   }
   if (std::all_of(served.begin(), served.end(), [](bool b) { return b; })) {

@@ -165,6 +165,8 @@ class GroupLeader {
     std::vector<Rank> ranks;
     uint64_t epoch = 0;
     bool live = false;
+    // Live and its lanes made available: its ranks count as served.
+    bool serving = false;
     std::string reason;
     int64_t readmissions = 0;
     std::shared_ptr<RemoteTransferEngine> remote;

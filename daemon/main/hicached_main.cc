@@ -510,11 +510,15 @@ int Run(int argc, char** argv) {
   }
   const BuildInfo& build = GetBuildInfo();
   spdlog::info(
-      "hicached {} ({}, {}, {}) serving on {}: backend={} page_size={} cp_size={} "
+      "hicached {} ({}, {}, {}) serving on {}{}: backend={} page_size={} cp_size={} "
       "ranks=[{}] device_pages_per_rank={} host_pages_per_rank={} "
       "host_layout={} write_policy={} eviction_policy={}",
       build.version, build.git_revision, build.compiler, build.build_mode,
-      (*server)->listen_address(), BackendName(config->backend),
+      (*server)->listen_address(),
+      (*server)->tcp_port() == 0
+          ? std::string()
+          : absl::StrCat(" and TCP port ", (*server)->tcp_port()),
+      BackendName(config->backend),
       config->page_size, config->cp_size,
       absl::StrJoin(config->EffectiveRanks(), ","),
       config->device_pages_per_rank, config->host_pages_per_rank,

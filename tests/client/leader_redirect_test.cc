@@ -6,6 +6,9 @@
 
 #include "client/cpp/leader_redirect.h"
 
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <memory>
 #include <string>
@@ -154,6 +157,36 @@ TEST(LeaderRedirectTest, OpenAtFollowsOneRedirectWithTheSameOptions) {
   ASSERT_TRUE((*session)->Close().ok());
   EXPECT_EQ(leader->daemon->closes(), 1);
   EXPECT_EQ(follower->daemon->closes(), 0);
+}
+
+// A scheduler on the follower's node reaches it on its unix socket and
+// follows the redirect to a TCP leader: the options (TCP) are for the
+// leader only, not refused for the unix hop.
+TEST(LeaderRedirectTest, OpenAtFromAUnixFollowerToATcpLeader) {
+  std::unique_ptr<Running> leader = Serve();
+  auto follower = std::make_unique<FakeDaemon>(
+      std::vector<std::string>{leader->target});
+  char dir_template[] = "/tmp/hicache-redirect-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string socket = std::string(dir_template) + "/f.sock";
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + socket,
+                           grpc::InsecureServerCredentials());
+  builder.RegisterService(follower.get());
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  std::string opened_at;
+  absl::StatusOr<std::unique_ptr<Session>> session = Session::OpenAt(
+      "unix:" + socket, Insecure(), "sched", v1::ROLE_SCHEDULER, 0, "",
+      absl::Seconds(60), absl::ZeroDuration(), &opened_at);
+  ASSERT_TRUE(session.ok()) << session.status();
+  EXPECT_EQ(opened_at, leader->target);
+  EXPECT_EQ(follower->opens(), 1);
+  EXPECT_EQ(leader->daemon->opens(), 1);
+  ASSERT_TRUE((*session)->Close().ok());
+  server->Shutdown();
+  unlink(socket.c_str());
+  rmdir(dir_template);
 }
 
 TEST(LeaderRedirectTest, PlainOpenReportsTheLeaderWithoutFollowing) {
