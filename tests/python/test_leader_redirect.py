@@ -8,8 +8,10 @@ session on the leader instead (its settings kept), at most one hop, and
 never follows a trailer that is not a valid host:port target."""
 
 import os
+import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import unittest
 from concurrent import futures
@@ -35,14 +37,18 @@ class FakeDaemon:
     scheduler, else a session. KeepAlive, CloseSession and Allocate answer
     OK. Counts the calls."""
 
-    def __init__(self, leaders=()):
+    def __init__(self, leaders=(), listen=None):
         self.leaders = list(leaders)
         self.calls = {}
         self.lock = threading.Lock()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         self.server.add_generic_rpc_handlers((self._generic(),))
-        port = self.server.add_insecure_port("127.0.0.1:0")
-        self.target = f"127.0.0.1:{port}"
+        if listen is None:
+            port = self.server.add_insecure_port("127.0.0.1:0")
+            self.target = f"127.0.0.1:{port}"
+        else:
+            self.server.add_insecure_port(listen)
+            self.target = listen
         self.server.start()
 
     def stop(self):
@@ -128,6 +134,23 @@ class RedirectTest(unittest.TestCase):
         self.assertEqual(follower.count("Allocate"), 0)
         self.assertEqual(follower.count("CloseSession"), 0)
         self.assertEqual(client.target, follower.target)  # The caller's client is unchanged.
+
+    def test_a_scheduler_on_a_unix_follower_follows_to_a_tcp_leader(self):
+        # The follower is reached on its unix socket; the TCP options given
+        # to that client are the leader's.
+        leader = self.daemon()
+        directory = tempfile.mkdtemp(prefix="hicache-redirect-")
+        self.addCleanup(shutil.rmtree, directory, True)
+        sock_path = os.path.join(directory, "f.sock")
+        follower = FakeDaemon([leader.target], listen=f"unix:{sock_path}")
+        self.daemons.append(follower)
+        client = hicache.Client(socket_path=sock_path, timeout=10,
+                                insecure_tcp_for_testing=True)
+        self.addCleanup(client.close)
+        with client.session("sched", lease_ms=60000) as s:
+            self.assertEqual(s.target, leader.target)
+        self.assertEqual(follower.count("OpenSession"), 1)
+        self.assertEqual(leader.count("OpenSession"), 1)
 
     def test_a_worker_session_stays_where_it_was_opened(self):
         follower = self.daemon("leader.example:7443")

@@ -158,8 +158,10 @@ class TlsTest(unittest.TestCase):
     def test_bad_options_are_refused_before_connecting(self):
         tcp = f"127.0.0.1:{self.port}"
         bad = [
-            dict(socket_path="/tmp/x.sock", tls_ca_file=self.file("ca.pem")),
-            dict(target="unix:/tmp/x.sock", insecure_tcp_for_testing=True),
+            dict(socket_path="/tmp/x.sock", tls_ca_file=self.file("ca.pem"),
+                 follow_leader=False),
+            dict(target="unix:/tmp/x.sock", insecure_tcp_for_testing=True,
+                 follow_leader=False),
             dict(target=tcp, tls_ca_file=self.file("ca.pem"), insecure_tcp_for_testing=True),
             dict(target=tcp, tls_cert_file=self.file("client.pem")),
             dict(target=tcp, tls_key_file=self.file("client.key")),

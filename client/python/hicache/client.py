@@ -450,7 +450,9 @@ class Client:
 
     CP groups: a scheduler session opened on a follower is opened on the
     leader it names instead (Session), over ``for_target(leader)``, once;
-    ``follow_leader=False`` raises the HiCacheError (its ``leader`` set)."""
+    ``follow_leader=False`` raises the HiCacheError (its ``leader`` set).
+    A client of a follower's unix socket may be given TCP options (TLS,
+    insecure_tcp_for_testing): they are the leader's."""
 
     def __init__(self, socket_path: Optional[str] = None, target: Optional[str] = None,
                  timeout: float = 10.0, *, tls_ca_file: Optional[str] = None,
@@ -481,9 +483,12 @@ class Client:
                                                 tls_key_file, tls_server_name))
         self.tls = False
         if self.target.startswith(("unix:", "unix-abstract:")):
-            if tls_given or insecure_tcp_for_testing:
+            # With follow_leader the TCP options are the CP group leader's (a
+            # scheduler on a follower's node follows its redirect with them).
+            if (tls_given or insecure_tcp_for_testing) and not follow_leader:
                 raise ValueError(f"{self.target} is a unix socket: TLS options and "
-                                 "insecure_tcp_for_testing apply to TCP targets only")
+                                 "insecure_tcp_for_testing apply to TCP targets only "
+                                 "(with follow_leader, to the CP group leader)")
             self._channel = grpc.insecure_channel(self.target, options=options)
             self._hint = f"is hicached listening on {self.target[len('unix:'):]}?"
         elif insecure_tcp_for_testing:
@@ -524,8 +529,9 @@ class Client:
     def for_target(self, target: str) -> "Client":
         """A new Client of the daemon at TCP `target` with this client's
         settings: TLS (CA, client certificate, server name), timeout,
-        wait_for_ready, channel options. A client of a unix socket has no
-        TLS settings: the new one verifies TLS against the system roots."""
+        wait_for_ready, channel options. A client of a unix socket passes on
+        the TCP settings it was given for its leader (follow_leader); without
+        any, the new one verifies TLS against the system roots."""
         if not valid_leader_target(target):
             raise ValueError(f"not a host:port target: {target[:64]!r}")
         return Client(target=target, **self._settings)
