@@ -53,6 +53,7 @@ constexpr const char* kDaemonOnlyFields[] = {
     "tls_client_ca_file",
     "insecure_tcp_for_testing",
     "instance",  // ShmInstance; the engine gets its prefix.
+    "cp_group",  // CpGroupRuntime (daemon/main) adjusts the engine's ranks.
     "operator_uids",
     "operator_gids",
     "operator_cert_names",
