@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "daemon/core/log_format.h"
 #include "spdlog/spdlog.h"
@@ -91,6 +92,17 @@ absl::StatusOr<SessionInfo> SessionManager::Open(std::string client_name,
   if (rank >= engine_->layout().cp_size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rank ", rank, " is not below cp_size ", engine_->layout().cp_size()));
+  }
+  // A worker reads and writes its rank's pools, and its events are this
+  // daemon's only for the ranks whose pools live here (a CP group's other
+  // ranks are another daemon's: docs/cp-groups.md).
+  if (role == SessionRole::kWorker && !engine_->pools().layout().Serves(rank)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", rank,
+        "'s pools are not in this daemon (it holds ranks ",
+        absl::StrJoin(engine_->pools().layout().served_ranks(), ","),
+        "): open the worker session on the daemon of the CP group that "
+        "holds rank ", rank));
   }
   for (const auto& [field, value] :
        {std::pair<absl::string_view, const std::string*>{"client_name",

@@ -100,6 +100,10 @@ class SessionManager {
 
   const SessionLimits& limits() const { return limits_; }
 
+  // INVALID_ARGUMENT for a rank not below C, a lease or a name out of
+  // bounds; FAILED_PRECONDITION for a worker of a rank whose pools are not
+  // in this engine (a CP group's other daemons hold them);
+  // RESOURCE_EXHAUSTED past the session or namespace limits.
   absl::StatusOr<SessionInfo> Open(std::string client_name, SessionRole role,
                                    Rank rank, std::string ns,
                                    absl::Duration lease)

@@ -24,6 +24,9 @@ constexpr absl::Duration kConnectTimeout = absl::Seconds(5);
 // A follower's Join RPC: the leader answers within its reply timeout (30 s,
 // LeaderJoinHandler) plus slack.
 constexpr absl::Duration kJoinRpcTimeout = absl::Seconds(40);
+// A link's rendezvous keys outlive its leader end's connect by this much:
+// Gloo's accept phase may take a few connect timeouts.
+constexpr absl::Duration kLinkKeysGrace = absl::Seconds(30);  // 6 connects.
 
 absl::Status FromGrpc(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
@@ -177,7 +180,7 @@ absl::Status CpGroupRuntime::Attach(HiCacheEngine* engine, Backend* backend,
           if (!link.ok()) return link.status();
           return std::unique_ptr<comm::Communicator>(*std::move(link));
         },
-        [this](const std::string& prefix) { kv_->EraseUnderPrefix(prefix); });
+        [this](const std::string& prefix) { ReclaimLinkKeys(prefix); });
     service_ = std::make_unique<service::CpGroupService>(
         group_.name, joins_.get(), kv_.get(), members);
     spdlog::info("CP group {}: leading C={} with pools for ranks [{}] as '{}'",
@@ -210,6 +213,25 @@ absl::Status CpGroupRuntime::Attach(HiCacheEngine* engine, Backend* backend,
                "'{}'",
                group_.name, group_.leader, absl::StrJoin(ranks, ","), member_);
   return absl::OkStatus();
+}
+
+void CpGroupRuntime::ReclaimLinkKeys(const std::string& prefix) {
+  // The leader's end returning from Connect does not mean the member's end
+  // has read the leader's keys yet (a TCP connect completes before the
+  // peer's rendezvous does), so a link's keys are kept until no end of it
+  // can still be connecting: longer than either end's connect may last.
+  const absl::Time now = absl::Now();
+  std::vector<std::string> expired;
+  {
+    MutexLock lock(&mu_);
+    done_links_.push_back({prefix, now});
+    while (!done_links_.empty() &&
+           now - done_links_.front().second > kLinkKeysGrace) {
+      expired.push_back(std::move(done_links_.front().first));
+      done_links_.pop_front();
+    }
+  }
+  for (const std::string& old : expired) kv_->EraseUnderPrefix(old);
 }
 
 absl::Status CpGroupRuntime::Start(grpc::Server* server, int tcp_port) {

@@ -26,11 +26,14 @@
 // ... -> Stop() before the engine goes. Thread-safe after Start.
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -129,6 +132,9 @@ class CpGroupRuntime final : public LeaderView {
   // One Join + connect + Run; OK once running.
   absl::Status JoinOnce() ABSL_LOCKS_EXCLUDED(mu_);
   void Fatal(const absl::Status& cause);
+  // Erases the rendezvous keys of links done long enough ago that neither
+  // end can still read them, and remembers `prefix` for later.
+  void ReclaimLinkKeys(const std::string& prefix) ABSL_LOCKS_EXCLUDED(mu_);
 
   const DaemonConfig config_;
   const CpGroupConfig& group_ = config_.cp_group;
@@ -168,6 +174,9 @@ class CpGroupRuntime final : public LeaderView {
   std::string advertise_ ABSL_GUARDED_BY(mu_);
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   bool joined_ ABSL_GUARDED_BY(mu_) = false;
+  // Leader: links whose leader end is done, oldest first, with when.
+  std::deque<std::pair<std::string, absl::Time>> done_links_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace hicache

@@ -322,5 +322,34 @@ TEST_F(WorkerSubscriptionTest, OverflowRunsOnOverflowOnceAndEnds) {
   EXPECT_NE(b, nullptr);
 }
 
+// A worker session is for a rank whose pools live in this engine: in a CP
+// group of daemons, the other ranks' workers belong to the daemons holding
+// them (docs/cp-groups.md), and here they would get no events of theirs.
+TEST(WorkerSessionRankTest, AWorkerOfARankWhosePoolsAreElsewhereIsRefused) {
+  EngineOptions options;
+  options.page_size = kP;
+  options.cp_size = 4;
+  options.kv_preset = "tiny";
+  options.device_pages_per_rank = 8;
+  options.host_pages_per_rank = 8;
+  options.pool_ranks = {0, 1};  // A CP group leader's: it serves all four.
+  auto engine = HiCacheEngine::Create(options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  FakeClock clock{absl::FromUnixSeconds(100)};
+  SessionManager sessions(engine->get(), &clock, absl::Minutes(1));
+  EXPECT_TRUE(sessions.Open("w", SessionRole::kWorker, 1, "ns",
+                            absl::Minutes(1)).ok());
+  absl::StatusOr<SessionInfo> elsewhere =
+      sessions.Open("w", SessionRole::kWorker, 2, "ns", absl::Minutes(1));
+  ASSERT_FALSE(elsewhere.ok());
+  EXPECT_EQ(elsewhere.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(elsewhere.status().message()),
+              ::testing::HasSubstr("holds ranks 0,1"));
+  EXPECT_EQ(sessions.List().size(), 1u);
+  // A scheduler of any rank is fine: it speaks for the whole group.
+  EXPECT_TRUE(sessions.Open("s", SessionRole::kScheduler, 3, "ns",
+                            absl::Minutes(1)).ok());
+}
+
 }  // namespace
 }  // namespace hicache
