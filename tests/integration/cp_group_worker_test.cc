@@ -32,6 +32,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -418,11 +419,30 @@ TEST_F(CpGroupWorkerTest, FollowerRefusesForeignRanksNamespacesAndFences) {
         error->message(), "fences on a CP group follower are not supported yet"))
         << error->ShortDebugString();
   }
+  // Relayed to the leader and refused there, the answer coming back to the
+  // worker: a step past the layout, a backup id nobody prepared.
+  for (const auto& [ids, step, what] :
+       std::vector<std::tuple<std::vector<uint64_t>, uint32_t, std::string>>{
+           {{backup}, layout_.num_steps(), "a step past the layout"},
+           {{backup + 1000}, 0, "an unknown backup id"}}) {
+    ASSERT_TRUE(own->backups->LayerStored(ids, step).ok()) << what;
+    Watchdog watchdog(kEventTimeout, [&own] { own->backups->Cancel(); });
+    absl::StatusOr<v1::BackupServerMessage> reply = own->backups->Next();
+    ASSERT_TRUE(reply.ok()) << what << ": " << reply.status();
+    std::printf("[cp_group] follower ack of %s: %s\n", what.c_str(),
+                reply->ShortDebugString().c_str());
+    ASSERT_TRUE(reply->has_error()) << what << ": " << reply->ShortDebugString();
+    EXPECT_EQ(reply->error().code(),
+              static_cast<int>(absl::StatusCode::kInvalidArgument))
+        << what << ": " << reply->ShortDebugString();
+  }
   // Nothing changed: no step of the backup is done, and the first real ack
-  // (rank 2, step 0) makes exactly one.
+  // (rank 2, step 0) makes exactly one step done.
   EXPECT_EQ(backups_->Progress(backup).steps_done, 0);
   EXPECT_FALSE(backups_->Progress(backup).ended());
-  ASSERT_TRUE(own->backups->LayerStored({backup}, 0).ok());
+  // (The id twice in one ack counts once: the final count below would be
+  // one over otherwise.)
+  ASSERT_TRUE(own->backups->LayerStored({backup, backup}, 0).ok());
   {
     Watchdog watchdog(kEventTimeout, [this] { backups_->Cancel(); });
     const absl::Status waited = backups_->WaitSteps(backup, 1);
