@@ -8,7 +8,8 @@
 //   receives, for a backup the scheduler prepared on the leader, every
 //   backup_step of its rank then backup_ended{committed}; for a load the
 //   scheduler started on the leader, every layer_loaded of its rank then
-//   load_ended{ok}.
+//   load_ended{ok}; for a backup the scheduler rolls back, backup_ended
+//   {committed: false}.
 // - Acks: the scheduler prepares but does not ack; each rank's worker sends
 //   layer_stored for its rank on a BackupSession stream of its own daemon
 //   (a follower relays it to the leader). The backup commits only once every
@@ -29,6 +30,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -140,9 +142,11 @@ class CpGroupWorkerTest : public CpGroupTest {
     return false;
   }
 
-  // Worker `w` saw every backup_step of its rank for `backup`, then its
+  // Worker `w` saw backup_steps of its rank only for `backup` -- every
+  // step, or with `max_steps` at most steps [0, max_steps) -- then its
   // backup_ended with `committed`.
-  void ExpectBackupEvents(Worker& w, uint64_t backup, bool committed) {
+  void ExpectBackupEvents(Worker& w, uint64_t backup, bool committed,
+                          std::optional<uint32_t> max_steps = std::nullopt) {
     std::vector<v1::WorkerEvent> seen;
     ASSERT_TRUE(ReadEventsUntil(
         w,
@@ -162,9 +166,15 @@ class CpGroupWorkerTest : public CpGroupTest {
       EXPECT_TRUE(steps.insert(e.backup_step().step()).second)
           << "repeated: " << e.ShortDebugString();
     }
-    EXPECT_EQ(steps.size(), layout_.num_steps()) << "rank " << w.rank;
-    if (!steps.empty()) {
-      EXPECT_EQ(*steps.rbegin(), layout_.num_steps() - 1);
+    if (max_steps.has_value()) {
+      if (!steps.empty()) {
+        EXPECT_LT(*steps.rbegin(), *max_steps) << "rank " << w.rank;
+      }
+    } else {
+      EXPECT_EQ(steps.size(), layout_.num_steps()) << "rank " << w.rank;
+      if (!steps.empty()) {
+        EXPECT_EQ(*steps.rbegin(), layout_.num_steps() - 1);
+      }
     }
     EXPECT_EQ(seen.back().backup_ended().committed(), committed);
   }
@@ -256,6 +266,26 @@ TEST_P(CpGroupWorkerSplitTest, EveryWorkerGetsItsRanksEventsOnItsOwnDaemon) {
   ASSERT_TRUE(committed.ok()) << committed.status() << group_->DescribeLogs();
   for (Worker& w : workers_) {
     ASSERT_NO_FATAL_FAILURE(ExpectBackupEvents(w, backup, /*committed=*/true));
+  }
+
+  // A backup the scheduler rolls back after one layer: every worker hears
+  // it ended, not committed (at most step 0 of its rank before that).
+  {
+    uint64_t rolled = 0;
+    const Key doomed = WriteAndPrepare(20000, static_cast<int>(cp()), 6,
+                                       &rolled);
+    ASSERT_NE(rolled, 0u);
+    ASSERT_NO_FATAL_FAILURE(StoreLayers(rolled, 0, 1));
+    ASSERT_TRUE(backups_->Rollback(rolled).ok());
+    absl::StatusOr<uint64_t> ended = WaitCommittedBounded(rolled);
+    EXPECT_EQ(ended.status().code(), absl::StatusCode::kAborted)
+        << ended.status();
+    EXPECT_TRUE(backups_->Progress(rolled).rolled_back);
+    for (Worker& w : workers_) {
+      ASSERT_NO_FATAL_FAILURE(
+          ExpectBackupEvents(w, rolled, /*committed=*/false, /*max_steps=*/1));
+    }
+    EXPECT_TRUE(session_->Free(doomed.pages).ok());
   }
 
   // A load the scheduler starts on the leader.
