@@ -5,6 +5,7 @@
 // reported).
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/engine/engine_op.h"
@@ -64,7 +65,15 @@ absl::Status HiCacheEngine::CheckStoredOpsLocked(absl::Span<const uint64_t> ops,
     return absl::InvalidArgumentError(absl::StrCat(
         "step ", step, " is outside [0, ", geometry_.NumSteps(), ")"));
   }
+  // A repeated id is a client's mistake, refused like any other (it would
+  // otherwise count once, silently).
+  absl::flat_hash_set<uint64_t> seen;
+  seen.reserve(ops.size());
   for (uint64_t id : ops) {
+    if (!seen.insert(id).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("backup ", id, " is named twice in one layer_stored"));
+    }
     auto it = ops_.find(id);
     if (it == ops_.end() || it->second->kind != Op::Kind::kBackup) {
       return absl::NotFoundError(absl::StrCat("no backup with op id ", id));

@@ -119,6 +119,12 @@ TEST_F(RankLayerStoreTest, RefusalsChangeNothing) {
   const uint64_t unknown[] = {ops_[0] + 100};
   EXPECT_EQ(engine_->RankLayerStored(unknown, 0, 0).code(),
             absl::StatusCode::kNotFound);
+  // Reproduction: a repeated id was accepted and counted once.
+  const uint64_t twice[] = {ops_[0], ops_[0]};
+  EXPECT_EQ(engine_->RankLayerStored(twice, 0, 0).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine_->LayerStored(twice, 0).code(),
+            absl::StatusCode::kInvalidArgument);
   engine_->WaitForTransfers();
   EXPECT_EQ(engine_->Stats().bytes_to_host, 0);
   ASSERT_TRUE(engine_->RollbackBackup(ops_[0]).ok());
