@@ -1008,10 +1008,16 @@ TEST_F(StreamAbuseTest, LayerStoredWithHugeBackupIdListIsRefused) {
   absl::SleepFor(absl::Milliseconds(300));
   EXPECT_EQ(stream.StepsDone(backup), 0) << "a refused layer_stored copied";
   EXPECT_EQ(Snap(), before);
-  // The backup is intact: its own repeated id (within the limit) stores it
-  // once per step.
+  // Its own id repeated (within the limit) is refused too, naming it.
+  ASSERT_TRUE(stream.LayerStored({backup, backup, backup}, 0));
+  error = stream.WaitError(3);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT))
+      << error->message();
+  EXPECT_THAT(error->message(), HasSubstr("named twice"));
+  // The backup is intact: stored once per step.
   for (uint32_t step = 0; step < kSteps; ++step) {
-    ASSERT_TRUE(stream.LayerStored({backup, backup, backup}, step));
+    ASSERT_TRUE(stream.LayerStored({backup}, step));
   }
   EXPECT_TRUE(stream.WaitFor([&](const auto& messages) {
     return BackupStream::StepsDone(messages, backup) == kCp * kSteps;
