@@ -398,6 +398,13 @@ int RunCacheStats(const CommandContext& c) {
       s.load_misses(), s.device_evicted_pages(), s.host_evicted_pages(),
       s.device_alloc_failures(), s.bytes_to_host(), s.bytes_to_device(),
       s.sessions(), s.session_locks(), s.session_pages());
+  if (s.backups_failed() > 0) {
+    // Shown only when there are some (a failed copy, or a CP group
+    // member's lanes dropped at its death).
+    *c.out << absl::StrFormat(
+        "failed     %d backups ended by a failed copy or a dropped lane\n",
+        s.backups_failed());
+  }
   if (s.has_persistence() && s.persistence().enabled()) {
     const v1::HostTierPersistence& p = s.persistence();
     if (p.recovered()) {

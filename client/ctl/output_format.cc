@@ -236,12 +236,82 @@ std::string FormatCpGroupHuman(const v1::CpGroupStatus& group) {
     while (!line.empty() && line.back() == ' ') line.pop_back();
     absl::StrAppend(&out, line, "\n");
   }
+  // "last match 1.5s ago" / "no match yet" (-1 or unset: never).
+  auto last_match = [](int64_t age_ms) {
+    return age_ms < 0 ? std::string("no match yet")
+                      : absl::StrCat("last match ",
+                                     absl::FormatDuration(
+                                         absl::Milliseconds(age_ms)),
+                                     " ago");
+  };
+  // Leader: the data path to each member (its transfer engine and the
+  // worker events forwarded to it).
+  bool data_path = false;
+  for (const v1::CpGroupMember& m : group.members()) {
+    if (!m.has_transfer() && !m.has_events()) continue;
+    if (!data_path) {
+      out += "  data path:\n";
+      data_path = true;
+    }
+    std::string line = absl::StrCat("    ", m.index(), "  ");
+    if (m.has_transfer()) {
+      const v1::CpGroupMemberTransfer& t = m.transfer();
+      absl::StrAppendFormat(
+          &line,
+          "steps %d sent, %d done, %d failed, %d outstanding, %d timeouts; "
+          "digests %d sent, %d matched, %d diverged (%s)",
+          t.steps_sent(), t.steps_completed(), t.steps_failed(),
+          t.outstanding(), t.step_timeouts(), t.digests_sent(),
+          t.digests_matched(), t.digest_divergences(),
+          last_match(t.last_digest_match_age_ms()));
+    }
+    if (m.has_events()) {
+      const v1::CpGroupMemberEvents& e = m.events();
+      absl::StrAppendFormat(&line,
+                            "%sevents %d sent in %d frames, %d waiting%s",
+                            m.has_transfer() ? "; " : "", e.events_sent(),
+                            e.frames_sent(), e.events_waiting(),
+                            e.failed() ? " (FAILED)" : "");
+    }
+    absl::StrAppend(&out, line, "\n");
+  }
+  // Follower: what its executor ran for the leader, and the relayed acks.
+  if (group.has_follower()) {
+    const v1::CpGroupFollowerStats& f = group.follower();
+    absl::StrAppendFormat(
+        &out,
+        "  %-12s %d tasks; steps %d executed, %d refused, %d rejected, %d "
+        "pending; digests %d checked, %d matched (%s)%s\n",
+        "executor:", f.tasks_received(), f.steps_executed(), f.steps_refused(),
+        f.steps_rejected(), f.pending(), f.digests_checked(),
+        f.digests_matched(), last_match(f.last_digest_match_age_ms()),
+        f.diverged() ? "; DIVERGED" : "");
+    absl::StrAppendFormat(&out, "  %-12s %d relayed, %d failed\n",
+                          "worker acks:", f.acks_relayed(), f.acks_failed());
+  }
   return out;
 }
 
 Json StatsToJson(const v1::GetStatsResponse& stats) {
   Json json = ProtoToJson(stats);
-  if (!stats.has_cp_group()) json.erase("cp_group");
+  if (!stats.has_cp_group()) {
+    json.erase("cp_group");
+    return json;
+  }
+  // Like cp_group itself: the parts a daemon did not fill are left out
+  // rather than shown as zeros (a leader has no `follower`, the leader's own
+  // row and a follower's rows no `transfer` or `events`).
+  const v1::CpGroupStatus& g = stats.cp_group();
+  Json& group = json["cp_group"];
+  if (!g.has_follower()) group.erase("follower");
+  if (group.contains("members") && group["members"].is_array()) {
+    for (int i = 0; i < g.members_size() &&
+                    i < static_cast<int>(group["members"].size());
+         ++i) {
+      if (!g.members(i).has_transfer()) group["members"][i].erase("transfer");
+      if (!g.members(i).has_events()) group["members"][i].erase("events");
+    }
+  }
   return json;
 }
 

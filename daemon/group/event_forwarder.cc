@@ -58,6 +58,7 @@ void EventForwarder::Publish(const OpEvent& event, const std::string& ns) {
       continue;
     }
     sink.queue.push_back(ToRecord(event, ns));
+    ++sink.events_queued;
     queued = true;
   }
   if (queued) wake_.SignalAll();
@@ -100,6 +101,19 @@ void EventForwarder::Stop() {
 EventForwarder::Stats EventForwarder::stats() const {
   MutexLock lock(&mu_);
   return stats_;
+}
+
+std::optional<EventForwarder::SinkStats> EventForwarder::sink_stats(
+    uint64_t sink) const {
+  MutexLock lock(&mu_);
+  auto it = sinks_.find(sink);
+  if (it == sinks_.end()) return std::nullopt;
+  const Sink& s = it->second;
+  return SinkStats{.events_queued = s.events_queued,
+                   .events_sent = s.events_sent,
+                   .frames_sent = s.frames_sent,
+                   .events_waiting = static_cast<int64_t>(s.queue.size()),
+                   .failed = s.failed};
 }
 
 void EventForwarder::Run() {
@@ -168,12 +182,16 @@ void EventForwarder::Run() {
       }
       busy_ = 0;
       idle_.SignalAll();
+      it = sinks_.find(id);
       if (sent.ok()) {
         stats_.events_sent += static_cast<int64_t>(n);
         ++stats_.frames_sent;
+        if (it != sinks_.end()) {  // Not detached meanwhile.
+          it->second.events_sent += static_cast<int64_t>(n);
+          ++it->second.frames_sent;
+        }
         continue;
       }
-      it = sinks_.find(id);
       if (it == sinks_.end() || it->second.failed) continue;
       it->second.failed = true;
       it->second.queue.clear();

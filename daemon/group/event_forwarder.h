@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -68,6 +69,15 @@ class EventForwarder {
     int64_t frames_sent = 0;
     int64_t members_failed = 0;
   };
+  // One attached member's share (sink_stats): events queued for it, sent to
+  // it (in frames_sent frames), waiting now, and whether it was failed.
+  struct SinkStats {
+    int64_t events_queued = 0;
+    int64_t events_sent = 0;
+    int64_t frames_sent = 0;
+    int64_t events_waiting = 0;
+    bool failed = false;
+  };
 
   explicit EventForwarder(EventForwarderOptions options = {});
   ~EventForwarder();
@@ -85,6 +95,10 @@ class EventForwarder {
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
   Stats stats() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The counters of sink `sink`; nullopt once it was detached (or never
+  // attached). A snapshot: cheap, takes mu_ only.
+  std::optional<SinkStats> sink_stats(uint64_t sink) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // The wire record of an event.
   static WorkerEventRecord ToRecord(const OpEvent& event,
@@ -100,6 +114,9 @@ class EventForwarder {
     bool failed = false;
     absl::Status failure;     // Set when failed and on_fail not yet run.
     bool fail_pending = false;
+    int64_t events_queued = 0;
+    int64_t events_sent = 0;
+    int64_t frames_sent = 0;
   };
 
   void Run() ABSL_LOCKS_EXCLUDED(mu_);

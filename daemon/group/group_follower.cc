@@ -195,6 +195,7 @@ absl::Status GroupFollower::ForwardLayerStored(const std::string& ns,
   {
     MutexLock lock(&mu_);
     if (stopping_ || lost_ || !ran_ || executor_view_ == nullptr) {
+      ++acks_failed_;
       return UnavailableLocked();
     }
     id = ++next_request_;
@@ -213,25 +214,30 @@ absl::Status GroupFollower::ForwardLayerStored(const std::string& ns,
   if (--senders_ == 0) ack_cv_.SignalAll();
   if (!sent.ok()) {
     acks_.erase(id);
+    ++acks_failed_;
     return absl::UnavailableError(absl::StrCat(
         "CP group ", options_.group_name, ": layer_stored not sent to ",
         options_.leader, ": ", sent.message()));
   }
+  ++acks_relayed_;
   const absl::Time deadline = absl::Now() + options_.heartbeat_timeout;
   while (true) {
     auto it = acks_.find(id);
     if (it->second.has_value()) {
       absl::Status answer = CopyStatus(*it->second);
       acks_.erase(it);
+      if (!answer.ok()) ++acks_failed_;
       return answer;
     }
     if (stopping_ || lost_) {
       acks_.erase(it);
+      ++acks_failed_;
       return UnavailableLocked();
     }
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) {
       acks_.erase(it);
+      ++acks_failed_;
       return absl::UnavailableError(absl::StrCat(
           "CP group ", options_.group_name, ": leader ", options_.leader,
           " did not answer a layer_stored within ",
@@ -272,8 +278,7 @@ void GroupFollower::Lost(absl::string_view cause) {
 
 FollowerExecutor::Stats GroupFollower::executor_stats() const {
   MutexLock lock(&mu_);
-  return executor_view_ != nullptr ? executor_view_->stats()
-                                   : FollowerExecutor::Stats{};
+  return executor_view_ != nullptr ? executor_view_->stats() : last_executor_;
 }
 
 GroupStatus GroupFollower::Status() const {
@@ -301,6 +306,24 @@ GroupStatus GroupFollower::Status() const {
                         .reason = reason_,
                         .heartbeats_sent = h.heartbeats_sent,
                         .heartbeats_received = h.heartbeats_received});
+  // The executor's lock is a leaf (it calls nothing of ours under it).
+  const FollowerExecutor::Stats e =
+      executor_view_ != nullptr ? executor_view_->stats() : last_executor_;
+  GroupFollowerCounters& c = status.follower;
+  c.tasks_received = e.tasks_received;
+  c.steps_executed = e.steps_executed;
+  c.steps_refused = e.steps_refused;
+  c.steps_rejected = e.steps_rejected;
+  c.pending = e.pending;
+  c.digests_checked = e.digests_checked;
+  c.digests_matched = e.digests_matched;
+  c.diverged = e.diverged;
+  if (e.last_digest_match != absl::InfinitePast()) {
+    c.last_digest_match_age =
+        std::max(absl::ZeroDuration(), absl::Now() - e.last_digest_match);
+  }
+  c.acks_relayed = acks_relayed_;
+  c.acks_failed = acks_failed_;
   return status;
 }
 
@@ -332,6 +355,7 @@ void GroupFollower::Stop() {
     {
       MutexLock lock(&mu_);
       AwaitSendersLocked();  // None new: stopping_ is set.
+      if (executor_view_ != nullptr) last_executor_ = executor_view_->stats();
       executor_view_ = nullptr;
     }
     executor_.reset();  // Closes the link, joins its threads.

@@ -65,7 +65,10 @@ struct GroupFollowerOptions {
 //    thread). Not called once Stop began.
 //  * Status() for GetStats: kForming before Run, kFormed while the leader is
 //    live, kDegraded once it was lost (with the reason), kStopped after
-//    Stop; the leader as member 0.
+//    Stop; the leader as member 0; `follower` holds the executor's counters
+//    (frozen at Stop) and the relayed acks: relayed = sent to the leader,
+//    failed = past the argument checks but not OK (not sent, unavailable,
+//    no answer in time, or the leader's error).
 //  * Worker events: a WorkerEvents frame from the leader is checked whole
 //    (a per-rank event of a rank this follower does not hold is a protocol
 //    error: the link dies, the leader is lost) and then applied, in order,
@@ -106,7 +109,8 @@ class GroupFollower {
                                   absl::Span<const uint64_t> ops)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Steps the executor refused or ran, for GetStats and tests.
+  // Steps the executor refused or ran, for GetStats and tests (the last
+  // values once Stop destroyed it).
   FollowerExecutor::Stats executor_stats() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -139,6 +143,12 @@ class GroupFollower {
   std::unique_ptr<MemberHealth> health_ ABSL_GUARDED_BY(mu_);
   MemberHealthSnapshot last_health_ ABSL_GUARDED_BY(mu_);
   FollowerExecutor* executor_view_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // The executor's counters when Stop destroyed it.
+  FollowerExecutor::Stats last_executor_ ABSL_GUARDED_BY(mu_);
+  // ForwardLayerStored calls sent to the leader, and those (past the
+  // argument checks) that did not end OK.
+  int64_t acks_relayed_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t acks_failed_ ABSL_GUARDED_BY(mu_) = 0;
 
   // ForwardLayerStored: the answers awaited (nullopt until the ack came),
   // and the calls sending through executor_view_ without mu_.

@@ -20,6 +20,31 @@ std::string DescribeRanks(const std::vector<Rank>& ranks) {
   return absl::StrCat("ranks ", ranks.front(), "-", ranks.back());
 }
 
+GroupMemberTransfer ToTransfer(const RemoteTransferEngine::Stats& s,
+                               absl::Time now) {
+  return GroupMemberTransfer{
+      .steps_sent = s.steps_submitted,
+      .steps_completed = s.steps_completed,
+      .steps_failed = s.steps_failed,
+      .outstanding = s.outstanding,
+      .step_timeouts = s.step_timeouts,
+      .digests_sent = s.digests_sent,
+      .digests_matched = s.digests_matched,
+      .digest_divergences = s.digest_divergences,
+      .last_digest_match_age =
+          s.last_digest_match == absl::InfinitePast()
+              ? absl::InfiniteDuration()
+              : std::max(absl::ZeroDuration(), now - s.last_digest_match)};
+}
+
+GroupMemberEvents ToEvents(const EventForwarder::SinkStats& s) {
+  return GroupMemberEvents{.events_queued = s.events_queued,
+                           .events_sent = s.events_sent,
+                           .frames_sent = s.frames_sent,
+                           .events_waiting = s.events_waiting,
+                           .failed = s.failed};
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GroupLeader>> GroupLeader::Create(
@@ -233,6 +258,8 @@ absl::StatusOr<Admission> GroupLeader::Admit(const std::string& member_name,
     m->remote = remote;
     m->health = *std::move(health);
     m->last_health = MemberHealthSnapshot{};
+    m->last_remote = RemoteTransferEngine::Stats{};
+    m->last_events.reset();
   }
   // From here a failure is a death like any other (handled after this
   // admission, since the handler needs ops_mu_).
@@ -423,7 +450,9 @@ void GroupLeader::RetireLocked(const std::vector<Rank>& ranks,
                                const absl::Status& cause,
                                uint64_t event_sink) {
   // No more worker events (waits for a send to it to return).
+  std::optional<EventForwarder::SinkStats> last_events;
   if (options_.events != nullptr && event_sink != 0) {
+    last_events = options_.events->sink_stats(event_sink);
     options_.events->Detach(event_sink);
   }
   // No more heartbeats; on_dead will not run again (it may be what told us).
@@ -441,16 +470,23 @@ void GroupLeader::RetireLocked(const std::vector<Rank>& ranks,
     spdlog::error("CP group {}: dropping {}: {}", options_.group_name,
                   DescribeRanks(ranks), dropped.status());
   }
-  if (health != nullptr) {
-    const MemberHealthSnapshot last = health->snapshot();
-    MutexLock lock(&mu_);
-    for (Member& m : members_) {
-      if (m.ranks == ranks && m.remote == nullptr) m.last_health = last;
-    }
-  }
+  const std::optional<MemberHealthSnapshot> last_health =
+      health != nullptr ? std::optional(health->snapshot()) : std::nullopt;
   health.reset();  // Drops its reference to the engine.
   remote->Drain();
+  // Frozen for Status (its steps failed by now).
+  const RemoteTransferEngine::Stats last_remote = remote->stats();
+  {
+    MutexLock lock(&mu_);
+    for (Member& m : members_) {
+      if (m.ranks != ranks || m.remote != nullptr) continue;
+      if (last_health.has_value()) m.last_health = *last_health;
+      m.last_remote = last_remote;
+      if (last_events.has_value()) m.last_events = last_events;
+    }
+  }
   if (remote.use_count() != 1) {
+    // A Status snapshot may hold it for a moment; it then goes there.
     spdlog::warn("CP group {}: the engine of {} is still referenced",
                  options_.group_name, DescribeRanks(ranks));
   }
@@ -488,25 +524,61 @@ GroupStatus GroupLeader::Status() const {
                      .cp_size = options_.cp_size};
   status.members.push_back(GroupMemberStatus{
       .index = 0, .name = "leader", .ranks = options_.geometry.ranks});
-  MutexLock lock(&mu_);
-  status.state = StateLocked();
-  status.epoch = last_epoch_;
-  status.deaths = deaths_noted_;
-  for (const Member& m : members_) {
-    const MemberHealthSnapshot h =
-        m.health != nullptr ? m.health->snapshot() : m.last_health;
-    status.members.push_back(
-        GroupMemberStatus{.index = m.index,
-                          .name = m.name,
-                          .ranks = m.ranks,
-                          .epoch = m.epoch,
-                          .live = m.live,
-                          .last_heard_age = h.last_heard_age,
-                          .reason = m.reason,
-                          .readmissions = m.readmissions,
-                          .heartbeats_sent = h.heartbeats_sent,
-                          .heartbeats_received = h.heartbeats_received});
+  // The live engines and sinks, read below without mu_.
+  struct Live {
+    std::shared_ptr<RemoteTransferEngine> remote;
+    uint64_t event_sink = 0;
+  };
+  std::vector<Live> live;
+  {
+    MutexLock lock(&mu_);
+    status.state = StateLocked();
+    status.epoch = last_epoch_;
+    status.deaths = deaths_noted_;
+    live.reserve(members_.size());
+    for (const Member& m : members_) {
+      const MemberHealthSnapshot h =
+          m.health != nullptr ? m.health->snapshot() : m.last_health;
+      GroupMemberStatus member{.index = m.index,
+                               .name = m.name,
+                               .ranks = m.ranks,
+                               .epoch = m.epoch,
+                               .live = m.live,
+                               .last_heard_age = h.last_heard_age,
+                               .reason = m.reason,
+                               .readmissions = m.readmissions,
+                               .heartbeats_sent = h.heartbeats_sent,
+                               .heartbeats_received = h.heartbeats_received};
+      // Every member in members_ was admitted (its engine built).
+      member.has_transfer = true;
+      member.transfer = ToTransfer(m.last_remote, absl::Now());
+      if (m.last_events.has_value()) {
+        member.has_events = true;
+        member.events = ToEvents(*m.last_events);
+      }
+      status.members.push_back(std::move(member));
+      live.push_back({m.remote, m.event_sink});
+    }
   }
+  const absl::Time now = absl::Now();
+  for (size_t i = 0; i < live.size(); ++i) {
+    GroupMemberStatus& member = status.members[i + 1];
+    if (live[i].remote != nullptr) {
+      member.transfer = ToTransfer(live[i].remote->stats(), now);
+    }
+    if (options_.events != nullptr && live[i].event_sink != 0) {
+      if (std::optional<EventForwarder::SinkStats> e =
+              options_.events->sink_stats(live[i].event_sink);
+          e.has_value()) {
+        member.has_events = true;
+        member.events = ToEvents(*e);
+      }
+    }
+  }
+  // Dropped here, with no lock held; a retirement that raced with this
+  // snapshot may leave the engine's last reference (and its destruction)
+  // to this thread.
+  live.clear();
   return status;
 }
 

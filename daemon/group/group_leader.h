@@ -4,6 +4,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -110,7 +111,11 @@ struct Admission {
 //    SetLaneAvailability(ranks, false) then DropLanes(ranks) run, so a
 //    restarted member's fresh pools are never served stale. State kDegraded
 //    until its ranks are served again.
-//  * Status() is a snapshot (leader as member 0).
+//  * Status() is a snapshot (leader as member 0). Each admitted member
+//    carries its RemoteTransferEngine's counters and its EventForwarder
+//    sink's; a dead member's are those at its retirement. They are read
+//    with no lock of the GroupLeader's held (the engine is kept alive by a
+//    copy of its shared_ptr, taken under mu_).
 //  * Stop() (idempotent; the destructor calls it): sends Bye to every live
 //    member, fails their engines, clears their routes, marks their lanes
 //    unavailable and drops them, joins every thread. Admit afterwards is
@@ -173,6 +178,10 @@ class GroupLeader {
     std::unique_ptr<MemberHealth> health;
     MemberHealthSnapshot last_health;  // Kept once the health is gone.
     uint64_t event_sink = 0;  // Its EventForwarder sink (0: none).
+    // The counters of its engine and sink, frozen at its retirement (shown
+    // until it is readmitted; Status reads the live ones otherwise).
+    RemoteTransferEngine::Stats last_remote;
+    std::optional<EventForwarder::SinkStats> last_events;
   };
   struct Death {
     uint32_t index;

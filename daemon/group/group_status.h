@@ -34,6 +34,52 @@ const char* GroupRoleName(GroupRole role);
 // "forming", "formed", "degraded", "stopped".
 const char* GroupStateName(GroupState state);
 
+// Leader only: the data path to one member, from its RemoteTransferEngine
+// (docs/cp-groups.md, "Step deadline and accounting digest"). Kept, frozen,
+// once the member died (until it is readmitted).
+struct GroupMemberTransfer {
+  int64_t steps_sent = 0;       // Steps submitted to the member.
+  int64_t steps_completed = 0;  // Reported done by the member.
+  int64_t steps_failed = 0;     // Completed UNAVAILABLE by a failure.
+  int64_t outstanding = 0;      // Sent, not completed yet.
+  int64_t step_timeouts = 0;    // Deadlines that failed the member (0 or 1).
+  int64_t digests_sent = 0;
+  int64_t digests_matched = 0;
+  int64_t digest_divergences = 0;
+  // Time since the last matching digest; InfiniteDuration if none yet.
+  absl::Duration last_digest_match_age = absl::InfiniteDuration();
+};
+
+// Leader only: worker events forwarded to one member (EventForwarder's
+// per-member counters). Kept, frozen, once the member was detached.
+struct GroupMemberEvents {
+  int64_t events_queued = 0;
+  int64_t events_sent = 0;
+  int64_t frames_sent = 0;
+  int64_t events_waiting = 0;  // Queued, not sent yet.
+  bool failed = false;         // The forwarder gave up on it.
+};
+
+// Follower only: what this follower's executor ran for the leader, and the
+// worker acks it relayed (GroupFollower::ForwardLayerStored).
+struct GroupFollowerCounters {
+  int64_t tasks_received = 0;
+  int64_t steps_executed = 0;  // Completed by the local engine.
+  int64_t steps_refused = 0;   // Failed the executor's checks.
+  int64_t steps_rejected = 0;  // Refused by the local engine's Submit.
+  int64_t pending = 0;
+  int64_t digests_checked = 0;
+  int64_t digests_matched = 0;
+  bool diverged = false;
+  // Time since the last matching digest; InfiniteDuration if none yet.
+  absl::Duration last_digest_match_age = absl::InfiniteDuration();
+  // Worker acks relayed to the leader (sent on the link), and relayed acks
+  // that did not end OK (not sent, no answer, the leader lost, or the
+  // leader's answer was an error). Local argument refusals count in neither.
+  int64_t acks_relayed = 0;
+  int64_t acks_failed = 0;
+};
+
 struct GroupMemberStatus {
   // The leader is member 0; followers are numbered from 1 in the order
   // their ranks first joined (a readmitted member keeps its index).
@@ -51,6 +97,12 @@ struct GroupMemberStatus {
   int64_t readmissions = 0;
   int64_t heartbeats_sent = 0;
   int64_t heartbeats_received = 0;
+  // Leader, members other than itself: set once it was admitted.
+  bool has_transfer = false;
+  GroupMemberTransfer transfer;
+  // Leader, members other than itself, with an EventForwarder configured.
+  bool has_events = false;
+  GroupMemberEvents events;
 };
 
 struct GroupStatus {
@@ -67,6 +119,9 @@ struct GroupStatus {
   // Follower: why the leader was lost (empty otherwise).
   std::string reason;
   int64_t deaths = 0;  // Leader: members declared dead so far.
+  // Follower only (zero on a leader): its executor and relayed acks. Frozen
+  // at their last values once Stop destroyed the executor.
+  GroupFollowerCounters follower;
 };
 
 inline const char* GroupRoleName(GroupRole role) {

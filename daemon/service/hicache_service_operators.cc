@@ -233,6 +233,7 @@ grpc::Status HiCacheService::Stats(grpc::ServerContext* context,
   out->set_backups_started(s.backups_started);
   out->set_backups_committed(s.backups_committed);
   out->set_backups_rolled_back(s.backups_rolled_back);
+  out->set_backups_failed(s.backups_failed);
   out->set_backups_skipped_no_host(s.backups_skipped_no_host);
   out->set_loads_started(s.loads_started);
   out->set_loads_done(s.loads_done);

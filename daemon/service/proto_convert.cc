@@ -54,6 +54,16 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
                       std::string(status.message()));
 }
 
+namespace {
+
+// Milliseconds, or -1 for "never" (an infinite age).
+int64_t AgeMs(absl::Duration age) {
+  if (age == absl::InfiniteDuration()) return -1;
+  return std::max<int64_t>(0, absl::ToInt64Milliseconds(age));
+}
+
+}  // namespace
+
 void ToProto(const group::GroupStatus& status, absl::string_view leader_address,
              v1::CpGroupStatus* out) {
   out->Clear();
@@ -82,6 +92,41 @@ void ToProto(const group::GroupStatus& status, absl::string_view leader_address,
     member->set_readmissions(m.readmissions);
     member->set_heartbeats_sent(m.heartbeats_sent);
     member->set_heartbeats_received(m.heartbeats_received);
+    if (m.has_transfer) {
+      v1::CpGroupMemberTransfer* t = member->mutable_transfer();
+      t->set_steps_sent(m.transfer.steps_sent);
+      t->set_steps_completed(m.transfer.steps_completed);
+      t->set_steps_failed(m.transfer.steps_failed);
+      t->set_outstanding(m.transfer.outstanding);
+      t->set_step_timeouts(m.transfer.step_timeouts);
+      t->set_digests_sent(m.transfer.digests_sent);
+      t->set_digests_matched(m.transfer.digests_matched);
+      t->set_digest_divergences(m.transfer.digest_divergences);
+      t->set_last_digest_match_age_ms(AgeMs(m.transfer.last_digest_match_age));
+    }
+    if (m.has_events) {
+      v1::CpGroupMemberEvents* e = member->mutable_events();
+      e->set_events_queued(m.events.events_queued);
+      e->set_events_sent(m.events.events_sent);
+      e->set_frames_sent(m.events.frames_sent);
+      e->set_events_waiting(m.events.events_waiting);
+      e->set_failed(m.events.failed);
+    }
+  }
+  if (status.role == group::GroupRole::kFollower) {
+    const group::GroupFollowerCounters& c = status.follower;
+    v1::CpGroupFollowerStats* f = out->mutable_follower();
+    f->set_tasks_received(c.tasks_received);
+    f->set_steps_executed(c.steps_executed);
+    f->set_steps_refused(c.steps_refused);
+    f->set_steps_rejected(c.steps_rejected);
+    f->set_pending(c.pending);
+    f->set_digests_checked(c.digests_checked);
+    f->set_digests_matched(c.digests_matched);
+    f->set_diverged(c.diverged);
+    f->set_last_digest_match_age_ms(AgeMs(c.last_digest_match_age));
+    f->set_acks_relayed(c.acks_relayed);
+    f->set_acks_failed(c.acks_failed);
   }
 }
 

@@ -22,6 +22,9 @@ void ToProto(const DaemonConfig& config, v1::PoolGeometry* out);
 // member's ranks come out ascending; health is "live", "dead" (not live,
 // with a reason) or "unknown" (not live, no reason: not heard from yet); the
 // last-heard age is in whole milliseconds, negative ages clamped to 0.
+// A leader's members carry `transfer` (and `events` when worker events are
+// forwarded) when GroupStatus has them; a follower's status carries
+// `follower`. Digest-match ages are whole milliseconds, -1 for "never".
 void ToProto(const group::GroupStatus& status, absl::string_view leader_address,
              v1::CpGroupStatus* out);
 

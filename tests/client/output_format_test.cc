@@ -202,5 +202,89 @@ TEST(OutputFormatTest, CpGroupWithoutMembers) {
   EXPECT_THAT(FormatCpGroupHuman(g), HasSubstr("  name:        -\n"));
 }
 
+TEST(OutputFormatTest, CpGroupLeaderShowsEachMembersDataPath) {
+  v1::GetStatsResponse stats = SampleStats();
+  v1::CpGroupStatus* g = stats.mutable_cp_group();
+  g->set_role("leader");
+  g->add_members()->set_name("leader");  // Itself: no data path.
+  v1::CpGroupMember* m = g->add_members();
+  m->set_index(1);
+  m->set_name("node-b");
+  v1::CpGroupMemberTransfer* t = m->mutable_transfer();
+  t->set_steps_sent(12);
+  t->set_steps_completed(11);
+  t->set_steps_failed(1);
+  t->set_outstanding(0);
+  t->set_step_timeouts(0);
+  t->set_digests_sent(3);
+  t->set_digests_matched(3);
+  t->set_digest_divergences(0);
+  t->set_last_digest_match_age_ms(1500);
+  v1::CpGroupMemberEvents* e = m->mutable_events();
+  e->set_events_sent(40);
+  e->set_frames_sent(10);
+  e->set_events_waiting(2);
+  v1::CpGroupMember* fresh = g->add_members();
+  fresh->set_index(2);
+  fresh->mutable_transfer()->set_last_digest_match_age_ms(-1);
+  fresh->mutable_events()->set_failed(true);
+  const std::string text = FormatStatsHuman(stats);
+  EXPECT_THAT(text, HasSubstr("  data path:\n"
+                              "    1  steps 12 sent, 11 done, 1 failed, 0 "
+                              "outstanding, 0 timeouts; digests 3 sent, 3 "
+                              "matched, 0 diverged (last match 1.5s ago); "
+                              "events 40 sent in 10 frames, 2 waiting\n"));
+  EXPECT_THAT(text, HasSubstr("    2  steps 0 sent, 0 done, 0 failed, 0 "
+                              "outstanding, 0 timeouts; digests 0 sent, 0 "
+                              "matched, 0 diverged (no match yet); events 0 "
+                              "sent in 0 frames, 0 waiting (FAILED)\n"));
+  EXPECT_THAT(text, Not(HasSubstr("    0  steps")));
+  EXPECT_THAT(text, Not(HasSubstr("executor:")));
+
+  const Json json = StatsToJson(stats);
+  EXPECT_FALSE(json["cp_group"].contains("follower"));
+  EXPECT_FALSE(json["cp_group"]["members"][0].contains("transfer"));
+  EXPECT_FALSE(json["cp_group"]["members"][0].contains("events"));
+  EXPECT_EQ(json["cp_group"]["members"][1]["transfer"]["steps_completed"], 11);
+  EXPECT_EQ(json["cp_group"]["members"][1]["transfer"]["digest_divergences"],
+            0);
+  EXPECT_EQ(json["cp_group"]["members"][1]["events"]["events_sent"], 40);
+  EXPECT_EQ(json["cp_group"]["members"][2]["events"]["failed"], true);
+}
+
+TEST(OutputFormatTest, CpGroupFollowerShowsItsExecutorAndAcks) {
+  v1::GetStatsResponse stats = SampleStats();
+  v1::CpGroupStatus* g = stats.mutable_cp_group();
+  g->set_role("follower");
+  g->add_members()->set_name("10.0.0.1:7071");
+  v1::CpGroupFollowerStats* f = g->mutable_follower();
+  f->set_tasks_received(5);
+  f->set_steps_executed(20);
+  f->set_steps_refused(1);
+  f->set_steps_rejected(2);
+  f->set_pending(3);
+  f->set_digests_checked(4);
+  f->set_digests_matched(4);
+  f->set_last_digest_match_age_ms(-1);
+  f->set_acks_relayed(7);
+  f->set_acks_failed(1);
+  std::string text = FormatStatsHuman(stats);
+  EXPECT_THAT(text, HasSubstr("  executor:    5 tasks; steps 20 executed, 1 "
+                              "refused, 2 rejected, 3 pending; digests 4 "
+                              "checked, 4 matched (no match yet)\n"
+                              "  worker acks: 7 relayed, 1 failed\n"));
+  EXPECT_THAT(text, Not(HasSubstr("data path:")));
+  f->set_diverged(true);
+  f->set_last_digest_match_age_ms(250);
+  text = FormatStatsHuman(stats);
+  EXPECT_THAT(text, HasSubstr("(last match 250ms ago); DIVERGED\n"));
+
+  const Json json = StatsToJson(stats);
+  EXPECT_EQ(json["cp_group"]["follower"]["steps_executed"], 20);
+  EXPECT_EQ(json["cp_group"]["follower"]["acks_relayed"], 7);
+  EXPECT_EQ(json["cp_group"]["follower"]["diverged"], true);
+  EXPECT_FALSE(json["cp_group"]["members"][0].contains("transfer"));
+}
+
 }  // namespace
 }  // namespace hicache::ctl

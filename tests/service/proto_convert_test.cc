@@ -184,4 +184,95 @@ TEST(ProtoConvertTest, GroupFollowerBeforeRunAndAfterLoss) {
 }
 
 }  // namespace
+
+TEST(ProtoConvertTest, GroupLeaderMembersCarryTheirDataPath) {
+  group::GroupStatus status = LeaderWithTwoMembers();
+  group::GroupMemberStatus& b = status.members[1];
+  b.has_transfer = true;
+  b.transfer = {.steps_sent = 12,
+                .steps_completed = 11,
+                .steps_failed = 1,
+                .outstanding = 0,
+                .step_timeouts = 1,
+                .digests_sent = 4,
+                .digests_matched = 3,
+                .digest_divergences = 1,
+                .last_digest_match_age = absl::Milliseconds(2500.9)};
+  b.has_events = true;
+  b.events = {.events_queued = 50,
+              .events_sent = 48,
+              .frames_sent = 9,
+              .events_waiting = 2,
+              .failed = true};
+  group::GroupMemberStatus& c = status.members[2];
+  c.has_transfer = true;  // Never matched a digest: age -1.
+  v1::CpGroupStatus out;
+  ToProto(status, "", &out);
+  ASSERT_EQ(out.members_size(), 3);
+  EXPECT_FALSE(out.members(0).has_transfer());  // The leader itself.
+  EXPECT_FALSE(out.members(0).has_events());
+  EXPECT_FALSE(out.has_follower());
+  ASSERT_TRUE(out.members(1).has_transfer());
+  const v1::CpGroupMemberTransfer& t = out.members(1).transfer();
+  EXPECT_EQ(t.steps_sent(), 12);
+  EXPECT_EQ(t.steps_completed(), 11);
+  EXPECT_EQ(t.steps_failed(), 1);
+  EXPECT_EQ(t.outstanding(), 0);
+  EXPECT_EQ(t.step_timeouts(), 1);
+  EXPECT_EQ(t.digests_sent(), 4);
+  EXPECT_EQ(t.digests_matched(), 3);
+  EXPECT_EQ(t.digest_divergences(), 1);
+  EXPECT_EQ(t.last_digest_match_age_ms(), 2500);
+  ASSERT_TRUE(out.members(1).has_events());
+  const v1::CpGroupMemberEvents& e = out.members(1).events();
+  EXPECT_EQ(e.events_queued(), 50);
+  EXPECT_EQ(e.events_sent(), 48);
+  EXPECT_EQ(e.frames_sent(), 9);
+  EXPECT_EQ(e.events_waiting(), 2);
+  EXPECT_TRUE(e.failed());
+  ASSERT_TRUE(out.members(2).has_transfer());
+  EXPECT_EQ(out.members(2).transfer().last_digest_match_age_ms(), -1);
+  EXPECT_EQ(out.members(2).transfer().steps_sent(), 0);
+  EXPECT_FALSE(out.members(2).has_events());
+}
+
+TEST(ProtoConvertTest, GroupFollowerCarriesItsExecutorAndAcks) {
+  group::GroupStatus status{.name = "g1",
+                            .role = group::GroupRole::kFollower,
+                            .state = group::GroupState::kFormed};
+  status.members.push_back({.index = 0, .name = "l:1", .live = true});
+  status.follower = {.tasks_received = 5,
+                     .steps_executed = 20,
+                     .steps_refused = 1,
+                     .steps_rejected = 2,
+                     .pending = 3,
+                     .digests_checked = 4,
+                     .digests_matched = 4,
+                     .diverged = true,
+                     .last_digest_match_age = absl::Milliseconds(70),
+                     .acks_relayed = 7,
+                     .acks_failed = 1};
+  v1::CpGroupStatus out;
+  ToProto(status, "l:1", &out);
+  ASSERT_TRUE(out.has_follower());
+  const v1::CpGroupFollowerStats& f = out.follower();
+  EXPECT_EQ(f.tasks_received(), 5);
+  EXPECT_EQ(f.steps_executed(), 20);
+  EXPECT_EQ(f.steps_refused(), 1);
+  EXPECT_EQ(f.steps_rejected(), 2);
+  EXPECT_EQ(f.pending(), 3);
+  EXPECT_EQ(f.digests_checked(), 4);
+  EXPECT_EQ(f.digests_matched(), 4);
+  EXPECT_TRUE(f.diverged());
+  EXPECT_EQ(f.last_digest_match_age_ms(), 70);
+  EXPECT_EQ(f.acks_relayed(), 7);
+  EXPECT_EQ(f.acks_failed(), 1);
+  EXPECT_FALSE(out.members(0).has_transfer());
+
+  status.follower = {};  // No match yet: -1.
+  ToProto(status, "l:1", &out);
+  EXPECT_EQ(out.follower().last_digest_match_age_ms(), -1);
+  EXPECT_EQ(out.follower().steps_executed(), 0);
+}
+
 }  // namespace hicache::service
