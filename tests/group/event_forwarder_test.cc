@@ -10,6 +10,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -203,6 +204,78 @@ TEST(EventForwarderTest, AFailedSendFailsTheMemberOnce) {
   ASSERT_EQ(failures.size(), 1u);
   EXPECT_EQ(failures[0].code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(a.count(), 0u);
+}
+
+// Per-member counters (GroupLeader's status shows them): read while the
+// sender is held inside the member's second send, so the first is counted.
+TEST(EventForwarderTest, SinkStatsCountEachMembersShare) {
+  EventForwarder forwarder;
+  // The first send waits for `go`; the second is held until `release`, so
+  // when it is entered the first (one event, one frame) was counted.
+  std::promise<void> first_entered, go, second_entered, release;
+  std::shared_future<void> went = go.get_future().share();
+  std::shared_future<void> released = release.get_future().share();
+  int sends = 0;  // Only the sender thread touches it.
+  absl::StatusOr<uint64_t> held = forwarder.Attach(
+      "held", {0},
+      [&](const FrameBody&) -> absl::Status {
+        if (++sends == 1) {
+          first_entered.set_value();
+          went.wait();
+        } else if (sends == 2) {
+          second_entered.set_value();
+          released.wait();
+        }
+        return absl::OkStatus();
+      },
+      nullptr);
+  ASSERT_TRUE(held.ok());
+  FakeMember other;
+  absl::StatusOr<uint64_t> other_id =
+      forwarder.Attach("other", {1}, other.Sender(), other.OnFail());
+  ASSERT_TRUE(other_id.ok());
+  EXPECT_FALSE(forwarder.sink_stats(*held + *other_id + 100).has_value());
+
+  forwarder.Publish(Step(1, 0, 0), "ns");
+  first_entered.get_future().wait();
+  forwarder.Publish(Step(2, 0, 0), "ns");  // The second frame.
+  go.set_value();
+  second_entered.get_future().wait();
+  forwarder.Publish(Step(3, 0, 0), "ns");  // Waits behind the held send.
+  std::optional<EventForwarder::SinkStats> s = forwarder.sink_stats(*held);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->events_queued, 3);
+  EXPECT_EQ(s->events_sent, 1);
+  EXPECT_EQ(s->frames_sent, 1);
+  EXPECT_EQ(s->events_waiting, 1);
+  EXPECT_FALSE(s->failed);
+  std::optional<EventForwarder::SinkStats> o = forwarder.sink_stats(*other_id);
+  ASSERT_TRUE(o.has_value());
+  EXPECT_EQ(o->events_queued, 0);  // Not its rank.
+  EXPECT_EQ(o->events_sent, 0);
+  release.set_value();
+  forwarder.Detach(*held);  // Waits for the held send.
+  EXPECT_FALSE(forwarder.sink_stats(*held).has_value());
+  forwarder.Stop();
+}
+
+TEST(EventForwarderTest, AFailedMembersSinkStatsSayFailed) {
+  EventForwarder forwarder;
+  FakeMember a;
+  a.FailSends(absl::UnavailableError("link failed"));
+  absl::StatusOr<uint64_t> id =
+      forwarder.Attach("a", {0}, a.Sender(), a.OnFail());
+  ASSERT_TRUE(id.ok());
+  forwarder.Publish(Step(1, 0, 0), "ns");
+  ASSERT_EQ(a.AwaitFailure().size(), 1u);  // on_fail runs after the mark.
+  std::optional<EventForwarder::SinkStats> s = forwarder.sink_stats(*id);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_TRUE(s->failed);
+  EXPECT_EQ(s->events_queued, 1);
+  EXPECT_EQ(s->events_sent, 0);
+  EXPECT_EQ(s->frames_sent, 0);
+  EXPECT_EQ(s->events_waiting, 0);
+  forwarder.Stop();
 }
 
 TEST(EventForwarderTest, DetachWaitsForItsSendAndStopsDelivery) {

@@ -126,6 +126,36 @@ TEST_P(GroupLeaderTest, BackupAndLoadThroughTheGroupAreByteExact) {
   EXPECT_GT(f->follower->executor_stats().steps_executed, 0);
   EXPECT_EQ(f->follower->executor_stats().steps_refused, 0);
   EXPECT_EQ(f->fatals.load(), 0);
+  // Both ends' status carry the data path's counters.
+  engine_->WaitForTransfers();
+  const GroupStatus status = leader_->Status();
+  ASSERT_EQ(status.members.size(), 2u);
+  EXPECT_FALSE(status.members[0].has_transfer);  // The leader itself.
+  EXPECT_FALSE(status.members[0].has_events);
+  const GroupMemberStatus& m = status.members[1];
+  ASSERT_TRUE(m.has_transfer);
+  EXPECT_GT(m.transfer.steps_sent, 0);
+  EXPECT_EQ(m.transfer.steps_completed, m.transfer.steps_sent);
+  EXPECT_EQ(m.transfer.steps_failed, 0);
+  EXPECT_EQ(m.transfer.outstanding, 0);
+  EXPECT_EQ(m.transfer.step_timeouts, 0);
+  EXPECT_EQ(m.transfer.digest_divergences, 0);
+  EXPECT_GE(m.transfer.digests_matched, 0);
+  EXPECT_TRUE(m.has_events);  // The rig forwards worker events.
+  EXPECT_FALSE(m.events.failed);
+  const GroupStatus fs = f->follower->Status();
+  const FollowerExecutor::Stats e = f->follower->executor_stats();
+  EXPECT_GT(fs.follower.tasks_received, 0);
+  EXPECT_EQ(fs.follower.steps_executed, e.steps_executed);
+  EXPECT_EQ(fs.follower.steps_executed, m.transfer.steps_completed);
+  EXPECT_EQ(fs.follower.steps_refused, 0);
+  EXPECT_EQ(fs.follower.steps_rejected, 0);
+  EXPECT_FALSE(fs.follower.diverged);
+  EXPECT_EQ(fs.follower.acks_relayed, 0);
+  EXPECT_EQ(status.follower.tasks_received, 0);  // A leader has none.
+  // Frozen, not zeroed, once the follower stopped.
+  f->follower->Stop();
+  EXPECT_EQ(f->follower->Status().follower.steps_executed, e.steps_executed);
 }
 
 // The follower's link breaks while copies are in flight: the leader declares
@@ -189,6 +219,18 @@ TEST_P(GroupLeaderTest, DeathMidTrafficThenReadmission) {
   ASSERT_EQ(status.members.size(), 2u);
   EXPECT_FALSE(status.members[1].live);
   EXPECT_NE(status.members[1].reason.find("f1"), std::string::npos);
+  {
+    // The dead member's counters, frozen at its retirement: every step sent
+    // either completed or failed by the death.
+    const GroupMemberTransfer& t = status.members[1].transfer;
+    ASSERT_TRUE(status.members[1].has_transfer);
+    EXPECT_GT(t.steps_sent, 0);
+    EXPECT_GT(t.steps_failed, 0);
+    EXPECT_EQ(t.outstanding, 0);
+    EXPECT_EQ(t.steps_completed + t.steps_failed, t.steps_sent);
+    EXPECT_EQ(t.digest_divergences, 0);
+    EXPECT_TRUE(status.members[1].has_events);
+  }
   EXPECT_EQ(engine_->UnavailableLanes(), split.follower);
   EXPECT_GE(engine_->Stats().lane_drops, 1);
   EXPECT_TRUE(engine_->CheckInvariants().ok()) << engine_->CheckInvariants();
@@ -231,6 +273,8 @@ TEST_P(GroupLeaderTest, DeathMidTrafficThenReadmission) {
   EXPECT_TRUE(status.members[1].live);
   EXPECT_EQ(status.members[1].readmissions, 1);
   EXPECT_EQ(status.members[1].name, "f1-restarted");
+  // A new engine: its counters start again.
+  EXPECT_EQ(status.members[1].transfer.steps_failed, 0);
   EXPECT_TRUE(engine_->UnavailableLanes().empty());
   // The leader-only node survived (its host copy is on the leader) and loads
   // back byte-exact through the new follower (which acks its empty copies);

@@ -143,6 +143,12 @@ TEST_P(WorkerEventsLinkTest, FollowerWorkersSeeTheLeadersBackupAndLoad) {
   }
   engine_->WaitForTransfers();
   EXPECT_EQ(engine_->Stats().backups_committed, 1);
+  // Every relayed ack counted (the local refusal of a foreign rank in
+  // neither); the two the leader refused as failed.
+  const GroupFollowerCounters acks = f->follower->Status().follower;
+  EXPECT_EQ(acks.acks_relayed,
+            2 + static_cast<int64_t>(Steps() * split.follower.size()));
+  EXPECT_EQ(acks.acks_failed, 2);
 
   for (size_t i = 0; i < boxes.size(); ++i) {
     std::vector<uint32_t> steps;
@@ -286,6 +292,11 @@ TEST_P(WorkerEventsLinkTest, NoLeaderNoAck) {
                     "ns", fr, 0, std::vector<uint64_t>(kMaxLayerStoredOps + 1))
                 .code(),
             absl::StatusCode::kInvalidArgument);
+  // Before the join and after the loss: failed, not relayed; the leader's
+  // refusal: relayed and failed; the local refusal: neither.
+  const GroupFollowerCounters acks = f->follower->Status().follower;
+  EXPECT_EQ(acks.acks_relayed, 1);
+  EXPECT_EQ(acks.acks_failed, 3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Splits, WorkerEventsLinkTest,

@@ -87,6 +87,21 @@ TEST_P(CpGroupIntegrityTest, EveryByteRoundTripsThroughTheGroup) {
   EXPECT_EQ(after->cp_group().deaths(), 0)
       << after->cp_group().ShortDebugString() << "\n"
       << GrepLogs("lost") << group_->DescribeLogs(15);
+  EXPECT_EQ(stats.backups_failed(), 0);
+  // The data path to every follower, as the leader's GetStats shows it:
+  // steps completed, no divergence, nothing failed.
+  ASSERT_EQ(after->cp_group().members_size(), static_cast<int>(group_->size()));
+  for (int m = 1; m < after->cp_group().members_size(); ++m) {
+    const v1::CpGroupMember& member = after->cp_group().members(m);
+    ASSERT_TRUE(member.has_transfer()) << member.ShortDebugString();
+    EXPECT_GT(member.transfer().steps_completed(), 0)
+        << member.ShortDebugString();
+    EXPECT_GE(member.transfer().digests_matched(), 0);
+    EXPECT_EQ(member.transfer().digest_divergences(), 0)
+        << member.ShortDebugString();
+    EXPECT_EQ(member.transfer().steps_failed(), 0)
+        << member.ShortDebugString();
+  }
   ASSERT_NO_FATAL_FAILURE(StopGroupCleanly());
 }
 
