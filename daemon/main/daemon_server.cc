@@ -377,6 +377,11 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   daemon->server_ = std::move(server);
   if (daemon->metrics_ != nullptr) {
     daemon->metrics_->Watch(daemon->engine_.get(), daemon->sessions_.get());
+    if (daemon->group_ != nullptr) {
+      // The group's series; StopServing runs before the group goes.
+      CpGroupRuntime* const group = daemon->group_.get();
+      daemon->metrics_->WatchGroup([group] { return group->Status(); });
+    }
   }
   daemon->listener_->Start(daemon->server_.get());
   if (daemon->group_ != nullptr) {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/core/daemon_config.h"
 #include "daemon/metrics/cache_collector.h"
+#include "daemon/metrics/group_collector.h"
 #include "daemon/metrics/layer_metrics.h"
 #include "daemon/metrics/rpc_interceptor.h"
 #include "daemon/metrics/rpc_metrics.h"
@@ -65,6 +66,13 @@ void DaemonMetrics::Watch(const HiCacheEngine* engine,
   MutexLock lock(&mu_);
   collector_ = std::make_shared<CacheCollector>(engine, sessions);
   if (exposer_ != nullptr) exposer_->RegisterCollectable(collector_);
+}
+
+void DaemonMetrics::WatchGroup(
+    std::function<std::optional<group::GroupStatus>()> status) {
+  MutexLock lock(&mu_);
+  group_collector_ = std::make_shared<GroupCollector>(std::move(status));
+  if (exposer_ != nullptr) exposer_->RegisterCollectable(group_collector_);
 }
 
 void DaemonMetrics::StopServing() {

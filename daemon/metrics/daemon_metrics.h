@@ -1,6 +1,8 @@
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,6 +12,7 @@
 #include "daemon/engine/engine_observer.h"
 #include "daemon/engine/hicache_engine.h"
 #include "daemon/engine/session_manager.h"
+#include "daemon/group/group_status.h"
 #include "grpcpp/support/server_interceptor.h"
 
 namespace prometheus {
@@ -20,6 +23,7 @@ class Registry;
 namespace hicache::metrics {
 
 class CacheCollector;
+class GroupCollector;
 class LayerMetrics;
 class RpcMetrics;
 
@@ -52,6 +56,11 @@ class DaemonMetrics {
   // Adds the cache collector; both must outlive StopServing().
   void Watch(const HiCacheEngine* engine, const SessionManager* sessions)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Adds the CP group's series (GroupCollector over `status`, called at
+  // scrape time); `status` must stay callable until StopServing().
+  void WatchGroup(
+      std::function<std::optional<group::GroupStatus>()> status)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Stops the HTTP server (waits for scrapes in progress). Idempotent.
   void StopServing() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -64,6 +73,7 @@ class DaemonMetrics {
   int port_ = 0;
   Mutex mu_;
   std::shared_ptr<CacheCollector> collector_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<GroupCollector> group_collector_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<prometheus::Exposer> exposer_ ABSL_GUARDED_BY(mu_);
 };
 
