@@ -276,15 +276,30 @@ void GroupFollower::Lost(absl::string_view cause) {
   if (on_fatal_) on_fatal_(fatal);
 }
 
-FollowerExecutor::Stats GroupFollower::executor_stats() const {
+FollowerExecutor::Stats GroupFollower::ReadExecutorStats() const {
+  FollowerExecutor* executor = nullptr;
+  {
+    MutexLock lock(&mu_);
+    if (executor_view_ == nullptr) return last_executor_;
+    executor = executor_view_;
+    ++senders_;  // Stop waits for it before destroying the executor.
+  }
+  // Not under mu_: stats() takes the link's locks, which are not below it.
+  FollowerExecutor::Stats stats = executor->stats();
   MutexLock lock(&mu_);
-  return executor_view_ != nullptr ? executor_view_->stats() : last_executor_;
+  if (--senders_ == 0) ack_cv_.SignalAll();
+  return stats;
+}
+
+FollowerExecutor::Stats GroupFollower::executor_stats() const {
+  return ReadExecutorStats();
 }
 
 GroupStatus GroupFollower::Status() const {
   GroupStatus status{.name = options_.group_name,
                      .role = GroupRole::kFollower,
                      .cp_size = options_.cp_size};
+  const FollowerExecutor::Stats e = ReadExecutorStats();
   MutexLock lock(&mu_);
   status.epoch = epoch_;
   status.reason = reason_;
@@ -306,9 +321,6 @@ GroupStatus GroupFollower::Status() const {
                         .reason = reason_,
                         .heartbeats_sent = h.heartbeats_sent,
                         .heartbeats_received = h.heartbeats_received});
-  // The executor's lock is a leaf (it calls nothing of ours under it).
-  const FollowerExecutor::Stats e =
-      executor_view_ != nullptr ? executor_view_->stats() : last_executor_;
   GroupFollowerCounters& c = status.follower;
   c.tasks_received = e.tasks_received;
   c.steps_executed = e.steps_executed;
@@ -352,10 +364,13 @@ void GroupFollower::Stop() {
       spdlog::debug("CP group {}: no bye to {}: {}", options_.group_name,
                     options_.leader, bye);
     }
+    // Its counters for Status once it is gone (read without mu_).
+    const FollowerExecutor::Stats last = executor_->stats();
     {
       MutexLock lock(&mu_);
-      AwaitSendersLocked();  // None new: stopping_ is set.
-      if (executor_view_ != nullptr) last_executor_ = executor_view_->stats();
+      // No new sender (stopping_ is set); a stats reader leaves promptly.
+      AwaitSendersLocked();
+      last_executor_ = last;
       executor_view_ = nullptr;
     }
     executor_.reset();  // Closes the link, joins its threads.

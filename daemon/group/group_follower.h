@@ -119,6 +119,9 @@ class GroupFollower {
   // Checks a WorkerEvents batch whole, then applies it to options_.events.
   absl::Status ApplyWorkerEvents(const WorkerEventBatch& batch)
       ABSL_LOCKS_EXCLUDED(events_mu_);
+  // The executor's counters (last_executor_ once it is gone), read without
+  // mu_ held: registered as a sender so that Stop waits for it.
+  FollowerExecutor::Stats ReadExecutorStats() const ABSL_LOCKS_EXCLUDED(mu_);
   // Waits until no ForwardLayerStored uses executor_view_ outside mu_.
   void AwaitSendersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Why ForwardLayerStored cannot reach the leader now.
@@ -152,11 +155,15 @@ class GroupFollower {
 
   // ForwardLayerStored: the answers awaited (nullopt until the ack came),
   // and the calls sending through executor_view_ without mu_.
-  CondVar ack_cv_;  // An ack came, the leader was lost, or stopping.
+  // An ack came, the leader was lost, stopping, or a sender or stats
+  // reader left.
+  mutable CondVar ack_cv_;
   uint64_t next_request_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<uint64_t, std::optional<absl::Status>> acks_
       ABSL_GUARDED_BY(mu_);
-  int64_t senders_ ABSL_GUARDED_BY(mu_) = 0;
+  // Also counts Status/executor_stats reading the executor's counters
+  // without mu_ (its link's locks are not below mu_).
+  mutable int64_t senders_ ABSL_GUARDED_BY(mu_) = 0;
 
   // Worker events: the ops tagged in options_.events whose terminal event
   // has not come yet (Tag replays queued events, so it runs once per op).
