@@ -1,7 +1,5 @@
 #include "daemon/main/cp_group_runtime.h"
 
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +7,7 @@
 #include "daemon/comm/gloo_communicator.h"
 #include "daemon/group/group_geometry.h"
 #include "daemon/main/grpc_rendezvous_store.h"
+#include "daemon/main/grpc_support.h"
 #include "daemon/main/rendezvous_gloo_store.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
@@ -28,19 +27,21 @@ constexpr absl::Duration kJoinRpcTimeout = absl::Seconds(40);
 // Gloo's accept phase may take a few connect timeouts.
 constexpr absl::Duration kLinkKeysGrace = absl::Seconds(30);  // 6 connects.
 
-absl::Status FromGrpc(const grpc::Status& status) {
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
-}
-
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return absl::FailedPreconditionError(absl::StrCat("cannot read ", path));
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+// One end of a member's link (rank 0: the leader's, 1: the member's),
+// rendezvousing through `store` under `prefix`.
+absl::StatusOr<std::unique_ptr<comm::Communicator>> ConnectLink(
+    RendezvousGlooStore* store, const std::string& prefix, int rank,
+    std::shared_ptr<gloo::transport::Device> device,
+    absl::Duration receive_timeout) {
+  absl::StatusOr<std::unique_ptr<comm::GlooCommunicator>> link =
+      comm::GlooCommunicator::Connect({.store = store,
+                                       .key_prefix = prefix,
+                                       .rank = rank,
+                                       .device = std::move(device),
+                                       .connect_timeout = kConnectTimeout,
+                                       .receive_timeout = receive_timeout});
+  if (!link.ok()) return link.status();
+  return std::unique_ptr<comm::Communicator>(*std::move(link));
 }
 
 // The follower's channel to its leader: plain for --insecure_tcp_for_testing,
@@ -54,14 +55,14 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> LeaderCredentials(
   grpc::SslCredentialsOptions options;
   if (!config.tls_client_ca_file.empty()) {
     absl::StatusOr<std::string> roots =
-        ReadWholeFile(config.tls_client_ca_file);
+        ReadCredentialsFile(config.tls_client_ca_file);
     if (!roots.ok()) return roots.status();
     options.pem_root_certs = *roots;
   }
   if (!config.tls_cert_file.empty()) {
-    absl::StatusOr<std::string> cert = ReadWholeFile(config.tls_cert_file);
+    absl::StatusOr<std::string> cert = ReadCredentialsFile(config.tls_cert_file);
     if (!cert.ok()) return cert.status();
-    absl::StatusOr<std::string> key = ReadWholeFile(config.tls_key_file);
+    absl::StatusOr<std::string> key = ReadCredentialsFile(config.tls_key_file);
     if (!key.ok()) return key.status();
     options.pem_cert_chain = *cert;
     options.pem_private_key = *key;
@@ -97,10 +98,7 @@ CpGroupRuntime::~CpGroupRuntime() { Stop(); }
 void CpGroupRuntime::ConfigureEngine(EngineOptions* options) {
   if (leader_role_) {
     // Every rank's acks count on the leader; its pools are its own ranks'.
-    std::vector<Rank> own = options->served_ranks;
-    if (own.empty()) {
-      for (Rank r = 0; r < config_.cp_size; ++r) own.push_back(r);
-    }
+    const std::vector<Rank> own = config_.EffectiveRanks();
     options->pool_ranks = own;
     options->served_ranks.clear();
     options->wrap_transfer = [this, own](TransferListener* listener,
@@ -169,16 +167,7 @@ absl::Status CpGroupRuntime::Attach(HiCacheEngine* engine, Backend* backend,
         [this, timeout](const std::string& prefix)
             -> absl::StatusOr<std::unique_ptr<comm::Communicator>> {
           KvGlooStore store(kv_.get(), kConnectTimeout);
-          absl::StatusOr<std::unique_ptr<comm::GlooCommunicator>> link =
-              comm::GlooCommunicator::Connect(
-                  {.store = &store,
-                   .key_prefix = prefix,
-                   .rank = 0,
-                   .device = device_,
-                   .connect_timeout = kConnectTimeout,
-                   .receive_timeout = timeout});
-          if (!link.ok()) return link.status();
-          return std::unique_ptr<comm::Communicator>(*std::move(link));
+          return ConnectLink(&store, prefix, /*rank=*/0, device_, timeout);
         },
         [this](const std::string& prefix) { ReclaimLinkKeys(prefix); });
     service_ = std::make_unique<service::CpGroupService>(
@@ -319,16 +308,11 @@ absl::Status CpGroupRuntime::JoinOnce() {
     MutexLock lock(&mu_);
     join_context_ = nullptr;
   }
-  if (!rpc.ok()) return FromGrpc(rpc);
+  if (!rpc.ok()) return FromGrpcStatus(rpc);
   GrpcRendezvousStore store(leader_stub_, {.timeout = kConnectTimeout});
-  absl::StatusOr<std::unique_ptr<comm::GlooCommunicator>> link =
-      comm::GlooCommunicator::Connect(
-          {.store = &store,
-           .key_prefix = reply.rendezvous_prefix(),
-           .rank = 1,
-           .device = device_,
-           .connect_timeout = kConnectTimeout,
-           .receive_timeout = absl::Milliseconds(group_.timeout_ms)});
+  absl::StatusOr<std::unique_ptr<comm::Communicator>> link =
+      ConnectLink(&store, reply.rendezvous_prefix(), /*rank=*/1, device_,
+                  absl::Milliseconds(group_.timeout_ms));
   if (!link.ok()) {
     return absl::UnavailableError(absl::StrCat(
         "admitted as member ", reply.member_index(), " (epoch ", reply.epoch(),
@@ -343,9 +327,6 @@ absl::Status CpGroupRuntime::JoinOnce() {
       !run.ok()) {
     return run;
   }
-  MutexLock lock(&mu_);
-  epoch_ = reply.epoch();
-  joined_ = true;
   spdlog::info("CP group {}: joined the leader '{}' at {} as member {} "
                "(epoch {})",
                group_.name, reply.leader_name(), group_.leader,

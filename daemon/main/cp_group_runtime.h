@@ -172,8 +172,6 @@ class CpGroupRuntime final : public LeaderView {
   grpc::ClientContext* join_context_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool fatal_ ABSL_GUARDED_BY(mu_) = false;
   std::string advertise_ ABSL_GUARDED_BY(mu_);
-  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
-  bool joined_ ABSL_GUARDED_BY(mu_) = false;
   // Leader: links whose leader end is done, oldest first, with when.
   std::deque<std::pair<std::string, absl::Time>> done_links_
       ABSL_GUARDED_BY(mu_);

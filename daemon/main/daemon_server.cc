@@ -5,8 +5,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +19,7 @@
 #include "daemon/main/backend_factory.h"
 #include "daemon/main/connection_registry.h"
 #include "daemon/main/cp_group_runtime.h"
+#include "daemon/main/grpc_support.h"
 #include "daemon/main/unix_listener.h"
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/pool/host_budget.h"
@@ -39,16 +38,6 @@
 namespace hicache {
 
 namespace {
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return absl::FailedPreconditionError(absl::StrCat("cannot read ", path));
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 // `socket_path` with its directory resolved (absolute, no symlinks), so that
 // every spelling of one socket gives the same default instance id.
@@ -75,14 +64,14 @@ DaemonServer::TcpCredentials(const DaemonConfig& config) {
                  config.listen_tcp);
     return grpc::InsecureServerCredentials();
   }
-  absl::StatusOr<std::string> cert = ReadFile(config.tls_cert_file);
+  absl::StatusOr<std::string> cert = ReadCredentialsFile(config.tls_cert_file);
   if (!cert.ok()) return cert.status();
-  absl::StatusOr<std::string> key = ReadFile(config.tls_key_file);
+  absl::StatusOr<std::string> key = ReadCredentialsFile(config.tls_key_file);
   if (!key.ok()) return key.status();
   grpc::SslServerCredentialsOptions options;
   options.pem_key_cert_pairs.push_back({*key, *cert});
   if (!config.tls_client_ca_file.empty()) {
-    absl::StatusOr<std::string> ca = ReadFile(config.tls_client_ca_file);
+    absl::StatusOr<std::string> ca = ReadCredentialsFile(config.tls_client_ca_file);
     if (!ca.ok()) return ca.status();
     options.pem_root_certs = *ca;
     options.client_certificate_request =

@@ -6,16 +6,12 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/main/grpc_support.h"
 
 namespace hicache {
 namespace {
 
 namespace pb = ::hicache::internal::v1;
-
-absl::Status FromGrpc(const grpc::Status& s) {
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      s.error_message());
-}
 
 }  // namespace
 
@@ -34,7 +30,7 @@ absl::Status GrpcRendezvousStore::Set(const std::string& key,
   pb::RendezvousSetResponse response;
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-  return FromGrpc(stub_->RendezvousSet(&context, request, &response));
+  return FromGrpcStatus(stub_->RendezvousSet(&context, request, &response));
 }
 
 absl::StatusOr<std::string> GrpcRendezvousStore::Get(const std::string& key,
@@ -63,7 +59,7 @@ absl::StatusOr<std::string> GrpcRendezvousStore::Get(const std::string& key,
         request.wait_ms() > 0 && absl::Now() < deadline) {
       continue;
     }
-    return FromGrpc(s);
+    return FromGrpcStatus(s);
   }
 }
 
