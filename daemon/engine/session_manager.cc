@@ -629,6 +629,14 @@ absl::Status SessionManager::ReleaseFence(const std::string& id,
   return engine_->ReleaseFence(fence);
 }
 
+bool SessionManager::NamespaceOwnsBackupLocked(const std::string& ns,
+                                               uint64_t backup) const {
+  for (const auto& [id, session] : sessions_) {
+    if (session.info.ns == ns && session.backups.contains(backup)) return true;
+  }
+  return false;
+}
+
 absl::Status SessionManager::LayerStored(const std::string& id,
                                          absl::Span<const uint64_t> backups,
                                          uint32_t step,
@@ -645,16 +653,9 @@ absl::Status SessionManager::LayerStored(const std::string& id,
   // A scheduler stores its own backups for every rank; a worker stores its
   // rank's share of backups that schedulers of its namespace prepared.
   for (size_t i = 0; i < backups.size(); ++i) {
-    bool known = caller.backups.contains(backups[i]);
-    if (worker) {
-      for (const auto& [other_id, other] : sessions_) {
-        if (other.info.ns == caller.info.ns &&
-            other.backups.contains(backups[i])) {
-          known = true;
-          break;
-        }
-      }
-    }
+    const bool known = caller.backups.contains(backups[i]) ||
+                       (worker && NamespaceOwnsBackupLocked(caller.info.ns,
+                                                            backups[i]));
     if (!known) {
       return absl::InvalidArgumentError(absl::StrCat(
           "backup_ids[", i, "] = ", backups[i], " is not a backup of ",
@@ -695,14 +696,7 @@ absl::Status SessionManager::NamespaceLayerStored(
   }
   MutexLock lock(&mu_);
   for (size_t i = 0; i < backups.size(); ++i) {
-    bool known = false;
-    for (const auto& [other_id, other] : sessions_) {
-      if (other.info.ns == ns && other.backups.contains(backups[i])) {
-        known = true;
-        break;
-      }
-    }
-    if (!known) {
+    if (!NamespaceOwnsBackupLocked(ns, backups[i])) {
       return absl::InvalidArgumentError(
           absl::StrCat("backup_ids[", i, "] = ", backups[i],
                        " is not a backup of this worker's namespace"));

@@ -291,6 +291,10 @@ class SessionManager {
                                     absl::string_view field) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckItems(size_t count, absl::string_view what) const;
+  // Whether a session of namespace `ns` prepared `backup` (what a worker of
+  // that namespace may ack).
+  bool NamespaceOwnsBackupLocked(const std::string& ns, uint64_t backup) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckHandlesLocked(const Session& session,
                                   absl::Span<const uint64_t> handles) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -200,15 +200,11 @@ void FollowerExecutor::Execute(TransferTask task) {
   for (RankCopy& copy : task.ranks) {
     if (diverged) {
       // Nothing runs once the accounting diverged (the daemon is exiting).
-      refused.push_back(StepDone{
-          .op_id = task.op_id,
-          .direction = task.direction,
-          .rank = copy.rank,
-          .step = task.step,
-          .status = absl::AbortedError(
+      refused.push_back(FailedStep(
+          task, copy.rank,
+          absl::AbortedError(
               "not executed: this follower's pool accounting diverged from "
-              "the leader's"),
-          .bytes = 0});
+              "the leader's")));
       continue;
     }
     absl::Status ok = seen.insert(copy.rank).second
@@ -226,12 +222,7 @@ void FollowerExecutor::Execute(TransferTask task) {
         ok.message()));
     spdlog::error("CP group: {} (from {}); not executed", why.message(),
                   scope_.leader);
-    refused.push_back(StepDone{.op_id = task.op_id,
-                               .direction = task.direction,
-                               .rank = copy.rank,
-                               .step = task.step,
-                               .status = std::move(why),
-                               .bytes = 0});
+    refused.push_back(FailedStep(task, copy.rank, std::move(why)));
   }
   const int64_t accepted = static_cast<int64_t>(run.ranks.size());
   {
@@ -250,12 +241,7 @@ void FollowerExecutor::Execute(TransferTask task) {
                 task.op_id, task.step, submitted);
   std::vector<StepDone> rejected;
   for (Rank rank : ranks) {
-    rejected.push_back(StepDone{.op_id = task.op_id,
-                                .direction = task.direction,
-                                .rank = rank,
-                                .step = task.step,
-                                .status = CopyStatus(submitted),
-                                .bytes = 0});
+    rejected.push_back(FailedStep(task, rank, CopyStatus(submitted)));
   }
   {
     MutexLock lock(&mu_);

@@ -116,7 +116,8 @@ std::string RanksText(const std::vector<Rank>& ranks) {
   return absl::StrJoin(ranks, ",");
 }
 
-// "ranks 5-7, rank 9" for a sorted, duplicate-free list.
+}  // namespace
+
 std::string RangesText(const std::vector<Rank>& ranks) {
   std::vector<std::string> parts;
   for (size_t i = 0; i < ranks.size();) {
@@ -127,8 +128,6 @@ std::string RangesText(const std::vector<Rank>& ranks) {
   }
   return absl::StrJoin(parts, ", ");
 }
-
-}  // namespace
 
 uint64_t KvFamiliesFingerprint(const KvGeometry& kv) {
   Writer w;

@@ -118,6 +118,9 @@ absl::Status CheckRankAssignment(
     uint32_t cp_size, absl::Span<const MemberRanks> members,
     RankCoverage coverage = RankCoverage::kComplete);
 
+// "ranks 5-7, rank 9" for a sorted, duplicate-free list ("" for none).
+std::string RangesText(const std::vector<Rank>& ranks);
+
 std::string EncodeGroupGeometry(const GroupGeometry& geometry);
 absl::StatusOr<GroupGeometry> DecodeGroupGeometry(absl::string_view bytes);
 

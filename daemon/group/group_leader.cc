@@ -13,11 +13,10 @@
 namespace hicache::group {
 namespace {
 
-// "rank 1", "ranks 2-3".
+// "rank 1", "ranks 2-3" (RangesText, which also says "ranks 2-3, rank 5"
+// for a list with gaps).
 std::string DescribeRanks(const std::vector<Rank>& ranks) {
-  if (ranks.empty()) return "no rank";
-  if (ranks.size() == 1) return absl::StrCat("rank ", ranks.front());
-  return absl::StrCat("ranks ", ranks.front(), "-", ranks.back());
+  return ranks.empty() ? "no rank" : RangesText(ranks);
 }
 
 GroupMemberTransfer ToTransfer(const RemoteTransferEngine::Stats& s,

@@ -91,15 +91,11 @@ absl::Status RoutingTransferEngine::Submit(TransferTask task) {
         copy.wait_fence = f->second.inner;
       }
       if (engine == nullptr) {
-        unrouted.push_back(StepDone{
-            .op_id = task.op_id,
-            .direction = task.direction,
-            .rank = copy.rank,
-            .step = task.step,
-            .status = absl::UnavailableError(absl::StrCat(
+        unrouted.push_back(FailedStep(
+            task, copy.rank,
+            absl::UnavailableError(absl::StrCat(
                 "rank ", copy.rank,
-                " is served by no live member of the CP group")),
-            .bytes = 0});
+                " is served by no live member of the CP group"))));
         continue;
       }
       auto part = std::find_if(parts.begin(), parts.end(), [&](const Part& p) {
@@ -129,12 +125,7 @@ absl::Status RoutingTransferEngine::Submit(TransferTask task) {
     spdlog::error("CP group: routing op {} step {}: {} ranks refused: {}",
                   task.op_id, task.step, ranks, submitted);
     for (Rank rank : names) {
-      unrouted.push_back(StepDone{.op_id = task.op_id,
-                                  .direction = task.direction,
-                                  .rank = rank,
-                                  .step = task.step,
-                                  .status = CopyStatus(submitted),
-                                  .bytes = 0});
+      unrouted.push_back(FailedStep(task, rank, CopyStatus(submitted)));
     }
   }
   if (!unrouted.empty()) {

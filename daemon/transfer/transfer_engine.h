@@ -4,6 +4,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -52,6 +53,18 @@ struct StepDone {
   // a worker waits on it before reading the layer. Empty otherwise.
   std::string fence;
 };
+
+// The completion of `rank`'s copy of `task` that failed with `status` (no
+// bytes moved).
+inline StepDone FailedStep(const TransferTask& task, Rank rank,
+                           absl::Status status) {
+  return StepDone{.op_id = task.op_id,
+                  .direction = task.direction,
+                  .rank = rank,
+                  .step = task.step,
+                  .status = std::move(status),
+                  .bytes = 0};
+}
 
 // Receives completions. Called from transfer threads, once per (op, rank,
 // step) of every submitted task. Implementations must be thread-safe and must
