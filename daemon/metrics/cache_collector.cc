@@ -7,53 +7,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/core/build_info.h"
+#include "daemon/metrics/family_builder.h"
 #include "daemon/metrics/label_values.h"
 
 namespace hicache::metrics {
 namespace {
 
-using prometheus::ClientMetric;
 using prometheus::MetricFamily;
-using prometheus::MetricType;
-using Labels = std::vector<ClientMetric::Label>;
 
-// Builds the families of one scrape.
-class Families {
- public:
-  // Starts a family; the samples that follow belong to it.
-  Families& Counter(std::string name, std::string help) {
-    return Start(std::move(name), std::move(help), MetricType::Counter);
-  }
-  Families& Gauge(std::string name, std::string help) {
-    return Start(std::move(name), std::move(help), MetricType::Gauge);
-  }
-  Families& Sample(double value, Labels labels = {}) {
-    ClientMetric metric;
-    metric.label = std::move(labels);
-    if (out_.back().type == MetricType::Counter) {
-      metric.counter.value = value;
-    } else {
-      metric.gauge.value = value;
-    }
-    out_.back().metric.push_back(std::move(metric));
-    return *this;
-  }
-  std::vector<MetricFamily> Take() { return std::move(out_); }
 
- private:
-  Families& Start(std::string name, std::string help, MetricType type) {
-    MetricFamily family;
-    family.name = std::move(name);
-    family.help = std::move(help);
-    family.type = type;
-    out_.push_back(std::move(family));
-    return *this;
-  }
-
-  std::vector<MetricFamily> out_;
-};
-
-void AddEngine(const EngineStats& s, Families& f) {
+void AddEngine(const EngineStats& s, FamilyBuilder& f) {
   f.Counter("hicache_match_calls_total", "Counted prefix matches.")
       .Sample(s.match_calls);
   f.Counter("hicache_query_tokens_total", "Tokens of the counted matches.")
@@ -133,9 +96,9 @@ void AddEngine(const EngineStats& s, Families& f) {
       .Sample(s.device_alloc_failures);
 }
 
-void AddPools(const HiCacheEngine& engine, Families& f) {
+void AddPools(const HiCacheEngine& engine, FamilyBuilder& f) {
   const uint32_t lanes = engine.layout().cp_size();
-  Families& device = f.Gauge(
+  FamilyBuilder& device = f.Gauge(
       "hicache_device_pages",
       "Device (L1) pages per lane: used (allocated: tree, requests, loads) "
       "or free (the reserved page 0 excluded).");
@@ -145,7 +108,7 @@ void AddPools(const HiCacheEngine& engine, Families& f) {
     device.Sample(counts.allocated, {{"lane", label}, {"state", "used"}});
     device.Sample(counts.available(), {{"lane", label}, {"state", "free"}});
   }
-  Families& host = f.Gauge("hicache_host_pages",
+  FamilyBuilder& host = f.Gauge("hicache_host_pages",
                            "Host (L2) pages per rank: used or free.");
   const int64_t capacity = engine.options().host_pages_per_rank;
   for (Rank rank = 0; rank < lanes; ++rank) {
@@ -162,7 +125,7 @@ void AddPools(const HiCacheEngine& engine, Families& f) {
 }
 
 // Hot restart (--state_dir): only when it is on.
-void AddPersistence(const HostTierPersistence& p, Families& f) {
+void AddPersistence(const HostTierPersistence& p, FamilyBuilder& f) {
   if (!p.enabled) return;
   f.Gauge("hicache_host_tier_recovered",
           "What recovery restored at start: nodes and host pages (all "
@@ -190,7 +153,7 @@ void AddPersistence(const HostTierPersistence& p, Families& f) {
       .Sample(static_cast<double>(p.journal_file_bytes));
 }
 
-void AddTree(const TreeStats& tree, Families& f) {
+void AddTree(const TreeStats& tree, FamilyBuilder& f) {
   f.Gauge("hicache_tree_nodes", "Radix tree nodes (roots excluded).")
       .Sample(tree.nodes);
   f.Gauge("hicache_tree_tokens",
@@ -206,7 +169,7 @@ void AddTree(const TreeStats& tree, Families& f) {
       .Sample(tree.namespaces);
 }
 
-void AddSessions(const SessionManager::Census& census, Families& f) {
+void AddSessions(const SessionManager::Census& census, FamilyBuilder& f) {
   f.Gauge("hicache_sessions", "Open sessions by role.")
       .Sample(census.scheduler_sessions, {{"role", "scheduler"}})
       .Sample(census.worker_sessions, {{"role", "worker"}});
@@ -219,7 +182,7 @@ void AddSessions(const SessionManager::Census& census, Families& f) {
 }
 
 void AddNamespaces(std::vector<NamespaceRow> rows, size_t max_rows,
-                   Families& f) {
+                   FamilyBuilder& f) {
   rows = TopNamespaces(std::move(rows), max_rows);
   f.Gauge("hicache_namespace_tokens",
           "Cached tokens of the largest namespaces by tier (the rest: "
@@ -256,7 +219,7 @@ std::vector<NamespaceUsage> CacheCollector::UsageByNamespace() const {
 }
 
 std::vector<MetricFamily> CacheCollector::Collect() const {
-  Families f;
+  FamilyBuilder f;
   const BuildInfo& build = GetBuildInfo();
   f.Gauge("hicache_build_info", "Build identity; the value is 1.")
       .Sample(1, {{"version", build.version},

@@ -7,33 +7,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "daemon/metrics/family_builder.h"
 
 namespace hicache::metrics {
 namespace {
 
-using prometheus::ClientMetric;
 using prometheus::MetricFamily;
 using prometheus::MetricType;
-using Labels = std::vector<ClientMetric::Label>;
-
-MetricFamily Family(std::string name, std::string help, MetricType type) {
-  MetricFamily family;
-  family.name = std::move(name);
-  family.help = std::move(help);
-  family.type = type;
-  return family;
-}
-
-void Sample(MetricFamily& family, double value, Labels labels) {
-  ClientMetric metric;
-  metric.label = std::move(labels);
-  if (family.type == MetricType::Counter) {
-    metric.counter.value = value;
-  } else {
-    metric.gauge.value = value;
-  }
-  family.metric.push_back(std::move(metric));
-}
 
 // One family per series, filled member by member.
 struct MemberSeries {
@@ -121,77 +101,54 @@ std::vector<MetricFamily> GroupCollector::Collect() const {
 
 std::vector<MetricFamily> GroupCollector::Families(
     const group::GroupStatus& status) {
-  std::vector<MetricFamily> out;
-  MetricFamily info =
-      Family("hicache_cp_group_info",
-             "1, labelled with this daemon's role and the group's state.",
-             MetricType::Gauge);
-  Sample(info, 1,
-         {{"role", group::GroupRoleName(status.role)},
-          {"state", group::GroupStateName(status.state)}});
-  out.push_back(std::move(info));
+  FamilyBuilder f;
+  f.Gauge("hicache_cp_group_info",
+          "1, labelled with this daemon's role and the group's state.")
+      .Sample(1, {{"role", group::GroupRoleName(status.role)},
+                  {"state", group::GroupStateName(status.state)}});
   if (status.role == group::GroupRole::kLeader) {
-    MetricFamily deaths = Family("hicache_cp_group_member_deaths_total",
-                                 "Members declared dead.", MetricType::Counter);
-    Sample(deaths, static_cast<double>(status.deaths), {});
-    out.push_back(std::move(deaths));
+    f.Counter("hicache_cp_group_member_deaths_total", "Members declared dead.")
+        .Sample(static_cast<double>(status.deaths));
     for (const MemberSeries& series : LeaderSeries()) {
-      MetricFamily family = Family(series.name, series.help, series.type);
+      FamilyBuilder& family = series.type == MetricType::Counter
+                                  ? f.Counter(series.name, series.help)
+                                  : f.Gauge(series.name, series.help);
       for (const group::GroupMemberStatus& m : status.members) {
         if (std::optional<double> v = series.value(m); v.has_value()) {
-          Sample(family, *v, {{"member", absl::StrCat(m.index)}});
+          family.Sample(*v, {{"member", absl::StrCat(m.index)}});
         }
       }
-      out.push_back(std::move(family));
     }
-    return out;
+    return f.Take();
   }
   const group::GroupFollowerCounters& c = status.follower;
-  MetricFamily tasks = Family("hicache_cp_group_follower_tasks_total",
-                              "Copy tasks received from the leader.",
-                              MetricType::Counter);
-  Sample(tasks, static_cast<double>(c.tasks_received), {});
-  out.push_back(std::move(tasks));
-  MetricFamily steps = Family(
-      "hicache_cp_group_follower_steps_total",
-      "Copy steps from the leader by outcome: executed (completed locally), "
-      "refused (failed the checks), rejected (refused by the local engine).",
-      MetricType::Counter);
-  Sample(steps, static_cast<double>(c.steps_executed),
-         {{"outcome", "executed"}});
-  Sample(steps, static_cast<double>(c.steps_refused), {{"outcome", "refused"}});
-  Sample(steps, static_cast<double>(c.steps_rejected),
-         {{"outcome", "rejected"}});
-  out.push_back(std::move(steps));
-  MetricFamily pending =
-      Family("hicache_cp_group_follower_steps_pending",
-             "Copy steps from the leader not completed yet.", MetricType::Gauge);
-  Sample(pending, static_cast<double>(c.pending), {});
-  out.push_back(std::move(pending));
-  MetricFamily digests = Family(
-      "hicache_cp_group_follower_digests_total",
-      "Accounting digests from the leader: checked, and matched.",
-      MetricType::Counter);
-  Sample(digests, static_cast<double>(c.digests_checked),
-         {{"outcome", "checked"}});
-  Sample(digests, static_cast<double>(c.digests_matched),
-         {{"outcome", "matched"}});
-  out.push_back(std::move(digests));
-  MetricFamily diverged = Family(
-      "hicache_cp_group_follower_diverged",
-      "1 once a digest from the leader differed from this follower's tally.",
-      MetricType::Gauge);
-  Sample(diverged, c.diverged ? 1 : 0, {});
-  out.push_back(std::move(diverged));
-  MetricFamily acks = Family(
-      "hicache_cp_group_follower_acks_total",
-      "Worker acks relayed to the leader (relayed), and relayed acks that "
-      "did not end OK (failed).",
-      MetricType::Counter);
-  Sample(acks, static_cast<double>(c.acks_relayed), {{"outcome", "relayed"}});
-  Sample(acks, static_cast<double>(c.acks_failed), {{"outcome", "failed"}});
-  out.push_back(std::move(acks));
-  return out;
+  f.Counter("hicache_cp_group_follower_tasks_total",
+            "Copy tasks received from the leader.")
+      .Sample(static_cast<double>(c.tasks_received));
+  f.Counter(
+       "hicache_cp_group_follower_steps_total",
+       "Copy steps from the leader by outcome: executed (completed locally), "
+       "refused (failed the checks), rejected (refused by the local engine).")
+      .Sample(static_cast<double>(c.steps_executed), {{"outcome", "executed"}})
+      .Sample(static_cast<double>(c.steps_refused), {{"outcome", "refused"}})
+      .Sample(static_cast<double>(c.steps_rejected), {{"outcome", "rejected"}});
+  f.Gauge("hicache_cp_group_follower_steps_pending",
+          "Copy steps from the leader not completed yet.")
+      .Sample(static_cast<double>(c.pending));
+  f.Counter("hicache_cp_group_follower_digests_total",
+            "Accounting digests from the leader: checked, and matched.")
+      .Sample(static_cast<double>(c.digests_checked), {{"outcome", "checked"}})
+      .Sample(static_cast<double>(c.digests_matched), {{"outcome", "matched"}});
+  f.Gauge("hicache_cp_group_follower_diverged",
+          "1 once a digest from the leader differed from this follower's "
+          "tally.")
+      .Sample(c.diverged ? 1 : 0);
+  f.Counter("hicache_cp_group_follower_acks_total",
+            "Worker acks relayed to the leader (relayed), and relayed acks "
+            "that did not end OK (failed).")
+      .Sample(static_cast<double>(c.acks_relayed), {{"outcome", "relayed"}})
+      .Sample(static_cast<double>(c.acks_failed), {{"outcome", "failed"}});
+  return f.Take();
 }
 
 }  // namespace hicache::metrics
