@@ -1,5 +1,6 @@
 #include "daemon/service/cp_group_service.h"
 
+#include <initializer_list>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -7,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "daemon/group/group_geometry.h"
+#include "daemon/service/proto_convert.h"
 
 namespace hicache::service {
 namespace {
@@ -17,40 +19,37 @@ grpc::Status Grpc(grpc::StatusCode code, absl::string_view message) {
   return grpc::Status(code, std::string(message));
 }
 
-grpc::Status MapJoinStatus(const absl::Status& s) {
-  switch (s.code()) {
-    case absl::StatusCode::kFailedPrecondition:
-      return Grpc(grpc::StatusCode::FAILED_PRECONDITION, s.message());
-    case absl::StatusCode::kUnavailable:
-      return Grpc(grpc::StatusCode::UNAVAILABLE, s.message());
-    case absl::StatusCode::kInvalidArgument:
-      return Grpc(grpc::StatusCode::INVALID_ARGUMENT, s.message());
-    case absl::StatusCode::kAlreadyExists:
-      return Grpc(grpc::StatusCode::ALREADY_EXISTS, s.message());
-    case absl::StatusCode::kResourceExhausted:
-      return Grpc(grpc::StatusCode::RESOURCE_EXHAUSTED, s.message());
-    default:
-      return Grpc(grpc::StatusCode::INTERNAL,
-                  absl::StrCat("CP group join failed: ", s.ToString()));
+// `s` as is when its code is one of `passed`; otherwise INTERNAL naming
+// `what` and carrying `s`.
+grpc::Status PassOrInternal(const absl::Status& s,
+                            std::initializer_list<absl::StatusCode> passed,
+                            absl::string_view what) {
+  for (absl::StatusCode code : passed) {
+    if (s.code() == code) return ToGrpcStatus(s);
   }
+  return Grpc(grpc::StatusCode::INTERNAL,
+              absl::StrCat(what, ": ", s.ToString()));
+}
+
+grpc::Status MapJoinStatus(const absl::Status& s) {
+  return PassOrInternal(
+      s,
+      {absl::StatusCode::kFailedPrecondition, absl::StatusCode::kUnavailable,
+       absl::StatusCode::kInvalidArgument, absl::StatusCode::kAlreadyExists,
+       absl::StatusCode::kResourceExhausted},
+      "CP group join failed");
 }
 
 grpc::Status MapKvStatus(const absl::Status& s) {
-  switch (s.code()) {
-    case absl::StatusCode::kInvalidArgument:
-      return Grpc(grpc::StatusCode::INVALID_ARGUMENT, s.message());
-    case absl::StatusCode::kResourceExhausted:
-      return Grpc(grpc::StatusCode::RESOURCE_EXHAUSTED, s.message());
-    case absl::StatusCode::kAlreadyExists:
-      return Grpc(grpc::StatusCode::ALREADY_EXISTS, s.message());
-    case absl::StatusCode::kNotFound:
-      return Grpc(grpc::StatusCode::NOT_FOUND, s.message());
-    case absl::StatusCode::kCancelled:
-      return Grpc(grpc::StatusCode::UNAVAILABLE, s.message());
-    default:
-      return Grpc(grpc::StatusCode::INTERNAL,
-                  absl::StrCat("rendezvous store: ", s.ToString()));
+  // A store shutting down: the leader is going away.
+  if (s.code() == absl::StatusCode::kCancelled) {
+    return Grpc(grpc::StatusCode::UNAVAILABLE, s.message());
   }
+  return PassOrInternal(
+      s,
+      {absl::StatusCode::kInvalidArgument, absl::StatusCode::kResourceExhausted,
+       absl::StatusCode::kAlreadyExists, absl::StatusCode::kNotFound},
+      "rendezvous store");
 }
 
 }  // namespace
