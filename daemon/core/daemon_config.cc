@@ -307,6 +307,10 @@ absl::Status DaemonConfig::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "recovery_threads must be in [1, 64], got ", recovery_threads));
   }
+  if (journal_settle_ms < 0 || journal_settle_ms > 10000) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "journal_settle_ms must be in [0, 10000], got ", journal_settle_ms));
+  }
   if (default_lease_ms == 0 || default_lease_ms > 86400000) {
     return absl::InvalidArgumentError(absl::StrCat(
         "default_lease_ms must be in [1, 86400000], got ", default_lease_ms));

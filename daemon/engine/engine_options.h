@@ -58,6 +58,9 @@ struct EngineOptions {
   std::string state_dir;
   // Threads that verify host pages at recovery.
   int recovery_threads = 2;
+  // How long a host commit waits before it is journaled
+  // (HostTierRecorder::Options::settle).
+  absl::Duration journal_settle = absl::Milliseconds(50);
 
   // Not configuration: what the process wires in (EngineOptionsFrom leaves
   // these at their defaults).

@@ -107,7 +107,8 @@ absl::Status HiCacheEngine::OpenHostTier() {
                                      .host_pages_per_rank =
                                          options_.host_pages_per_rank,
                                      .journal = journal_.get(),
-                                     .keys = page_keys_.get()};
+                                     .keys = page_keys_.get(),
+                                     .settle = options_.journal_settle};
   for (Rank r = 0; r < options_.cp_size; ++r) {
     const KvPool* pool = pools_->host(r);
     recorder.pools.push_back(
@@ -149,6 +150,12 @@ void HiCacheEngine::CloseHostTier() {
   }
   if (absl::Status flushed = recorder_->Flush(/*clean=*/true); !flushed.ok()) {
     spdlog::error("host tier: the journal could not be flushed: {}", flushed);
+  }
+  {
+    // Flushed and detached: its worker has handled every commit and reads
+    // no key any more.
+    MutexLock lock(&mu_);
+    tree_->ReleaseKeyHolds(*recorder_);
   }
   recorder_.reset();
   journal_.reset();

@@ -1,11 +1,12 @@
 #include "daemon/engine/host_tier_recorder.h"
 
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <iterator>
 #include <utility>
 
+#include "daemon/core/background_thread.h"
 #include "daemon/core/log_format.h"
 #include "daemon/pool/page_checksum.h"
 #include "spdlog/spdlog.h"
@@ -45,6 +46,16 @@ HostTierRecorder::~HostTierRecorder() {
   worker_.join();
 }
 
+namespace {
+
+int64_t SteadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
 void HostTierRecorder::OnHostCommitted(HostCommit& commit) {
   // Counted as the worker uncounts it (the record's page_owners).
   const int64_t pages =
@@ -55,8 +66,10 @@ void HostTierRecorder::OnHostCommitted(HostCommit& commit) {
     if (queued_pages_ + pages > options_.max_queued_pages) {
       // Behind by more than the bound: this node is not recorded (nothing
       // of it is queued, so its later events name an id the journal does
-      // not know, which it ignores).
+      // not know, which it ignores). Its key blocks go straight back.
       ++stats_.puts_refused;
+      released_keys_.insert(released_keys_.end(), commit.key_blocks.begin(),
+                            commit.key_blocks.end());
       return;
     }
     // Reserved now, so that concurrent commits cannot pass the bound
@@ -68,7 +81,7 @@ void HostTierRecorder::OnHostCommitted(HostCommit& commit) {
     }
   }
   event.kind = Event::Kind::kPut;
-  persist::PutRecord& put = event.put;
+  persist::PutRecord& put = event.put.record;
   put.persist_id = commit.persist_id;
   put.parent_persist_id = commit.parent_persist_id;
   put.name_space.assign(commit.ns.data(), commit.ns.size());
@@ -79,16 +92,24 @@ void HostTierRecorder::OnHostCommitted(HostCommit& commit) {
   for (Rank r = 0; r < commit.host->cp_size(); ++r) {
     put.host_pages[r] = commit.host->host_pages(r);
   }
-  // The key goes to its pages' slots now, while the pages are the node's
-  // (in the tree's order): the journal will record none of it. One call
-  // for the whole node (checked once, one memcpy a page).
-  event.key_stored =
-      options_.keys->WriteNode(put.page_owners, put.host_pages,
-                               commit.key_pages)
-          .ok();
+  // The key is not copied here: the tree holds its blocks for the worker.
+  event.put.key_pages.swap(commit.key_pages);  // Each keeps a capacity.
+  event.put.key_blocks.assign(commit.key_blocks.begin(),
+                              commit.key_blocks.end());
+  Enqueue(std::move(event));
+}
+
+void HostTierRecorder::TakeReleasedKeys(
+    std::vector<TokenStore::BlockId>* blocks) {
   MutexLock lock(&mu_);
-  unrecorded_.insert(commit.persist_id);
-  EnqueueLocked(std::move(event));
+  if (released_keys_.empty()) return;
+  if (blocks->empty()) {
+    blocks->swap(released_keys_);  // Both keep their capacity.
+  } else {
+    blocks->insert(blocks->end(), released_keys_.begin(),
+                   released_keys_.end());
+    released_keys_.clear();
+  }
 }
 
 void HostTierRecorder::OnHostReparented(uint64_t child, uint64_t parent) {
@@ -100,14 +121,13 @@ void HostTierRecorder::OnHostReparented(uint64_t child, uint64_t parent) {
 }
 
 void HostTierRecorder::OnHostDropped(uint64_t persist_id) {
+  // Its pages are freed right after this returns: the worker learns of the
+  // drop from the queue before it can trust a checksum it took (see
+  // HandleBatch), so a commit of this node not handled yet is discarded.
   Event event;
   event.kind = Event::Kind::kDrop;
   event.id = persist_id;
-  MutexLock lock(&mu_);
-  // Its pages are freed right after this returns: a checksum not taken yet
-  // could read another node's bytes.
-  if (unrecorded_.contains(persist_id)) dropped_early_.insert(persist_id);
-  EnqueueLocked(std::move(event));
+  Enqueue(std::move(event));
 }
 
 void HostTierRecorder::OnHostSplit(uint64_t persist_id, int64_t at,
@@ -126,103 +146,163 @@ void HostTierRecorder::Enqueue(Event event) {
 }
 
 void HostTierRecorder::EnqueueLocked(Event event) {
-  const bool first = queue_.empty();
-  if (first) first_queued_ = absl::Now();
+  event.queued_ns = SteadyNowNs();
   queue_.push_back(std::move(event));
   ++enqueued_;
-  // A busy worker takes this one with its next batch. A waiting one is woken
-  // for a batch's first event (it then waits until max_delay after it) and
-  // when the batch is full: two wake-ups a batch at most, not one an event.
-  if (worker_waiting_ && (first || queue_.size() == options_.wake_batch)) {
+  // A worker with something settling wakes by itself when the oldest has
+  // settled (this one is younger); only an empty one needs waking. One
+  // futex wake-up per burst, not one an event.
+  if (worker_empty_) {
+    worker_empty_ = false;
     work_cv_.Signal();
   }
 }
 
-void HostTierRecorder::Run() {
+void HostTierRecorder::Track(const Event& event) {
+  switch (event.kind) {
+    case Event::Kind::kPut:
+      pending_[event.put.record.persist_id] = event.put.record.persist_id;
+      return;
+    case Event::Kind::kSplit:
+      // The head takes some of the node's pages: dropping it frees pages
+      // that a pending commit of the node covers.
+      if (auto it = pending_.find(event.id); it != pending_.end()) {
+        const uint64_t root = it->second;
+        pending_[event.other] = root;
+        heads_[root].push_back(event.other);
+      }
+      return;
+    case Event::Kind::kDrop:
+      if (auto it = pending_.find(event.id); it != pending_.end()) {
+        dropped_.insert(it->second);
+      }
+      return;
+    case Event::Kind::kReparent:
+      return;
+  }
+}
+
+void HostTierRecorder::TakeQueue(std::vector<Event>* arrived) {
+  const size_t before = arrived->size();
   {
-    // A lower priority (nice): under contention the worker yields to the
-    // threads that serve, and catches up when the daemon is quieter (Flush
-    // waits for it; the queue is bounded, see OnHostCommitted).
-    if (options_.worker_nice > 0 &&
-        setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()),
-                    options_.worker_nice) != 0) {
-      spdlog::warn("host-tier journal: the recorder could not lower its "
-                   "priority; it runs at the daemon's");
+    MutexLock lock(&mu_);
+    if (arrived->empty()) {
+      arrived->swap(queue_);  // O(1): nothing is copied under the lock.
+    } else {
+      std::vector<Event> taken;
+      taken.swap(queue_);
+      std::move(taken.begin(), taken.end(), std::back_inserter(*arrived));
     }
   }
-  std::vector<Event> batch;
+  for (size_t i = before; i < arrived->size(); ++i) Track((*arrived)[i]);
+}
+
+void HostTierRecorder::Run() {
+  // In the background: the worker yields to the threads that serve, and
+  // catches up when the daemon is quieter (Flush waits for it; the queue is
+  // bounded, see OnHostCommitted). It never holds a lock that the engine's
+  // threads wait for while it works.
+  if (options_.background) RunAsBackgroundThread("host-tier journal recorder");
+  const int64_t settle_ns = absl::ToInt64Nanoseconds(options_.settle);
+  const int64_t wake_ns =
+      settle_ns + absl::ToInt64Nanoseconds(options_.batch_delay);
+  // Taken from the queue, in order, not handled yet (still settling).
+  std::vector<Event> settling;
   while (true) {
+    bool all = false;
     {
       MutexLock lock(&mu_);
-      idle_cv_.SignalAll();  // Flush waits for handled_ to pass its mark.
-      worker_waiting_ = true;
-      while (queue_.empty() && !stop_) work_cv_.Wait(&mu_);
-      // A batch: until wake_batch events, max_delay after the first, a
-      // Flush or a stop.
-      while (!stop_ && !flush_wanted_ && queue_.size() < options_.wake_batch) {
-        const absl::Duration left =
-            first_queued_ + options_.max_delay - absl::Now();
-        if (left <= absl::ZeroDuration()) break;
-        work_cv_.WaitWithTimeout(&mu_, left);
+      // Until the oldest event has settled (and batch_delay more), a Flush
+      // or a stop.
+      while (!stop_ && flush_wanted_ == 0) {
+        if (settling.empty() && queue_.empty()) {
+          worker_empty_ = true;
+          work_cv_.Wait(&mu_);
+          continue;
+        }
+        const int64_t oldest = settling.empty() ? queue_.front().queued_ns
+                                                : settling.front().queued_ns;
+        const int64_t left = oldest + wake_ns - SteadyNowNs();
+        if (left <= 0) break;
+        work_cv_.WaitWithTimeout(&mu_, absl::Nanoseconds(left));
       }
-      worker_waiting_ = false;
-      if (queue_.empty()) return;  // Stopping, and everything handled.
-      // Everything queued (a swap: nothing is copied under the lock, however
-      // long a backlog), handled below in order, kMaxBatch at a time: a
-      // Flush waits for the part that holds its mark, never for events
-      // queued after it.
-      batch.swap(queue_);
+      worker_empty_ = false;
+      all = stop_ || flush_wanted_ > 0;
+      if (stop_ && queue_.empty() && settling.empty()) return;
     }
-    for (size_t begin = 0; begin < batch.size(); begin += kMaxBatch) {
-      HandleBatch(absl::MakeSpan(batch).subspan(begin, kMaxBatch));
+    TakeQueue(&settling);
+    // The settled prefix (all of it for a Flush or a stop: a Flush waits
+    // only for events queued before it, all of which are here), handled in
+    // order, kMaxBatch at a time. What arrives meanwhile waits in arrived_.
+    size_t due = settling.size();
+    if (!all) {
+      const int64_t cutoff = SteadyNowNs() - settle_ns;
+      due = 0;
+      while (due < settling.size() && settling[due].queued_ns <= cutoff) ++due;
     }
-    batch.clear();
+    for (size_t begin = 0; begin < due; begin += kMaxBatch) {
+      HandleBatch(absl::MakeSpan(settling).subspan(
+          begin, std::min(kMaxBatch, due - begin)));
+    }
+    settling.erase(settling.begin(), settling.begin() + due);
+    std::move(arrived_.begin(), arrived_.end(), std::back_inserter(settling));
+    arrived_.clear();
   }
 }
 
 void HostTierRecorder::HandleBatch(absl::Span<Event> batch) {
-  // 0. A Put whose node is already gone would be discarded in step 2
-  //    whatever its checksums: it is not hashed at all (on a churning host
-  //    tier that is a large share of the commits of a batch).
-  {
-    MutexLock lock(&mu_);
-    for (Event& event : batch) {
-      event.recordable = event.kind == Event::Kind::kPut &&
-                         event.key_stored &&
-                         !dropped_early_.contains(event.put.persist_id);
-    }
+  // 0. A Put with a part dropped already would be discarded in step 2
+  //    whatever its checksums: its key is not copied and it is not hashed
+  //    (on a churning host tier, most commits).
+  for (Event& event : batch) {
+    event.recordable =
+        event.kind == Event::Kind::kPut &&
+        !dropped_.contains(event.put.record.persist_id);
   }
-  // 1. Checksums, no lock held. Each Put's pages' KV bytes and their slots'
-  //    tokens: both may be another node's by now, if it was dropped (step 2
-  //    finds out).
+  // 1. Keys into their slots and checksums, no lock held. Each Put's pages'
+  //    KV bytes may be another node's by now, if a part of it was dropped
+  //    (step 2 finds out); its key tokens are held and cannot change.
   for (Event& event : batch) {
     if (options_.before_event) options_.before_event();
     if (!event.recordable) continue;
-    event.recordable = Checksum(&event.put, &event.hashed_bytes) &&
-                       MixKeyChecksums(&event.put);
+    event.recordable = StoreKeyAndChecksum(&event.put, &event.hashed_bytes);
   }
-  // 2. One lock for the batch: a Put whose node was dropped since its commit
-  //    was queued is discarded (its pages may have been reused while they
-  //    were hashed). One that was not dropped by now was not dropped while
-  //    it was hashed, before this check.
-  {
-    MutexLock lock(&mu_);
-    for (Event& event : batch) {
-      if (event.kind != Event::Kind::kPut) continue;
-      const uint64_t id = event.put.persist_id;
-      queued_pages_ -= static_cast<int64_t>(event.put.page_owners.size());
-      unrecorded_.erase(id);
-      stats_.hashed_bytes += event.hashed_bytes;
-      if (dropped_early_.erase(id) > 0 || !event.recordable) {
-        event.recordable = false;
-        ++stats_.puts_discarded;
-      }
+  // 2. What was reported meanwhile. The tree reports a drop before the
+  //    engine frees its pages, so a Put none of whose parts is dropped by
+  //    this take had its pages while it was hashed (before the take); one
+  //    with a part dropped may have hashed reused bytes, and is discarded.
+  TakeQueue(&arrived_);
+  Tally tally;
+  for (Event& event : batch) {
+    if (event.kind != Event::Kind::kPut) continue;
+    const uint64_t id = event.put.record.persist_id;
+    tally.pages += static_cast<int64_t>(event.put.record.page_owners.size());
+    tally.hashed_bytes += event.hashed_bytes;
+    if (dropped_.erase(id) > 0 || !event.recordable) {
+      event.recordable = false;
+      ++tally.puts_discarded;
     }
+    pending_.erase(id);
+    if (auto heads = heads_.find(id); heads != heads_.end()) {
+      for (uint64_t head : heads->second) pending_.erase(head);
+      heads_.erase(heads);
+    }
+    // Nothing reads the key any more: its blocks go back to the tree.
+    handed_back_.insert(handed_back_.end(), event.put.key_blocks.begin(),
+                        event.put.key_blocks.end());
+    event.put.key_blocks.clear();
+    event.put.key_pages.clear();
   }
   // 3. The journal, in the tree's order, no lock held.
-  Tally tally;
   for (const Event& event : batch) Handle(event, &tally);
-  // 4. Counted once.
+  for (Event& event : batch) {
+    if (event.kind != Event::Kind::kPut) continue;
+    if (spares_.size() >= kMaxSparePuts) break;
+    event.put.record.checksums.clear();  // Recomputed for every record.
+    spares_.push_back(std::move(event.put));
+  }
+  // 4. Counted, and the blocks and records handed back: O(1) under the lock
+  //    unless the engine's threads have not taken the last ones yet.
   MutexLock lock(&mu_);
   if (!tally.first_error.ok() && stats_.journal_errors == 0) {
     spdlog::error("host-tier journal: {}; the host tier will not survive a "
@@ -230,23 +310,38 @@ void HostTierRecorder::HandleBatch(absl::Span<Event> batch) {
                   tally.first_error);
   }
   stats_.puts += tally.puts;
+  stats_.puts_discarded += tally.puts_discarded;
   stats_.puts_refused += tally.puts_refused;
   stats_.journal_errors += tally.journal_errors;
+  stats_.hashed_bytes += tally.hashed_bytes;
   stats_.events += static_cast<int64_t>(batch.size());
+  queued_pages_ -= tally.pages;
   handled_ += static_cast<int64_t>(batch.size());
-  for (Event& event : batch) {
-    if (event.kind != Event::Kind::kPut) continue;
-    if (spare_puts_.size() >= kMaxSparePuts) break;
-    event.put.checksums.clear();  // Recomputed for every record.
-    spare_puts_.push_back(std::move(event.put));
+  if (released_keys_.empty()) {
+    released_keys_.swap(handed_back_);
+  } else {
+    released_keys_.insert(released_keys_.end(), handed_back_.begin(),
+                          handed_back_.end());
   }
+  handed_back_.clear();
+  if (spare_puts_.empty()) spare_puts_.swap(spares_);
+  idle_cv_.SignalAll();  // Flush waits for handled_ to pass its mark.
 }
 
-bool HostTierRecorder::Checksum(persist::PutRecord* put,
-                                uint64_t* bytes) const {
-  put->checksums.assign(put->host_pages.size(), {});
-  for (size_t r = 0; r < put->host_pages.size(); ++r) {
-    if (put->host_pages[r].empty()) continue;
+bool HostTierRecorder::StoreKeyAndChecksum(Put* put, uint64_t* bytes) const {
+  persist::PutRecord& record = put->record;
+  // The key first: the slots are written by this thread only, in the tree's
+  // order (see the header).
+  if (absl::Status stored = options_.keys->WriteNode(
+          record.page_owners, record.host_pages, put->key_pages);
+      !stored.ok()) {
+    spdlog::error("host-tier journal: the key of node {}: {}",
+                  record.persist_id, stored);
+    return false;
+  }
+  record.checksums.assign(record.host_pages.size(), {});
+  for (size_t r = 0; r < record.host_pages.size(); ++r) {
+    if (record.host_pages[r].empty()) continue;
     const HostPool* pool = nullptr;
     for (const HostPool& candidate : options_.pools) {
       if (candidate.rank == r) pool = &candidate;
@@ -255,39 +350,32 @@ bool HostTierRecorder::Checksum(persist::PutRecord* put,
     HICACHE_RACY_READS_BEGIN();
     absl::StatusOr<std::vector<uint64_t>> sums = HostPageChecksums(
         options_.geometry, options_.layout, options_.host_pages_per_rank,
-        pool->bytes, put->host_pages[r]);
+        pool->bytes, record.host_pages[r]);
     HICACHE_RACY_READS_END();
     if (!sums.ok()) {
       spdlog::error("host-tier journal: checksumming node {}: {}",
-                    put->persist_id, sums.status());
+                    record.persist_id, sums.status());
       return false;
     }
-    put->checksums[r] = *std::move(sums);
-    *bytes += put->host_pages[r].size() * options_.geometry.BytesPerPage();
+    record.checksums[r] = *std::move(sums);
+    *bytes += record.host_pages[r].size() * options_.geometry.BytesPerPage();
   }
-  return true;
-}
-
-bool HostTierRecorder::MixKeyChecksums(persist::PutRecord* put) const {
-  bool read = true;
-  const bool shaped = persist::ForEachPage(
-      *put, options_.geometry.page_size(), [&](const persist::PutPage& page) {
-        uint64_t& checksum = put->checksums[page.rank][page.index];
-        HICACHE_RACY_READS_BEGIN();
-        absl::StatusOr<absl::Span<const int32_t>> tokens = options_.keys->Read(
-            page.rank, put->host_pages[page.rank][page.index], page.tokens);
-        if (tokens.ok()) checksum = PageRecordChecksum(checksum, *tokens);
-        HICACHE_RACY_READS_END();
-        read = read && tokens.ok();
+  // Each page's tokens (those just written to its slot) into its checksum.
+  return persist::ForEachPage(
+      record, options_.geometry.page_size(),
+      [&](const persist::PutPage& page) {
+        uint64_t& checksum = record.checksums[page.rank][page.index];
+        checksum = PageRecordChecksum(checksum, put->key_pages[page.position]);
       });
-  return shaped && read;
 }
 
 void HostTierRecorder::Handle(const Event& event, Tally* tally) const {
   persist::JournalWriter* journal = options_.journal;
   switch (event.kind) {
     case Event::Kind::kPut:
-      if (event.recordable) Count(journal->Put(event.put), /*put=*/true, tally);
+      if (event.recordable) {
+        Count(journal->Put(event.put.record), /*put=*/true, tally);
+      }
       return;
     case Event::Kind::kDrop:
       Count(journal->Drop(event.id), /*put=*/false, tally);

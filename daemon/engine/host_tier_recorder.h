@@ -3,31 +3,41 @@
 // Records the radix tree's host-tier changes in the durable journal
 // (docs/hot-restart.md §4–§5): the engine's HostTierListener.
 //
-// The tree reports under the engine's lock; the recorder only copies the
-// event into an ordered queue and returns. One worker thread takes events in
-// order: a commit's page checksums are computed there, off the engine lock,
-// and the record (the index only, no tokens) goes to the journal writer
-// (which makes it durable in the background); drops, splits and reparents go
-// straight through. The only work under the engine's lock is copying the
-// event and the node's key into its pages' PageKeyStore slots (one page of
-// tokens each, as the KV copy is one page of bytes each).
+// The tree reports under the engine's lock; the recorder only queues the
+// event and returns: nothing is copied or hashed there. A commit's key stays
+// in the tree's token blocks, which the tree holds for the recorder
+// (HoldsKeys) until the worker hands them back. One worker thread handles
+// the events in order, each once it has been queued for `settle`: a node
+// dropped within that window (on a churning host tier, most of them) costs
+// no copy, no hash and no journal record. For a commit still live, the worker
+// copies its key into its pages' PageKeyStore slots (one page of tokens
+// each, as the KV copy is one page of bytes each), computes its page
+// checksums, off the engine lock, and hands the record (the index only, no
+// tokens) to the journal writer, which makes it durable in the background;
+// drops, splits and reparents go straight through.
 //
 // Why checksums computed later are still right: a committed host page is
 // never written again while its node holds it, and the tree reports a drop
-// before the engine frees the pages. So the worker hashes first, then checks
-// (under the recorder's lock) whether the node was dropped since its commit
-// was queued: if it was, the hash may cover reused bytes and the Put is
-// discarded; if it was not, the hash was taken while the pages were still
-// the node's. A page reused by another node can never verify for this one.
-// Keys: a slot is written at commit, in the tree's order, so it holds the
-// key of the last node committed with that page; the worker hashes it with
-// the KV bytes, under the same dropped-meanwhile check. A slot that holds
-// another node's key at recovery (a crash before a Drop became durable)
-// fails the recorded checksum, as reused KV bytes do.
+// before the engine frees the pages. So the worker hashes first, then takes
+// what was queued meanwhile and checks whether the node, or a head split off
+// it since (a head holds some of its pages), was dropped since its commit
+// was queued: if so, the hash may cover reused bytes and the Put is
+// discarded; if not, the hash was taken while the pages were still the
+// node's. A page reused by another node can never verify for this one.
+// That check needs no lock shared with the engine's threads: the worker
+// reads the drops from the queue itself.
+// Keys: only the worker writes slots, in the tree's order (a commit that
+// reuses a page comes after the drop that freed it, so its key is written
+// after, and before its record is journaled), so a slot holds the key of the
+// last node committed with that page and handled. The worker hashes the
+// tokens it wrote with the KV bytes, under the same dropped-meanwhile check.
+// A slot that holds another node's key at recovery (a crash before a Drop
+// became durable) fails the recorded checksum, as reused KV bytes do.
 //
 // The journal failing (a full disk) or refusing a Put (its queue is full)
 // never stops the cache: the node just does not survive a restart, and
-// stats() counts it.
+// stats() counts it. A crash loses the commits of the last `settle` (and the
+// journal's own batch), which a restart then finds free.
 //
 // Thread-safe. The listener methods must be called in the tree's order.
 
@@ -37,6 +47,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
@@ -75,13 +86,18 @@ class HostTierRecorder final : public HostTierListener {
     std::vector<HostPool> pools;  // Every rank of the journal's geometry.
     persist::JournalWriter* journal = nullptr;  // Not owned; outlives this.
     PageKeyStore* keys = nullptr;  // Not owned; outlives this.
-    // The worker takes events in batches: it is woken when wake_batch are
-    // queued, else it takes them max_delay after the first (or at a Flush).
-    size_t wake_batch = 64;
-    absl::Duration max_delay = absl::Milliseconds(5);
-    // The worker's nice level (0: the daemon's own priority). Lower
-    // priority keeps hashing off the serving threads' CPU under contention.
-    int worker_nice = 10;
+    // An event is handled once it has been queued this long (at once at a
+    // Flush or at destruction): how long a commit may be dropped again
+    // before it costs a key copy, checksums and a record.
+    absl::Duration settle = absl::Milliseconds(50);
+    // The worker wakes when its oldest event has settled for this much
+    // longer, and handles every settled event then: a batch at most every
+    // `batch_delay`, not a wake-up an event.
+    absl::Duration batch_delay = absl::Milliseconds(5);
+    // The worker runs as a background thread (RunAsBackgroundThread: only
+    // on CPU time the serving threads leave), keeping the copies and hashing
+    // off their CPU. false: at the daemon's priority.
+    bool background = true;
     // Commits waiting to be hashed, in pages: past this bound a commit is
     // not recorded (its node does not survive a restart; puts_refused), so
     // a recorder that falls behind never holds unbounded memory.
@@ -99,6 +115,9 @@ class HostTierRecorder final : public HostTierListener {
   // HostTierListener (under the engine's lock; never blocks on I/O).
   void OnHostCommitted(HostCommit& commit) override
       ABSL_LOCKS_EXCLUDED(mu_);
+  bool HoldsKeys() const override { return true; }
+  void TakeReleasedKeys(std::vector<TokenStore::BlockId>* blocks) override
+      ABSL_LOCKS_EXCLUDED(mu_);
   void OnHostReparented(uint64_t child, uint64_t parent) override
       ABSL_LOCKS_EXCLUDED(mu_);
   void OnHostDropped(uint64_t persist_id) override ABSL_LOCKS_EXCLUDED(mu_);
@@ -114,10 +133,16 @@ class HostTierRecorder final : public HostTierListener {
   HostTierRecorderStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // A commit: its record and its key, read from the tree's held blocks.
+  struct Put {
+    persist::PutRecord record;  // Everything but the checksums.
+    std::vector<absl::Span<const int32_t>> key_pages;
+    std::vector<TokenStore::BlockId> key_blocks;  // Handed back once handled.
+  };
   struct Event {
     enum class Kind { kPut, kDrop, kSplit, kReparent } kind = Kind::kPut;
-    persist::PutRecord put;  // kPut: everything but the checksums.
-    bool key_stored = false;  // kPut: its slots hold its key.
+    Put put;  // kPut.
+    int64_t queued_ns = 0;  // When it was queued (steady clock).
     // kPut, set by the worker: its checksums were taken and it was not
     // dropped meanwhile (else it is discarded); the bytes hashed.
     bool recordable = false;
@@ -136,47 +161,69 @@ class HostTierRecorder final : public HostTierListener {
   void Enqueue(Event event) ABSL_LOCKS_EXCLUDED(mu_);
   void EnqueueLocked(Event event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Run() ABSL_LOCKS_EXCLUDED(mu_);
-  // What a batch's journal calls came to, added to stats_ once a batch.
+  // What a batch came to, added to stats_ once a batch.
   struct Tally {
     int64_t puts = 0;
+    int64_t puts_discarded = 0;
     int64_t puts_refused = 0;
     int64_t journal_errors = 0;
+    uint64_t hashed_bytes = 0;
+    int64_t pages = 0;  // Of the batch's Puts (queued_pages_ goes down).
     absl::Status first_error;
   };
-  // Takes a batch's checksums (no lock), decides under one lock which of
-  // its Puts are recorded, hands the batch to the journal in order (no
-  // lock), then counts it.
+  // Takes a batch's keys and checksums (no lock), takes what was queued
+  // meanwhile (one swap) to learn which of its Puts were dropped, hands the
+  // batch to the journal in order (no lock), then counts it.
   void HandleBatch(absl::Span<Event> batch) ABSL_LOCKS_EXCLUDED(mu_);
+  // Worker only: moves the queue into *arrived (one swap under the lock)
+  // and notes what it says about the Puts not handled yet.
+  void TakeQueue(std::vector<Event>* arrived) ABSL_LOCKS_EXCLUDED(mu_);
+  // Worker only: what one taken event says about the pending Puts.
+  void Track(const Event& event);
   // The journal call for one event (a Put only if recordable).
   void Handle(const Event& event, Tally* tally) const;
-  // Fills put->checksums with the pages' KV checksums; false if a page
-  // cannot be read (a bad record).
-  bool Checksum(persist::PutRecord* put, uint64_t* bytes) const;
-  // Mixes each page's slot tokens into its checksum (PageRecordChecksum);
-  // false if a slot cannot be read.
-  bool MixKeyChecksums(persist::PutRecord* put) const;
+  // Writes the key into its pages' slots, then fills the record's
+  // checksums: each page's KV bytes mixed with its tokens
+  // (PageRecordChecksum). False for a record that cannot be (a bad page).
+  bool StoreKeyAndChecksum(Put* put, uint64_t* bytes) const;
   static void Count(const absl::Status& status, bool put, Tally* tally);
 
   const Options options_;
 
+  // Guards the hand-over between the engine's threads and the worker only:
+  // every section under it is O(1) (a push, a swap, a few counters), so a
+  // report made under the engine's lock never waits for the worker's work.
   mutable Mutex mu_;
   CondVar work_cv_;  // The worker: events queued or stop.
   CondVar idle_cv_;  // Flush: the worker handled more events.
-  // In order. A vector that the worker swaps with its emptied batch, so
-  // that queueing allocates nothing once both have grown.
+  // In order. A vector that the worker swaps with an emptied one, so that
+  // queueing allocates nothing once both have grown.
   std::vector<Event> queue_ ABSL_GUARDED_BY(mu_);
-  std::vector<persist::PutRecord> spare_puts_ ABSL_GUARDED_BY(mu_);
-  bool worker_waiting_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<Put> spare_puts_ ABSL_GUARDED_BY(mu_);
+  // Key blocks of handled Puts, for the tree to release (TakeReleasedKeys).
+  std::vector<TokenStore::BlockId> released_keys_ ABSL_GUARDED_BY(mu_);
+  // The worker waits with nothing queued or settling: the next event must
+  // wake it (otherwise it wakes on its own when the oldest has settled).
+  bool worker_empty_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   int flush_wanted_ ABSL_GUARDED_BY(mu_) = 0;  // Flush calls waiting.
-  int64_t queued_pages_ ABSL_GUARDED_BY(mu_) = 0;  // Of queued commits.
+  int64_t queued_pages_ ABSL_GUARDED_BY(mu_) = 0;  // Of unhandled commits.
   int64_t enqueued_ ABSL_GUARDED_BY(mu_) = 0;  // Events queued, ever.
   int64_t handled_ ABSL_GUARDED_BY(mu_) = 0;   // Events handled, ever.
-  absl::Time first_queued_ ABSL_GUARDED_BY(mu_);  // Of the queued batch.
-  // Commits queued or being hashed, and those of them dropped meanwhile.
-  absl::flat_hash_set<uint64_t> unrecorded_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_set<uint64_t> dropped_early_ ABSL_GUARDED_BY(mu_);
   HostTierRecorderStats stats_ ABSL_GUARDED_BY(mu_);
+
+  // The worker thread's own (no lock). Every taken Put not handled yet, and
+  // the heads split off it since (their pages are some of its pages), each
+  // mapped to that Put's id; the Puts of which some part was dropped since
+  // their commit (their pages may be reused, so their checksums cannot be
+  // trusted); what the worker took while a batch was being handled; and
+  // what it hands back to the engine's threads in one swap.
+  absl::flat_hash_map<uint64_t, uint64_t> pending_;
+  absl::flat_hash_map<uint64_t, std::vector<uint64_t>> heads_;
+  absl::flat_hash_set<uint64_t> dropped_;
+  std::vector<Event> arrived_;
+  std::vector<TokenStore::BlockId> handed_back_;
+  std::vector<Put> spares_;
   std::thread worker_;
 };
 

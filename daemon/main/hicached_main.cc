@@ -194,6 +194,11 @@ ABSL_FLAG(std::string, state_dir, "",
           "served. Empty (default): the host tier dies with the daemon.");
 ABSL_FLAG(int32_t, recovery_threads, 2,
           "--state_dir: threads verifying host pages at start.");
+ABSL_FLAG(int32_t, journal_settle_ms, 50,
+          "--state_dir: how long a committed backup waits before it is "
+          "journaled (0..10000). One evicted within it costs no checksums "
+          "and no record; a crash loses about this long of commits (their "
+          "pages are free after the restart).");
 ABSL_FLAG(std::string, log_level, "info",
           "Log level: trace, debug, info, warn, error, critical or off.");
 ABSL_FLAG(hicache::LogFormat, log_format, hicache::LogFormat::kText,
@@ -328,6 +333,7 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   config.instance = absl::GetFlag(FLAGS_instance);
   config.state_dir = absl::GetFlag(FLAGS_state_dir);
   config.recovery_threads = absl::GetFlag(FLAGS_recovery_threads);
+  config.journal_settle_ms = absl::GetFlag(FLAGS_journal_settle_ms);
   config.cp_group.name = absl::GetFlag(FLAGS_cp_group);
   config.cp_group.leader = absl::GetFlag(FLAGS_cp_group_leader);
   config.cp_group.advertise = absl::GetFlag(FLAGS_cp_group_advertise);

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/core/background_thread.h"
 #include "daemon/persist/posix_journal_fs.h"
 #include "daemon/persist/state_dir.h"
 
@@ -286,6 +287,7 @@ bool JournalWriter::ShouldCompact() const {
 }
 
 void JournalWriter::Run() {
+  if (options_.background) RunAsBackgroundThread("host-tier journal writer");
   // Explicit Lock/Unlock: the lock is released around every write.
   mu_.Lock();
   while (true) {

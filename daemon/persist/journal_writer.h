@@ -61,6 +61,9 @@ struct JournalWriterOptions {
   uint64_t compaction_floor_bytes = uint64_t{64} << 20;
   double compaction_ratio = 2.0;
   JournalFs* fs = nullptr;  // nullptr: PosixJournalFs::Default().
+  // The writer thread runs as a background thread (RunAsBackgroundThread):
+  // its writes and syncs take only CPU time the serving threads leave.
+  bool background = true;
 };
 
 struct JournalWriterStats {

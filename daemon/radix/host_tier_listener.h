@@ -30,6 +30,7 @@
 #include "absl/types/span.h"
 #include "daemon/layout/cp_layout.h"
 #include "daemon/radix/cp_host_meta.h"
+#include "daemon/radix/token_store.h"
 
 namespace hicache {
 
@@ -42,8 +43,13 @@ struct HostCommit {
   std::string_view ns;
   // The node's own tokens, one span per logical page (page_size tokens; the
   // last may be shorter), pointing into the tree: no copy is made for the
-  // listener, and they are valid during the call only.
+  // listener. Valid during the call only, unless the listener HoldsKeys():
+  // then the tree holds `key_blocks` for it, and the tokens stay valid and
+  // unchanged (even after the node is gone) until it hands them back. The
+  // listener may swap the vector for another (the tree reuses it).
   std::vector<absl::Span<const int32_t>> key_pages;
+  // The token blocks behind key_pages, one per page.
+  absl::Span<const TokenStore::BlockId> key_blocks;
   const CpHostMeta* host = nullptr;
   uint64_t node = 0;  // The tree's NodeId, e.g. to protect it meanwhile.
 
@@ -63,6 +69,14 @@ class HostTierListener {
   // A host copy became visible (a committed backup). `commit` is valid
   // during the call only.
   virtual void OnHostCommitted(HostCommit& commit) = 0;
+  // Whether the listener reads a commit's key_pages after OnHostCommitted
+  // returns (HostCommit). Asked once, when the listener is set.
+  virtual bool HoldsKeys() const { return false; }
+  // A listener that HoldsKeys(): appends the key_blocks of the commits it
+  // no longer reads (all of them, each commit's once), and stops reading
+  // them. The tree calls it before each commit it reports, and its owner
+  // calls RadixTree::ReleaseKeyHolds after detaching it.
+  virtual void TakeReleasedKeys(std::vector<TokenStore::BlockId>* blocks) {}
   // `child` (recorded detached) now hangs from `parent`, which just got its
   // host copy.
   virtual void OnHostReparented(uint64_t child, uint64_t parent) = 0;

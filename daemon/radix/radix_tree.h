@@ -361,6 +361,14 @@ class RadixTree {
   // `next_persist_id` up (above every id a restored journal holds).
   void SetHostTierListener(HostTierListener* listener,
                            uint64_t next_persist_id = 1);
+  // Releases the key blocks `listener` hands back (TakeReleasedKeys). The
+  // tree does so itself at each commit while the listener is set; its owner
+  // calls this once a detached listener has stopped reading keys.
+  void ReleaseKeyHolds(HostTierListener& listener);
+  // Token blocks held for a listener's reading, and those of them whose
+  // node is gone (they are reused once released).
+  int64_t key_blocks_held() const { return tokens_.blocks_held(); }
+  int64_t key_blocks_freed_held() const { return tokens_.blocks_freed_held(); }
   // Recovery: a host-only node with key `key` under `parent` (kNoNode: the
   // root of `ns`, created if needed) holding the host copy `host`, recorded
   // under `persist_id` (> 0; its pages the caller has reserved). Reports
@@ -468,6 +476,9 @@ class RadixTree {
   TailLearner tails_;
   // Durable host tier (SetHostTierListener).
   HostTierListener* host_listener_ = nullptr;
+  bool host_listener_holds_keys_ = false;
+  std::vector<TokenStore::BlockId> released_keys_;  // Reused scratch.
+  std::vector<absl::Span<const int32_t>> key_pages_scratch_;  // Likewise.
   uint64_t next_persist_id_ = 1;
   absl::flat_hash_set<uint64_t> restored_persist_ids_;
   // Lanes of a dead CP member: lanes no match returns, and detached nodes.
@@ -477,7 +488,8 @@ class RadixTree {
   std::vector<Node*> reapable_;  // Released detached nodes, maybe deletable.
 
   // The node's own tokens, a span per page into the token store.
-  std::vector<absl::Span<const int32_t>> KeyPagesOf(const Node* node) const;
+  void KeyPagesOf(const Node* node,
+                  std::vector<absl::Span<const int32_t>>* pages) const;
   // The listener hears that `node`'s host copy is gone (before it goes).
   void ReportHostDropped(Node* node);
   // The listener hears that `node` just got its host copy, and that its

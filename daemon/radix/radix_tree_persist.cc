@@ -12,23 +12,29 @@ namespace hicache {
 
 using radix_internal::Node;
 
-std::vector<absl::Span<const int32_t>> RadixTree::KeyPagesOf(
-    const Node* node) const {
-  std::vector<absl::Span<const int32_t>> pages;
-  pages.reserve(node->blocks.size());
+void RadixTree::KeyPagesOf(const Node* node,
+                           std::vector<absl::Span<const int32_t>>* pages) const {
+  pages->clear();
+  pages->reserve(node->blocks.size());
   const int64_t page = options_.page_size;
   for (size_t i = 0; i < node->blocks.size(); ++i) {
     const int64_t from = static_cast<int64_t>(i) * page;
-    pages.emplace_back(tokens_.Data(node->blocks[i]),
-                       static_cast<size_t>(std::min(page, node->len() - from)));
+    pages->emplace_back(tokens_.Data(node->blocks[i]),
+                        static_cast<size_t>(std::min(page, node->len() - from)));
   }
-  return pages;
 }
 
 void RadixTree::SetHostTierListener(HostTierListener* listener,
                                     uint64_t next_persist_id) {
   host_listener_ = listener;
+  host_listener_holds_keys_ = listener != nullptr && listener->HoldsKeys();
   next_persist_id_ = std::max<uint64_t>(next_persist_id, 1);
+}
+
+void RadixTree::ReleaseKeyHolds(HostTierListener& listener) {
+  listener.TakeReleasedKeys(&released_keys_);
+  tokens_.Release(released_keys_);
+  released_keys_.clear();
 }
 
 void RadixTree::ReportHostDropped(Node* node) {
@@ -53,6 +59,12 @@ uint64_t RecordedParent(const Node* node) {
 
 void RadixTree::ReportHostCommitted(Node* node) {
   if (host_listener_ == nullptr) return;
+  if (host_listener_holds_keys_) {
+    // What the listener has finished reading, then a hold on this key (its
+    // tokens stay put until the listener hands them back).
+    ReleaseKeyHolds(*host_listener_);
+    tokens_.Hold(node->blocks);
+  }
   node->persist_id = next_persist_id_++;
   HostCommit commit;
   commit.persist_id = node->persist_id;
@@ -60,10 +72,15 @@ void RadixTree::ReportHostCommitted(Node* node) {
   const Node* root = node;
   while (!root->is_root()) root = root->parent;
   commit.ns = *root->ns;
-  commit.key_pages = KeyPagesOf(node);
+  // The span list is the tree's reused one, or one the listener swapped in
+  // for it: no allocation per commit.
+  commit.key_pages.swap(key_pages_scratch_);
+  KeyPagesOf(node, &commit.key_pages);
+  commit.key_blocks = node->blocks;
   commit.host = node->host.get();
   commit.node = node->id;
   host_listener_->OnHostCommitted(commit);
+  key_pages_scratch_.swap(commit.key_pages);
   // Host-backed children recorded detached (their parent had no host copy)
   // hang from this node from now on.
   for (const auto& [token, child] : node->children) {
@@ -128,12 +145,14 @@ void RadixTree::VisitHostTier(
       const Node* node = stack.back();
       stack.pop_back();
       if (!node->is_root() && node->host != nullptr && node->persist_id != 0) {
-        visit(HostCommit{.persist_id = node->persist_id,
-                         .parent_persist_id = RecordedParent(node),
-                         .ns = ns,
-                         .key_pages = KeyPagesOf(node),
-                         .host = node->host.get(),
-                         .node = node->id});
+        HostCommit commit{.persist_id = node->persist_id,
+                          .parent_persist_id = RecordedParent(node),
+                          .ns = ns,
+                          .key_blocks = node->blocks,
+                          .host = node->host.get(),
+                          .node = node->id};
+        KeyPagesOf(node, &commit.key_pages);
+        visit(commit);
       }
       for (const auto& [token, child] : node->children) stack.push_back(child);
     }

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "daemon/core/check.h"
+
 namespace hicache {
 
 namespace {
@@ -33,6 +35,7 @@ void TokenStore::AddChunk(bool prefault) {
   if (memory == MAP_FAILED) std::abort();  // Out of memory: nothing to save.
   const BlockId first = static_cast<BlockId>(blocks_mapped());
   chunks_.push_back(static_cast<int32_t*>(memory));
+  if (!holds_.empty()) holds_.resize(blocks_mapped(), 0);
   // Hand out low ids first: push in reverse.
   for (BlockId b = first + blocks_per_chunk_; b > first; --b) {
     free_.push_back(b - 1);
@@ -55,8 +58,43 @@ void TokenStore::AllocateMany(int64_t n, std::vector<BlockId>* out) {
 }
 
 void TokenStore::Free(BlockId block) {
-  free_.push_back(block);
   --in_use_;
+  if (!holds_.empty() && holds_[block] != 0) {
+    HICACHE_CHECK((holds_[block] & kFreedWhileHeld) == 0,
+                  "a held token block freed twice");
+    holds_[block] |= kFreedWhileHeld;
+    ++freed_held_;
+    return;
+  }
+  free_.push_back(block);
+}
+
+void TokenStore::Hold(absl::Span<const BlockId> blocks) {
+  if (holds_.empty()) holds_.assign(blocks_mapped(), 0);
+  for (BlockId block : blocks) {
+    uint32_t& holds = holds_[block];
+    HICACHE_CHECK((holds & kFreedWhileHeld) == 0 &&
+                      (holds & ~kFreedWhileHeld) < kFreedWhileHeld - 1,
+                  "a token block held after it was freed, or too often");
+    if (holds++ == 0) ++held_;
+  }
+}
+
+void TokenStore::Release(absl::Span<const BlockId> blocks) {
+  for (BlockId block : blocks) {
+    HICACHE_CHECK(block < holds_.size() &&
+                      (holds_[block] & ~kFreedWhileHeld) != 0,
+                  "a token block released but not held");
+    uint32_t& holds = holds_[block];
+    if (--holds != kFreedWhileHeld) {
+      if (holds == 0) --held_;
+      continue;
+    }
+    holds = 0;
+    --held_;
+    --freed_held_;
+    free_.push_back(block);
+  }
 }
 
 }  // namespace hicache

@@ -17,6 +17,22 @@ TEST(DaemonConfigTest, DefaultsAreValid) {
   EXPECT_EQ(config.backend, BackendKind::kCpu);
 }
 
+TEST(DaemonConfigTest, JournalSettleIsBounded) {
+  DaemonConfig config;
+  EXPECT_EQ(config.journal_settle_ms, 50);
+  for (int ms : {0, 50, 10000}) {
+    config.journal_settle_ms = ms;
+    EXPECT_TRUE(config.Validate().ok()) << ms;
+  }
+  for (int ms : {-1, 10001}) {
+    config.journal_settle_ms = ms;
+    const absl::Status status = config.Validate();
+    EXPECT_TRUE(absl::IsInvalidArgument(status)) << ms;
+    EXPECT_THAT(std::string(status.message()),
+                ::testing::HasSubstr("journal_settle_ms"));
+  }
+}
+
 TEST(DaemonConfigTest, HoldsThePoliciesParsed) {
   DaemonConfig config;
   // The best measured pair (docs/eviction.md).

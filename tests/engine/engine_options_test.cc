@@ -38,6 +38,7 @@ constexpr const char* kCarriedFields[] = {
     "transfer_workers",
     "state_dir",
     "recovery_threads",
+    "journal_settle_ms",  // EngineOptions::journal_settle.
 };
 constexpr const char* kDaemonOnlyFields[] = {
     "backend",  // MakeBackend (daemon/main) builds the Backend.
@@ -113,6 +114,7 @@ DaemonConfig NonDefaultConfig() {
   config.transfer_workers = 7;
   config.state_dir = "/var/lib/hicached";
   config.recovery_threads = 5;
+  config.journal_settle_ms = 70;
   return config;
 }
 
@@ -137,6 +139,7 @@ TEST(EngineOptionsTest, CarriesEveryConfigurationField) {
   EXPECT_EQ(o.transfer_workers, 7);
   EXPECT_EQ(o.state_dir, "/var/lib/hicached");
   EXPECT_EQ(o.recovery_threads, 5);
+  EXPECT_EQ(o.journal_settle, absl::Milliseconds(70));
   // Wiring is the caller's.
   const EngineOptions defaults;
   EXPECT_EQ(o.clock, nullptr);

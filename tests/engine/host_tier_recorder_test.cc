@@ -13,6 +13,7 @@
 #include <chrono>
 #include <atomic>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -74,7 +75,8 @@ class RecorderTest : public ::testing::Test {
     RemovePersistentHostSegments(prefix_);
   }
   void StartRecorder(std::function<void()> before_event = {},
-                     int64_t max_queued_pages = int64_t{1} << 22) {
+                     int64_t max_queued_pages = int64_t{1} << 22,
+                     absl::Duration settle = absl::Milliseconds(50)) {
     recorder_ = std::make_unique<HostTierRecorder>(HostTierRecorder::Options{
         .geometry = geometry_,
         .layout = HostLayout::kLayerFirst,
@@ -82,6 +84,7 @@ class RecorderTest : public ::testing::Test {
         .pools = {{.rank = 0, .bytes = bytes_}},
         .journal = writer_.get(),
         .keys = keys_.get(),
+        .settle = settle,
         .max_queued_pages = max_queued_pages,
         .before_event = std::move(before_event)});
     tree_->SetHostTierListener(recorder_.get());
@@ -190,8 +193,17 @@ class RecorderTest : public ::testing::Test {
   }();
 };
 
-TEST_F(RecorderTest, JournalEqualsTheTreesHostTierWithTheBytesChecksums) {
-  StartRecorder();
+// Random inserts, matches, backups and evictions of both tiers; every 100
+// steps the journal (flushed) must equal the tree's host tier, keys and
+// checksums included. With a long settle window every commit waits for
+// that Flush: its key is read from the tree's held blocks up to 100 steps
+// later, after splits, evictions and inserts that would reuse them.
+class RecorderTrafficTest : public RecorderTest,
+                            public ::testing::WithParamInterface<int> {};
+
+TEST_P(RecorderTrafficTest, JournalEqualsTheTreesHostTierWithTheBytesChecksums) {
+  const absl::Duration settle = absl::Milliseconds(GetParam());
+  StartRecorder({}, int64_t{1} << 22, settle);
   std::mt19937 rng(9);
   int64_t compared = 0;
   for (int step = 1; step <= 1500; ++step) {
@@ -232,6 +244,85 @@ TEST_F(RecorderTest, JournalEqualsTheTreesHostTierWithTheBytesChecksums) {
   EXPECT_GT(compared, 100);
   EXPECT_EQ(recorder_->stats().journal_errors, 0);
   EXPECT_GT(recorder_->stats().hashed_bytes, 0u);
+  if (settle > absl::Minutes(1)) {
+    // Nodes went while their commits were waiting, and their keys held.
+    EXPECT_GT(recorder_->stats().puts_discarded, 0);
+  }
+  // Every commit handled: every key block goes back to the tree.
+  ASSERT_TRUE(recorder_->Flush().ok());
+  tree_->ReleaseKeyHolds(*recorder_);
+  EXPECT_EQ(tree_->key_blocks_held(), 0);
+  EXPECT_EQ(tree_->key_blocks_freed_held(), 0);
+  EXPECT_TRUE(tree_->CheckInvariants().ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Settle, RecorderTrafficTest,
+                         ::testing::Values(0, 3600 * 1000),
+                         [](const auto& info) {
+                           return info.param == 0 ? std::string("Immediate")
+                                                  : std::string("UntilFlush");
+                         });
+
+// A commit dropped within its settle window costs no key copy, no checksum
+// and no record; its key blocks stay held (not reused) until it is handled.
+TEST_F(RecorderTest, ACommitDroppedWhileSettlingIsNeitherHashedNorRecorded) {
+  StartRecorder({}, int64_t{1} << 22, absl::Hours(1));
+  auto a = tree_->Insert("", Seq(0, 8), Pages(8));
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(Backup(a->node));
+  EXPECT_EQ(tree_->key_blocks_held(), 2);
+  Free(tree_->EvictDevice(std::vector<int64_t>{2}).freed_host_pages);
+  Free(tree_->EvictHost(std::vector<int64_t>{2}).freed_host_pages);
+  ASSERT_FALSE(tree_->Inspect(a->node).ok());
+  EXPECT_EQ(tree_->key_blocks_freed_held(), 2);
+  // Its pages are reused by another node meanwhile (its token blocks cannot
+  // be: they are held).
+  auto b = tree_->Insert("", Seq(500, 8), Pages(8));
+  ASSERT_TRUE(b.ok());
+  ASSERT_TRUE(Backup(b->node));
+  const persist::LoadedJournal loaded = Load();
+  ASSERT_EQ(loaded.puts.size(), 1u);
+  EXPECT_EQ(recorder_->stats().puts_discarded, 1);
+  EXPECT_EQ(recorder_->stats().puts, 1);
+  EXPECT_EQ(recorder_->stats().hashed_bytes, 2 * geometry_.BytesPerPage());
+  int64_t compared = 0;
+  ASSERT_NO_FATAL_FAILURE(CompareWithTree(&compared));
+  EXPECT_EQ(compared, 1);
+  // Handled: the next commit hands a's blocks (and b's) back.
+  auto c = tree_->Insert("", Seq(900, 4), Pages(4));
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(Backup(c->node));
+  EXPECT_EQ(tree_->key_blocks_freed_held(), 0);
+  EXPECT_EQ(tree_->key_blocks_held(), 1);  // c's own, until it is handled.
+}
+
+// Events wait for their settle window; a Flush takes them at once.
+TEST_F(RecorderTest, CommitsWaitForTheirSettleWindowUnlessFlushed) {
+  StartRecorder({}, int64_t{1} << 22, absl::Hours(1));
+  auto a = tree_->Insert("", Seq(0, 8), Pages(8));
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(Backup(a->node));
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_EQ(recorder_->stats().events, 0);
+  ASSERT_TRUE(recorder_->Flush().ok());
+  EXPECT_EQ(recorder_->stats().events, 1);
+  EXPECT_EQ(recorder_->stats().puts, 1);
+}
+
+// The worker handles a settled event by itself, with no Flush.
+TEST_F(RecorderTest, SettledCommitsAreRecordedWithoutAFlush) {
+  auto handled = std::make_shared<std::promise<void>>();
+  auto once = std::make_shared<std::atomic<bool>>(false);
+  StartRecorder(
+      [handled, once] {
+        if (!once->exchange(true)) handled->set_value();
+      },
+      int64_t{1} << 22, absl::Milliseconds(10));
+  auto a = tree_->Insert("", Seq(0, 8), Pages(8));
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(Backup(a->node));
+  EXPECT_EQ(handled->get_future().wait_for(std::chrono::seconds(30)),
+            std::future_status::ready);
 }
 
 // The commit is reported, then the node is dropped (and its pages reused)

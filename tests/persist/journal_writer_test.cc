@@ -474,8 +474,11 @@ TEST_F(JournalWriterTest, ModelTestAcrossRestartsAndCompactions) {
   int64_t compactions = 0;
   for (int restart = 0; restart < 6; ++restart) {
     std::unique_ptr<JournalWriter> w =
+        // At the test's priority: a background writer would fall behind
+        // the test thread and write (and compact) in a few large batches.
         Open({.max_delay = absl::Microseconds(200),
-              .compaction_floor_bytes = 32 * 1024},
+              .compaction_floor_bytes = 32 * 1024,
+              .background = false},
              live);
     ASSERT_NE(w, nullptr);
     for (int op = 0; op < 1500; ++op) {

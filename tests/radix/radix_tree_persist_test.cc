@@ -3,6 +3,7 @@
 // matches, backups and evictions of both tiers (tinylfu splits learned tails;
 // inserts split host nodes); and recovery: RestoreHostNode rebuilds, in a
 // fresh tree, exactly the host nodes a crash leaves reachable.
+#include <algorithm>
 #include <map>
 #include <random>
 #include <string>
@@ -330,6 +331,99 @@ TEST_P(PersistTest, RandomTrafficKeepsTheIndexExact) {
   ASSERT_TRUE((*fresh)->CommitBackup(extra->node).ok());
   ASSERT_EQ(after.live().size(), 1u);
   EXPECT_GT(after.live().begin()->first, reachable.rbegin()->first);
+}
+
+// A listener that HoldsKeys (as the host-tier recorder does): it reads each
+// commit's key later, after splits, evictions and new inserts that would
+// reuse freed token blocks, and finds the tokens committed; the blocks are
+// reused only once it hands them back.
+class HoldingIndex final : public HostTierListener {
+ public:
+  struct Held {
+    std::vector<int32_t> key;  // Copied at commit, to compare with.
+    std::vector<absl::Span<const int32_t>> key_pages;
+    std::vector<TokenStore::BlockId> blocks;
+  };
+  bool HoldsKeys() const override { return true; }
+  void TakeReleasedKeys(std::vector<TokenStore::BlockId>* blocks) override {
+    blocks->insert(blocks->end(), released_.begin(), released_.end());
+    released_.clear();
+  }
+  void OnHostCommitted(HostCommit& c) override {
+    EXPECT_EQ(c.key_blocks.size(), c.key_pages.size());
+    held_.push_back(Held{c.KeyTokens(), std::move(c.key_pages),
+                         {c.key_blocks.begin(), c.key_blocks.end()}});
+  }
+  void OnHostReparented(uint64_t, uint64_t) override {}
+  void OnHostDropped(uint64_t) override {}
+  void OnHostSplit(uint64_t, int64_t, uint64_t) override {}
+
+  // Reads the oldest `n` held keys (as a worker would), then hands their
+  // blocks back.
+  void ReadAndRelease(size_t n) {
+    n = std::min(n, held_.size());
+    for (size_t i = 0; i < n; ++i) {
+      std::vector<int32_t> now;
+      for (absl::Span<const int32_t> page : held_[i].key_pages) {
+        now.insert(now.end(), page.begin(), page.end());
+      }
+      EXPECT_EQ(now, held_[i].key) << "a held key changed";
+      released_.insert(released_.end(), held_[i].blocks.begin(),
+                       held_[i].blocks.end());
+    }
+    held_.erase(held_.begin(), held_.begin() + n);
+  }
+  size_t held() const { return held_.size(); }
+
+ private:
+  std::vector<Held> held_;
+  std::vector<TokenStore::BlockId> released_;
+};
+
+TEST_P(PersistTest, HeldKeysStayIntactUntilReleased) {
+  HoldingIndex holding;
+  tree_->SetHostTierListener(&holding);
+  std::mt19937 rng(5);
+  int64_t freed_while_held = 0;
+  for (int step = 0; step < 4000; ++step) {
+    clock_.Advance(absl::Milliseconds(1));
+    std::vector<int32_t> tokens;
+    const int stem = static_cast<int>(rng() % 5);
+    const int len = 1 + static_cast<int>(rng() % 40);
+    for (int i = 0; i < len; ++i) {
+      tokens.push_back(i < 10 ? stem * 1000 + i
+                              : static_cast<int32_t>(rng() % 4));
+    }
+    switch (rng() % 5) {
+      case 0:
+      case 1: {
+        auto result = tree_->Insert("", tokens, Pages(tokens.size()));
+        ASSERT_TRUE(result.ok()) << result.status();
+        (void)Backup(result->node);
+        break;
+      }
+      case 2:
+        tree_->EvictDevice(std::vector<int64_t>{1 + rng() % 8});
+        break;
+      case 3:
+        tree_->EvictHost(std::vector<int64_t>{1 + rng() % 6},
+                         /*redundant_first=*/rng() % 2 == 0);
+        break;
+      case 4:
+        // The worker catches up with part of its backlog now and then.
+        if (rng() % 4 == 0) holding.ReadAndRelease(rng() % 40);
+        break;
+    }
+    freed_while_held =
+        std::max(freed_while_held, tree_->key_blocks_freed_held());
+    ASSERT_TRUE(tree_->CheckInvariants().ok()) << "step " << step;
+  }
+  EXPECT_GT(freed_while_held, 0);  // Nodes went while their keys were held.
+  holding.ReadAndRelease(holding.held());
+  tree_->SetHostTierListener(nullptr);
+  tree_->ReleaseKeyHolds(holding);
+  EXPECT_EQ(tree_->key_blocks_held(), 0);
+  EXPECT_EQ(tree_->key_blocks_freed_held(), 0);
 }
 
 TEST_P(PersistTest, RestoreRefusesWhatCannotBe) {
