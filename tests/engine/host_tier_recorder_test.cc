@@ -296,6 +296,62 @@ TEST_F(RecorderTest, ACommitDroppedWhileSettlingIsNeitherHashedNorRecorded) {
   EXPECT_EQ(tree_->key_blocks_held(), 1);  // c's own, until it is handled.
 }
 
+// Reproduction: a head split off a commit not yet hashed holds some of its
+// pages; when that head is dropped (and its pages reused), the commit's
+// checksums could cover another node's bytes, so it must be discarded. The
+// recorder used to match drops against the committed id only, and recorded
+// such a commit, head included, with the reused bytes' checksums.
+TEST_F(RecorderTest, ADroppedHeadSplitOffAPendingCommitDiscardsIt) {
+  StartRecorder({}, int64_t{1} << 22, absl::Hours(1));
+  const std::vector<int32_t> key = Seq(0, 2 * kP);
+  auto host = CpHostMeta::Create(2 * kP, kP, 1, {0, 0}, {{7, 8}});
+  ASSERT_TRUE(host.ok()) << host.status();
+  const std::vector<TokenStore::BlockId> blocks = {40, 41};
+  HostCommit commit{.persist_id = 1000,
+                    .parent_persist_id = kRootParent,
+                    .ns = "",
+                    .key_pages = {absl::MakeConstSpan(key).subspan(0, kP),
+                                  absl::MakeConstSpan(key).subspan(kP, kP)},
+                    .key_blocks = blocks,
+                    .host = &*host};
+  recorder_->OnHostCommitted(commit);
+  recorder_->OnHostSplit(1000, kP, 1001);  // 1001 takes page 7.
+  recorder_->OnHostDropped(1001);
+  Free({{7}});  // Page 7 reused: its bytes change.
+  const persist::LoadedJournal loaded = Load();
+  EXPECT_TRUE(loaded.puts.empty());
+  EXPECT_EQ(recorder_->stats().puts, 0);
+  EXPECT_EQ(recorder_->stats().puts_discarded, 1);
+  EXPECT_EQ(recorder_->stats().hashed_bytes, 0u);
+  // Its key blocks go back all the same.
+  std::vector<TokenStore::BlockId> back;
+  recorder_->TakeReleasedKeys(&back);
+  EXPECT_EQ(back, blocks);
+}
+
+// A split of a pending commit whose head survives is recorded whole: the
+// journal then holds the head and the tail.
+TEST_F(RecorderTest, ASplitOfAPendingCommitWithNoDropIsRecorded) {
+  StartRecorder({}, int64_t{1} << 22, absl::Hours(1));
+  const std::vector<int32_t> key = Seq(0, 2 * kP);
+  auto host = CpHostMeta::Create(2 * kP, kP, 1, {0, 0}, {{7, 8}});
+  ASSERT_TRUE(host.ok()) << host.status();
+  const std::vector<TokenStore::BlockId> blocks = {40, 41};
+  HostCommit commit{.persist_id = 1000,
+                    .parent_persist_id = kRootParent,
+                    .ns = "",
+                    .key_pages = {absl::MakeConstSpan(key).subspan(0, kP),
+                                  absl::MakeConstSpan(key).subspan(kP, kP)},
+                    .key_blocks = blocks,
+                    .host = &*host};
+  recorder_->OnHostCommitted(commit);
+  recorder_->OnHostSplit(1000, kP, 1001);
+  const persist::LoadedJournal loaded = Load();
+  EXPECT_EQ(loaded.puts.size(), 2u);
+  EXPECT_EQ(recorder_->stats().puts, 1);
+  EXPECT_EQ(recorder_->stats().puts_discarded, 0);
+}
+
 // Events wait for their settle window; a Flush takes them at once.
 TEST_F(RecorderTest, CommitsWaitForTheirSettleWindowUnlessFlushed) {
   StartRecorder({}, int64_t{1} << 22, absl::Hours(1));
