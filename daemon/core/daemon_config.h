@@ -137,7 +137,7 @@ struct DaemonConfig {
   // How long a host commit waits before it is journaled (0..10000 ms): one
   // evicted within it is never recorded; a crash loses the commits of about
   // this long (their pages are free after the restart).
-  int journal_settle_ms = 50;
+  int journal_settle_ms = 20;
   // A CP group of several daemons (docs/cp-groups.md). A leader needs
   // listen_tcp (its followers and schedulers reach it there); a follower
   // needs served_ranks (the ranks whose pools it holds). Not with state_dir.

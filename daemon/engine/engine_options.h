@@ -60,7 +60,7 @@ struct EngineOptions {
   int recovery_threads = 2;
   // How long a host commit waits before it is journaled
   // (HostTierRecorder::Options::settle).
-  absl::Duration journal_settle = absl::Milliseconds(50);
+  absl::Duration journal_settle = absl::Milliseconds(20);
 
   // Not configuration: what the process wires in (EngineOptionsFrom leaves
   // these at their defaults).

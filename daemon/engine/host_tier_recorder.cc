@@ -66,10 +66,9 @@ void HostTierRecorder::OnHostCommitted(HostCommit& commit) {
     if (queued_pages_ + pages > options_.max_queued_pages) {
       // Behind by more than the bound: this node is not recorded (nothing
       // of it is queued, so its later events name an id the journal does
-      // not know, which it ignores). Its key blocks go straight back.
+      // not know, which it ignores). Its key is never read.
+      ++calls_;
       ++stats_.puts_refused;
-      released_keys_.insert(released_keys_.end(), commit.key_blocks.begin(),
-                            commit.key_blocks.end());
       return;
     }
     // Reserved now, so that concurrent commits cannot pass the bound
@@ -92,24 +91,11 @@ void HostTierRecorder::OnHostCommitted(HostCommit& commit) {
   for (Rank r = 0; r < commit.host->cp_size(); ++r) {
     put.host_pages[r] = commit.host->host_pages(r);
   }
-  // The key is not copied here: the tree holds its blocks for the worker.
-  event.put.key_pages.swap(commit.key_pages);  // Each keeps a capacity.
+  // The key is not copied here: the tree keeps its blocks for the worker.
   event.put.key_blocks.assign(commit.key_blocks.begin(),
                               commit.key_blocks.end());
+  event.put.tokens = commit.tokens;
   Enqueue(std::move(event));
-}
-
-void HostTierRecorder::TakeReleasedKeys(
-    std::vector<TokenStore::BlockId>* blocks) {
-  MutexLock lock(&mu_);
-  if (released_keys_.empty()) return;
-  if (blocks->empty()) {
-    blocks->swap(released_keys_);  // Both keep their capacity.
-  } else {
-    blocks->insert(blocks->end(), released_keys_.begin(),
-                   released_keys_.end());
-    released_keys_.clear();
-  }
 }
 
 void HostTierRecorder::OnHostReparented(uint64_t child, uint64_t parent) {
@@ -147,6 +133,7 @@ void HostTierRecorder::Enqueue(Event event) {
 
 void HostTierRecorder::EnqueueLocked(Event event) {
   event.queued_ns = SteadyNowNs();
+  event.call = ++calls_;
   queue_.push_back(std::move(event));
   ++enqueued_;
   // A worker with something settling wakes by itself when the oldest has
@@ -184,15 +171,16 @@ void HostTierRecorder::Track(const Event& event) {
 
 void HostTierRecorder::TakeQueue(std::vector<Event>* arrived) {
   const size_t before = arrived->size();
+  std::vector<Event>& into = arrived->empty() ? *arrived : taken_;
   {
+    // O(1): a swap. The queue gets back an emptied vector that keeps its
+    // capacity, so that the engine's threads do not grow it again.
     MutexLock lock(&mu_);
-    if (arrived->empty()) {
-      arrived->swap(queue_);  // O(1): nothing is copied under the lock.
-    } else {
-      std::vector<Event> taken;
-      taken.swap(queue_);
-      std::move(taken.begin(), taken.end(), std::back_inserter(*arrived));
-    }
+    into.swap(queue_);
+  }
+  if (&into == &taken_) {
+    std::move(taken_.begin(), taken_.end(), std::back_inserter(*arrived));
+    taken_.clear();
   }
   for (size_t i = before; i < arrived->size(); ++i) Track((*arrived)[i]);
 }
@@ -287,12 +275,11 @@ void HostTierRecorder::HandleBatch(absl::Span<Event> batch) {
       for (uint64_t head : heads->second) pending_.erase(head);
       heads_.erase(heads);
     }
-    // Nothing reads the key any more: its blocks go back to the tree.
-    handed_back_.insert(handed_back_.end(), event.put.key_blocks.begin(),
-                        event.put.key_blocks.end());
     event.put.key_blocks.clear();
-    event.put.key_pages.clear();
   }
+  // Nothing reads the keys of this batch (or of anything before it) any
+  // more: the tree may reuse their blocks.
+  keys_read_through_.store(batch.back().call, std::memory_order_release);
   // 3. The journal, in the tree's order, no lock held.
   for (const Event& event : batch) Handle(event, &tally);
   for (Event& event : batch) {
@@ -301,8 +288,7 @@ void HostTierRecorder::HandleBatch(absl::Span<Event> batch) {
     event.put.record.checksums.clear();  // Recomputed for every record.
     spares_.push_back(std::move(event.put));
   }
-  // 4. Counted, and the blocks and records handed back: O(1) under the lock
-  //    unless the engine's threads have not taken the last ones yet.
+  // 4. Counted, and the records handed back: O(1) under the lock.
   MutexLock lock(&mu_);
   if (!tally.first_error.ok() && stats_.journal_errors == 0) {
     spdlog::error("host-tier journal: {}; the host tier will not survive a "
@@ -317,23 +303,28 @@ void HostTierRecorder::HandleBatch(absl::Span<Event> batch) {
   stats_.events += static_cast<int64_t>(batch.size());
   queued_pages_ -= tally.pages;
   handled_ += static_cast<int64_t>(batch.size());
-  if (released_keys_.empty()) {
-    released_keys_.swap(handed_back_);
-  } else {
-    released_keys_.insert(released_keys_.end(), handed_back_.begin(),
-                          handed_back_.end());
-  }
-  handed_back_.clear();
   if (spare_puts_.empty()) spare_puts_.swap(spares_);
   idle_cv_.SignalAll();  // Flush waits for handled_ to pass its mark.
 }
 
-bool HostTierRecorder::StoreKeyAndChecksum(Put* put, uint64_t* bytes) const {
+bool HostTierRecorder::StoreKeyAndChecksum(Put* put, uint64_t* bytes) {
   persist::PutRecord& record = put->record;
+  // The key's pages, in the tree's blocks (kept from reuse until this batch
+  // is handled).
+  key_pages_.clear();
+  const int64_t page_size = options_.geometry.page_size();
+  int64_t left = record.logical_len;
+  for (TokenStore::BlockId block : put->key_blocks) {
+    if (left <= 0 || put->tokens == nullptr) return false;
+    const int64_t n = std::min<int64_t>(page_size, left);
+    key_pages_.emplace_back(put->tokens->Data(block), static_cast<size_t>(n));
+    left -= n;
+  }
+  if (left != 0) return false;
   // The key first: the slots are written by this thread only, in the tree's
   // order (see the header).
   if (absl::Status stored = options_.keys->WriteNode(
-          record.page_owners, record.host_pages, put->key_pages);
+          record.page_owners, record.host_pages, key_pages_);
       !stored.ok()) {
     spdlog::error("host-tier journal: the key of node {}: {}",
                   record.persist_id, stored);
@@ -365,7 +356,7 @@ bool HostTierRecorder::StoreKeyAndChecksum(Put* put, uint64_t* bytes) const {
       record, options_.geometry.page_size(),
       [&](const persist::PutPage& page) {
         uint64_t& checksum = record.checksums[page.rank][page.index];
-        checksum = PageRecordChecksum(checksum, put->key_pages[page.position]);
+        checksum = PageRecordChecksum(checksum, key_pages_[page.position]);
       });
 }
 

@@ -41,6 +41,7 @@
 //
 // Thread-safe. The listener methods must be called in the tree's order.
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -89,7 +90,7 @@ class HostTierRecorder final : public HostTierListener {
     // An event is handled once it has been queued this long (at once at a
     // Flush or at destruction): how long a commit may be dropped again
     // before it costs a key copy, checksums and a record.
-    absl::Duration settle = absl::Milliseconds(50);
+    absl::Duration settle = absl::Milliseconds(20);
     // The worker wakes when its oldest event has settled for this much
     // longer, and handles every settled event then: a batch at most every
     // `batch_delay`, not a wake-up an event.
@@ -116,8 +117,9 @@ class HostTierRecorder final : public HostTierListener {
   void OnHostCommitted(HostCommit& commit) override
       ABSL_LOCKS_EXCLUDED(mu_);
   bool HoldsKeys() const override { return true; }
-  void TakeReleasedKeys(std::vector<TokenStore::BlockId>* blocks) override
-      ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t KeysReadThrough() const override {
+    return keys_read_through_.load(std::memory_order_acquire);
+  }
   void OnHostReparented(uint64_t child, uint64_t parent) override
       ABSL_LOCKS_EXCLUDED(mu_);
   void OnHostDropped(uint64_t persist_id) override ABSL_LOCKS_EXCLUDED(mu_);
@@ -133,16 +135,18 @@ class HostTierRecorder final : public HostTierListener {
   HostTierRecorderStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  // A commit: its record and its key, read from the tree's held blocks.
+  // A commit: its record and where its key is (the tree's blocks, kept
+  // from reuse until KeysReadThrough passes the commit).
   struct Put {
     persist::PutRecord record;  // Everything but the checksums.
-    std::vector<absl::Span<const int32_t>> key_pages;
-    std::vector<TokenStore::BlockId> key_blocks;  // Handed back once handled.
+    std::vector<TokenStore::BlockId> key_blocks;
+    const TokenStore* tokens = nullptr;
   };
   struct Event {
     enum class Kind { kPut, kDrop, kSplit, kReparent } kind = Kind::kPut;
     Put put;  // kPut.
     int64_t queued_ns = 0;  // When it was queued (steady clock).
+    uint64_t call = 0;      // Its number among the listener calls, from 1.
     // kPut, set by the worker: its checksums were taken and it was not
     // dropped meanwhile (else it is discarded); the bytes hashed.
     bool recordable = false;
@@ -185,7 +189,7 @@ class HostTierRecorder final : public HostTierListener {
   // Writes the key into its pages' slots, then fills the record's
   // checksums: each page's KV bytes mixed with its tokens
   // (PageRecordChecksum). False for a record that cannot be (a bad page).
-  bool StoreKeyAndChecksum(Put* put, uint64_t* bytes) const;
+  bool StoreKeyAndChecksum(Put* put, uint64_t* bytes);
   static void Count(const absl::Status& status, bool put, Tally* tally);
 
   const Options options_;
@@ -200,8 +204,11 @@ class HostTierRecorder final : public HostTierListener {
   // queueing allocates nothing once both have grown.
   std::vector<Event> queue_ ABSL_GUARDED_BY(mu_);
   std::vector<Put> spare_puts_ ABSL_GUARDED_BY(mu_);
-  // Key blocks of handled Puts, for the tree to release (TakeReleasedKeys).
-  std::vector<TokenStore::BlockId> released_keys_ ABSL_GUARDED_BY(mu_);
+  uint64_t calls_ ABSL_GUARDED_BY(mu_) = 0;  // Listener calls, ever.
+  // KeysReadThrough(): the worker stores the call number of the last event
+  // of each batch it has handled (release), the tree loads it (acquire)
+  // before it reuses a block.
+  std::atomic<uint64_t> keys_read_through_{0};
   // The worker waits with nothing queued or settling: the next event must
   // wake it (otherwise it wakes on its own when the oldest has settled).
   bool worker_empty_ ABSL_GUARDED_BY(mu_) = false;
@@ -222,8 +229,9 @@ class HostTierRecorder final : public HostTierListener {
   absl::flat_hash_map<uint64_t, std::vector<uint64_t>> heads_;
   absl::flat_hash_set<uint64_t> dropped_;
   std::vector<Event> arrived_;
-  std::vector<TokenStore::BlockId> handed_back_;
+  std::vector<Event> taken_;  // Swapped with the queue; keeps a capacity.
   std::vector<Put> spares_;
+  std::vector<absl::Span<const int32_t>> key_pages_;  // Reused per Put.
   std::thread worker_;
 };
 

@@ -194,7 +194,7 @@ ABSL_FLAG(std::string, state_dir, "",
           "served. Empty (default): the host tier dies with the daemon.");
 ABSL_FLAG(int32_t, recovery_threads, 2,
           "--state_dir: threads verifying host pages at start.");
-ABSL_FLAG(int32_t, journal_settle_ms, 50,
+ABSL_FLAG(int32_t, journal_settle_ms, 20,
           "--state_dir: how long a committed backup waits before it is "
           "journaled (0..10000). One evicted within it costs no checksums "
           "and no record; a crash loses about this long of commits (their "

@@ -22,6 +22,7 @@
 //    host copy); id keeps the rest, with `head` as its parent. Children of
 //    id stay id's.
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string_view>
@@ -43,21 +44,33 @@ struct HostCommit {
   std::string_view ns;
   // The node's own tokens, one span per logical page (page_size tokens; the
   // last may be shorter), pointing into the tree: no copy is made for the
-  // listener. Valid during the call only, unless the listener HoldsKeys():
-  // then the tree holds `key_blocks` for it, and the tokens stay valid and
-  // unchanged (even after the node is gone) until it hands them back. The
-  // listener may swap the vector for another (the tree reuses it).
+  // listener. Valid during the call only. Empty for a listener that
+  // HoldsKeys(): it reads key_blocks later instead.
   std::vector<absl::Span<const int32_t>> key_pages;
-  // The token blocks behind key_pages, one per page.
+  // The token blocks of the key, one per page (the last page's block holds
+  // logical_len's remainder), in `tokens`. For a listener that HoldsKeys(),
+  // tokens->Data(block) may be read from any thread until the listener's
+  // KeysReadThrough() passes this report: the tree keeps the blocks from
+  // reuse (and their tokens unchanged) until then, even after the node is
+  // gone.
   absl::Span<const TokenStore::BlockId> key_blocks;
+  const TokenStore* tokens = nullptr;
   const CpHostMeta* host = nullptr;
   uint64_t node = 0;  // The tree's NodeId, e.g. to protect it meanwhile.
 
-  // The tokens of key_pages, concatenated (a copy).
+  // The key's tokens, concatenated (a copy): from key_pages, or (a
+  // listener that HoldsKeys) from key_blocks.
   std::vector<int32_t> KeyTokens() const {
     std::vector<int32_t> key;
     for (absl::Span<const int32_t> page : key_pages) {
       key.insert(key.end(), page.begin(), page.end());
+    }
+    if (!key_pages.empty() || tokens == nullptr || host == nullptr) return key;
+    int64_t left = host->logical_len();
+    for (TokenStore::BlockId block : key_blocks) {
+      const int64_t n = std::min<int64_t>(tokens->page_size(), left);
+      key.insert(key.end(), tokens->Data(block), tokens->Data(block) + n);
+      left -= n;
     }
     return key;
   }
@@ -69,14 +82,16 @@ class HostTierListener {
   // A host copy became visible (a committed backup). `commit` is valid
   // during the call only.
   virtual void OnHostCommitted(HostCommit& commit) = 0;
-  // Whether the listener reads a commit's key_pages after OnHostCommitted
+  // Whether the listener reads a commit's key blocks after OnHostCommitted
   // returns (HostCommit). Asked once, when the listener is set.
   virtual bool HoldsKeys() const { return false; }
-  // A listener that HoldsKeys(): appends the key_blocks of the commits it
-  // no longer reads (all of them, each commit's once), and stops reading
-  // them. The tree calls it before each commit it reports, and its owner
-  // calls RadixTree::ReleaseKeyHolds after detaching it.
-  virtual void TakeReleasedKeys(std::vector<TokenStore::BlockId>* blocks) {}
+  // A listener that HoldsKeys(): N such that it reads the key of no commit
+  // among the first N calls the tree made to it (every method below counts,
+  // in the tree's order, from 1 since it was set). Never decreases; may be
+  // called from the tree's serialization while other threads of the
+  // listener move it on. After detaching the listener and once it has
+  // stopped reading, its owner calls RadixTree::ReleaseKeyHolds.
+  virtual uint64_t KeysReadThrough() const { return 0; }
   // `child` (recorded detached) now hangs from `parent`, which just got its
   // host copy.
   virtual void OnHostReparented(uint64_t child, uint64_t parent) = 0;

@@ -47,6 +47,10 @@ struct Node {
   // The host copy's id in the durable host-tier index (HostTierListener);
   // 0 without a host copy or without a listener.
   uint64_t persist_id = 0;
+  // The last report that handed this node's token blocks to a listener that
+  // reads them later (HostTierListener::HoldsKeys); 0: none. While the
+  // listener has not read past it, freed blocks go into quarantine.
+  uint64_t key_report = 0;
   // Lanes of a dead CP member (radix_tree_lanes.cc): a node dropped while
   // locked or host-referenced is detached -- out of its parent's children
   // (never matched again) and out of every counter -- and holds its former

@@ -120,6 +120,9 @@ Node* RadixTree::NewNode(Node* parent, absl::Span<const int32_t> key) {
   node->parent = parent;
   node->length = static_cast<int64_t>(key.size());
   const int64_t page = options_.page_size;
+  if (key_reader_ != nullptr && tokens_.blocks_quarantined() > 0) {
+    tokens_.Reclaim(key_reader_->KeysReadThrough());
+  }
   tokens_.AllocateMany((node->length + page - 1) / page, &node->blocks);
   for (int64_t i = 0, from = 0; from < node->length; ++i, from += page) {
     std::memcpy(tokens_.Data(node->blocks[i]), key.data() + from,
@@ -153,9 +156,9 @@ int64_t RadixTree::CommonPrefix(const Node* node,
 
 void RadixTree::TruncateKey(Node* node, int64_t new_len) {
   const int64_t keep = (new_len + options_.page_size - 1) >> page_shift_;
-  while (static_cast<int64_t>(node->blocks.size()) > keep) {
-    tokens_.Free(node->blocks.back());
-    node->blocks.pop_back();
+  if (static_cast<int64_t>(node->blocks.size()) > keep) {
+    FreeKeyBlocks(node, absl::MakeConstSpan(node->blocks).subspan(keep));
+    node->blocks.resize(keep);
   }
   node->length = new_len;
 }
@@ -221,6 +224,7 @@ Node* RadixTree::Split(Node* node, int64_t at) {
   head->parent = parent;
   head->length = at;
   head->blocks.assign(node->blocks.begin(), node->blocks.begin() + head_blocks);
+  head->key_report = node->key_report;  // Its blocks were reported with it.
   node->blocks.erase(node->blocks.begin(), node->blocks.begin() + head_blocks);
   node->blocks.shrink_to_fit();
   node->length -= at;
@@ -254,6 +258,7 @@ Node* RadixTree::Split(Node* node, int64_t at) {
     if (node->persist_id != 0) {
       head->persist_id = next_persist_id_++;
       if (host_listener_ != nullptr) {
+        ++reports_;
         host_listener_->OnHostSplit(node->persist_id, at, head->persist_id);
       }
     }

@@ -361,14 +361,14 @@ class RadixTree {
   // `next_persist_id` up (above every id a restored journal holds).
   void SetHostTierListener(HostTierListener* listener,
                            uint64_t next_persist_id = 1);
-  // Releases the key blocks `listener` hands back (TakeReleasedKeys). The
-  // tree does so itself at each commit while the listener is set; its owner
-  // calls this once a detached listener has stopped reading keys.
+  // A listener that HoldsKeys(), detached (SetHostTierListener) and done
+  // reading keys: every token block kept from reuse for it is free again.
+  // Until then, blocks of nodes reported to it stay in quarantine when freed.
   void ReleaseKeyHolds(HostTierListener& listener);
-  // Token blocks held for a listener's reading, and those of them whose
-  // node is gone (they are reused once released).
-  int64_t key_blocks_held() const { return tokens_.blocks_held(); }
-  int64_t key_blocks_freed_held() const { return tokens_.blocks_freed_held(); }
+  // Token blocks freed while a listener may still read them, not reused yet.
+  int64_t key_blocks_quarantined() const {
+    return tokens_.blocks_quarantined();
+  }
   // Recovery: a host-only node with key `key` under `parent` (kNoNode: the
   // root of `ns`, created if needed) holding the host copy `host`, recorded
   // under `persist_id` (> 0; its pages the caller has reserved). Reports
@@ -476,9 +476,11 @@ class RadixTree {
   TailLearner tails_;
   // Durable host tier (SetHostTierListener).
   HostTierListener* host_listener_ = nullptr;
-  bool host_listener_holds_keys_ = false;
-  std::vector<TokenStore::BlockId> released_keys_;  // Reused scratch.
-  std::vector<absl::Span<const int32_t>> key_pages_scratch_;  // Likewise.
+  // The listener that reads keys after its reports (HoldsKeys), until its
+  // owner says it is done (ReleaseKeyHolds), even once detached.
+  HostTierListener* key_reader_ = nullptr;
+  // Calls made to the listener since it was set (numbered from 1).
+  uint64_t reports_ = 0;
   uint64_t next_persist_id_ = 1;
   absl::flat_hash_set<uint64_t> restored_persist_ids_;
   // Lanes of a dead CP member: lanes no match returns, and detached nodes.
@@ -490,6 +492,10 @@ class RadixTree {
   // The node's own tokens, a span per page into the token store.
   void KeyPagesOf(const Node* node,
                   std::vector<absl::Span<const int32_t>>* pages) const;
+  // Frees token blocks of `node`: into quarantine while a key reader may
+  // still read them (the node's key was reported past what it has read).
+  void FreeKeyBlocks(const Node* node,
+                     absl::Span<const TokenStore::BlockId> blocks);
   // The listener hears that `node`'s host copy is gone (before it goes).
   void ReportHostDropped(Node* node);
   // The listener hears that `node` just got its host copy, and that its

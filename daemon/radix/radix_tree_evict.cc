@@ -24,7 +24,7 @@ void RadixTree::RemoveLeaf(Node* node) {
   }
   if (node->host != nullptr) host_tokens_ -= node->len();
   if (node->pending != nullptr) --pending_backups_;
-  for (TokenStore::BlockId block : node->blocks) tokens_.Free(block);
+  FreeKeyBlocks(node, node->blocks);
   nodes_.erase(node->id);
   delete node;
 }

@@ -198,7 +198,7 @@ LaneDropResult RadixTree::ReapDetached() {
       EraseChildLink(n->parent, n);
       reapable_.push_back(n->parent);
     }
-    for (TokenStore::BlockId block : n->blocks) tokens_.Free(block);
+    FreeKeyBlocks(n, n->blocks);
     nodes_.erase(n->id);
     detached_.erase(n);
     delete n;

@@ -2,10 +2,12 @@
 // recovery rebuilds host-only nodes from one (docs/hot-restart.md).
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/core/check.h"
 #include "daemon/radix/radix_tree.h"
 
 namespace hicache {
@@ -27,19 +29,40 @@ void RadixTree::KeyPagesOf(const Node* node,
 void RadixTree::SetHostTierListener(HostTierListener* listener,
                                     uint64_t next_persist_id) {
   host_listener_ = listener;
-  host_listener_holds_keys_ = listener != nullptr && listener->HoldsKeys();
+  reports_ = 0;
+  if (listener != nullptr && listener->HoldsKeys()) {
+    HICACHE_CHECK(key_reader_ == nullptr || key_reader_ == listener,
+                  "a key-reading listener replaced before ReleaseKeyHolds");
+    key_reader_ = listener;
+  }
   next_persist_id_ = std::max<uint64_t>(next_persist_id, 1);
 }
 
 void RadixTree::ReleaseKeyHolds(HostTierListener& listener) {
-  listener.TakeReleasedKeys(&released_keys_);
-  tokens_.Release(released_keys_);
-  released_keys_.clear();
+  if (key_reader_ != &listener) return;
+  if (host_listener_ == &listener) return;  // Still set: it still reads.
+  tokens_.Reclaim(std::numeric_limits<uint64_t>::max());
+  key_reader_ = nullptr;
+}
+
+void RadixTree::FreeKeyBlocks(const Node* node,
+                              absl::Span<const TokenStore::BlockId> blocks) {
+  if (key_reader_ == nullptr || node->key_report == 0 ||
+      node->key_report <= key_reader_->KeysReadThrough()) {
+    for (TokenStore::BlockId block : blocks) tokens_.Free(block);
+    return;
+  }
+  // Reported and maybe not read yet: kept until the reader is past every
+  // report made so far (reports_ only grows, so epochs are in order).
+  for (TokenStore::BlockId block : blocks) tokens_.FreeAfter(block, reports_);
 }
 
 void RadixTree::ReportHostDropped(Node* node) {
   if (node->host == nullptr || node->persist_id == 0) return;
-  if (host_listener_ != nullptr) host_listener_->OnHostDropped(node->persist_id);
+  if (host_listener_ != nullptr) {
+    ++reports_;
+    host_listener_->OnHostDropped(node->persist_id);
+  }
   node->persist_id = 0;
 }
 
@@ -59,12 +82,6 @@ uint64_t RecordedParent(const Node* node) {
 
 void RadixTree::ReportHostCommitted(Node* node) {
   if (host_listener_ == nullptr) return;
-  if (host_listener_holds_keys_) {
-    // What the listener has finished reading, then a hold on this key (its
-    // tokens stay put until the listener hands them back).
-    ReleaseKeyHolds(*host_listener_);
-    tokens_.Hold(node->blocks);
-  }
   node->persist_id = next_persist_id_++;
   HostCommit commit;
   commit.persist_id = node->persist_id;
@@ -72,19 +89,24 @@ void RadixTree::ReportHostCommitted(Node* node) {
   const Node* root = node;
   while (!root->is_root()) root = root->parent;
   commit.ns = *root->ns;
-  // The span list is the tree's reused one, or one the listener swapped in
-  // for it: no allocation per commit.
-  commit.key_pages.swap(key_pages_scratch_);
-  KeyPagesOf(node, &commit.key_pages);
   commit.key_blocks = node->blocks;
+  commit.tokens = &tokens_;
   commit.host = node->host.get();
   commit.node = node->id;
+  ++reports_;
+  if (key_reader_ == host_listener_) {
+    // It reads the key from the blocks later: they are kept from reuse
+    // until it has read past this report.
+    node->key_report = reports_;
+  } else {
+    KeyPagesOf(node, &commit.key_pages);
+  }
   host_listener_->OnHostCommitted(commit);
-  key_pages_scratch_.swap(commit.key_pages);
   // Host-backed children recorded detached (their parent had no host copy)
   // hang from this node from now on.
   for (const auto& [token, child] : node->children) {
     if (child->host != nullptr && child->persist_id != 0) {
+      ++reports_;
       host_listener_->OnHostReparented(child->persist_id, node->persist_id);
     }
   }
@@ -149,6 +171,7 @@ void RadixTree::VisitHostTier(
                           .parent_persist_id = RecordedParent(node),
                           .ns = ns,
                           .key_blocks = node->blocks,
+                          .tokens = &tokens_,
                           .host = node->host.get(),
                           .node = node->id};
         KeyPagesOf(node, &commit.key_pages);

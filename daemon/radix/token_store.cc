@@ -11,12 +11,17 @@ namespace hicache {
 
 namespace {
 constexpr size_t kChunkBytes = size_t{1} << 20;
+// The chunk table is reserved whole, so that its entries never move (a
+// reader on another thread calls Data()): 512 KiB of address space, touched
+// only as chunks are added.
+constexpr size_t kMaxChunks = size_t{1} << 16;
 }  // namespace
 
 TokenStore::TokenStore(uint32_t page_size, int64_t reserve_tokens)
     : page_size_(page_size),
       blocks_per_chunk_(static_cast<uint32_t>(
           std::max<size_t>(1, kChunkBytes / (sizeof(int32_t) * page_size)))) {
+  chunks_.reserve(kMaxChunks);
   const int64_t blocks = (reserve_tokens + page_size - 1) / page_size;
   while (blocks_mapped() < blocks) AddChunk(/*prefault=*/true);
 }
@@ -34,8 +39,9 @@ void TokenStore::AddChunk(bool prefault) {
            MAP_PRIVATE | MAP_ANONYMOUS | (prefault ? MAP_POPULATE : 0), -1, 0);
   if (memory == MAP_FAILED) std::abort();  // Out of memory: nothing to save.
   const BlockId first = static_cast<BlockId>(blocks_mapped());
-  chunks_.push_back(static_cast<int32_t*>(memory));
-  if (!holds_.empty()) holds_.resize(blocks_mapped(), 0);
+  HICACHE_CHECK(chunks_.size() < kMaxChunks,
+                "token store past its chunk table (64 GiB of token ids)");
+  chunks_.push_back(static_cast<int32_t*>(memory));  // Never reallocates.
   // Hand out low ids first: push in reverse.
   for (BlockId b = first + blocks_per_chunk_; b > first; --b) {
     free_.push_back(b - 1);
@@ -58,42 +64,21 @@ void TokenStore::AllocateMany(int64_t n, std::vector<BlockId>* out) {
 }
 
 void TokenStore::Free(BlockId block) {
-  --in_use_;
-  if (!holds_.empty() && holds_[block] != 0) {
-    HICACHE_CHECK((holds_[block] & kFreedWhileHeld) == 0,
-                  "a held token block freed twice");
-    holds_[block] |= kFreedWhileHeld;
-    ++freed_held_;
-    return;
-  }
   free_.push_back(block);
+  --in_use_;
 }
 
-void TokenStore::Hold(absl::Span<const BlockId> blocks) {
-  if (holds_.empty()) holds_.assign(blocks_mapped(), 0);
-  for (BlockId block : blocks) {
-    uint32_t& holds = holds_[block];
-    HICACHE_CHECK((holds & kFreedWhileHeld) == 0 &&
-                      (holds & ~kFreedWhileHeld) < kFreedWhileHeld - 1,
-                  "a token block held after it was freed, or too often");
-    if (holds++ == 0) ++held_;
-  }
+void TokenStore::FreeAfter(BlockId block, uint64_t epoch) {
+  HICACHE_CHECK(quarantine_.empty() || quarantine_.back().first <= epoch,
+                "token blocks quarantined out of epoch order");
+  quarantine_.emplace_back(epoch, block);
+  --in_use_;
 }
 
-void TokenStore::Release(absl::Span<const BlockId> blocks) {
-  for (BlockId block : blocks) {
-    HICACHE_CHECK(block < holds_.size() &&
-                      (holds_[block] & ~kFreedWhileHeld) != 0,
-                  "a token block released but not held");
-    uint32_t& holds = holds_[block];
-    if (--holds != kFreedWhileHeld) {
-      if (holds == 0) --held_;
-      continue;
-    }
-    holds = 0;
-    --held_;
-    --freed_held_;
-    free_.push_back(block);
+void TokenStore::Reclaim(uint64_t through) {
+  while (!quarantine_.empty() && quarantine_.front().first <= through) {
+    free_.push_back(quarantine_.front().second);
+    quarantine_.pop_front();
   }
 }
 

@@ -1,6 +1,8 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <utility>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -17,15 +19,17 @@ namespace hicache {
 // not pay first-touch page faults; the daemon sizes it from its pool capacity.
 // Memory: 4 bytes per token plus 4 bytes per block id.
 //
-// Holds: a reader on another thread (the host-tier recorder, which copies a
-// committed node's key later, off the engine's lock) holds the blocks it
-// will read. A held block keeps its tokens and is not handed out again until
-// every hold on it is released, even if it is freed meanwhile (Free then only
-// marks it). Data()'s pointers stay valid for the store's lifetime, so a
-// holder may read through a pointer taken under the owner's serialization
-// without calling into the store.
+// Quarantine: a reader on another thread (the host-tier recorder, which
+// copies a committed node's key later, off the engine's lock) may still read
+// a block its owner frees. FreeAfter(block, epoch) keeps such a block out of
+// circulation, its tokens unchanged, until Reclaim(through) with
+// through >= epoch says that no reader reads it any more. Data()'s pointers
+// stay valid for the store's lifetime and the chunk table never moves, so a
+// reader may call Data() for a block it was handed under its owner's
+// serialization, and read it without that serialization.
 //
-// Thread-compatible: every method runs under its owner's serialization.
+// Thread-compatible otherwise: every other call runs under its owner's
+// serialization.
 class TokenStore {
  public:
   using BlockId = uint32_t;
@@ -38,15 +42,13 @@ class TokenStore {
   BlockId Allocate();
   // Appends `n` blocks to `out`.
   void AllocateMany(int64_t n, std::vector<BlockId>* out);
-  // Frees `block`; a held one is handed out again once its last hold goes.
   void Free(BlockId block);
-
-  // One more hold on each block (a block may appear more than once).
-  // Every block must be allocated (not freed).
-  void Hold(absl::Span<const BlockId> blocks);
-  // Releases one hold per entry; a freed block whose last hold goes is free
-  // again. Every entry must be held.
-  void Release(absl::Span<const BlockId> blocks);
+  // Frees `block` into quarantine: handed out again only after a
+  // Reclaim(through >= epoch). Epochs must not decrease from one call to the
+  // next.
+  void FreeAfter(BlockId block, uint64_t epoch);
+  // Frees every quarantined block whose epoch is at most `through`.
+  void Reclaim(uint64_t through);
 
   int32_t* Data(BlockId block) {
     return chunks_[block / blocks_per_chunk_] +
@@ -57,12 +59,12 @@ class TokenStore {
   }
 
   uint32_t page_size() const { return page_size_; }
-  // Allocated and not freed (held blocks that were freed are not counted).
+  // Allocated and not freed (quarantined blocks are not counted).
   int64_t blocks_in_use() const { return in_use_; }
-  // Freed while held: not handed out again until released.
-  int64_t blocks_freed_held() const { return freed_held_; }
-  // Blocks with at least one hold.
-  int64_t blocks_held() const { return held_; }
+  // Freed into quarantine and not reclaimed yet.
+  int64_t blocks_quarantined() const {
+    return static_cast<int64_t>(quarantine_.size());
+  }
   int64_t blocks_mapped() const {
     return static_cast<int64_t>(chunks_.size()) * blocks_per_chunk_;
   }
@@ -75,12 +77,8 @@ class TokenStore {
   std::vector<int32_t*> chunks_;
   std::vector<BlockId> free_;
   int64_t in_use_ = 0;
-  // Per block: its holds, and kFreedWhileHeld once freed while held. Sized on
-  // the first Hold (empty for a store that is never held).
-  static constexpr uint32_t kFreedWhileHeld = uint32_t{1} << 31;
-  std::vector<uint32_t> holds_;
-  int64_t held_ = 0;
-  int64_t freed_held_ = 0;
+  // (epoch, block), epochs non-decreasing.
+  std::deque<std::pair<uint64_t, BlockId>> quarantine_;
 };
 
 }  // namespace hicache

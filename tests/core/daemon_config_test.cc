@@ -19,7 +19,7 @@ TEST(DaemonConfigTest, DefaultsAreValid) {
 
 TEST(DaemonConfigTest, JournalSettleIsBounded) {
   DaemonConfig config;
-  EXPECT_EQ(config.journal_settle_ms, 50);
+  EXPECT_EQ(config.journal_settle_ms, 20);
   for (int ms : {0, 50, 10000}) {
     config.journal_settle_ms = ms;
     EXPECT_TRUE(config.Validate().ok()) << ms;

@@ -76,7 +76,7 @@ class RecorderTest : public ::testing::Test {
   }
   void StartRecorder(std::function<void()> before_event = {},
                      int64_t max_queued_pages = int64_t{1} << 22,
-                     absl::Duration settle = absl::Milliseconds(50)) {
+                     absl::Duration settle = absl::Milliseconds(20)) {
     recorder_ = std::make_unique<HostTierRecorder>(HostTierRecorder::Options{
         .geometry = geometry_,
         .layout = HostLayout::kLayerFirst,
@@ -248,11 +248,12 @@ TEST_P(RecorderTrafficTest, JournalEqualsTheTreesHostTierWithTheBytesChecksums) 
     // Nodes went while their commits were waiting, and their keys held.
     EXPECT_GT(recorder_->stats().puts_discarded, 0);
   }
-  // Every commit handled: every key block goes back to the tree.
+  // Every commit handled and the recorder detached: every token block kept
+  // from reuse for it is free again.
   ASSERT_TRUE(recorder_->Flush().ok());
+  tree_->SetHostTierListener(nullptr);
   tree_->ReleaseKeyHolds(*recorder_);
-  EXPECT_EQ(tree_->key_blocks_held(), 0);
-  EXPECT_EQ(tree_->key_blocks_freed_held(), 0);
+  EXPECT_EQ(tree_->key_blocks_quarantined(), 0);
   EXPECT_TRUE(tree_->CheckInvariants().ok());
 }
 
@@ -264,19 +265,18 @@ INSTANTIATE_TEST_SUITE_P(Settle, RecorderTrafficTest,
                          });
 
 // A commit dropped within its settle window costs no key copy, no checksum
-// and no record; its key blocks stay held (not reused) until it is handled.
+// and no record; its key blocks are not reused until it is handled.
 TEST_F(RecorderTest, ACommitDroppedWhileSettlingIsNeitherHashedNorRecorded) {
   StartRecorder({}, int64_t{1} << 22, absl::Hours(1));
   auto a = tree_->Insert("", Seq(0, 8), Pages(8));
   ASSERT_TRUE(a.ok());
   ASSERT_TRUE(Backup(a->node));
-  EXPECT_EQ(tree_->key_blocks_held(), 2);
   Free(tree_->EvictDevice(std::vector<int64_t>{2}).freed_host_pages);
   Free(tree_->EvictHost(std::vector<int64_t>{2}).freed_host_pages);
   ASSERT_FALSE(tree_->Inspect(a->node).ok());
-  EXPECT_EQ(tree_->key_blocks_freed_held(), 2);
+  EXPECT_EQ(tree_->key_blocks_quarantined(), 2);
   // Its pages are reused by another node meanwhile (its token blocks cannot
-  // be: they are held).
+  // be: they are in quarantine).
   auto b = tree_->Insert("", Seq(500, 8), Pages(8));
   ASSERT_TRUE(b.ok());
   ASSERT_TRUE(Backup(b->node));
@@ -288,12 +288,11 @@ TEST_F(RecorderTest, ACommitDroppedWhileSettlingIsNeitherHashedNorRecorded) {
   int64_t compared = 0;
   ASSERT_NO_FATAL_FAILURE(CompareWithTree(&compared));
   EXPECT_EQ(compared, 1);
-  // Handled: the next commit hands a's blocks (and b's) back.
+  // Handled: the next insert reuses a's blocks.
+  EXPECT_EQ(recorder_->KeysReadThrough(), 3u);  // a, its drop, b.
   auto c = tree_->Insert("", Seq(900, 4), Pages(4));
   ASSERT_TRUE(c.ok());
-  ASSERT_TRUE(Backup(c->node));
-  EXPECT_EQ(tree_->key_blocks_freed_held(), 0);
-  EXPECT_EQ(tree_->key_blocks_held(), 1);  // c's own, until it is handled.
+  EXPECT_EQ(tree_->key_blocks_quarantined(), 0);
 }
 
 // Reproduction: a head split off a commit not yet hashed holds some of its
@@ -303,16 +302,20 @@ TEST_F(RecorderTest, ACommitDroppedWhileSettlingIsNeitherHashedNorRecorded) {
 // such a commit, head included, with the reused bytes' checksums.
 TEST_F(RecorderTest, ADroppedHeadSplitOffAPendingCommitDiscardsIt) {
   StartRecorder({}, int64_t{1} << 22, absl::Hours(1));
+  // A two-page key in a store of its own (the recorder reads the blocks).
+  TokenStore store(kP, 4 * kP);
+  std::vector<TokenStore::BlockId> blocks;
+  store.AllocateMany(2, &blocks);
   const std::vector<int32_t> key = Seq(0, 2 * kP);
+  std::copy_n(key.begin(), kP, store.Data(blocks[0]));
+  std::copy_n(key.begin() + kP, kP, store.Data(blocks[1]));
   auto host = CpHostMeta::Create(2 * kP, kP, 1, {0, 0}, {{7, 8}});
   ASSERT_TRUE(host.ok()) << host.status();
-  const std::vector<TokenStore::BlockId> blocks = {40, 41};
   HostCommit commit{.persist_id = 1000,
                     .parent_persist_id = kRootParent,
                     .ns = "",
-                    .key_pages = {absl::MakeConstSpan(key).subspan(0, kP),
-                                  absl::MakeConstSpan(key).subspan(kP, kP)},
                     .key_blocks = blocks,
+                    .tokens = &store,
                     .host = &*host};
   recorder_->OnHostCommitted(commit);
   recorder_->OnHostSplit(1000, kP, 1001);  // 1001 takes page 7.
@@ -323,26 +326,28 @@ TEST_F(RecorderTest, ADroppedHeadSplitOffAPendingCommitDiscardsIt) {
   EXPECT_EQ(recorder_->stats().puts, 0);
   EXPECT_EQ(recorder_->stats().puts_discarded, 1);
   EXPECT_EQ(recorder_->stats().hashed_bytes, 0u);
-  // Its key blocks go back all the same.
-  std::vector<TokenStore::BlockId> back;
-  recorder_->TakeReleasedKeys(&back);
-  EXPECT_EQ(back, blocks);
+  // Its key is not read, and the tree may reuse its blocks.
+  EXPECT_EQ(recorder_->KeysReadThrough(), 3u);
 }
 
 // A split of a pending commit whose head survives is recorded whole: the
 // journal then holds the head and the tail.
 TEST_F(RecorderTest, ASplitOfAPendingCommitWithNoDropIsRecorded) {
   StartRecorder({}, int64_t{1} << 22, absl::Hours(1));
+  // A two-page key in a store of its own (the recorder reads the blocks).
+  TokenStore store(kP, 4 * kP);
+  std::vector<TokenStore::BlockId> blocks;
+  store.AllocateMany(2, &blocks);
   const std::vector<int32_t> key = Seq(0, 2 * kP);
+  std::copy_n(key.begin(), kP, store.Data(blocks[0]));
+  std::copy_n(key.begin() + kP, kP, store.Data(blocks[1]));
   auto host = CpHostMeta::Create(2 * kP, kP, 1, {0, 0}, {{7, 8}});
   ASSERT_TRUE(host.ok()) << host.status();
-  const std::vector<TokenStore::BlockId> blocks = {40, 41};
   HostCommit commit{.persist_id = 1000,
                     .parent_persist_id = kRootParent,
                     .ns = "",
-                    .key_pages = {absl::MakeConstSpan(key).subspan(0, kP),
-                                  absl::MakeConstSpan(key).subspan(kP, kP)},
                     .key_blocks = blocks,
+                    .tokens = &store,
                     .host = &*host};
   recorder_->OnHostCommitted(commit);
   recorder_->OnHostSplit(1000, kP, 1001);

@@ -98,7 +98,7 @@ INSTANTIATE_TEST_SUITE_P(CpSizes, SigkillTest, ::testing::Values(1u, 4u));
 //
 // Commits are journaled at once (--journal_settle_ms=0): this host tier is
 // turned over within milliseconds, so hardly a commit would live the default
-// 50 ms and nothing would be durable to test (recovered or dropped) at the
+// 20 ms and nothing would be durable to test (recovered or dropped) at the
 // kill.
 TEST_P(SigkillTest, KillUnderConcurrentTrafficServesOnlyVerifiedKv) {
   const uint32_t cp = GetParam();

@@ -334,70 +334,76 @@ TEST_P(PersistTest, RandomTrafficKeepsTheIndexExact) {
 }
 
 // A listener that HoldsKeys (as the host-tier recorder does): it reads each
-// commit's key later, after splits, evictions and new inserts that would
-// reuse freed token blocks, and finds the tokens committed; the blocks are
-// reused only once it hands them back.
+// commit's key from its token blocks later, after splits, evictions and new
+// inserts that would reuse freed blocks, and finds the tokens committed; the
+// blocks are reused only once KeysReadThrough passes the commit.
 class HoldingIndex final : public HostTierListener {
  public:
   struct Held {
+    uint64_t call = 0;
     std::vector<int32_t> key;  // Copied at commit, to compare with.
-    std::vector<absl::Span<const int32_t>> key_pages;
     std::vector<TokenStore::BlockId> blocks;
+    int64_t len = 0;
   };
   bool HoldsKeys() const override { return true; }
-  void TakeReleasedKeys(std::vector<TokenStore::BlockId>* blocks) override {
-    blocks->insert(blocks->end(), released_.begin(), released_.end());
-    released_.clear();
-  }
+  uint64_t KeysReadThrough() const override { return read_through_; }
   void OnHostCommitted(HostCommit& c) override {
-    EXPECT_EQ(c.key_blocks.size(), c.key_pages.size());
-    held_.push_back(Held{c.KeyTokens(), std::move(c.key_pages),
-                         {c.key_blocks.begin(), c.key_blocks.end()}});
+    ++calls_;
+    EXPECT_TRUE(c.key_pages.empty());  // It reads the blocks.
+    ASSERT_NE(c.tokens, nullptr);
+    held_.push_back(Held{calls_, c.KeyTokens(),
+                         {c.key_blocks.begin(), c.key_blocks.end()},
+                         c.host->logical_len()});
   }
-  void OnHostReparented(uint64_t, uint64_t) override {}
-  void OnHostDropped(uint64_t) override {}
-  void OnHostSplit(uint64_t, int64_t, uint64_t) override {}
+  void OnHostReparented(uint64_t, uint64_t) override { ++calls_; }
+  void OnHostDropped(uint64_t) override { ++calls_; }
+  void OnHostSplit(uint64_t, int64_t, uint64_t) override { ++calls_; }
 
-  // Reads the oldest `n` held keys (as a worker would), then hands their
-  // blocks back.
-  void ReadAndRelease(size_t n) {
+  // Reads the oldest `n` held keys (as a worker would), then says it has
+  // read through the last of them.
+  void Read(const TokenStore& tokens, size_t n) {
     n = std::min(n, held_.size());
     for (size_t i = 0; i < n; ++i) {
       std::vector<int32_t> now;
-      for (absl::Span<const int32_t> page : held_[i].key_pages) {
-        now.insert(now.end(), page.begin(), page.end());
+      int64_t left = held_[i].len;
+      for (TokenStore::BlockId block : held_[i].blocks) {
+        const int64_t count = std::min<int64_t>(kP, left);
+        now.insert(now.end(), tokens.Data(block), tokens.Data(block) + count);
+        left -= count;
       }
-      EXPECT_EQ(now, held_[i].key) << "a held key changed";
-      released_.insert(released_.end(), held_[i].blocks.begin(),
-                       held_[i].blocks.end());
+      EXPECT_EQ(now, held_[i].key) << "a key changed before it was read";
+      read_through_ = held_[i].call;
     }
     held_.erase(held_.begin(), held_.begin() + n);
+    if (held_.empty()) read_through_ = calls_;
   }
   size_t held() const { return held_.size(); }
 
  private:
   std::vector<Held> held_;
-  std::vector<TokenStore::BlockId> released_;
+  uint64_t calls_ = 0;
+  uint64_t read_through_ = 0;
 };
 
-TEST_P(PersistTest, HeldKeysStayIntactUntilReleased) {
+TEST_P(PersistTest, QuarantinedKeysStayIntactUntilRead) {
   HoldingIndex holding;
   tree_->SetHostTierListener(&holding);
   std::mt19937 rng(5);
-  int64_t freed_while_held = 0;
+  int64_t quarantined = 0;
+  const TokenStore* tokens = nullptr;
   for (int step = 0; step < 4000; ++step) {
     clock_.Advance(absl::Milliseconds(1));
-    std::vector<int32_t> tokens;
+    std::vector<int32_t> tokens_in;
     const int stem = static_cast<int>(rng() % 5);
     const int len = 1 + static_cast<int>(rng() % 40);
     for (int i = 0; i < len; ++i) {
-      tokens.push_back(i < 10 ? stem * 1000 + i
-                              : static_cast<int32_t>(rng() % 4));
+      tokens_in.push_back(i < 10 ? stem * 1000 + i
+                                 : static_cast<int32_t>(rng() % 4));
     }
     switch (rng() % 5) {
       case 0:
       case 1: {
-        auto result = tree_->Insert("", tokens, Pages(tokens.size()));
+        auto result = tree_->Insert("", tokens_in, Pages(tokens_in.size()));
         ASSERT_TRUE(result.ok()) << result.status();
         (void)Backup(result->node);
         break;
@@ -410,20 +416,24 @@ TEST_P(PersistTest, HeldKeysStayIntactUntilReleased) {
                          /*redundant_first=*/rng() % 2 == 0);
         break;
       case 4:
-        // The worker catches up with part of its backlog now and then.
-        if (rng() % 4 == 0) holding.ReadAndRelease(rng() % 40);
+        // The reader catches up with part of its backlog now and then.
+        if (rng() % 4 == 0) {
+          tree_->VisitHostTier(
+              [&](const HostCommit& c) { tokens = c.tokens; });
+          if (tokens != nullptr) holding.Read(*tokens, rng() % 40);
+        }
         break;
     }
-    freed_while_held =
-        std::max(freed_while_held, tree_->key_blocks_freed_held());
+    quarantined = std::max(quarantined, tree_->key_blocks_quarantined());
     ASSERT_TRUE(tree_->CheckInvariants().ok()) << "step " << step;
   }
-  EXPECT_GT(freed_while_held, 0);  // Nodes went while their keys were held.
-  holding.ReadAndRelease(holding.held());
+  EXPECT_GT(quarantined, 0);  // Nodes went while their keys were unread.
+  tree_->VisitHostTier([&](const HostCommit& c) { tokens = c.tokens; });
+  ASSERT_NE(tokens, nullptr);
+  holding.Read(*tokens, holding.held());
   tree_->SetHostTierListener(nullptr);
   tree_->ReleaseKeyHolds(holding);
-  EXPECT_EQ(tree_->key_blocks_held(), 0);
-  EXPECT_EQ(tree_->key_blocks_freed_held(), 0);
+  EXPECT_EQ(tree_->key_blocks_quarantined(), 0);
 }
 
 TEST_P(PersistTest, RestoreRefusesWhatCannotBe) {

@@ -1,5 +1,5 @@
-// TokenStore: blocks handed out, freed and reused; holds keep a freed
-// block's tokens and keep it from being handed out until the last release.
+// TokenStore: blocks handed out, freed and reused; a block freed into
+// quarantine keeps its tokens and is not handed out until it is reclaimed.
 #include "daemon/radix/token_store.h"
 
 #include <algorithm>
@@ -30,66 +30,50 @@ TEST(TokenStoreTest, AFreedBlockIsHandedOutAgain) {
   EXPECT_EQ(store.Allocate(), a);  // Last freed, first reused.
 }
 
-TEST(TokenStoreTest, AHeldBlockFreedKeepsItsTokensUntilReleased) {
+TEST(TokenStoreTest, AQuarantinedBlockKeepsItsTokensUntilReclaimed) {
   TokenStore store(kPage, /*reserve_tokens=*/64);
   const TokenStore::BlockId a = store.Allocate();
   Fill(store, a, 7);
-  const int32_t* reader = store.Data(a);  // What a holder reads through.
-  store.Hold({a});
-  EXPECT_EQ(store.blocks_held(), 1);
-  store.Free(a);
+  const int32_t* reader = store.Data(a);  // What a reader reads through.
+  store.FreeAfter(a, /*epoch=*/5);
   EXPECT_EQ(store.blocks_in_use(), 0);
-  EXPECT_EQ(store.blocks_freed_held(), 1);
+  EXPECT_EQ(store.blocks_quarantined(), 1);
   // Every block handed out meanwhile is another one, and writing it leaves
-  // the held tokens as they were.
+  // the quarantined tokens as they were.
   std::vector<TokenStore::BlockId> others;
   store.AllocateMany(store.blocks_mapped() - 1, &others);
   EXPECT_EQ(std::count(others.begin(), others.end(), a), 0);
   for (TokenStore::BlockId b : others) Fill(store, b, 9);
   EXPECT_TRUE(std::all_of(reader, reader + kPage,
                           [](int32_t t) { return t == 7; }));
-  store.Release({a});
-  EXPECT_EQ(store.blocks_held(), 0);
-  EXPECT_EQ(store.blocks_freed_held(), 0);
-  EXPECT_EQ(store.Allocate(), a);  // Free again once released.
+  store.Reclaim(4);  // The reader is not past epoch 5 yet.
+  EXPECT_EQ(store.blocks_quarantined(), 1);
+  store.Reclaim(5);
+  EXPECT_EQ(store.blocks_quarantined(), 0);
+  EXPECT_EQ(store.Allocate(), a);  // Free again once reclaimed.
 }
 
-TEST(TokenStoreTest, EveryHoldMustBeReleased) {
+TEST(TokenStoreTest, ReclaimFreesByEpochInOrder) {
   TokenStore store(kPage, /*reserve_tokens=*/64);
-  const TokenStore::BlockId a = store.Allocate();
-  Fill(store, a, 3);
-  store.Hold({a, a});  // Held twice (two commits of one node).
-  store.Hold({a});
-  store.Free(a);
-  store.Release({a, a});
-  EXPECT_EQ(store.blocks_freed_held(), 1);  // One hold left.
-  const TokenStore::BlockId b = store.Allocate();
-  EXPECT_NE(b, a);
-  EXPECT_TRUE(Holds(store, a, 3));
-  store.Release({a});
-  EXPECT_EQ(store.blocks_freed_held(), 0);
-  EXPECT_EQ(store.Allocate(), a);
+  std::vector<TokenStore::BlockId> blocks;
+  store.AllocateMany(4, &blocks);
+  store.FreeAfter(blocks[0], 1);
+  store.FreeAfter(blocks[1], 3);
+  store.FreeAfter(blocks[2], 3);
+  store.FreeAfter(blocks[3], 8);
+  store.Reclaim(3);
+  EXPECT_EQ(store.blocks_quarantined(), 1);
+  store.Reclaim(100);
+  EXPECT_EQ(store.blocks_quarantined(), 0);
+  EXPECT_EQ(store.blocks_in_use(), 0);
 }
 
-TEST(TokenStoreTest, AHeldBlockNotFreedStaysItsOwners) {
-  TokenStore store(kPage, /*reserve_tokens=*/64);
-  const TokenStore::BlockId a = store.Allocate();
-  store.Hold({a});
-  store.Release({a});  // Released while still allocated: nothing freed.
-  EXPECT_EQ(store.blocks_in_use(), 1);
-  EXPECT_EQ(store.blocks_held(), 0);
-  EXPECT_NE(store.Allocate(), a);
-  store.Free(a);
-  EXPECT_EQ(store.Allocate(), a);
-}
-
-TEST(TokenStoreTest, HoldsSurviveGrowth) {
+TEST(TokenStoreTest, QuarantinedPointersSurviveGrowth) {
   TokenStore store(kPage, /*reserve_tokens=*/4);
   const TokenStore::BlockId a = store.Allocate();
   Fill(store, a, 5);
   const int32_t* reader = store.Data(a);
-  store.Hold({a});
-  store.Free(a);
+  store.FreeAfter(a, 1);
   const int64_t mapped = store.blocks_mapped();
   std::vector<TokenStore::BlockId> more;
   store.AllocateMany(mapped * 3, &more);  // New chunks mapped meanwhile.
@@ -100,15 +84,14 @@ TEST(TokenStoreTest, HoldsSurviveGrowth) {
   }
   EXPECT_EQ(reader, store.Data(a));  // Pointers do not move.
   EXPECT_TRUE(Holds(store, a, 5));
-  store.Hold({more.back()});  // Blocks of new chunks can be held too.
-  store.Release({a, more.back()});
-  EXPECT_EQ(store.blocks_held(), 0);
 }
 
-TEST(TokenStoreDeathTest, ReleasingWhatIsNotHeldIsABug) {
+TEST(TokenStoreDeathTest, QuarantineEpochsMustNotGoBack) {
   TokenStore store(kPage, /*reserve_tokens=*/64);
   const TokenStore::BlockId a = store.Allocate();
-  EXPECT_DEATH(store.Release({a}), "released but not held");
+  const TokenStore::BlockId b = store.Allocate();
+  store.FreeAfter(a, 5);
+  EXPECT_DEATH(store.FreeAfter(b, 4), "out of epoch order");
 }
 
 }  // namespace
