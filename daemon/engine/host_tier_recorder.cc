@@ -95,6 +95,7 @@ void HostTierRecorder::OnHostCommitted(HostCommit& commit) {
   event.put.key_blocks.assign(commit.key_blocks.begin(),
                               commit.key_blocks.end());
   event.put.tokens = commit.tokens;
+  commit.key_read_later = true;
   Enqueue(std::move(event));
 }
 

@@ -55,6 +55,11 @@ struct HostCommit {
   // gone.
   absl::Span<const TokenStore::BlockId> key_blocks;
   const TokenStore* tokens = nullptr;
+  // Set by a listener that HoldsKeys() when it will read key_blocks after
+  // the call (left false for a commit it refuses): only then does the tree
+  // keep the blocks from reuse, so what it keeps is bounded by what the
+  // listener has queued.
+  bool key_read_later = false;
   const CpHostMeta* host = nullptr;
   uint64_t node = 0;  // The tree's NodeId, e.g. to protect it meanwhile.
 

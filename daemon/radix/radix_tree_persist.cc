@@ -94,14 +94,14 @@ void RadixTree::ReportHostCommitted(Node* node) {
   commit.host = node->host.get();
   commit.node = node->id;
   ++reports_;
-  if (key_reader_ == host_listener_) {
+  const bool reads_later = key_reader_ == host_listener_;
+  if (!reads_later) KeyPagesOf(node, &commit.key_pages);
+  host_listener_->OnHostCommitted(commit);
+  if (reads_later && commit.key_read_later) {
     // It reads the key from the blocks later: they are kept from reuse
     // until it has read past this report.
     node->key_report = reports_;
-  } else {
-    KeyPagesOf(node, &commit.key_pages);
   }
-  host_listener_->OnHostCommitted(commit);
   // Host-backed children recorded detached (their parent had no host copy)
   // hang from this node from now on.
   for (const auto& [token, child] : node->children) {

@@ -438,6 +438,32 @@ TEST_F(RecorderTest, ABacklogPastItsBoundLeavesCommitsUnrecorded) {
   EXPECT_EQ(recorder_->stats().journal_errors, 0);
 }
 
+// A refused commit's key is never read, so its token blocks are not kept
+// from reuse: what the tree keeps for the recorder is bounded by what the
+// recorder has queued, however long its worker is held up.
+TEST_F(RecorderTest, ARefusedCommitsKeyBlocksAreNotKept) {
+  std::promise<void> go;
+  std::shared_future<void> started = go.get_future().share();
+  StartRecorder([started] { started.wait(); }, /*max_queued_pages=*/4,
+                absl::ZeroDuration());
+  for (int i = 0; i < 3; ++i) {  // Three roots of two pages each.
+    auto node = tree_->Insert("", Seq(1000 * (i + 1), 8), Pages(8));
+    ASSERT_TRUE(node.ok());
+    ASSERT_TRUE(Backup(node->node));
+  }
+  EXPECT_EQ(recorder_->stats().puts_refused, 1);
+  Free(tree_->EvictDevice(std::vector<int64_t>{6}).freed_host_pages);
+  Free(tree_->EvictHost(std::vector<int64_t>{6}).freed_host_pages);
+  // The two queued commits' blocks wait for the worker; the refused one's
+  // are free already.
+  EXPECT_EQ(tree_->key_blocks_quarantined(), 4);
+  go.set_value();
+  ASSERT_TRUE(recorder_->Flush().ok());
+  tree_->SetHostTierListener(nullptr);
+  tree_->ReleaseKeyHolds(*recorder_);
+  EXPECT_EQ(tree_->key_blocks_quarantined(), 0);
+}
+
 // Flush waits for the events reported before it only: a steady stream of
 // later events (here drops of unknown ids, from another thread, with the
 // worker slowed down) cannot starve it. It once waited for an empty queue.

@@ -351,6 +351,7 @@ class HoldingIndex final : public HostTierListener {
     ++calls_;
     EXPECT_TRUE(c.key_pages.empty());  // It reads the blocks.
     ASSERT_NE(c.tokens, nullptr);
+    c.key_read_later = true;
     held_.push_back(Held{calls_, c.KeyTokens(),
                          {c.key_blocks.begin(), c.key_blocks.end()},
                          c.host->logical_len()});
