@@ -17,4 +17,42 @@ void RunAsBackgroundThread(const char* who) {
                who);
 }
 
+BackgroundWorker::BackgroundWorker(const char* who)
+    : thread_([this, who] { Loop(who); }) {}
+
+BackgroundWorker::~BackgroundWorker() {
+  {
+    MutexLock lock(&mu_);
+    stop_ = true;
+    cv_.SignalAll();
+  }
+  thread_.join();
+}
+
+void BackgroundWorker::Run(absl::FunctionRef<void()> work) {
+  MutexLock lock(&mu_);
+  work_ = &work;
+  done_ = false;
+  cv_.SignalAll();
+  while (!done_) cv_.Wait(&mu_);
+  work_ = nullptr;
+}
+
+void BackgroundWorker::Loop(const char* who) {
+  RunAsBackgroundThread(who);
+  // Explicit Lock/Unlock: the lock is released around the work.
+  mu_.Lock();
+  while (true) {
+    while (!stop_ && (work_ == nullptr || done_)) cv_.Wait(&mu_);
+    if (work_ == nullptr || done_) break;  // Stopping, and nothing to run.
+    const absl::FunctionRef<void()>* work = work_;
+    mu_.Unlock();
+    (*work)();
+    mu_.Lock();
+    done_ = true;
+    cv_.SignalAll();
+  }
+  mu_.Unlock();
+}
+
 }  // namespace hicache

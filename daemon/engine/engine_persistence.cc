@@ -145,16 +145,19 @@ absl::Status HiCacheEngine::FlushHostTier(bool clean) {
 void HiCacheEngine::CloseHostTier() {
   if (recorder_ == nullptr) return;
   {
+    // Detached and flushed under the engine's lock: the tree cannot change
+    // between the two. A drop after the detach would not reach the
+    // recorder, and a commit still settling could then be hashed over pages
+    // already reused (docs/hot-restart.md §4). The recorder's worker and the
+    // journal never take this lock.
     MutexLock lock(&mu_);
     tree_->SetHostTierListener(nullptr);
-  }
-  if (absl::Status flushed = recorder_->Flush(/*clean=*/true); !flushed.ok()) {
-    spdlog::error("host tier: the journal could not be flushed: {}", flushed);
-  }
-  {
-    // Flushed and detached: its worker has handled every commit and reads
-    // no key any more.
-    MutexLock lock(&mu_);
+    if (absl::Status flushed = recorder_->Flush(/*clean=*/true);
+        !flushed.ok()) {
+      spdlog::error("host tier: the journal could not be flushed: {}",
+                    flushed);
+    }
+    // Flushed: its worker has handled every commit and reads no key.
     tree_->ReleaseKeyHolds(*recorder_);
   }
   recorder_.reset();

@@ -1,6 +1,5 @@
 #include "daemon/engine/host_tier_recorder.h"
 
-
 #include <algorithm>
 #include <chrono>
 #include <iterator>
@@ -34,6 +33,9 @@ namespace hicache {
 
 HostTierRecorder::HostTierRecorder(Options options)
     : options_(std::move(options)) {
+  if (options_.background) {
+    hasher_ = std::make_unique<BackgroundWorker>("host-tier journal recorder");
+  }
   worker_ = std::thread([this] { Run(); });
 }
 
@@ -63,7 +65,7 @@ void HostTierRecorder::OnHostCommitted(HostCommit& commit) {
   Event event;
   {
     MutexLock lock(&mu_);
-    if (queued_pages_ + pages > options_.max_queued_pages) {
+    if (overrun_ || queued_pages_ + pages > options_.max_queued_pages) {
       // Behind by more than the bound: this node is not recorded (nothing
       // of it is queued, so its later events name an id the journal does
       // not know, which it ignores). Its key is never read.
@@ -95,8 +97,7 @@ void HostTierRecorder::OnHostCommitted(HostCommit& commit) {
   event.put.key_blocks.assign(commit.key_blocks.begin(),
                               commit.key_blocks.end());
   event.put.tokens = commit.tokens;
-  commit.key_read_later = true;
-  Enqueue(std::move(event));
+  commit.key_read_later = Enqueue(std::move(event));
 }
 
 void HostTierRecorder::OnHostReparented(uint64_t child, uint64_t parent) {
@@ -127,14 +128,36 @@ void HostTierRecorder::OnHostSplit(uint64_t persist_id, int64_t at,
   Enqueue(std::move(event));
 }
 
-void HostTierRecorder::Enqueue(Event event) {
+bool HostTierRecorder::Enqueue(Event event) {
   MutexLock lock(&mu_);
-  EnqueueLocked(std::move(event));
+  return EnqueueLocked(std::move(event));
 }
 
-void HostTierRecorder::EnqueueLocked(Event event) {
+bool HostTierRecorder::EnqueueLocked(Event event) {
+  ++calls_;
+  if (enqueued_ - handled_ >= options_.max_queued_events) {
+    // So far behind that even drops and splits would pile up without bound:
+    // from now on nothing is recorded (the worker discards every commit not
+    // journaled yet, as one whose later events are lost could be hashed
+    // over reused pages). The host tier of this run will not survive a
+    // restart; what is durable already stays safe (§4 of the design).
+    if (!overrun_) {
+      overrun_ = true;
+      spdlog::error("host-tier journal: {} events waiting for the recorder; "
+                    "it stops recording until the daemon restarts",
+                    enqueued_ - handled_);
+    }
+  }
+  if (overrun_) {
+    ++stats_.events_refused;
+    if (event.kind == Event::Kind::kPut) {
+      queued_pages_ -=
+          static_cast<int64_t>(event.put.record.page_owners.size());
+    }
+    return false;
+  }
   event.queued_ns = SteadyNowNs();
-  event.call = ++calls_;
+  event.call = calls_;
   queue_.push_back(std::move(event));
   ++enqueued_;
   // A worker with something settling wakes by itself when the oldest has
@@ -144,6 +167,7 @@ void HostTierRecorder::EnqueueLocked(Event event) {
     worker_empty_ = false;
     work_cv_.Signal();
   }
+  return true;
 }
 
 void HostTierRecorder::Track(const Event& event) {
@@ -170,28 +194,38 @@ void HostTierRecorder::Track(const Event& event) {
   }
 }
 
-void HostTierRecorder::TakeQueue(std::vector<Event>* arrived) {
+void HostTierRecorder::InBackground(absl::FunctionRef<void()> work) {
+  if (hasher_ != nullptr) {
+    hasher_->Run(work);
+  } else {
+    work();
+  }
+}
+
+bool HostTierRecorder::TakeQueue(std::vector<Event>* arrived) {
   const size_t before = arrived->size();
   std::vector<Event>& into = arrived->empty() ? *arrived : taken_;
+  bool overrun = false;
   {
     // O(1): a swap. The queue gets back an emptied vector that keeps its
     // capacity, so that the engine's threads do not grow it again.
     MutexLock lock(&mu_);
     into.swap(queue_);
+    overrun = overrun_;
   }
   if (&into == &taken_) {
     std::move(taken_.begin(), taken_.end(), std::back_inserter(*arrived));
     taken_.clear();
   }
   for (size_t i = before; i < arrived->size(); ++i) Track((*arrived)[i]);
+  return overrun;
 }
 
 void HostTierRecorder::Run() {
-  // In the background: the worker yields to the threads that serve, and
-  // catches up when the daemon is quieter (Flush waits for it; the queue is
-  // bounded, see OnHostCommitted). It never holds a lock that the engine's
-  // threads wait for while it works.
-  if (options_.background) RunAsBackgroundThread("host-tier journal recorder");
+  // This thread keeps the daemon's priority: it takes the lock that the
+  // engine's threads take (briefly). The heavy part of each batch (keys,
+  // checksums, journal calls) runs on hasher_, in the background, holding
+  // none of their locks.
   const int64_t settle_ns = absl::ToInt64Nanoseconds(options_.settle);
   const int64_t wake_ns =
       settle_ns + absl::ToInt64Nanoseconds(options_.batch_delay);
@@ -202,13 +236,18 @@ void HostTierRecorder::Run() {
     {
       MutexLock lock(&mu_);
       // Until the oldest event has settled (and batch_delay more), a Flush
-      // or a stop.
-      while (!stop_ && flush_wanted_ == 0) {
+      // or a stop. With nothing queued or settling it waits to be woken,
+      // Flush or not (every event is handled then: a Flush is satisfied).
+      while (!stop_) {
         if (settling.empty() && queue_.empty()) {
+          // Every call so far is handled (or was refused): nothing reads a
+          // key any more, whatever the last handled batch was.
+          keys_read_through_.store(calls_, std::memory_order_release);
           worker_empty_ = true;
           work_cv_.Wait(&mu_);
           continue;
         }
+        if (flush_wanted_ > 0) break;
         const int64_t oldest = settling.empty() ? queue_.front().queued_ns
                                                 : settling.front().queued_ns;
         const int64_t left = oldest + wake_ns - SteadyNowNs();
@@ -251,23 +290,25 @@ void HostTierRecorder::HandleBatch(absl::Span<Event> batch) {
   // 1. Keys into their slots and checksums, no lock held. Each Put's pages'
   //    KV bytes may be another node's by now, if a part of it was dropped
   //    (step 2 finds out); its key tokens are held and cannot change.
-  for (Event& event : batch) {
-    if (options_.before_event) options_.before_event();
-    if (!event.recordable) continue;
-    event.recordable = StoreKeyAndChecksum(&event.put, &event.hashed_bytes);
-  }
+  InBackground([&] {
+    for (Event& event : batch) {
+      if (options_.before_event) options_.before_event();
+      if (!event.recordable) continue;
+      event.recordable = StoreKeyAndChecksum(&event.put, &event.hashed_bytes);
+    }
+  });
   // 2. What was reported meanwhile. The tree reports a drop before the
   //    engine frees its pages, so a Put none of whose parts is dropped by
   //    this take had its pages while it was hashed (before the take); one
   //    with a part dropped may have hashed reused bytes, and is discarded.
-  TakeQueue(&arrived_);
+  const bool overrun = TakeQueue(&arrived_);
   Tally tally;
   for (Event& event : batch) {
     if (event.kind != Event::Kind::kPut) continue;
     const uint64_t id = event.put.record.persist_id;
     tally.pages += static_cast<int64_t>(event.put.record.page_owners.size());
     tally.hashed_bytes += event.hashed_bytes;
-    if (dropped_.erase(id) > 0 || !event.recordable) {
+    if (dropped_.erase(id) > 0 || !event.recordable || overrun) {
       event.recordable = false;
       ++tally.puts_discarded;
     }
@@ -282,7 +323,9 @@ void HostTierRecorder::HandleBatch(absl::Span<Event> batch) {
   // more: the tree may reuse their blocks.
   keys_read_through_.store(batch.back().call, std::memory_order_release);
   // 3. The journal, in the tree's order, no lock held.
-  for (const Event& event : batch) Handle(event, &tally);
+  InBackground([&] {
+    for (const Event& event : batch) Handle(event, &tally);
+  });
   for (Event& event : batch) {
     if (event.kind != Event::Kind::kPut) continue;
     if (spares_.size() >= kMaxSparePuts) break;

@@ -5,8 +5,8 @@
 //
 // The tree reports under the engine's lock; the recorder only queues the
 // event and returns: nothing is copied or hashed there. A commit's key stays
-// in the tree's token blocks, which the tree holds for the recorder
-// (HoldsKeys) until the worker hands them back. One worker thread handles
+// in the tree's token blocks, which the tree keeps from reuse (HoldsKeys,
+// KeysReadThrough) until the worker has read it. One worker thread handles
 // the events in order, each once it has been queued for `settle`: a node
 // dropped within that window (on a churning host tier, most of them) costs
 // no copy, no hash and no journal record. For a commit still live, the worker
@@ -44,6 +44,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,6 +55,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "daemon/core/background_thread.h"
 #include "daemon/core/mutex.h"
 #include "daemon/persist/journal_writer.h"
 #include "daemon/pool/kv_geometry.h"
@@ -70,6 +72,8 @@ struct HostTierRecorderStats {
   int64_t puts_refused = 0;
   int64_t journal_errors = 0;  // Calls that failed otherwise (broken).
   int64_t events = 0;          // Everything the worker has handled.
+  // Not queued: the recorder had overrun max_queued_events.
+  int64_t events_refused = 0;
   uint64_t hashed_bytes = 0;   // Host page bytes checksummed.
 };
 
@@ -95,14 +99,21 @@ class HostTierRecorder final : public HostTierListener {
     // longer, and handles every settled event then: a batch at most every
     // `batch_delay`, not a wake-up an event.
     absl::Duration batch_delay = absl::Milliseconds(5);
-    // The worker runs as a background thread (RunAsBackgroundThread: only
-    // on CPU time the serving threads leave), keeping the copies and hashing
-    // off their CPU. false: at the daemon's priority.
+    // The worker's heavy part (key copies, checksums, journal calls) runs on
+    // a background thread (BackgroundWorker: only on CPU time the serving
+    // threads leave); the worker itself, which shares a lock with them,
+    // keeps the daemon's priority. false: all of it at the daemon's.
     bool background = true;
     // Commits waiting to be hashed, in pages: past this bound a commit is
     // not recorded (its node does not survive a restart; puts_refused), so
     // a recorder that falls behind never holds unbounded memory.
     int64_t max_queued_pages = int64_t{1} << 22;
+    // Events (commits, drops, splits, reparents) not handled yet: past this
+    // bound the recorder stops recording for good (events_refused; every
+    // commit not journaled yet is discarded, as one whose later events are
+    // lost could be hashed over reused pages), so that a worker starved
+    // for CPU never holds unbounded memory.
+    int64_t max_queued_events = int64_t{1} << 20;
     // Test seam: the worker calls it before handling each event.
     std::function<void()> before_event;
   };
@@ -162,8 +173,9 @@ class HostTierRecorder final : public HostTierListener {
   // their capacity): steady traffic allocates nothing per commit.
   static constexpr size_t kMaxSparePuts = 256;
 
-  void Enqueue(Event event) ABSL_LOCKS_EXCLUDED(mu_);
-  void EnqueueLocked(Event event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // False if not queued (the recorder has overrun).
+  bool Enqueue(Event event) ABSL_LOCKS_EXCLUDED(mu_);
+  bool EnqueueLocked(Event event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Run() ABSL_LOCKS_EXCLUDED(mu_);
   // What a batch came to, added to stats_ once a batch.
   struct Tally {
@@ -180,10 +192,13 @@ class HostTierRecorder final : public HostTierListener {
   // batch to the journal in order (no lock), then counts it.
   void HandleBatch(absl::Span<Event> batch) ABSL_LOCKS_EXCLUDED(mu_);
   // Worker only: moves the queue into *arrived (one swap under the lock)
-  // and notes what it says about the Puts not handled yet.
-  void TakeQueue(std::vector<Event>* arrived) ABSL_LOCKS_EXCLUDED(mu_);
+  // and notes what it says about the Puts not handled yet. True once the
+  // recorder has overrun (max_queued_events): nothing may be recorded.
+  bool TakeQueue(std::vector<Event>* arrived) ABSL_LOCKS_EXCLUDED(mu_);
   // Worker only: what one taken event says about the pending Puts.
   void Track(const Event& event);
+  // Runs `work` on hasher_ (in the background) if there is one, else here.
+  void InBackground(absl::FunctionRef<void()> work);
   // The journal call for one event (a Put only if recordable).
   void Handle(const Event& event, Tally* tally) const;
   // Writes the key into its pages' slots, then fills the record's
@@ -215,6 +230,7 @@ class HostTierRecorder final : public HostTierListener {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   int flush_wanted_ ABSL_GUARDED_BY(mu_) = 0;  // Flush calls waiting.
   int64_t queued_pages_ ABSL_GUARDED_BY(mu_) = 0;  // Of unhandled commits.
+  bool overrun_ ABSL_GUARDED_BY(mu_) = false;  // See max_queued_events.
   int64_t enqueued_ ABSL_GUARDED_BY(mu_) = 0;  // Events queued, ever.
   int64_t handled_ ABSL_GUARDED_BY(mu_) = 0;   // Events handled, ever.
   HostTierRecorderStats stats_ ABSL_GUARDED_BY(mu_);
@@ -232,6 +248,8 @@ class HostTierRecorder final : public HostTierListener {
   std::vector<Event> taken_;  // Swapped with the queue; keeps a capacity.
   std::vector<Put> spares_;
   std::vector<absl::Span<const int32_t>> key_pages_;  // Reused per Put.
+  // Options::background: the thread that hashes and calls the journal.
+  std::unique_ptr<BackgroundWorker> hasher_;
   std::thread worker_;
 };
 

@@ -14,10 +14,12 @@
 // The last page of a node may hold fewer tokens than page_size; the rest of
 // its slot is left as it was and is never read for that page.
 //
-// The store does not know who owns a page. Its writer (the host-tier
-// recorder) writes a page's slot while the page belongs to the node being
-// recorded, in the tree's order, so a slot holds the tokens of the last
-// node recorded with that page.
+// The store does not know who owns a page. Its one writer (the host-tier
+// recorder's worker) writes the slots of each commit it records, in the
+// tree's order, so a slot holds the tokens of the last node recorded with
+// that page (it may write a commit's key after the page was reused, for a
+// commit it then discards: the next owner's key is written before that
+// owner's record is journaled; docs/hot-restart.md §4).
 //
 // Not thread-safe for the same slot; distinct slots may be written and read
 // concurrently.
@@ -72,7 +74,7 @@ class PageKeyStore {
   // range.
   absl::Status Write(Rank rank, int64_t page, absl::Span<const int32_t> tokens);
   // Writes one node's key to its pages' slots in one call (the host-tier
-  // recorder does it at commit, under the engine's lock, so the per-page
+  // recorder's worker does it for every commit it records, so the per-page
   // cost matters): key_pages[i], the node's logical page i, goes to the slot
   // of rank owners[i], page pages[owners[i]][n], where n counts the pages of
   // that rank before position i (a rank's pages listed in position order, as

@@ -363,7 +363,8 @@ class RadixTree {
                            uint64_t next_persist_id = 1);
   // A listener that HoldsKeys(), detached (SetHostTierListener) and done
   // reading keys: every token block kept from reuse for it is free again.
-  // Until then, blocks of nodes reported to it stay in quarantine when freed.
+  // Until then, blocks of nodes reported to it stay in quarantine when
+  // freed, and no listener may be set (CHECK).
   void ReleaseKeyHolds(HostTierListener& listener);
   // Token blocks freed while a listener may still read them, not reused yet.
   int64_t key_blocks_quarantined() const {

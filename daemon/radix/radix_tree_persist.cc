@@ -28,13 +28,15 @@ void RadixTree::KeyPagesOf(const Node* node,
 
 void RadixTree::SetHostTierListener(HostTierListener* listener,
                                     uint64_t next_persist_id) {
+  // A detached key reader may still read the keys it was handed: until
+  // ReleaseKeyHolds, no listener may take its place (the report count it
+  // is measured against must not restart).
+  HICACHE_CHECK(listener == nullptr || key_reader_ == nullptr,
+                "a listener set before the last key reader was released");
   host_listener_ = listener;
+  if (listener == nullptr) return;
   reports_ = 0;
-  if (listener != nullptr && listener->HoldsKeys()) {
-    HICACHE_CHECK(key_reader_ == nullptr || key_reader_ == listener,
-                  "a key-reading listener replaced before ReleaseKeyHolds");
-    key_reader_ = listener;
-  }
+  if (listener->HoldsKeys()) key_reader_ = listener;
   next_persist_id_ = std::max<uint64_t>(next_persist_id, 1);
 }
 
@@ -53,8 +55,12 @@ void RadixTree::FreeKeyBlocks(const Node* node,
     return;
   }
   // Reported and maybe not read yet: kept until the reader is past every
-  // report made so far (reports_ only grows, so epochs are in order).
-  for (TokenStore::BlockId block : blocks) tokens_.FreeAfter(block, reports_);
+  // report made so far (reports_ only grows, so epochs are in order), or,
+  // once the reader is detached, until ReleaseKeyHolds.
+  const uint64_t epoch = host_listener_ == key_reader_
+                             ? reports_
+                             : std::numeric_limits<uint64_t>::max();
+  for (TokenStore::BlockId block : blocks) tokens_.FreeAfter(block, epoch);
 }
 
 void RadixTree::ReportHostDropped(Node* node) {

@@ -384,6 +384,89 @@ TEST_F(RecorderTest, SettledCommitsAreRecordedWithoutAFlush) {
   ASSERT_TRUE(Backup(a->node));
   EXPECT_EQ(handled->get_future().wait_for(std::chrono::seconds(30)),
             std::future_status::ready);
+  ASSERT_TRUE(recorder_->Flush().ok());
+  EXPECT_EQ(recorder_->stats().puts, 1);
+  EXPECT_EQ(Load().puts.size(), 1u);
+}
+
+// A head split off a commit and dropped *while* the worker hashes it (after
+// its batch was taken): the worker learns of the drop from what it takes
+// after hashing, and discards the commit.
+TEST_F(RecorderTest, AHeadDroppedWhileItsCommitIsHashedDiscardsIt) {
+  auto in_step = std::make_shared<std::promise<void>>();
+  auto injected = std::make_shared<std::promise<void>>();
+  std::shared_future<void> go = injected->get_future().share();
+  auto once = std::make_shared<std::atomic<bool>>(false);
+  StartRecorder(
+      [in_step, go, once] {
+        if (once->exchange(true)) return;
+        in_step->set_value();
+        go.wait();
+      },
+      int64_t{1} << 22, absl::ZeroDuration());
+  TokenStore store(kP, 4 * kP);
+  std::vector<TokenStore::BlockId> blocks;
+  store.AllocateMany(2, &blocks);
+  const std::vector<int32_t> key = Seq(0, 2 * kP);
+  std::copy_n(key.begin(), kP, store.Data(blocks[0]));
+  std::copy_n(key.begin() + kP, kP, store.Data(blocks[1]));
+  auto host = CpHostMeta::Create(2 * kP, kP, 1, {0, 0}, {{7, 8}});
+  ASSERT_TRUE(host.ok()) << host.status();
+  HostCommit commit{.persist_id = 1000,
+                    .parent_persist_id = kRootParent,
+                    .ns = "",
+                    .key_blocks = blocks,
+                    .tokens = &store,
+                    .host = &*host};
+  recorder_->OnHostCommitted(commit);
+  // The worker has taken the commit, judged it live, and is about to hash.
+  ASSERT_EQ(in_step->get_future().wait_for(std::chrono::seconds(30)),
+            std::future_status::ready);
+  recorder_->OnHostSplit(1000, kP, 1001);  // 1001 takes page 7.
+  recorder_->OnHostDropped(1001);
+  Free({{7}});  // Page 7 reused: its bytes change.
+  injected->set_value();
+  EXPECT_TRUE(Load().puts.empty());
+  EXPECT_EQ(recorder_->stats().puts, 0);
+  EXPECT_EQ(recorder_->stats().puts_discarded, 1);
+}
+
+// A worker so far behind that its events pass max_queued_events stops
+// recording: nothing more is queued, every commit not journaled yet is
+// discarded, and the journal holds only what was durable before.
+TEST_F(RecorderTest, AnOverrunRecorderStopsRecordingSafely) {
+  std::promise<void> go;
+  std::shared_future<void> started = go.get_future().share();
+  recorder_ = std::make_unique<HostTierRecorder>(HostTierRecorder::Options{
+      .geometry = geometry_,
+      .layout = HostLayout::kLayerFirst,
+      .host_pages_per_rank = kHostPages,
+      .pools = {{.rank = 0, .bytes = bytes_}},
+      .journal = writer_.get(),
+      .keys = keys_.get(),
+      .settle = absl::ZeroDuration(),
+      .max_queued_events = 4,
+      .before_event = [started] { started.wait(); }});
+  tree_->SetHostTierListener(recorder_.get());
+  for (int i = 0; i < 6; ++i) {  // Six roots of two pages each.
+    auto node = tree_->Insert("", Seq(1000 * (i + 1), 8), Pages(8));
+    ASSERT_TRUE(node.ok());
+    ASSERT_TRUE(Backup(node->node));
+  }
+  EXPECT_GT(recorder_->stats().events_refused, 0);
+  go.set_value();
+  ASSERT_TRUE(recorder_->Flush().ok());
+  EXPECT_EQ(recorder_->stats().puts, 0);
+  EXPECT_TRUE(Load().puts.empty());
+  // And it stays so: a later commit is not recorded either.
+  auto later = tree_->Insert("", Seq(90000, 8), Pages(8));
+  ASSERT_TRUE(later.ok());
+  ASSERT_TRUE(Backup(later->node));
+  ASSERT_TRUE(recorder_->Flush().ok());
+  EXPECT_TRUE(Load().puts.empty());
+  tree_->SetHostTierListener(nullptr);
+  tree_->ReleaseKeyHolds(*recorder_);
+  EXPECT_EQ(tree_->key_blocks_quarantined(), 0);
 }
 
 // The commit is reported, then the node is dropped (and its pages reused)

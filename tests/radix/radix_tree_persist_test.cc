@@ -437,6 +437,34 @@ TEST_P(PersistTest, QuarantinedKeysStayIntactUntilRead) {
   EXPECT_EQ(tree_->key_blocks_quarantined(), 0);
 }
 
+// A detached key reader may still be reading (the engine flushes it after
+// detaching): the blocks of a node that goes meanwhile stay in quarantine,
+// whatever is inserted, until ReleaseKeyHolds; and no listener may be set
+// before that, as the report count the reader is measured against would
+// restart.
+TEST_P(PersistTest, ADetachedKeyReaderKeepsItsBlocksUntilReleased) {
+  HoldingIndex holding;
+  tree_->SetHostTierListener(&holding);
+  auto a = tree_->Insert("", Seq(0, 8), Pages(8));
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(Backup(a->node));
+  tree_->SetHostTierListener(nullptr);
+  tree_->EvictDevice(std::vector<int64_t>{2});
+  tree_->EvictHost(std::vector<int64_t>{2}, /*redundant_first=*/false);
+  ASSERT_FALSE(tree_->Inspect(a->node).ok());
+  EXPECT_EQ(tree_->key_blocks_quarantined(), 2);
+  for (int i = 1; i <= 4; ++i) {
+    ASSERT_TRUE(tree_->Insert("", Seq(1000 * i, 8), Pages(8)).ok());
+  }
+  EXPECT_EQ(tree_->key_blocks_quarantined(), 2);
+  EXPECT_DEATH(tree_->SetHostTierListener(&index_),
+               "before the last key reader was released");
+  tree_->ReleaseKeyHolds(holding);
+  EXPECT_EQ(tree_->key_blocks_quarantined(), 0);
+  tree_->SetHostTierListener(&index_);  // Now it may.
+  ASSERT_TRUE(tree_->CheckInvariants().ok());
+}
+
 TEST_P(PersistTest, RestoreRefusesWhatCannotBe) {
   auto host = [](int64_t len, std::vector<int64_t> pages) {
     std::vector<Rank> owners((len + kP - 1) / kP, 0);
