@@ -14,6 +14,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -168,6 +169,32 @@ class RecorderTest : public ::testing::Test {
     }
     EXPECT_EQ(static_cast<int64_t>(loaded.puts.size()), attached);
   }
+  // A commit reported by hand: persist id 1000, two pages (host pages 7
+  // and 8), its key in a token store of its own (the recorder reads the
+  // blocks later).
+  struct ManualCommit {
+    TokenStore store{kP, 4 * kP};
+    std::vector<TokenStore::BlockId> blocks;
+    std::optional<CpHostMeta> host;
+    HostCommit commit;
+  };
+  static std::unique_ptr<ManualCommit> TwoPageCommit() {
+    auto manual = std::make_unique<ManualCommit>();
+    manual->store.AllocateMany(2, &manual->blocks);
+    const std::vector<int32_t> key = Seq(0, 2 * kP);
+    std::copy_n(key.begin(), kP, manual->store.Data(manual->blocks[0]));
+    std::copy_n(key.begin() + kP, kP, manual->store.Data(manual->blocks[1]));
+    auto host = CpHostMeta::Create(2 * kP, kP, 1, {0, 0}, {{7, 8}});
+    EXPECT_TRUE(host.ok()) << host.status();
+    manual->host = *std::move(host);
+    manual->commit = HostCommit{.persist_id = 1000,
+                                .parent_persist_id = kRootParent,
+                                .ns = "",
+                                .key_blocks = manual->blocks,
+                                .tokens = &manual->store,
+                                .host = &*manual->host};
+    return manual;
+  }
   persist::LoadedJournal Load() {
     EXPECT_TRUE(recorder_->Flush().ok());
     auto loaded = persist::LoadJournal(dir_.path(), &journal_geometry_);
@@ -302,22 +329,8 @@ TEST_F(RecorderTest, ACommitDroppedWhileSettlingIsNeitherHashedNorRecorded) {
 // such a commit, head included, with the reused bytes' checksums.
 TEST_F(RecorderTest, ADroppedHeadSplitOffAPendingCommitDiscardsIt) {
   StartRecorder({}, int64_t{1} << 22, absl::Hours(1));
-  // A two-page key in a store of its own (the recorder reads the blocks).
-  TokenStore store(kP, 4 * kP);
-  std::vector<TokenStore::BlockId> blocks;
-  store.AllocateMany(2, &blocks);
-  const std::vector<int32_t> key = Seq(0, 2 * kP);
-  std::copy_n(key.begin(), kP, store.Data(blocks[0]));
-  std::copy_n(key.begin() + kP, kP, store.Data(blocks[1]));
-  auto host = CpHostMeta::Create(2 * kP, kP, 1, {0, 0}, {{7, 8}});
-  ASSERT_TRUE(host.ok()) << host.status();
-  HostCommit commit{.persist_id = 1000,
-                    .parent_persist_id = kRootParent,
-                    .ns = "",
-                    .key_blocks = blocks,
-                    .tokens = &store,
-                    .host = &*host};
-  recorder_->OnHostCommitted(commit);
+  const std::unique_ptr<ManualCommit> manual = TwoPageCommit();
+  recorder_->OnHostCommitted(manual->commit);
   recorder_->OnHostSplit(1000, kP, 1001);  // 1001 takes page 7.
   recorder_->OnHostDropped(1001);
   Free({{7}});  // Page 7 reused: its bytes change.
@@ -334,22 +347,8 @@ TEST_F(RecorderTest, ADroppedHeadSplitOffAPendingCommitDiscardsIt) {
 // journal then holds the head and the tail.
 TEST_F(RecorderTest, ASplitOfAPendingCommitWithNoDropIsRecorded) {
   StartRecorder({}, int64_t{1} << 22, absl::Hours(1));
-  // A two-page key in a store of its own (the recorder reads the blocks).
-  TokenStore store(kP, 4 * kP);
-  std::vector<TokenStore::BlockId> blocks;
-  store.AllocateMany(2, &blocks);
-  const std::vector<int32_t> key = Seq(0, 2 * kP);
-  std::copy_n(key.begin(), kP, store.Data(blocks[0]));
-  std::copy_n(key.begin() + kP, kP, store.Data(blocks[1]));
-  auto host = CpHostMeta::Create(2 * kP, kP, 1, {0, 0}, {{7, 8}});
-  ASSERT_TRUE(host.ok()) << host.status();
-  HostCommit commit{.persist_id = 1000,
-                    .parent_persist_id = kRootParent,
-                    .ns = "",
-                    .key_blocks = blocks,
-                    .tokens = &store,
-                    .host = &*host};
-  recorder_->OnHostCommitted(commit);
+  const std::unique_ptr<ManualCommit> manual = TwoPageCommit();
+  recorder_->OnHostCommitted(manual->commit);
   recorder_->OnHostSplit(1000, kP, 1001);
   const persist::LoadedJournal loaded = Load();
   EXPECT_EQ(loaded.puts.size(), 2u);
@@ -404,21 +403,8 @@ TEST_F(RecorderTest, AHeadDroppedWhileItsCommitIsHashedDiscardsIt) {
         go.wait();
       },
       int64_t{1} << 22, absl::ZeroDuration());
-  TokenStore store(kP, 4 * kP);
-  std::vector<TokenStore::BlockId> blocks;
-  store.AllocateMany(2, &blocks);
-  const std::vector<int32_t> key = Seq(0, 2 * kP);
-  std::copy_n(key.begin(), kP, store.Data(blocks[0]));
-  std::copy_n(key.begin() + kP, kP, store.Data(blocks[1]));
-  auto host = CpHostMeta::Create(2 * kP, kP, 1, {0, 0}, {{7, 8}});
-  ASSERT_TRUE(host.ok()) << host.status();
-  HostCommit commit{.persist_id = 1000,
-                    .parent_persist_id = kRootParent,
-                    .ns = "",
-                    .key_blocks = blocks,
-                    .tokens = &store,
-                    .host = &*host};
-  recorder_->OnHostCommitted(commit);
+  const std::unique_ptr<ManualCommit> manual = TwoPageCommit();
+  recorder_->OnHostCommitted(manual->commit);
   // The worker has taken the commit, judged it live, and is about to hash.
   ASSERT_EQ(in_step->get_future().wait_for(std::chrono::seconds(30)),
             std::future_status::ready);
