@@ -424,6 +424,12 @@ int RunCacheStats(const CommandContext& c) {
         "restart would recover, %d bytes\n",
         p.journal_status(), p.journal_puts(), p.journal_live(),
         p.journal_file_bytes());
+    if (p.journal_puts_refused() > 0) {
+      *c.out << absl::StrFormat(
+          "journal    %d host copies not recorded: the journal was too far "
+          "behind\n",
+          p.journal_puts_refused());
+    }
   }
   *c.out << "lane  device free  release  used   host free  used\n";
   for (const v1::LaneStats& l : s.lanes()) {

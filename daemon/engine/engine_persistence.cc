@@ -184,11 +184,18 @@ HostTierPersistence HiCacheEngine::Persistence() const {
   out.restore_time = recovery_.restore_time;
   const HostTierRecorderStats recorded = recorder_->stats();
   out.journal_puts = recorded.puts;
+  out.journal_puts_refused = recorded.puts_refused;
+  out.journal_stopped = recorded.events_refused > 0;
   const persist::JournalWriterStats written = journal_->stats();
   out.journal_live = written.live_puts;
   out.journal_file_bytes = written.file_bytes;
   const absl::Status status = journal_->status();
   out.journal_status = status.ok() ? "OK" : status.ToString();
+  if (status.ok() && out.journal_stopped) {
+    out.journal_status =
+        "recording stopped: the recorder fell too far behind (a restart "
+        "recovers what was recorded before, and records again)";
+  }
   return out;
 }
 

@@ -94,6 +94,8 @@ struct HostTierPersistence {
   int64_t journal_live = 0;       // Records a restart would replay.
   uint64_t journal_file_bytes = 0;
   std::string journal_status;     // "OK" or why it broke.
+  int64_t journal_puts_refused = 0;  // Committed, not recorded (behind).
+  bool journal_stopped = false;      // The recorder stopped (overrun).
 };
 
 struct EngineStats {

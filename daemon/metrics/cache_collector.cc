@@ -151,6 +151,10 @@ void AddPersistence(const HostTierPersistence& p, FamilyBuilder& f) {
       .Sample(p.journal_live);
   f.Gauge("hicache_journal_file_bytes", "The journal's durable size.")
       .Sample(static_cast<double>(p.journal_file_bytes));
+  f.Counter("hicache_journal_puts_refused_total",
+            "Host copies committed but not recorded: the journal's recorder "
+            "was too far behind (they will not survive a restart).")
+      .Sample(static_cast<double>(p.journal_puts_refused));
 }
 
 void AddTree(const TreeStats& tree, FamilyBuilder& f) {

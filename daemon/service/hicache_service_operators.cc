@@ -276,6 +276,8 @@ grpc::Status HiCacheService::Stats(grpc::ServerContext* context,
     persistence->set_verify_seconds(absl::ToDoubleSeconds(p.verify_time));
     persistence->set_restore_seconds(absl::ToDoubleSeconds(p.restore_time));
     persistence->set_journal_puts(p.journal_puts);
+    persistence->set_journal_puts_refused(p.journal_puts_refused);
+    persistence->set_journal_stopped(p.journal_stopped);
     persistence->set_journal_live(p.journal_live);
     persistence->set_journal_file_bytes(p.journal_file_bytes);
     persistence->set_journal_status(p.journal_status);

@@ -110,6 +110,9 @@ TEST_F(CacheCollectorTest, HotRestartReportsRecoveryAndTheJournal) {
     first.Cache("", testing::Tokens(100, 8));
     Scrape(CacheCollector::kDefaultMaxNamespaces, &first);
     EXPECT_EQ(Value("hicache_journal_ok"), 1);
+    EXPECT_EQ(Value("hicache_journal_puts_refused_total"), 0);
+    EXPECT_EQ(types_["hicache_journal_puts_refused_total"],
+              prometheus::MetricType::Counter);
     EXPECT_EQ(Value("hicache_host_tier_recovered", {{"unit", "nodes"}}), 0);
   }
   {
