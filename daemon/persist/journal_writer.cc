@@ -66,6 +66,7 @@ absl::StatusOr<std::unique_ptr<JournalWriter>> JournalWriter::Open(
     writer->stats_.live_puts = static_cast<int64_t>(writer->live_.size());
     writer->stats_.live_bytes = live_bytes;
     writer->stats_.file_bytes = file_bytes;
+    writer->PublishLocked();
   }
   writer->thread_ = std::thread([w = writer.get()] { w->Run(); });
   return writer;
@@ -175,7 +176,21 @@ void JournalWriter::Break(absl::Status cause) {
   pending_bytes_ = 0;
   live_.clear();
   stats_.queued_bytes = 0;
+  PublishLocked();
   durable_cv_.SignalAll();
+}
+
+void JournalWriter::PublishLocked() {
+  published_live_puts_.store(stats_.live_puts, std::memory_order_relaxed);
+  published_file_bytes_.store(stats_.file_bytes, std::memory_order_relaxed);
+  published_broken_.store(!broken_.ok(), std::memory_order_relaxed);
+}
+
+JournalWriter::Summary JournalWriter::summary() const {
+  return Summary{
+      .live_puts = published_live_puts_.load(std::memory_order_relaxed),
+      .file_bytes = published_file_bytes_.load(std::memory_order_relaxed),
+      .broken = published_broken_.load(std::memory_order_relaxed)};
 }
 
 absl::Status JournalWriter::Put(const PutRecord& put) {
@@ -202,6 +217,7 @@ absl::Status JournalWriter::Put(const PutRecord& put) {
                   Live{put.parent_persist_id, std::move(frame)});
     ++stats_.puts;
     stats_.live_puts = static_cast<int64_t>(live_.size());
+    PublishLocked();
   }
   return absl::OkStatus();
 }
@@ -242,6 +258,7 @@ absl::Status JournalWriter::Drop(uint64_t persist_id) {
         std::make_shared<const std::string>(EncodeDropRecord(persist_id)));
     ++stats_.drops;
     stats_.live_puts = static_cast<int64_t>(live_.size());
+    PublishLocked();
   }
   return absl::OkStatus();
 }
@@ -332,6 +349,7 @@ void JournalWriter::Run() {
     ++stats_.batches;
     stats_.bytes_written += batch_bytes;
     stats_.file_bytes += batch_bytes;
+    PublishLocked();
     durable_cv_.SignalAll();
     if (ShouldCompact()) Compact();
   }
@@ -378,6 +396,7 @@ void JournalWriter::Compact() {
   }
   ++stats_.compactions;
   stats_.file_bytes = bytes;
+  PublishLocked();
   next_compaction_min_ = 0;
   durable_seq_ = std::max(durable_seq_, snapshot_seq);
   durable_cv_.SignalAll();

@@ -36,6 +36,7 @@
 // back), is counted, and is not retried before the file doubles.
 //
 // Thread-safe. Records become durable in call order.
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -133,6 +134,15 @@ class JournalWriter {
   // OK, or the error that broke the journal.
   absl::Status status() const;
   JournalWriterStats stats() const;
+  // What GetStats and the metrics show, read without the journal's lock
+  // (the writer may run in the background and be preempted holding it):
+  // the live records, the durable file size, and whether it broke.
+  struct Summary {
+    int64_t live_puts = 0;
+    uint64_t file_bytes = 0;
+    bool broken = false;
+  };
+  Summary summary() const;
   const JournalGeometry& geometry() const { return geometry_; }
 
  private:
@@ -170,6 +180,8 @@ class JournalWriter {
   void Break(absl::Status cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status BrokenError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ShouldCompact() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Copies what summary() reads from stats_ and broken_.
+  void PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string state_dir_;
   const JournalGeometry geometry_;
@@ -200,6 +212,10 @@ class JournalWriter {
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
   uint64_t next_compaction_min_ ABSL_GUARDED_BY(mu_) = 0;
   JournalWriterStats stats_ ABSL_GUARDED_BY(mu_);
+  // summary(): written under mu_ (PublishLocked), read without it.
+  std::atomic<int64_t> published_live_puts_{0};
+  std::atomic<uint64_t> published_file_bytes_{0};
+  std::atomic<bool> published_broken_{false};
 
   std::thread thread_;
 };

@@ -49,6 +49,7 @@ absl::Status JournalWriter::ReplaceLocked(absl::Span<const uint64_t> drops,
   }
   EnqueueLocked(std::make_shared<const std::string>(std::move(frames)));
   stats_.live_puts = static_cast<int64_t>(live_.size());
+  PublishLocked();
   return absl::OkStatus();
 }
 

@@ -174,6 +174,11 @@ TEST_F(JournalWriterTest, FlushMakesRecordsVisibleToAFreshReader) {
   EXPECT_EQ(stats.live_puts, 1);
   EXPECT_EQ(stats.queued_bytes, 0u);
   EXPECT_EQ(stats.file_bytes, loaded.file_bytes);
+  // The lock-free summary (GetStats, metrics) agrees.
+  const JournalWriter::Summary summary = w->summary();
+  EXPECT_EQ(summary.live_puts, 1);
+  EXPECT_EQ(summary.file_bytes, loaded.file_bytes);
+  EXPECT_FALSE(summary.broken);
 }
 
 TEST_F(JournalWriterTest, TheDestructorWritesWhatIsQueued) {
@@ -232,6 +237,7 @@ TEST_F(JournalWriterTest, AFailedWriteBreaksTheJournal) {
   EXPECT_EQ(flushed.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(flushed.message().find("no space"), std::string::npos) << flushed;
   EXPECT_EQ(w->status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(w->summary().broken);
   EXPECT_EQ(w->Put(MakePut(3, 1, "ns", 2, g_, rng_)).code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(w->Drop(1).code(), absl::StatusCode::kFailedPrecondition);
