@@ -355,16 +355,10 @@ bool HostTierRecorder::StoreKeyAndChecksum(Put* put, uint64_t* bytes) {
   persist::PutRecord& record = put->record;
   // The key's pages, in the tree's blocks (kept from reuse until this batch
   // is handled).
-  key_pages_.clear();
-  const int64_t page_size = options_.geometry.page_size();
-  int64_t left = record.logical_len;
-  for (TokenStore::BlockId block : put->key_blocks) {
-    if (left <= 0 || put->tokens == nullptr) return false;
-    const int64_t n = std::min<int64_t>(page_size, left);
-    key_pages_.emplace_back(put->tokens->Data(block), static_cast<size_t>(n));
-    left -= n;
+  if (put->tokens == nullptr ||
+      !put->tokens->Pages(put->key_blocks, record.logical_len, &key_pages_)) {
+    return false;
   }
-  if (left != 0) return false;
   // The key first: the slots are written by this thread only, in the tree's
   // order (see the header).
   if (absl::Status stored = options_.keys->WriteNode(

@@ -22,7 +22,6 @@
 //    host copy); id keeps the rest, with `head` as its parent. Children of
 //    id stay id's.
 
-#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string_view>
@@ -66,16 +65,14 @@ struct HostCommit {
   // The key's tokens, concatenated (a copy): from key_pages, or (a
   // listener that HoldsKeys) from key_blocks.
   std::vector<int32_t> KeyTokens() const {
-    std::vector<int32_t> key;
-    for (absl::Span<const int32_t> page : key_pages) {
-      key.insert(key.end(), page.begin(), page.end());
+    std::vector<absl::Span<const int32_t>> from_blocks;
+    if (key_pages.empty() && tokens != nullptr && host != nullptr) {
+      tokens->Pages(key_blocks, host->logical_len(), &from_blocks);
     }
-    if (!key_pages.empty() || tokens == nullptr || host == nullptr) return key;
-    int64_t left = host->logical_len();
-    for (TokenStore::BlockId block : key_blocks) {
-      const int64_t n = std::min<int64_t>(tokens->page_size(), left);
-      key.insert(key.end(), tokens->Data(block), tokens->Data(block) + n);
-      left -= n;
+    std::vector<int32_t> key;
+    for (absl::Span<const int32_t> page :
+         key_pages.empty() ? from_blocks : key_pages) {
+      key.insert(key.end(), page.begin(), page.end());
     }
     return key;
   }

@@ -490,9 +490,6 @@ class RadixTree {
   absl::flat_hash_set<Node*> detached_;
   std::vector<Node*> reapable_;  // Released detached nodes, maybe deletable.
 
-  // The node's own tokens, a span per page into the token store.
-  void KeyPagesOf(const Node* node,
-                  std::vector<absl::Span<const int32_t>>* pages) const;
   // Frees token blocks of `node`: into quarantine while a key reader may
   // still read them (the node's key was reported past what it has read).
   void FreeKeyBlocks(const Node* node,

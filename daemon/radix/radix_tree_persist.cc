@@ -14,18 +14,6 @@ namespace hicache {
 
 using radix_internal::Node;
 
-void RadixTree::KeyPagesOf(const Node* node,
-                           std::vector<absl::Span<const int32_t>>* pages) const {
-  pages->clear();
-  pages->reserve(node->blocks.size());
-  const int64_t page = options_.page_size;
-  for (size_t i = 0; i < node->blocks.size(); ++i) {
-    const int64_t from = static_cast<int64_t>(i) * page;
-    pages->emplace_back(tokens_.Data(node->blocks[i]),
-                        static_cast<size_t>(std::min(page, node->len() - from)));
-  }
-}
-
 void RadixTree::SetHostTierListener(HostTierListener* listener,
                                     uint64_t next_persist_id) {
   // A detached key reader may still read the keys it was handed: until
@@ -101,7 +89,10 @@ void RadixTree::ReportHostCommitted(Node* node) {
   commit.node = node->id;
   ++reports_;
   const bool reads_later = key_reader_ == host_listener_;
-  if (!reads_later) KeyPagesOf(node, &commit.key_pages);
+  if (!reads_later) {
+    HICACHE_CHECK(tokens_.Pages(node->blocks, node->len(), &commit.key_pages),
+                  "a node's token blocks do not hold its key");
+  }
   host_listener_->OnHostCommitted(commit);
   if (reads_later && commit.key_read_later) {
     // It reads the key from the blocks later: they are kept from reuse
@@ -180,7 +171,9 @@ void RadixTree::VisitHostTier(
                           .tokens = &tokens_,
                           .host = node->host.get(),
                           .node = node->id};
-        KeyPagesOf(node, &commit.key_pages);
+        HICACHE_CHECK(
+            tokens_.Pages(node->blocks, node->len(), &commit.key_pages),
+            "a node's token blocks do not hold its key");
         visit(commit);
       }
       for (const auto& [token, child] : node->children) stack.push_back(child);

@@ -63,6 +63,20 @@ void TokenStore::AllocateMany(int64_t n, std::vector<BlockId>* out) {
   in_use_ += n;
 }
 
+bool TokenStore::Pages(absl::Span<const BlockId> blocks, int64_t len,
+                       std::vector<absl::Span<const int32_t>>* out) const {
+  out->clear();
+  out->reserve(blocks.size());
+  int64_t left = len;
+  for (BlockId block : blocks) {
+    if (left <= 0) return false;
+    const int64_t n = std::min<int64_t>(page_size_, left);
+    out->emplace_back(Data(block), static_cast<size_t>(n));
+    left -= n;
+  }
+  return left == 0;
+}
+
 void TokenStore::Free(BlockId block) {
   free_.push_back(block);
   --in_use_;

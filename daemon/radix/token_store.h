@@ -57,6 +57,13 @@ class TokenStore {
   const int32_t* Data(BlockId block) const {
     return const_cast<TokenStore*>(this)->Data(block);
   }
+  // The `len` tokens of a key kept in `blocks`, one span a block into the
+  // store (page_size tokens each, the last what is left of `len`), in *out
+  // (cleared first). False, *out partly filled, if the blocks do not hold
+  // exactly `len` tokens (too few, or a block past the last token). Like
+  // Data(), callable from a reader's thread for blocks it was handed.
+  bool Pages(absl::Span<const BlockId> blocks, int64_t len,
+             std::vector<absl::Span<const int32_t>>* out) const;
 
   uint32_t page_size() const { return page_size_; }
   // Allocated and not freed (quarantined blocks are not counted).

@@ -109,6 +109,19 @@ class RecorderTest : public ::testing::Test {
     if (!meta.ok() || !tree_->BeginBackup(node, *meta).ok()) return false;
     return tree_->CommitBackup(node).ok();
   }
+  // Evicts up to `pages` pages from the device, then from the host (their
+  // host pages freed and reused).
+  void EvictBothTiers(int64_t pages) {
+    Free(tree_->EvictDevice(std::vector<int64_t>{pages}).freed_host_pages);
+    Free(tree_->EvictHost(std::vector<int64_t>{pages}).freed_host_pages);
+  }
+  // The recorder, flushed, detached and released: no token block is kept
+  // from reuse for it any more.
+  void ExpectEveryKeyBlockFreeOnceDetached() {
+    tree_->SetHostTierListener(nullptr);
+    tree_->ReleaseKeyHolds(*recorder_);
+    EXPECT_EQ(tree_->key_blocks_quarantined(), 0);
+  }
   void Free(const std::vector<std::vector<int64_t>>& pages) {
     for (const auto& rank : pages) {
       for (int64_t p : rank) {
@@ -278,9 +291,7 @@ TEST_P(RecorderTrafficTest, JournalEqualsTheTreesHostTierWithTheBytesChecksums) 
   // Every commit handled and the recorder detached: every token block kept
   // from reuse for it is free again.
   ASSERT_TRUE(recorder_->Flush().ok());
-  tree_->SetHostTierListener(nullptr);
-  tree_->ReleaseKeyHolds(*recorder_);
-  EXPECT_EQ(tree_->key_blocks_quarantined(), 0);
+  ExpectEveryKeyBlockFreeOnceDetached();
   EXPECT_TRUE(tree_->CheckInvariants().ok());
 }
 
@@ -298,8 +309,7 @@ TEST_F(RecorderTest, ACommitDroppedWhileSettlingIsNeitherHashedNorRecorded) {
   auto a = tree_->Insert("", Seq(0, 8), Pages(8));
   ASSERT_TRUE(a.ok());
   ASSERT_TRUE(Backup(a->node));
-  Free(tree_->EvictDevice(std::vector<int64_t>{2}).freed_host_pages);
-  Free(tree_->EvictHost(std::vector<int64_t>{2}).freed_host_pages);
+  EvictBothTiers(2);
   ASSERT_FALSE(tree_->Inspect(a->node).ok());
   EXPECT_EQ(tree_->key_blocks_quarantined(), 2);
   // Its pages are reused by another node meanwhile (its token blocks cannot
@@ -450,9 +460,7 @@ TEST_F(RecorderTest, AnOverrunRecorderStopsRecordingSafely) {
   ASSERT_TRUE(Backup(later->node));
   ASSERT_TRUE(recorder_->Flush().ok());
   EXPECT_TRUE(Load().puts.empty());
-  tree_->SetHostTierListener(nullptr);
-  tree_->ReleaseKeyHolds(*recorder_);
-  EXPECT_EQ(tree_->key_blocks_quarantined(), 0);
+  ExpectEveryKeyBlockFreeOnceDetached();
 }
 
 // The commit is reported, then the node is dropped (and its pages reused)
@@ -466,8 +474,7 @@ TEST_F(RecorderTest, ANodeDroppedBeforeItsChecksumsIsNeverRecorded) {
   auto a = tree_->Insert("", Seq(0, 8), Pages(8));
   ASSERT_TRUE(a.ok());
   ASSERT_TRUE(Backup(a->node));
-  Free(tree_->EvictDevice(std::vector<int64_t>{2}).freed_host_pages);
-  Free(tree_->EvictHost(std::vector<int64_t>{2}).freed_host_pages);
+  EvictBothTiers(2);
   ASSERT_FALSE(tree_->Inspect(a->node).ok());  // Gone, pages reused.
   go.set_value();
   const persist::LoadedJournal loaded = Load();
@@ -499,8 +506,7 @@ TEST_F(RecorderTest, ABacklogPastItsBoundLeavesCommitsUnrecorded) {
   EXPECT_EQ(recorder_->stats().puts, 2);
   // Every node's host copy goes, the refused one's too: the journal ends
   // empty and no drop was an error.
-  Free(tree_->EvictDevice(std::vector<int64_t>{6}).freed_host_pages);
-  Free(tree_->EvictHost(std::vector<int64_t>{6}).freed_host_pages);
+  EvictBothTiers(6);
   for (NodeId node : nodes) EXPECT_FALSE(tree_->Inspect(node).ok());
   ASSERT_TRUE(recorder_->Flush().ok());
   EXPECT_TRUE(Load().puts.empty());
@@ -521,16 +527,13 @@ TEST_F(RecorderTest, ARefusedCommitsKeyBlocksAreNotKept) {
     ASSERT_TRUE(Backup(node->node));
   }
   EXPECT_EQ(recorder_->stats().puts_refused, 1);
-  Free(tree_->EvictDevice(std::vector<int64_t>{6}).freed_host_pages);
-  Free(tree_->EvictHost(std::vector<int64_t>{6}).freed_host_pages);
+  EvictBothTiers(6);
   // The two queued commits' blocks wait for the worker; the refused one's
   // are free already.
   EXPECT_EQ(tree_->key_blocks_quarantined(), 4);
   go.set_value();
   ASSERT_TRUE(recorder_->Flush().ok());
-  tree_->SetHostTierListener(nullptr);
-  tree_->ReleaseKeyHolds(*recorder_);
-  EXPECT_EQ(tree_->key_blocks_quarantined(), 0);
+  ExpectEveryKeyBlockFreeOnceDetached();
 }
 
 // Flush waits for the events reported before it only: a steady stream of
@@ -570,9 +573,7 @@ TEST_F(RecorderTest, ABacklogLongerThanABatchIsRecordedInOrder) {
     EXPECT_EQ(recorder_->stats().journal_errors, 0);
     // Every host copy goes before the next round reuses the pages.
     const int64_t dropped = static_cast<int64_t>(nodes.size());
-    Free(tree_->EvictDevice(std::vector<int64_t>{4 * kNodes})
-             .freed_host_pages);
-    Free(tree_->EvictHost(std::vector<int64_t>{4 * kNodes}).freed_host_pages);
+    EvictBothTiers(4 * kNodes);
     for (NodeId node : nodes) ASSERT_FALSE(tree_->Inspect(node).ok());
     events += dropped;
     ASSERT_TRUE(recorder_->Flush().ok());

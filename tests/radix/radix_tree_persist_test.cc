@@ -365,12 +365,11 @@ class HoldingIndex final : public HostTierListener {
   void Read(const TokenStore& tokens, size_t n) {
     n = std::min(n, held_.size());
     for (size_t i = 0; i < n; ++i) {
+      std::vector<absl::Span<const int32_t>> pages;
+      ASSERT_TRUE(tokens.Pages(held_[i].blocks, held_[i].len, &pages));
       std::vector<int32_t> now;
-      int64_t left = held_[i].len;
-      for (TokenStore::BlockId block : held_[i].blocks) {
-        const int64_t count = std::min<int64_t>(kP, left);
-        now.insert(now.end(), tokens.Data(block), tokens.Data(block) + count);
-        left -= count;
+      for (absl::Span<const int32_t> page : pages) {
+        now.insert(now.end(), page.begin(), page.end());
       }
       EXPECT_EQ(now, held_[i].key) << "a key changed before it was read";
       read_through_ = held_[i].call;

@@ -86,6 +86,24 @@ TEST(TokenStoreTest, QuarantinedPointersSurviveGrowth) {
   EXPECT_TRUE(Holds(store, a, 5));
 }
 
+TEST(TokenStoreTest, PagesSpanAKeyAndCheckItsShape) {
+  TokenStore store(kPage, /*reserve_tokens=*/64);
+  std::vector<TokenStore::BlockId> blocks;
+  store.AllocateMany(3, &blocks);
+  for (int i = 0; i < 3; ++i) Fill(store, blocks[i], i);
+  std::vector<absl::Span<const int32_t>> pages;
+  ASSERT_TRUE(store.Pages(blocks, 2 * kPage + 1, &pages));  // Last partial.
+  ASSERT_EQ(pages.size(), 3u);
+  EXPECT_EQ(pages[0].data(), store.Data(blocks[0]));
+  EXPECT_EQ(pages[1].size(), kPage);
+  EXPECT_EQ(pages[2].size(), 1u);
+  EXPECT_EQ(pages[2][0], 2);
+  EXPECT_FALSE(store.Pages(blocks, 2 * kPage, &pages));      // A block spare.
+  EXPECT_FALSE(store.Pages(blocks, 3 * kPage + 1, &pages));  // Too few.
+  EXPECT_TRUE(store.Pages({}, 0, &pages));
+  EXPECT_TRUE(pages.empty());
+}
+
 TEST(TokenStoreDeathTest, QuarantineEpochsMustNotGoBack) {
   TokenStore store(kPage, /*reserve_tokens=*/64);
   const TokenStore::BlockId a = store.Allocate();
