@@ -346,4 +346,42 @@ void RunBandwidth(BenchContext& ctx, const std::vector<uint32_t>& rows,
   json.EndArray();
 }
 
+void RunCopyCeiling(BenchContext& ctx, uint64_t bytes, JsonWriter& json) {
+  cuda::CudaRuntime& rt = *ctx.runtime;
+  json.Key("copy_engine").BeginObject();
+  json.Field("bytes", bytes);
+  json.Field("note",
+             "one cudaMemcpyAsync per rep, pinned host buffer (cudaHostAlloc) "
+             "<-> device buffer, as nvbandwidth's host_to_device_memcpy_ce");
+  absl::Status status;
+  absl::StatusOr<void*> host = rt.HostAllocPinned(bytes);
+  absl::StatusOr<void*> device = rt.DeviceMalloc(ctx.device, bytes);
+  absl::Cleanup release = [&] {
+    if (host.ok()) (void)rt.HostFreePinned(*host);
+    if (device.ok()) (void)rt.DeviceFree(ctx.device, *device);
+  };
+  if (!host.ok() || !device.ok()) {
+    status = !host.ok() ? host.status() : device.status();
+  } else {
+    FillRandom(*host, bytes, 7);
+    for (const bool to_host : {false, true}) {
+      const Timing t = TimeOnStream(ctx, [&] {
+        return to_host ? rt.MemcpyAsync(*host, *device, bytes, ctx.stream)
+                       : rt.MemcpyAsync(*device, *host, bytes, ctx.stream);
+      });
+      if (!t.status.ok()) {
+        status = t.status;
+        break;
+      }
+      WriteMethod(json, to_host ? "d2h" : "h2d", t, bytes,
+                  to_host ? "device to pinned host" : "pinned host to device");
+    }
+  }
+  if (!status.ok()) {
+    json.Field("error", status.ToString());
+    ctx.errors.push_back(absl::StrCat("copy_engine: ", status.ToString()));
+  }
+  json.EndObject();
+}
+
 }  // namespace hicache::bench

@@ -20,4 +20,12 @@ namespace hicache::bench {
 void RunBandwidth(BenchContext& ctx, const std::vector<uint32_t>& rows,
                   JsonWriter& json);
 
+// Writes "copy_engine": the machine's own host<->device ceiling, measured
+// as nvbandwidth does: one cudaMemcpyAsync of `bytes` between a pinned host
+// buffer (cudaHostAlloc) and device memory, per direction ("h2d", "d2h",
+// each a GB/s summary over ctx.reps), so that the kernel's figures sit
+// beside it in the same run. On failure the section has "error" (also added
+// to ctx.errors).
+void RunCopyCeiling(BenchContext& ctx, uint64_t bytes, JsonWriter& json);
+
 }  // namespace hicache::bench

@@ -29,7 +29,11 @@
 //    complete, the listener stamps OnStepDone; latency = OnStepDone - seen.
 //    submit_to_done_us (Submit -> OnStepDone, copy included) is an upper
 //    bound.
-// 3. Pinning ("pin"): --pin_gib of fresh shared memory (a /dev/shm segment
+// 3. Copy-engine ceiling ("copy_engine"): one cudaMemcpyAsync of
+//    --ceiling_mib between a pinned host buffer and the device, per
+//    direction, as nvbandwidth measures the machine's host<->device copy
+//    engines; the kernel's figures above are read against it.
+// 4. Pinning ("pin"): --pin_gib of fresh shared memory (a /dev/shm segment
 //    as the daemon creates, or an anonymous shared mapping when /dev/shm is
 //    too small), HostRegister timed, then HostUnregister timed. Capped to
 //    3/4 of MemAvailable (the cap is reported). Skipped with --quick.
@@ -92,7 +96,12 @@ ABSL_FLAG(int, max_blocks, 32, "block quota of the kernel_quota method");
 ABSL_FLAG(int, latency_samples, 0,
           "completion latency samples per direction (0: 500; 100 quick)");
 ABSL_FLAG(double, pin_gib, 64, "GiB of host memory to pin (0: skip)");
+ABSL_FLAG(int64_t, ceiling_mib, 0,
+          "MiB per copy of the copy-engine ceiling (0: 512; 128 quick)");
 ABSL_FLAG(std::string, out, "", "also write the JSON document to this file");
+ABSL_FLAG(bool, probe, false,
+          "only count the GPUs: {\"devices\": N} (and \"note\" when 0), exit "
+          "0; the GPU bundle's runner asks this before its tests");
 
 namespace hicache::bench {
 namespace {
@@ -317,6 +326,16 @@ int Main() {
   ctx.runtime = runtime.get();
   ctx.device = absl::GetFlag(FLAGS_device);
   absl::StatusOr<int> devices = runtime->DeviceCount();
+  if (absl::GetFlag(FLAGS_probe)) {
+    JsonWriter json;
+    json.BeginObject().Field("devices", devices.ok() ? *devices : 0);
+    if (!devices.ok() || *devices == 0) {
+      json.Field("note", devices.ok() ? std::string("0 CUDA devices visible")
+                                      : devices.status().ToString());
+    }
+    Emit(json.EndObject().str());
+    return 0;
+  }
   if (!devices.ok() || *devices == 0) {
     if (devices.ok() || absl::IsUnavailable(devices.status())) {
       JsonWriter json;
@@ -407,6 +426,10 @@ int Main() {
     ctx.start = *start;
     ctx.end = *end;
     RunBandwidth(ctx, rows, json);
+    const int64_t ceiling_mib = absl::GetFlag(FLAGS_ceiling_mib) > 0
+                                    ? absl::GetFlag(FLAGS_ceiling_mib)
+                                    : (quick ? 128 : 512);
+    RunCopyCeiling(ctx, static_cast<uint64_t>(ceiling_mib) << 20, json);
     if (ctx.latency_samples > 0) {
       if (absl::Status s = MeasureLatency(ctx, json); !s.ok()) {
         ctx.errors.push_back(

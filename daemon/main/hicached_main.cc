@@ -40,13 +40,13 @@
 #include "daemon/core/policies.h"
 #include "daemon/main/backend_factory.h"
 #include "daemon/main/daemon_server.h"
+#include "daemon/main/service_notifier.h"
 #include "daemon/group/group_status.h"
 #include "daemon/main/static_leader_view.h"
 #include "daemon/pool/host_budget.h"
 #include "daemon/service/leader_guard.h"
 #include "absl/flags/usage_config.h"
 #include "spdlog/spdlog.h"
-#include "systemd/sd-daemon.h"
 #include "version/version.h"
 
 ABSL_FLAG(std::string, socket, "",
@@ -530,7 +530,7 @@ int Run(int argc, char** argv) {
       config->device_pages_per_rank, config->host_pages_per_rank,
       HostLayoutName(config->host_layout), config->write_policy.name(),
       config->eviction_policy.name());
-  sd_notify(0, "READY=1");
+  NotifyServiceManager("READY=1");
 
   const absl::Duration grace =
       absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds));
@@ -543,7 +543,7 @@ int Run(int argc, char** argv) {
     if (stopped_by_failure) return;
     spdlog::info("received {}, shutting down (grace {})",
                  strsignal(signal_number), absl::FormatDuration(grace));
-    sd_notify(0, "STOPPING=1");
+    NotifyServiceManager("STOPPING=1");
     daemon->Shutdown(grace);
   });
   (*server)->Wait();

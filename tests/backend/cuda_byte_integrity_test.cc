@@ -4,15 +4,22 @@
 // again with CUDA faults injected into the runtime (refused launches, failing
 // event records and waits, asynchronous copy failures that poison a stream).
 // Misses are allowed; wrong bytes and leaked pages are not.
+//
+// With HICACHE_CUDA_RUNTIME=real the stress without faults runs on the GPU
+// (every rank on the machine's GPUs, wrapping around; skipped without one);
+// the faults need the simulator.
+#include <algorithm>
 #include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/backend/cuda/cuda_backend.h"
+#include "daemon/backend/cuda/real_cuda_runtime.h"
 #include "daemon/backend/cuda/sim_cuda_runtime.h"
 #include "daemon/engine/hicache_engine.h"
 #include "gtest/gtest.h"
 #include "tests/engine/request_driver.h"
+#include "tests/testing/cuda_runtime_mode.h"
 
 namespace hicache {
 namespace {
@@ -24,19 +31,36 @@ using cuda::SimFault;
 constexpr uint32_t kP = Driver::kPageSize;
 
 struct Rig {
-  std::shared_ptr<SimCudaRuntime> runtime;
+  std::shared_ptr<SimCudaRuntime> sim;  // Null on a real GPU.
+  std::shared_ptr<cuda::CudaRuntime> runtime;
   std::unique_ptr<CudaBackend> backend;
   std::unique_ptr<HiCacheEngine> engine;
 };
 
+// The GPUs to run on with HICACHE_CUDA_RUNTIME=real (0 when none is
+// visible); 0 on the simulator.
+int RealGpus() {
+  if (!testing::RealCudaRuntimeRequested()) return 0;
+  absl::StatusOr<int> gpus = cuda::RealCudaRuntime().DeviceCount();
+  return gpus.ok() ? *gpus : 0;
+}
+
 Rig MakeRig(uint32_t cp, EvictionPolicy policy, WritePolicy write) {
   Rig rig;
   // Two ranks per simulated GPU, as on a node with more ranks than GPUs.
-  const int devices = static_cast<int>((cp + 1) / 2);
-  rig.runtime = std::make_shared<SimCudaRuntime>(
-      cuda::SimOptions{.devices = devices});
+  int devices = static_cast<int>((cp + 1) / 2);
+  if (testing::RealCudaRuntimeRequested()) {
+    devices = std::min(devices, RealGpus());
+    rig.runtime = std::make_shared<cuda::RealCudaRuntime>();
+  } else {
+    rig.sim = std::make_shared<SimCudaRuntime>(
+        cuda::SimOptions{.devices = devices});
+    rig.runtime = rig.sim;
+  }
   std::vector<int> device_of_rank(cp);
-  for (uint32_t r = 0; r < cp; ++r) device_of_rank[r] = static_cast<int>(r / 2);
+  for (uint32_t r = 0; r < cp; ++r) {
+    device_of_rank[r] = static_cast<int>(r / 2) % devices;
+  }
   static int counter = 0;
   auto backend = CudaBackend::Create(
       rig.runtime,
@@ -73,12 +97,12 @@ void Drive(Rig& rig, uint32_t cp, int requests, bool faults) {
       // miss.
       static constexpr SimFault kKinds[] = {
           SimFault::kLaunch, SimFault::kRecordEvent, SimFault::kStreamWait};
-      rig.runtime->InjectFault(kKinds[(step / 37) % 3]);
+      rig.sim->InjectFault(kKinds[(step / 37) % 3]);
     }
     if (faults && step == requests / 2) {
       // An asynchronous copy failure poisons one stream for good: every
       // later step on it fails, the others keep working.
-      rig.runtime->InjectFault(SimFault::kAsyncCopy);
+      rig.sim->InjectFault(SimFault::kAsyncCopy);
     }
     ASSERT_NO_FATAL_FAILURE(driver.Request()) << "step " << step;
     if (step % 50 == 0) {
@@ -97,21 +121,29 @@ void Drive(Rig& rig, uint32_t cp, int requests, bool faults) {
   } else {
     EXPECT_GT(rig.engine->Stats().copy_failures, 0);
   }
-  EXPECT_GT(rig.runtime->launches(), 0);
+  if (rig.sim != nullptr) EXPECT_GT(rig.sim->launches(), 0);
 }
 
 class CudaByteIntegrityTest : public ::testing::TestWithParam<uint32_t> {};
 
 TEST_P(CudaByteIntegrityTest, EveryHitHasTheBytesThatWereWritten) {
   const uint32_t cp = GetParam();
+  if (testing::RealCudaRuntimeRequested() && RealGpus() == 0) {
+    GTEST_SKIP() << "HICACHE_CUDA_RUNTIME=real but no GPU is visible";
+  }
   Rig rig = MakeRig(cp, static_cast<EvictionPolicy>(cp % 5),
                     static_cast<WritePolicy>(cp % 3));
   ASSERT_NE(rig.engine, nullptr);
-  EXPECT_EQ(rig.engine->backend_name(), "cuda (simulated)");
+  EXPECT_EQ(rig.engine->backend_name(), rig.sim != nullptr
+                                            ? "cuda (simulated)"
+                                            : "cuda");
   ASSERT_NO_FATAL_FAILURE(Drive(rig, cp, 1500, /*faults=*/false));
 }
 
 TEST_P(CudaByteIntegrityTest, CudaFaultsNeverServeWrongBytes) {
+  if (testing::RealCudaRuntimeRequested()) {
+    GTEST_SKIP() << "needs the simulated runtime: injected CUDA faults";
+  }
   const uint32_t cp = GetParam();
   Rig rig = MakeRig(cp, EvictionPolicy::kLru, WritePolicy::kWriteThrough);
   ASSERT_NE(rig.engine, nullptr);

@@ -1,23 +1,32 @@
 #pragma once
 
 // The fixture of the CudaTransferEngine tests: pools of ranks 1 and 3 of a
-// CP group of 4 (sim devices 0 and 1) through CudaPoolBackend, an engine on
-// a RecordingRuntime over a SimCudaRuntime, a RecordingListener, and the
+// CP group of 4 (devices 0 and 1) through CudaPoolBackend, an engine on a
+// RecordingRuntime over the base runtime, a RecordingListener, and the
 // reference model of a step's bytes.
+//
+// The base runtime is a SimCudaRuntime with two devices, or, with
+// HICACHE_CUDA_RUNTIME=real, the GPU's RealCudaRuntime: there every test
+// skips when no GPU is visible, devices past the last GPU wrap around (one
+// GPU serves both ranks), and a test that needs the simulator (fault
+// injection, counters) calls SkipUnlessSimulated() first.
 
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "daemon/backend/cuda/cuda_pool_backend.h"
 #include "daemon/backend/cuda/cuda_transfer_engine.h"
+#include "daemon/backend/cuda/real_cuda_runtime.h"
 #include "daemon/backend/cuda/sim_cuda_runtime.h"
 #include "daemon/layout/cp_layout.h"
 #include "daemon/pool/kv_geometry.h"
 #include "daemon/pool/rank_pools.h"
 #include "gtest/gtest.h"
 #include "tests/backend/cuda_test_support.h"
+#include "tests/testing/cuda_runtime_mode.h"
 
 namespace hicache::testing {
 
@@ -39,6 +48,15 @@ class CudaEngineRig : public ::testing::Test {
   void Build(RigConfig config = {}) {
     engine_.reset();
     pools_.reset();
+    if (real_ != nullptr) {
+      absl::StatusOr<int> gpus = real_->DeviceCount();
+      if (!gpus.ok() || *gpus == 0) {
+        GTEST_SKIP() << "HICACHE_CUDA_RUNTIME=real but no GPU is visible: "
+                     << (gpus.ok() ? "0 CUDA devices" : gpus.status().ToString());
+      }
+      gpus_ = *gpus;
+    }
+    config.device_of_rank = OnDevices(config.device_of_rank);
     config_ = config;
     auto layout = CpLayout::Create(64, 4, {1, 3});
     ASSERT_TRUE(layout.ok()) << layout.status();
@@ -46,7 +64,7 @@ class CudaEngineRig : public ::testing::Test {
     ASSERT_TRUE(geometry.ok()) << geometry.status();
     // Pools on every rank of the map with a device (1 and 3).
     pool_backend_ = std::make_unique<CudaPoolBackend>(
-        &runtime_, std::vector<int>{-1, 0, -1, 1}, testing::UniqueShmPrefix());
+        &runtime_, OnDevices({-1, 0, -1, 1}), testing::UniqueShmPrefix());
     auto pools = RankPools::Create(
         *layout, *geometry,
         RankPoolsOptions{.device_pages_per_rank = config.device_pages,
@@ -64,6 +82,30 @@ class CudaEngineRig : public ::testing::Test {
   }
 
   void SetUp() override { Build(); }
+
+  bool real() const { return real_ != nullptr; }
+  // Skips the calling test on a real GPU: it needs the simulator.
+  void SkipUnlessSimulated(const char* why) {
+    if (real()) GTEST_SKIP() << "needs the simulated runtime: " << why;
+  }
+  // Makes the simulated copies slow (so that work queues up); a no-op on a
+  // real GPU, whose tests hold however fast its copies are.
+  void SlowDown(absl::Duration per_item) {
+    if (!real()) sim_.SetWorkDelay(per_item);
+  }
+  // The runtime under the recorder (streams and events of the test's own).
+  cuda::CudaRuntime& base() {
+    return real_ != nullptr ? static_cast<cuda::CudaRuntime&>(*real_) : sim_;
+  }
+  // The device of a sim device ordinal on the base runtime (real GPUs wrap).
+  int Device(int sim_device) const {
+    return sim_device < 0 || real_ == nullptr ? sim_device
+                                              : sim_device % gpus_;
+  }
+  std::vector<int> OnDevices(std::vector<int> devices) const {
+    for (int& d : devices) d = Device(d);
+    return devices;
+  }
   void TearDown() override {
     sim_.SetWorkDelay(absl::ZeroDuration());
     engine_.reset();
@@ -135,7 +177,11 @@ class CudaEngineRig : public ::testing::Test {
 
   cuda::SimCudaRuntime sim_{
       cuda::SimOptions{.devices = 2, .device_total_bytes = 1ull << 30}};
-  RecordingRuntime runtime_{&sim_};
+  std::unique_ptr<cuda::RealCudaRuntime> real_ =
+      RealCudaRuntimeRequested() ? std::make_unique<cuda::RealCudaRuntime>()
+                                 : nullptr;
+  int gpus_ = 0;  // GPUs of real_.
+  RecordingRuntime runtime_{&base()};
   RigConfig config_;
   std::unique_ptr<CudaPoolBackend> pool_backend_;
   std::unique_ptr<RankPools> pools_;

@@ -1,5 +1,6 @@
-// CudaTransferEngine on SimCudaRuntime: byte exactness, launches, fences,
-// failures, ordering, Drain and shutdown.
+// CudaTransferEngine on SimCudaRuntime, or on the GPU with
+// HICACHE_CUDA_RUNTIME=real (cuda_engine_rig.h): byte exactness, launches,
+// fences, failures, ordering, Drain and shutdown.
 
 #include "daemon/backend/cuda/cuda_transfer_engine.h"
 
@@ -60,7 +61,7 @@ TEST_P(RoundTripTest, DeviceToHostThenBackIsByteExact) {
   std::vector<uint8_t> want_host1 = HostImage(1);
   std::vector<uint8_t> want_host3 = HostImage(3);
   std::vector<uint8_t> device1 = source1, device3 = source3;
-  const int64_t launches_before = sim_.launches();
+  const size_t launches_before = runtime_.launches().size();
   for (uint32_t step = 0; step < steps; ++step) {
     ASSERT_TRUE(engine_
                     ->Submit(TransferTask{.op_id = 1,
@@ -72,7 +73,7 @@ TEST_P(RoundTripTest, DeviceToHostThenBackIsByteExact) {
     Model(kD2H, step, out3, device3.data(), want_host3.data());
   }
   engine_->Drain();
-  EXPECT_EQ(sim_.launches() - launches_before, 2 * steps);
+  EXPECT_EQ(runtime_.launches().size() - launches_before, 2 * steps);
   ASSERT_EQ(listener_.count(), 2 * steps);
   for (const StepDone& done : listener_.dones()) {
     EXPECT_TRUE(done.status.ok()) << done.status;
@@ -200,7 +201,7 @@ TEST_F(CudaTransferEngineTest, EmptyPageListsAreNoOpAcksWithoutLaunches) {
                                 .ranks = {Copy(1, {}, {}), Copy(3, {}, {})}})
           .ok());
   engine_->Drain();
-  EXPECT_EQ(sim_.launches(), 0);
+  EXPECT_TRUE(runtime_.launches().empty());
   ASSERT_EQ(listener_.count(), 2u);
   for (const StepDone& done : listener_.dones()) {
     EXPECT_TRUE(done.status.ok());
@@ -240,9 +241,9 @@ TEST_F(CudaTransferEngineTest, StagingGrowsForLargeCopies) {
 // -------------------------------------------------------------------
 
 TEST_F(CudaTransferEngineTest, ValidationErrorsLeaveNothingQueued) {
-  auto fence_event = sim_.CreateEvent(0, {.interprocess = true});
+  auto fence_event = base().CreateEvent(Device(0), {.interprocess = true});
   ASSERT_TRUE(fence_event.ok());
-  auto handle = sim_.IpcGetEventHandle(*fence_event);
+  auto handle = base().IpcGetEventHandle(*fence_event);
   ASSERT_TRUE(handle.ok());
   auto fence1 = engine_->RegisterFence(1, *handle);
   ASSERT_TRUE(fence1.ok()) << fence1.status();
@@ -273,18 +274,17 @@ TEST_F(CudaTransferEngineTest, ValidationErrorsLeaveNothingQueued) {
   }
   engine_->Drain();
   EXPECT_EQ(listener_.count(), 0u);
-  EXPECT_EQ(sim_.launches(), 0);
   EXPECT_TRUE(runtime_.launches().empty());
   // The fence's refcount was not taken: releasing destroys it now.
   ASSERT_TRUE(engine_->ReleaseFence(*fence1).ok());
-  ASSERT_TRUE(sim_.DestroyEvent(*fence_event).ok());
+  ASSERT_TRUE(base().DestroyEvent(*fence_event).ok());
 }
 
 // --- Ordering, Drain, shutdown
 // ----------------------------------------------------
 
 TEST_F(CudaTransferEngineTest, CompletesInSubmissionOrderPerStream) {
-  sim_.SetWorkDelay(absl::Microseconds(300));
+  SlowDown(absl::Microseconds(300));
   // The two streams of a rank run concurrently: loads and backups touch
   // disjoint pages (ordering across streams is the cache engine's job).
   for (uint64_t op = 1; op <= 24; ++op) {
@@ -358,7 +358,7 @@ TEST_F(CudaTransferEngineTest, DestructionDeliversWorkInFlight) {
   const std::vector<uint8_t> source = FillDevice(1, 17);
   std::vector<uint8_t> device = source;
   std::vector<uint8_t> want = HostImage(1);
-  sim_.SetWorkDelay(absl::Milliseconds(5));
+  SlowDown(absl::Milliseconds(5));
   for (uint32_t step = 0; step < geometry().NumSteps(); ++step) {
     const RankCopy copy = Copy(1, {1, 2}, {3, 4});
     ASSERT_TRUE(engine_
@@ -379,7 +379,7 @@ TEST_F(CudaTransferEngineTest, DestructionDeliversWorkInFlight) {
 
 TEST_F(CudaTransferEngineTest, ConcurrentSubmitters) {
   Build(RigConfig{.device_pages = 6});
-  sim_.SetWorkDelay(absl::Microseconds(50));
+  SlowDown(absl::Microseconds(50));
   // Threads 0 and 1 back up, 2 and 3 load, on disjoint pages.
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {

@@ -30,6 +30,7 @@
 #include "grpcpp/create_channel.h"
 #include "hicache/v1/hicache.grpc.pb.h"
 #include "tests/testing/binaries.h"
+#include "tests/testing/cuda_runtime_mode.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/tokens.h"
@@ -45,10 +46,7 @@ using testing::Subprocess;
 
 constexpr uint32_t kCp = 2;
 
-bool RealRuntime() {
-  const char* env = getenv("HICACHE_CUDA_RUNTIME");
-  return env != nullptr && std::string(env) == "real";
-}
+bool RealRuntime() { return testing::RealCudaRuntimeRequested(); }
 
 // The byte at `i` of the block (logical page, block index) a worker writes.
 uint8_t Pattern(int64_t logical, uint32_t block, uint64_t i) {
