@@ -475,6 +475,16 @@ absl::Status HiCacheEngine::CheckInvariants() const {
       }
     }
   }
+  // Host references a write-back holds: their nodes are still there.
+  for (const auto& [node, count] : write_back_host_refs_) {
+    absl::StatusOr<NodeInfo> info = tree_->Inspect(node);
+    if (!info.ok() || info->host_ref < count) {
+      return absl::InternalError(absl::StrCat(
+          "write-back holds ", count, " host reference(s) on node ", node,
+          info.ok() ? absl::StrCat(", which has ", info->host_ref)
+                    : ", which is gone"));
+    }
+  }
   // Nodes dropped with their lanes but still held, tainted request pages.
   if (absl::Status s = CheckDroppedLocked(hold); !s.ok()) return s;
   for (const auto& [id, op] : ops_) {

@@ -71,8 +71,13 @@ uint64_t HiCacheEngine::StartBackupOfNodeLocked(NodeId node,
 
 void HiCacheEngine::ReleaseHostRefsLocked(absl::Span<const NodeId> held) {
   for (NodeId node : held) {
-    // The node may be gone (its host copy evicted after release elsewhere
-    // cannot happen before this; a removal needs host_ref == 0).
+    if (auto it = write_back_host_refs_.find(node);
+        it != write_back_host_refs_.end() && --it->second == 0) {
+      write_back_host_refs_.erase(it);
+    }
+    // The node cannot be gone: no eviction removes a node with a host
+    // reference (RadixTree::EvictDevice keeps an unbacked victim whose
+    // host-only descendant is referenced). An error here is a bug.
     if (absl::Status s = tree_->ReleaseHostRef(node); !s.ok()) {
       spdlog::error("write-back: releasing the host reference of node {}: {}",
                     node, s);
@@ -114,7 +119,10 @@ std::vector<uint64_t> HiCacheEngine::StageWriteBackLocked(
     for (LogicalPage p : info->device_pages) ++pages[layout_.LaneOf(p)];
     for (Rank l = 0; l < layout_.cp_size(); ++l) covered[l] += pages[l];
     if (info->tier == NodeTier::kBoth) {  // Already backed: keep it so.
-      if (tree_->AddHostRef(node).ok()) held->push_back(node);
+      if (tree_->AddHostRef(node).ok()) {
+        held->push_back(node);
+        ++write_back_host_refs_[node];
+      }
       continue;
     }
     if (info->pending_backup) {

@@ -493,6 +493,11 @@ class HiCacheEngine : public TransferListener {
   absl::flat_hash_map<LogicalPage, int32_t> busy_pages_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<LogicalPage> free_when_idle_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::unique_ptr<Op>> ops_ ABSL_GUARDED_BY(mu_);
+  // Host references StageWriteBackLocked holds until ReleaseHostRefsLocked
+  // (across AwaitOpsLocked, with mu_ released): node -> count. Each node
+  // must stay in the tree with at least that many (CheckInvariants).
+  absl::flat_hash_map<NodeId, int32_t> write_back_host_refs_
+      ABSL_GUARDED_BY(mu_);
   uint64_t next_op_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t outstanding_steps_ ABSL_GUARDED_BY(mu_) = 0;
   EngineStats stats_ ABSL_GUARDED_BY(mu_);

@@ -106,6 +106,9 @@ struct DeviceEvictResult {
   int64_t nodes_to_host = 0;  // Backed victims, now host-only.
   int64_t nodes_removed = 0;  // Unbacked victims (and their host-only
                               // descendants), removed.
+  // Unbacked victims kept on the device because a host-only descendant,
+  // which would go with them, holds a host reference (AddHostRef).
+  int64_t victims_held_by_host_refs = 0;
   std::vector<std::vector<int64_t>> freed_host_pages;  // Per rank, from
                                                        // removed descendants.
 };

@@ -275,8 +275,31 @@ DeviceEvictResult RadixTree::EvictDeviceImpl(absl::Span<const int64_t> per_lane,
     return node->lock_ref > 0 || above_pending.contains(node);
   };
 
-  // Evicts one device leaf; returns its parent.
-  auto evict = [&](Node* victim) {
+  // Whether a host-only node under `victim` holds a host reference: an
+  // unbacked victim takes its host-only descendants with it (their KV is
+  // useless without its), and a referenced one must stay (a write-back
+  // staging or a load reads its host copy; issue 25's "releasing the host
+  // reference ... NOT_FOUND").
+  auto subtree_host_held = [](const Node* victim) {
+    std::vector<const Node*> walk = {victim};
+    while (!walk.empty()) {
+      const Node* n = walk.back();
+      walk.pop_back();
+      if (n->host_ref > 0) return true;
+      for (const auto& [token, child] : n->children) walk.push_back(child);
+    }
+    return false;
+  };
+  // Evicts one device leaf; returns its parent, or nullptr when the victim
+  // stays (then it and its ancestors are stuck for the rest of the call).
+  auto evict = [&](Node* victim) -> Node* {
+    if (victim->host == nullptr && subtree_host_held(victim)) {
+      ++result.victims_held_by_host_refs;
+      for (const Node* n = victim;
+           !n->is_root() && above_pending.insert(n).second; n = n->parent) {
+      }
+      return nullptr;
+    }
     Node* parent = victim->parent;
     result.evicted_tokens += victim->len();
     ClearDevicePages(victim, &result.freed_pages);
@@ -327,14 +350,16 @@ DeviceEvictResult RadixTree::EvictDeviceImpl(absl::Span<const int64_t> per_lane,
         continue;
       }
       Node* parent = evict(victim);
-      if (DeviceEvictable(parent)) heap.push({key_of(parent), parent});
+      if (parent != nullptr && DeviceEvictable(parent)) {
+        heap.push({key_of(parent), parent});
+      }
     }
     if (!by_lane || satisfied()) break;
     // Phase 2: one ancestor.
     Node* target = nullptr;
     while (!deferred.empty() && target == nullptr) {
       const Node* leaf = Find(std::get<2>(deferred.top()));
-      if (leaf != nullptr && DeviceEvictable(leaf)) {
+      if (leaf != nullptr && DeviceEvictable(leaf) && !stuck(leaf)) {
         target = reachable_ancestor(leaf);
       }
       if (target == nullptr) deferred.pop();
@@ -354,7 +379,9 @@ DeviceEvictResult RadixTree::EvictDeviceImpl(absl::Span<const int64_t> per_lane,
       Node* victim = subtree.top().node;
       subtree.pop();
       const bool reached = victim == target;
+      if (stuck(victim)) continue;  // Held below (see evict).
       Node* parent = evict(victim);  // May delete `victim`.
+      if (parent == nullptr) continue;  // Kept: its ancestors are stuck now.
       if (reached) {
         if (DeviceEvictable(parent)) heap.push({key_of(parent), parent});
         break;
