@@ -49,6 +49,8 @@ absl::string_view PolicyName(WritePolicy policy) {
       return "write_through_selective";
     case WritePolicy::kWriteBack:
       return "write_back";
+    case WritePolicy::kWriteAhead:
+      return "write_ahead";
   }
   return "unknown";
 }

@@ -18,6 +18,12 @@ enum class WritePolicy {
   kWriteThrough,           // At the first hit of a device node.
   kWriteThroughSelective,  // When a node's hit count reaches the threshold.
   kWriteBack,              // When a device node is evicted.
+  kWriteAhead,             // Ahead of eviction, in the background: the cold
+                           // end of the device tier is copied before room is
+                           // needed; eviction never waits for a copy (a
+                           // victim without one is dropped), and every host
+                           // copy has copies of its ancestors (prefix-closed,
+                           // so a restart recovers it). docs/eviction.md.
 };
 
 // Order in which eviction picks victims among eligible leaves.
@@ -38,14 +44,15 @@ enum class EvictionPolicy {
 };
 
 // Every value, in declaration order (tests, help texts).
-inline constexpr std::array<WritePolicy, 3> kWritePolicies = {
+inline constexpr std::array<WritePolicy, 4> kWritePolicies = {
     WritePolicy::kWriteThrough, WritePolicy::kWriteThroughSelective,
-    WritePolicy::kWriteBack};
+    WritePolicy::kWriteBack, WritePolicy::kWriteAhead};
 inline constexpr std::array<EvictionPolicy, 6> kEvictionPolicies = {
     EvictionPolicy::kLru,      EvictionPolicy::kLfu,  EvictionPolicy::kFifo,
     EvictionPolicy::kPriority, EvictionPolicy::kSlru, EvictionPolicy::kTinyLfu};
 
-// The flag name: "write_through", "write_through_selective", "write_back";
+// The flag name: "write_through", "write_through_selective", "write_back",
+// "write_ahead";
 // "lru", "lfu", "fifo", "priority", "slru", "tinylfu". These are also what GetStats
 // reports. "unknown" for a value outside the enum.
 absl::string_view PolicyName(WritePolicy policy);

@@ -47,6 +47,7 @@ RadixTreeOptions RadixTreeOptionsFrom(const EngineOptions& options) {
       report_threshold = std::max(1u, options.write_through_threshold);
       break;
     case WritePolicy::kWriteBack:
+    case WritePolicy::kWriteAhead:
       report_threshold = 0;
       break;
   }
@@ -58,7 +59,9 @@ RadixTreeOptions RadixTreeOptionsFrom(const EngineOptions& options) {
           .reserve_tokens = 0,
           .sketch_pages = (options.device_pages_per_rank +
                            options.host_pages_per_rank) *
-                          options.cp_size};
+                          options.cp_size,
+          .prefix_closed_host =
+              options.write_policy == WritePolicy::kWriteAhead};
 }
 
 }  // namespace hicache

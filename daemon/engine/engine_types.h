@@ -111,6 +111,10 @@ struct EngineStats {
   int64_t write_back_backups = 0;
   // Write-back victims refused by admission (removed, not demoted).
   int64_t write_back_rejected = 0;
+  // Allocations and loads that waited for write-back copies (AwaitOpsLocked
+  // found one still copying), and backups write_ahead started.
+  int64_t copy_waits = 0;
+  int64_t write_ahead_backups = 0;
   // Device eviction victims moved to the host tier, and removed (unbacked;
   // their host-only descendants go with them).
   int64_t device_victims_to_host = 0;

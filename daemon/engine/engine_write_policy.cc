@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/time/clock.h"
 #include "daemon/core/log_format.h"
 #include "daemon/engine/engine_op.h"
@@ -166,6 +167,62 @@ std::vector<uint64_t> HiCacheEngine::StageWriteBackLocked(
   return staged;
 }
 
+void HiCacheEngine::WriteAheadLocked() {
+  int64_t capacity = 0;
+  for (Rank l = 0; l < layout_.cp_size(); ++l) {
+    const LaneCounts counts = device_->Counts(l);
+    capacity += counts.available() + counts.allocated;
+  }
+  const int64_t window =
+      std::max<int64_t>(capacity / 16, 4 * l1_free_room_ * layout_.cp_size());
+  if (device_->available() > window) return;  // Far from full: nothing yet.
+  write_ahead_boundary_ns_ = INT64_MIN;
+  std::optional<int> host_victim_class;
+  int64_t covered = 0;
+  absl::flat_hash_set<NodeId> started;
+  for (NodeId node : tree_->DeviceEvictionOrder(1 << 20, window)) {
+    if (covered >= window) break;
+    absl::StatusOr<NodeInfo> info = tree_->Inspect(node);
+    if (!info.ok()) continue;
+    covered += static_cast<int64_t>(info->device_pages.size());
+    write_ahead_boundary_ns_ =
+        std::max(write_ahead_boundary_ns_, info->last_access_ns);
+    if (info->tier != NodeTier::kDevice || info->pending_backup) continue;
+    // The topmost ancestor without a copy: the closure needs it first.
+    NodeId target = node;
+    for (NodeId up = info->parent; up != kNoNode;) {
+      absl::StatusOr<NodeInfo> above = tree_->Inspect(up);
+      if (!above.ok() || above->tier != NodeTier::kDevice) break;
+      target = above->pending_backup ? kNoNode : up;
+      if (above->pending_backup) break;  // Its commit comes first.
+      up = above->parent;
+    }
+    if (target == kNoNode || !started.insert(target).second) continue;
+    if (target == node) {
+      // Admission, for a leaf of the cold end: it may take host room only
+      // from nodes no more frequent than itself.
+      bool fits = true;
+      std::vector<int64_t> pages(layout_.cp_size(), 0);
+      for (LogicalPage p : info->device_pages) ++pages[layout_.LaneOf(p)];
+      for (Rank r = 0; r < layout_.cp_size(); ++r) {
+        fits &= pages[r] <= host_[r]->free_pages();
+      }
+      if (!fits) {
+        if (!host_victim_class) {
+          host_victim_class = tree_->HostVictimClass(/*redundant_first=*/true);
+        }
+        if (!tree_->AdmitToHost(node, *host_victim_class)) {
+          ++stats_.write_back_rejected;
+          continue;
+        }
+      }
+    }
+    if (StartBackupOfNodeLocked(target, /*write_back=*/true) != 0) {
+      ++stats_.write_ahead_backups;
+    }
+  }
+}
+
 void HiCacheEngine::AwaitOpsLocked(absl::Span<const uint64_t> ops) {
   if (ops.empty()) return;
   auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -180,6 +237,7 @@ void HiCacheEngine::AwaitOpsLocked(absl::Span<const uint64_t> ops) {
     }
     return true;
   };
+  if (!settled()) ++stats_.copy_waits;
   const absl::Time deadline = absl::Now() + options_.write_back_wait;
   while (!settled()) {
     const absl::Duration left = deadline - absl::Now();

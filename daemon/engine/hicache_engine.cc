@@ -217,6 +217,7 @@ DeviceEvictResult HiCacheEngine::EvictDeviceTargetsLocked(
   DeviceEvictResult result =
       ApplyDeviceEvictionLocked(tree_->EvictDevice(target));
   ReleaseHostRefsLocked(held);
+  if (options_.write_policy == WritePolicy::kWriteAhead) WriteAheadLocked();
   return result;
 }
 
@@ -260,8 +261,12 @@ int64_t HiCacheEngine::EvictHostTargetsLocked(
   // Under write-back a device node's host copy is redundant (its eviction
   // writes it back): such copies go first, so the tiers hold as much
   // distinct KV as they can (exclusive tiering).
+  // write_ahead drops copies of device nodes too, but not those of the
+  // cold end it copied ahead (accessed before write_ahead_boundary_ns_).
+  const bool ahead = options_.write_policy == WritePolicy::kWriteAhead;
   HostEvictResult result = tree_->EvictHost(
-      target, options_.write_policy == WritePolicy::kWriteBack);
+      target, options_.write_policy == WritePolicy::kWriteBack || ahead,
+      ahead ? write_ahead_boundary_ns_ : INT64_MIN);
   stats_.host_copies_dropped += result.nodes_dropped;
   int64_t freed = 0;
   for (Rank r = 0; r < layout_.cp_size(); ++r) {
@@ -295,6 +300,9 @@ absl::StatusOr<std::vector<LogicalPage>> HiCacheEngine::AllocateLocked(
   absl::StatusOr<std::vector<LogicalPage>> pages = attempt();
   if (pages.ok() ||
       pages.status().code() != absl::StatusCode::kResourceExhausted) {
+    if (pages.ok() && options_.write_policy == WritePolicy::kWriteAhead) {
+      WriteAheadLocked();
+    }
     return pages;
   }
   // Evict in exactly the short lanes (any lanes for a plain allocation),
@@ -312,6 +320,7 @@ absl::StatusOr<std::vector<LogicalPage>> HiCacheEngine::AllocateLocked(
     evicted = ApplyDeviceEvictionLocked(
         tree_->EvictDeviceTokens(missing * layout_.page_size()));
     ReleaseHostRefsLocked(held);
+    if (options_.write_policy == WritePolicy::kWriteAhead) WriteAheadLocked();
   } else {
     std::vector<int64_t> need(layout_.cp_size(), 0);
     for (Rank owner : owners) ++need[owner];

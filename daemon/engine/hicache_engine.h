@@ -357,6 +357,15 @@ class HiCacheEngine : public TransferListener {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseHostRefsLocked(absl::Span<const NodeId> held)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Write-ahead (WritePolicy::kWriteAhead): when the device tier is within
+  // a window of full, starts backups (asynchronous, never waited for) of the
+  // coldest device nodes without a host copy, in eviction order, until the
+  // window's worth of cold pages has a copy or one in flight. The host tier
+  // is prefix-closed: a node whose parent has no copy yet gets its topmost
+  // uncopied ancestor backed first (the node itself in a later round). A
+  // leaf that would need host room taken from a more frequent host node is
+  // not copied (admission): eviction then drops it.
+  void WriteAheadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits (mu_ released) until each op has committed, failed or ended, or
   // options_.write_back_wait has passed.
   void AwaitOpsLocked(absl::Span<const uint64_t> ops)
@@ -498,6 +507,9 @@ class HiCacheEngine : public TransferListener {
   // must stay in the tree with at least that many (CheckInvariants).
   absl::flat_hash_map<NodeId, int32_t> write_back_host_refs_
       ABSL_GUARDED_BY(mu_);
+  // write_ahead: the last access of the warmest node of the cold window it
+  // last copied; host eviction keeps copies of nodes not accessed since.
+  int64_t write_ahead_boundary_ns_ ABSL_GUARDED_BY(mu_) = INT64_MIN;
   uint64_t next_op_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t outstanding_steps_ ABSL_GUARDED_BY(mu_) = 0;
   EngineStats stats_ ABSL_GUARDED_BY(mu_);

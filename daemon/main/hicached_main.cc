@@ -128,6 +128,11 @@ ABSL_FLAG(hicache::WritePolicy, write_policy,
           "threshold-th hit; 33.9%) or write_back (default: when evicted "
           "from device; exclusive tiers, a host copy of a node back on device "
           "is dropped first under host pressure; 54.9% with lru, 58.2% with "
+          "tinylfu; an allocation may wait for a victim's copy) or "
+          "write_ahead (the cold end of the device tier is copied in the "
+          "background before room is needed, so no allocation or load waits "
+          "for a copy and a victim without one is dropped; the host tier is "
+          "prefix-closed, so a restart recovers all of it; 57.3% with "
           "tinylfu).");
 ABSL_FLAG(uint32_t, default_lease_ms, 10000,
           "Session lease for clients that ask for none.");

@@ -51,6 +51,12 @@ void AddEngine(const EngineStats& s, FamilyBuilder& f) {
   f.Counter("hicache_write_back_rejected_total",
             "Write-back victims refused by host admission (dropped).")
       .Sample(s.write_back_rejected);
+  f.Counter("hicache_copy_waits_total",
+            "Allocations and loads that waited for a write-back copy.")
+      .Sample(s.copy_waits);
+  f.Counter("hicache_write_ahead_backups_total",
+            "Backups of the cold end of the device tier (write_ahead).")
+      .Sample(s.write_ahead_backups);
   f.Counter("hicache_fallback_backups_total",
             "All-layer backups after the forward pass (no per-layer store).")
       .Sample(s.fallback_backups);

@@ -48,6 +48,13 @@ struct RadixTreeOptions {
   // capacity: device plus host pages of every lane); used only by a policy
   // that needs it (UsesFrequencySketch), and then at least 65,536.
   int64_t sketch_pages = 0;
+  // The host tier is prefix-closed: every node with a committed host copy
+  // has host copies of all its ancestors, so whatever the host holds can be
+  // loaded (and recovered after a crash) without device-only ancestors.
+  // BeginBackup then requires the parent's copy (or the root), a device
+  // node's redundant copy is not dropped while a child has a copy or a
+  // backup in flight, and CheckInvariants checks the closure.
+  bool prefix_closed_host = false;
 };
 
 struct MatchOptions {
@@ -290,8 +297,12 @@ class RadixTree {
   // TailLearner::TailPages() pages of each host-only leaf that ends a
   // finished insert and was not matched since, split off at a page boundary
   // (the rest of the leaf stays).
+  // `redundant_after_ns`: with redundant_first, only copies of device nodes
+  // accessed after it are dropped first (write_ahead keeps the copies of
+  // the device tier's cold end, which eviction is about to demote).
   HostEvictResult EvictHost(absl::Span<const int64_t> host_pages_needed_per_rank,
-                            bool redundant_first = false);
+                            bool redundant_first = false,
+                            int64_t redundant_after_ns = INT64_MIN);
 
   // Write-back admission: whether the device victim `node` may take host
   // room from what EvictHost would evict next (redundant copies first when

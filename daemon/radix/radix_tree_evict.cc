@@ -117,8 +117,17 @@ EvictionKey RadixTree::KeyOf(const Node* node, EvictionTier tier) const {
 }
 
 bool RadixTree::HostRedundant(const Node* node, int64_t now) const {
-  return !node->is_root() && node->on_device() && node->host != nullptr &&
-         node->host_ref == 0 && node->pin_expiry_ns <= now;
+  if (node->is_root() || !node->on_device() || node->host == nullptr ||
+      node->host_ref != 0 || node->pin_expiry_ns > now) {
+    return false;
+  }
+  if (options_.prefix_closed_host) {
+    // The children's copies need this one.
+    for (const auto& [token, child] : node->children) {
+      if (child->host != nullptr || child->pending != nullptr) return false;
+    }
+  }
+  return true;
 }
 
 uint32_t RadixTree::Frequency(NodeId id) const {
@@ -394,7 +403,7 @@ DeviceEvictResult RadixTree::EvictDeviceImpl(absl::Span<const int64_t> per_lane,
 
 HostEvictResult RadixTree::EvictHost(
     absl::Span<const int64_t> host_pages_needed_per_rank,
-    bool redundant_first) {
+    bool redundant_first, int64_t redundant_after_ns) {
   const uint32_t ranks = options_.cp_size;
   HostEvictResult result;
   result.freed_host_pages.resize(ranks);
@@ -427,7 +436,8 @@ HostEvictResult RadixTree::EvictHost(
       if (tail_pages > 0 && node->insert_end) {
         ends.push({{node->last_access_ns, 0, node->id}, node});
       }
-    } else if (redundant_first && HostRedundant(node, now)) {
+    } else if (redundant_first && HostRedundant(node, now) &&
+               node->last_access_ns > redundant_after_ns) {
       // Most recently used first: its device copy stays longest.
       redundant.push({{-node->last_access_ns, 0, node->id}, node});
     }
@@ -504,6 +514,12 @@ absl::Status RadixTree::BeginBackup(NodeId id, CpHostMeta reserved) {
   if (node->host != nullptr || node->pending != nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "node ", id, " already has a host copy or a backup in flight"));
+  }
+  if (options_.prefix_closed_host && !node->parent->is_root() &&
+      node->parent->host == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node ", id, "'s parent has no host copy (the host tier is "
+        "prefix-closed)"));
   }
   if (reserved.logical_len() != node->len() ||
       reserved.page_size() != options_.page_size ||

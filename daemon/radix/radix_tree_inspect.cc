@@ -221,6 +221,12 @@ absl::Status RadixTree::CheckNode(const Node* node, int64_t start,
     }
     if (node->host != nullptr) totals->host_tokens += node->len();
     if (node->pending != nullptr) ++totals->pending_backups;
+    if (options_.prefix_closed_host && !node->parent->is_root() &&
+        node->parent->host == nullptr &&
+        (node->host != nullptr || node->pending != nullptr)) {
+      return fail("has a host copy (or a backup in flight) but its parent "
+                  "has none: the host tier is not prefix-closed");
+    }
     if (node->lock_ref < 0 || node->host_ref < 0) {
       return fail("negative reference count");
     }

@@ -242,6 +242,8 @@ grpc::Status HiCacheService::Stats(grpc::ServerContext* context,
   out->set_host_evicted_pages(s.host_evicted_pages);
   out->set_host_copies_dropped(s.host_copies_dropped);
   out->set_write_back_rejected(s.write_back_rejected);
+  out->set_copy_waits(s.copy_waits);
+  out->set_write_ahead_backups(s.write_ahead_backups);
   out->set_device_alloc_failures(s.device_alloc_failures);
   out->set_bytes_to_host(s.bytes_to_host);
   out->set_bytes_to_device(s.bytes_to_device);

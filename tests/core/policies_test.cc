@@ -22,7 +22,7 @@ TEST(PoliciesTest, NamesAreTheFlagValues) {
     eviction.emplace_back(PolicyName(p));
   }
   EXPECT_THAT(write, ElementsAre("write_through", "write_through_selective",
-                                 "write_back"));
+                                 "write_back", "write_ahead"));
   EXPECT_THAT(eviction, ElementsAre("lru", "lfu", "fifo", "priority", "slru", "tinylfu"));
   EXPECT_EQ(PolicyName(static_cast<WritePolicy>(99)), "unknown");
   EXPECT_EQ(PolicyName(static_cast<EvictionPolicy>(99)), "unknown");
@@ -43,7 +43,7 @@ TEST(PoliciesTest, UnknownNamesListTheValidOnes) {
   EXPECT_EQ(write.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(write.status().message(),
             "unknown write policy 'write_sideways'; expected write_through, "
-            "write_through_selective or write_back");
+            "write_through_selective, write_back or write_ahead");
   absl::StatusOr<EvictionPolicy> eviction = ParsePolicy<EvictionPolicy>("LRU");
   EXPECT_EQ(eviction.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(eviction.status().message(),

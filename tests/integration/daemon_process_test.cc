@@ -186,7 +186,7 @@ TEST_F(DaemonProcessTest, BadFlagValuesExitNonZeroWithAClearMessage) {
       {{"--kv_preset=llama"}, 2, "unknown KV preset 'llama'"},
       {{"--write_policy=write_sideways"}, 2,
        "unknown write policy 'write_sideways'; expected write_through, "
-       "write_through_selective or write_back"},
+       "write_through_selective, write_back or write_ahead"},
       {{"--eviction_policy=mru"}, 2, "unknown eviction policy 'mru'"},
       {{"--page_size=abc"}, 2, "page_size"},
       {{"--no_such_flag"}, 2, "no_such_flag"},
