@@ -20,7 +20,9 @@ fail() {
   exit 1
 }
 busybox=/bin/busybox
-if ! "$busybox" --help 2>&1 | head -n 1 | grep -q BusyBox; then
+# (No `--help | head` here: with pipefail, head closing the pipe early made
+# busybox die of SIGPIPE now and then, and the check fail.)
+if [[ ! -x "$busybox" ]] || ! "$busybox" true 2>/dev/null; then
   fail "$busybox is missing: apt-get install busybox-static (tools/dev deps)"
 fi
 if ldd "$busybox" >/dev/null 2>&1; then
