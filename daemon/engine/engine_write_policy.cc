@@ -137,18 +137,8 @@ std::vector<uint64_t> HiCacheEngine::StageWriteBackLocked(
       }
       continue;
     }
-    bool fits = true;
-    for (Rank r = 0; r < layout_.cp_size(); ++r) {
-      fits &= pages[r] <= host_free[r];
-    }
-    if (!fits) {
-      if (!host_victim_class) {
-        host_victim_class = tree_->HostVictimClass(/*redundant_first=*/true);
-      }
-      if (!tree_->AdmitToHost(node, *host_victim_class)) {
-        ++stats_.write_back_rejected;  // Evicted without a copy.
-        continue;
-      }
+    if (!AdmitVictimLocked(node, pages, host_free, &host_victim_class)) {
+      continue;  // Evicted without a copy.
     }
     for (Rank r = 0; r < layout_.cp_size(); ++r) {
       host_free[r] = std::max<int64_t>(0, host_free[r] - pages[r]);
@@ -167,14 +157,26 @@ std::vector<uint64_t> HiCacheEngine::StageWriteBackLocked(
   return staged;
 }
 
-void HiCacheEngine::WriteAheadLocked() {
-  int64_t capacity = 0;
-  for (Rank l = 0; l < layout_.cp_size(); ++l) {
-    const LaneCounts counts = device_->Counts(l);
-    capacity += counts.available() + counts.allocated;
+bool HiCacheEngine::AdmitVictimLocked(NodeId node,
+                                     absl::Span<const int64_t> pages,
+                                     absl::Span<const int64_t> host_free,
+                                     std::optional<int>* host_victim_class) {
+  bool fits = true;
+  for (Rank r = 0; r < layout_.cp_size(); ++r) {
+    fits &= pages[r] <= host_free[r];
   }
-  const int64_t window =
-      std::max<int64_t>(capacity / 16, 4 * l1_free_room_ * layout_.cp_size());
+  if (fits) return true;
+  if (!*host_victim_class) {
+    *host_victim_class = tree_->HostVictimClass(/*redundant_first=*/true);
+  }
+  if (tree_->AdmitToHost(node, **host_victim_class)) return true;
+  ++stats_.write_back_rejected;
+  return false;
+}
+
+void HiCacheEngine::WriteAheadLocked() {
+  const int64_t window = std::max<int64_t>(
+      DevicePageCapacity() / 16, 4 * l1_free_room_ * layout_.cp_size());
   if (device_->available() > window) return;  // Far from full: nothing yet.
   write_ahead_boundary_ns_ = INT64_MIN;
   std::optional<int> host_victim_class;
@@ -199,22 +201,16 @@ void HiCacheEngine::WriteAheadLocked() {
     }
     if (target == kNoNode || !started.insert(target).second) continue;
     if (target == node) {
-      // Admission, for a leaf of the cold end: it may take host room only
-      // from nodes no more frequent than itself.
-      bool fits = true;
+      // Admission, for a leaf of the cold end (an ancestor is admitted:
+      // the closure needs it).
       std::vector<int64_t> pages(layout_.cp_size(), 0);
       for (LogicalPage p : info->device_pages) ++pages[layout_.LaneOf(p)];
+      std::vector<int64_t> host_free(layout_.cp_size());
       for (Rank r = 0; r < layout_.cp_size(); ++r) {
-        fits &= pages[r] <= host_[r]->free_pages();
+        host_free[r] = host_[r]->free_pages();
       }
-      if (!fits) {
-        if (!host_victim_class) {
-          host_victim_class = tree_->HostVictimClass(/*redundant_first=*/true);
-        }
-        if (!tree_->AdmitToHost(node, *host_victim_class)) {
-          ++stats_.write_back_rejected;
-          continue;
-        }
+      if (!AdmitVictimLocked(node, pages, host_free, &host_victim_class)) {
+        continue;
       }
     }
     if (StartBackupOfNodeLocked(target, /*write_back=*/true) != 0) {

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -366,6 +367,15 @@ class HiCacheEngine : public TransferListener {
   // leaf that would need host room taken from a more frequent host node is
   // not copied (admission): eviction then drops it.
   void WriteAheadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Admission of a device victim to the host tier (write_back's staging and
+  // write_ahead's leaves): true when its pages (per rank) fit `host_free`,
+  // or when it would displace no more frequent host node
+  // (RadixTree::AdmitToHost; the victim class is read once per batch into
+  // `host_victim_class`). A refusal counts in write_back_rejected.
+  bool AdmitVictimLocked(NodeId node, absl::Span<const int64_t> pages,
+                         absl::Span<const int64_t> host_free,
+                         std::optional<int>* host_victim_class)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits (mu_ released) until each op has committed, failed or ended, or
   // options_.write_back_wait has passed.
   void AwaitOpsLocked(absl::Span<const uint64_t> ops)

@@ -46,7 +46,6 @@ using testing::Subprocess;
 
 constexpr uint32_t kCp = 2;
 
-bool RealRuntime() { return testing::RealCudaRuntimeRequested(); }
 
 // The byte at `i` of the block (logical page, block index) a worker writes.
 uint8_t Pattern(int64_t logical, uint32_t block, uint64_t i) {
@@ -62,7 +61,7 @@ struct Case {
 class CudaDaemonTest : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
-    if (RealRuntime()) {
+    if (testing::RealCudaRuntimeRequested()) {
       runtime_ = std::make_unique<cuda::RealCudaRuntime>();
       absl::StatusOr<int> devices = runtime_->DeviceCount();
       if (!devices.ok() || *devices == 0) {
@@ -77,7 +76,7 @@ class CudaDaemonTest : public ::testing::TestWithParam<Case> {
         DaemonPath(),
         "--socket=" + socket_,
         "--backend=cuda",
-        absl::StrCat("--cuda_runtime=", RealRuntime() ? "real" : "simulated"),
+        absl::StrCat("--cuda_runtime=", testing::RealCudaRuntimeRequested() ? "real" : "simulated"),
         absl::StrCat("--cp_size=", kCp),
         "--kv_preset=" + c.preset,
         absl::StrCat("--page_size=", c.page_size),
@@ -86,7 +85,7 @@ class CudaDaemonTest : public ::testing::TestWithParam<Case> {
         absl::StrCat("--operator_uids=", getuid()),
         "--copy_max_blocks=16"};
     // One GPU serves both ranks when the machine has one.
-    if (RealRuntime() && *runtime_->DeviceCount() < static_cast<int>(kCp)) {
+    if (testing::RealCudaRuntimeRequested() && *runtime_->DeviceCount() < static_cast<int>(kCp)) {
       argv.push_back("--gpus=0,0");
     }
     absl::StatusOr<Subprocess> daemon = Subprocess::Start(argv);
@@ -157,7 +156,7 @@ TEST_P(CudaDaemonTest, WorkersBackUpAndLoadBackEveryByteOverIpc) {
     ASSERT_TRUE(stub_->GetLayout(&ctx, v1::GetLayoutRequest(), &layout).ok());
   }
   EXPECT_TRUE(layout.fences());
-  EXPECT_EQ(layout.backend(), RealRuntime() ? "cuda" : "cuda (simulated)");
+  EXPECT_EQ(layout.backend(), testing::RealCudaRuntimeRequested() ? "cuda" : "cuda (simulated)");
   ASSERT_EQ(layout.ranks_size(), static_cast<int>(kCp));
   const uint32_t blocks = layout.device_blocks_size();
 
@@ -206,7 +205,7 @@ TEST_P(CudaDaemonTest, WorkersBackUpAndLoadBackEveryByteOverIpc) {
     ASSERT_TRUE(runtime_->CopyToDevice(w.staging, rows.data(), rows.size()).ok());
     w.descriptors = *runtime_->HostAllocPinned(
         cuda::PackedCopyBytes(static_cast<int32_t>(blocks), c.pages));
-    if (RealRuntime()) {
+    if (testing::RealCudaRuntimeRequested()) {
       w.written = *runtime_->CreateEvent(w.device, {.interprocess = true});
       grpc::ClientContext ctx;
       v1::RegisterFenceRequest request;
@@ -344,7 +343,7 @@ TEST_P(CudaDaemonTest, WorkersBackUpAndLoadBackEveryByteOverIpc) {
       ++layers;
       const std::string& fence = event.layer_loaded().fence();
       EXPECT_EQ(fence.size(), cuda::kIpcHandleBytes);
-      if (RealRuntime()) {
+      if (testing::RealCudaRuntimeRequested()) {
         Worker& w = workers[event.layer_loaded().rank()];
         cuda::Event& e = opened[fence];
         if (e == nullptr) e = *runtime_->IpcOpenEventHandle(w.device, fence);
