@@ -202,16 +202,27 @@ def known_flags():
     return _KNOWN_FLAGS
 
 
+PREFIX_CLOSED_WRITE_POLICIES = ("write_through", "write_ahead")
+
+
 def flagfile_errors(where, text):
     try:
         flags = parse_flagfile(text)
     except ValueError as error:
         return [f"{where}: {error}"]
     errors = [f"{where}: unknown flag --{f}" for f in flags if f not in known_flags()]
-    for pinned in ("write_policy", "eviction_policy"):
-        if pinned in flags:
-            errors.append(f"{where}: pins --{pinned}={flags[pinned]}; the daemon's default "
-                          "(write_back + tinylfu) should apply")
+    if "eviction_policy" in flags:
+        errors.append(f"{where}: pins --eviction_policy={flags['eviction_policy']}; the "
+                      "daemon's default (tinylfu) should apply")
+    # Hot restart needs a prefix-closed host tier (docs/hot-restart.md §1): the
+    # daemon's default, write_back, loses its cold suffixes in a crash.
+    policy = flags.get("write_policy", "write_back")
+    if flags.get("state_dir") and policy not in PREFIX_CLOSED_WRITE_POLICIES:
+        errors.append(f"{where}: --state_dir with --write_policy={policy}, whose host tier a "
+                      "crash mostly loses; use write_ahead")
+    elif "write_policy" in flags and not flags.get("state_dir"):
+        errors.append(f"{where}: pins --write_policy={policy} without hot restart; the "
+                      "daemon's default (write_back) should apply")
     if flags.get("socket", "").rsplit("/", 1)[0] != SOCKET_DIR:
         errors.append(f"{where}: --socket is not in {SOCKET_DIR}")
     if not flags.get("metrics_address"):
@@ -409,6 +420,12 @@ class K8sManifestsTest(unittest.TestCase):
         def pinned(doc):
             doc["data"]["hicached.flags"] += "--eviction_policy=lru\n"
         self.assert_caught(self.mutated("ConfigMap", pinned), "pins --eviction_policy")
+
+        def restart_unsafe(doc):
+            doc["data"]["hicached.flags"] = doc["data"]["hicached.flags"].replace(
+                "--write_policy=write_ahead", "--write_policy=write_back")
+        self.assert_caught(self.mutated("ConfigMap", restart_unsafe),
+                           "--state_dir with --write_policy=write_back")
 
         def wrong_port(doc):
             doc["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] = "9000"
