@@ -5,9 +5,7 @@
 // (the destination keeps stale bytes), so a backup committed or a load
 // attached despite a failure would serve wrong bytes and be caught. Every
 // hit's bytes must match; nothing may leak.
-#include <atomic>
 #include <cstdio>
-#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -131,34 +129,11 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(ByteIntegrityWithFaultsConcurrencyTest, ManyThreadsOneEngine) {
   FaultyEngine f = MakeEngine(2, EvictionPolicy::kLru,
                               WritePolicy::kWriteThroughSelective, 99);
-  std::vector<std::thread> threads;
-  std::atomic<int> failures{0};
-  std::vector<Driver::Counts> counts(4);
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&, t] {
-      Driver driver(f.engine.get(), 177 + t,
-                    t < 2 ? "shared" : "own" + std::to_string(t));
-      for (int i = 0; i < 400; ++i) {
-        driver.Request();
-        if (::testing::Test::HasFatalFailure()) {
-          ++failures;
-          break;
-        }
-      }
-      counts[t] = driver.counts();
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  EXPECT_EQ(failures.load(), 0);
+  const testing::ConcurrentDrive run =
+      testing::DriveConcurrently(f.engine.get(), 177, 400);
+  EXPECT_EQ(run.failed_threads, 0);
   ExpectCleanEnd(*f.engine);
-  Driver::Counts total;
-  for (const Driver::Counts& c : counts) {
-    total.requests += c.requests;
-    total.verified += c.verified;
-    total.hit_tokens += c.hit_tokens;
-    total.loads += c.loads;
-    total.failed_loads += c.failed_loads;
-  }
+  const Driver::Counts& total = run.total;
   Report("ManyThreadsOneEngine", f, total);
   EXPECT_GT(f.faults->injected(), 0);
   EXPECT_GT(total.verified, 0);

@@ -3,8 +3,6 @@
 // C = 1, 2, 4, 8. Every (rank, page, layer, family) row carries a pattern
 // derived from the token prefix it holds; every hit's bytes must match it.
 // Misses are allowed; wrong bytes and leaked pages are not.
-#include <atomic>
-#include <thread>
 #include <vector>
 
 #include "daemon/engine/hicache_engine.h"
@@ -70,24 +68,9 @@ INSTANTIATE_TEST_SUITE_P(CpSizes, ByteIntegrityTest,
 TEST(ByteIntegrityConcurrencyTest, ManyThreadsOneEngine) {
   auto engine =
       MakeEngine(2, EvictionPolicy::kLru, WritePolicy::kWriteThroughSelective);
-  std::vector<std::thread> threads;
-  std::atomic<int> failures{0};
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&, t] {
-      // Two threads share a namespace, two have their own.
-      Driver driver(engine.get(), 77 + t,
-                    t < 2 ? "shared" : "own" + std::to_string(t));
-      for (int i = 0; i < 400; ++i) {
-        driver.Request();
-        if (::testing::Test::HasFatalFailure()) {
-          ++failures;
-          return;
-        }
-      }
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  EXPECT_EQ(failures.load(), 0);
+  // Two threads share a namespace, two have their own.
+  EXPECT_EQ(testing::DriveConcurrently(engine.get(), 77, 400).failed_threads,
+            0);
   engine->WaitForTransfers();
   ASSERT_TRUE(engine->CheckInvariants().ok()) << engine->CheckInvariants();
   EXPECT_EQ(engine->DeviceAllocatedPages(), engine->TreeDevicePages());

@@ -1,6 +1,9 @@
 #include "tests/engine/request_driver.h"
 
+#include <atomic>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -120,6 +123,40 @@ void RequestDriver::Request() {
     ASSERT_TRUE(engine_->Free(inserted->uncached_pages).ok());
   }
   release();
+}
+
+ConcurrentDrive DriveConcurrently(HiCacheEngine* engine, uint64_t first_seed,
+                                  int requests, int threads) {
+  std::atomic<int> failed{0};
+  std::vector<RequestDriver::Counts> counts(threads);
+  std::vector<std::thread> running;
+  for (int t = 0; t < threads; ++t) {
+    running.emplace_back([&, t] {
+      RequestDriver driver(engine, first_seed + t,
+                           t < 2 ? "shared" : "own" + std::to_string(t));
+      for (int i = 0; i < requests; ++i) {
+        driver.Request();
+        if (::testing::Test::HasFatalFailure()) {
+          ++failed;
+          break;
+        }
+      }
+      counts[t] = driver.counts();
+    });
+  }
+  for (std::thread& thread : running) thread.join();
+  ConcurrentDrive out;
+  out.failed_threads = failed.load();
+  for (const RequestDriver::Counts& c : counts) {
+    out.total.requests += c.requests;
+    out.total.verified += c.verified;
+    out.total.hit_tokens += c.hit_tokens;
+    out.total.loads += c.loads;
+    out.total.failed_loads += c.failed_loads;
+    out.total.backups += c.backups;
+    out.total.attach_refused += c.attach_refused;
+  }
+  return out;
 }
 
 }  // namespace hicache::testing

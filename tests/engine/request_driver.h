@@ -48,4 +48,18 @@ class RequestDriver {
   Counts counts_;
 };
 
+// What DriveConcurrently saw: threads that stopped at a fatal failure, and
+// the drivers' counts summed.
+struct ConcurrentDrive {
+  int failed_threads = 0;
+  RequestDriver::Counts total;
+};
+
+// `threads` scheduler threads on one engine at once, each a RequestDriver
+// seeded `first_seed + t` running `requests` requests (stopping at its first
+// fatal failure). The first two share the namespace "shared", the others
+// have their own.
+ConcurrentDrive DriveConcurrently(HiCacheEngine* engine, uint64_t first_seed,
+                                  int requests, int threads = 4);
+
 }  // namespace hicache::testing

@@ -5,10 +5,8 @@
 // allocation or load ever waits for a copy; the cold end is copied ahead of
 // eviction (victims demoted, not only dropped) and loads come back with the
 // right bytes.
-#include <atomic>
 #include <memory>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -78,23 +76,8 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(WriteAheadConcurrencyTest, ManyThreadsOneEngine) {
   auto engine = MakeEngine(2, EvictionPolicy::kTinyLfu);
   ASSERT_NE(engine, nullptr);
-  std::vector<std::thread> threads;
-  std::atomic<int> failures{0};
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&, t] {
-      Driver driver(engine.get(), 91 + t,
-                    t < 2 ? "shared" : "own" + std::to_string(t));
-      for (int i = 0; i < 300; ++i) {
-        driver.Request();
-        if (::testing::Test::HasFatalFailure()) {
-          ++failures;
-          return;
-        }
-      }
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(testing::DriveConcurrently(engine.get(), 91, 300).failed_threads,
+            0);
   engine->WaitForTransfers();
   EXPECT_TRUE(engine->CheckInvariants().ok()) << engine->CheckInvariants();
   EXPECT_EQ(engine->Stats().copy_waits, 0);

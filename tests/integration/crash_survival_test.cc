@@ -45,17 +45,6 @@ void PrintTo(const PolicyCase& c, std::ostream* os) { *os << c.name; }
 class CrashSurvivalTest : public HotRestartTest,
                           public ::testing::WithParamInterface<PolicyCase> {
  protected:
-  // Device and host hit of `tokens` (peek).
-  int64_t CachedTokens(const std::vector<int32_t>& tokens) {
-    client::MatchOptions options;
-    options.peek = true;
-    auto match = session_->MatchPrefix({tokens}, options);
-    EXPECT_TRUE(match.ok()) << match.status();
-    if (!match.ok()) return 0;
-    return match->results(0).device().valid_tokens() +
-           match->results(0).host_hit_tokens();
-  }
-
   // One turn as a scheduler runs it: load back what the host tier has,
   // admit with the policy's backup choice, write the new pages' KV, store
   // every layer of a backup Admit prepared, complete.
@@ -96,22 +85,11 @@ class CrashSurvivalTest : public HotRestartTest,
   // everything written, unchanged over 3 reads 50 ms apart (commits are
   // journaled once they lived --journal_settle_ms, 20 ms by default).
   void Quiesce() {
-    const std::string journal = state_dir_ + "/journal";
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    uint64_t last = 0;
-    int stable = 0;
-    while (absl::Now() < deadline && stable < 3) {
-      const v1::CacheStats stats = Stats();
-      const uint64_t bytes = stats.persistence().journal_file_bytes();
-      const bool settled = stats.pending_backups() == 0 &&
-                           static_cast<int64_t>(bytes) == FileSize(journal) &&
-                           bytes == last;
-      stable = settled ? stable + 1 : 0;
-      last = bytes;
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    ASSERT_EQ(stable, 3) << "backups or the journal did not settle: "
-                         << Stats().DebugString();
+    ASSERT_NO_FATAL_FAILURE(WaitJournalSettled(
+        [](const v1::CacheStats& stats) {
+          return stats.pending_backups() == 0;
+        },
+        absl::Milliseconds(50), absl::Seconds(30)));
   }
 };
 

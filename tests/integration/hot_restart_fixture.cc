@@ -302,28 +302,38 @@ bool HotRestartTest::TryRequest(const std::vector<int32_t>& tokens) {
 }
 
 void HotRestartTest::WaitJournal(int64_t puts) {
+  ASSERT_NO_FATAL_FAILURE(WaitJournalSettled(
+      [&](const v1::CacheStats& stats) {
+        return stats.persistence().journal_puts() >= puts &&
+               stats.persistence().journal_file_bytes() > journal_bytes_;
+      },
+      absl::Milliseconds(30), absl::Seconds(10), &journal_bytes_));
+}
+
+void HotRestartTest::WaitJournalSettled(
+    const std::function<bool(const v1::CacheStats&)>& ready,
+    absl::Duration period, absl::Duration timeout, uint64_t* settled_bytes) {
   const std::string journal = state_dir_ + "/journal";
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  const absl::Time deadline = absl::Now() + timeout;
   uint64_t last = 0;
   int stable = 0;
   while (absl::Now() < deadline) {
-    const v1::HostTierPersistence p = Stats().persistence();
-    const int64_t size = FileSize(journal);
-    if (p.journal_puts() >= puts && p.journal_file_bytes() > journal_bytes_ &&
-        static_cast<int64_t>(p.journal_file_bytes()) == size &&
-        p.journal_file_bytes() == last) {
+    const v1::CacheStats stats = Stats();
+    const uint64_t bytes = stats.persistence().journal_file_bytes();
+    if (ready(stats) && static_cast<int64_t>(bytes) == FileSize(journal) &&
+        bytes == last) {
       if (++stable >= 3) {
-        journal_bytes_ = p.journal_file_bytes();
+        if (settled_bytes != nullptr) *settled_bytes = bytes;
         return;
       }
     } else {
       stable = 0;
     }
-    last = p.journal_file_bytes();
-    absl::SleepFor(absl::Milliseconds(30));
+    last = bytes;
+    absl::SleepFor(period);
   }
-  FAIL() << "the journal did not settle: "
-         << Stats().persistence().DebugString();
+  FAIL() << "the journal (or what it waits for) did not settle: "
+         << Stats().DebugString();
 }
 
 void HotRestartTest::Inspect(uint64_t node, v1::NodeInfo* info) {
@@ -334,13 +344,24 @@ void HotRestartTest::Inspect(uint64_t node, v1::NodeInfo* info) {
   ASSERT_TRUE(status.ok()) << status.error_message();
 }
 
-int64_t HotRestartTest::HostHit(const std::vector<int32_t>& tokens) {
+std::optional<v1::MatchResult> HotRestartTest::PeekMatch(
+    const std::vector<int32_t>& tokens) {
   client::MatchOptions options;
   options.peek = true;
   auto match = session_->MatchPrefix({tokens}, options);
   EXPECT_TRUE(match.ok()) << match.status();
-  if (!match.ok()) return -1;
-  return match->results(0).host_hit_tokens();
+  if (!match.ok()) return std::nullopt;
+  return match->results(0);
+}
+
+int64_t HotRestartTest::HostHit(const std::vector<int32_t>& tokens) {
+  const std::optional<v1::MatchResult> match = PeekMatch(tokens);
+  return match ? match->host_hit_tokens() : -1;
+}
+
+int64_t HotRestartTest::CachedTokens(const std::vector<int32_t>& tokens) {
+  const std::optional<v1::MatchResult> match = PeekMatch(tokens);
+  return match ? match->device().valid_tokens() + match->host_hit_tokens() : 0;
 }
 
 void HotRestartTest::LoadAndVerify(const std::vector<int32_t>& tokens) {

@@ -12,11 +12,14 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "client/cpp/hicache_session.h"
 #include "gtest/gtest.h"
 #include "hicache/v1/hicache.grpc.pb.h"
@@ -102,6 +105,15 @@ class HotRestartTest : public ::testing::Test {
   // == file size, 3 reads 30 ms apart: the writer batches every 10 ms).
   void WaitJournal(int64_t puts);
 
+  // Waits until `ready(stats)` holds and the journal file holds everything
+  // written (durable size == file size), unchanged over 3 reads `period`
+  // apart, within `timeout` (fails the test otherwise). The settled journal
+  // size goes to *settled_bytes when given.
+  void WaitJournalSettled(
+      const std::function<bool(const v1::CacheStats&)>& ready,
+      absl::Duration period, absl::Duration timeout,
+      uint64_t* settled_bytes = nullptr);
+
   // InspectNode of `node` into *info (fails the test if the call fails).
   void Inspect(uint64_t node, v1::NodeInfo* info);
 
@@ -109,12 +121,19 @@ class HotRestartTest : public ::testing::Test {
   // restart the device tier is empty, so it is the whole hit.
   int64_t HostHit(const std::vector<int32_t>& tokens);
 
+  // Device and host hit of `tokens` (peek), 0 if the match fails.
+  int64_t CachedTokens(const std::vector<int32_t>& tokens);
+
   // Loads `tokens` back (all of it past what earlier loads put on the device
   // must come from the host tier) and checks every byte of the whole request
   // on every rank; releases the lock.
   void LoadAndVerify(const std::vector<int32_t>& tokens);
 
   int64_t DevicePagesAllocated();
+
+  // MatchPrefix of `tokens` with peek (no hit counted, nothing locked);
+  // nullopt (and a failure) if the call fails.
+  std::optional<v1::MatchResult> PeekMatch(const std::vector<int32_t>& tokens);
 
   std::vector<std::string> HostSegments();
 
