@@ -33,9 +33,9 @@ ABSL_FLAG(int64_t, l1_blocks, 6000, "Device (L1) capacity in blocks.");
 ABSL_FLAG(int64_t, l2_blocks, 12000, "Host (L2) capacity in blocks.");
 ABSL_FLAG(std::string, policies, "lru,lfu,fifo,slru,tinylfu",
           "Eviction policies to run.");
-ABSL_FLAG(std::string, write_policies, "write_back",
-          "Write policies to run: write_through, write_through_selective, "
-          "write_back.");
+ABSL_FLAG(std::string, write_policies, "write_ahead",
+          "Write policies to run: write_ahead (the daemon's default), "
+          "write_through, write_through_selective, write_back.");
 ABSL_FLAG(bool, deterministic, true,
           "Every backup settles before the next request (reproducible "
           "figures); false lets copies overlap later requests.");

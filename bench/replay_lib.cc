@@ -134,7 +134,9 @@ absl::StatusOr<ReplayOutcome> ReplayWith(const std::vector<TraceRequest>& trace,
     } else {
       pages.insert(pages.end(), fresh->begin(), fresh->end());
       uint64_t op = 0;
-      if (need > 0 && config.write_policy == WritePolicy::kWriteThrough) {
+      // What BACKUP_CHOICE_AUTO does: per-layer write-through of the new
+      // pages while the forward runs, where the write policy asks for it.
+      if (need > 0 && e.BacksUpAtAdmit(load->node)) {
         auto ops = e.PrepareBackups({BackupSpec{*fresh, n - reuse * page}});
         if (ops.ok() && (*ops)[0] != 0) {
           op = (*ops)[0];

@@ -31,7 +31,7 @@ struct ReplayConfig {
   // KV geometry: "micro" (256 bytes a page at P = 64) keeps copies cheap;
   // "tiny" (2 KiB) and larger make them weigh as real KV does.
   std::string kv_preset = "micro";
-  WritePolicy write_policy = WritePolicy::kWriteBack;
+  WritePolicy write_policy = WritePolicy::kWriteAhead;  // The daemon's.
   EvictionPolicy eviction_policy = EvictionPolicy::kTinyLfu;
   uint32_t write_through_threshold = 2;
   // Every backup settles (commits or rolls back) before the next request,

@@ -99,10 +99,11 @@ struct DaemonConfig {
   // default's pools at a few MB.
   std::string kv_preset = "tiny";
   // Engine policies, parsed once from their flags (core/policies.h).
-  // The best measured pair (docs/eviction.md): exclusive tiers with
-  // write-back demotion, TinyLFU on the host tier.
+  // The default pair (docs/eviction.md): write-ahead (a prefix-closed host
+  // tier that survives a crash, no allocation waiting for a copy), TinyLFU
+  // on the host tier.
   NamedPolicy<EvictionPolicy> eviction_policy = EvictionPolicy::kTinyLfu;
-  NamedPolicy<WritePolicy> write_policy = WritePolicy::kWriteBack;
+  NamedPolicy<WritePolicy> write_policy = WritePolicy::kWriteAhead;
   // Hits before a node is written through (write_through_selective).
   uint32_t write_through_threshold = 2;
   // Loads of fewer tokens are reported as misses (not worth a transfer).
@@ -123,6 +124,9 @@ struct DaemonConfig {
   std::string tls_key_file;
   std::string tls_client_ca_file;
   bool insecure_tcp_for_testing = false;
+  // After every lease expiry, check the engine's invariants and log the
+  // result (O(cached nodes); tests and debugging).
+  bool paranoid_checks = false;
   // Shared-memory instance id (see IsValidInstanceId). Empty: derived from
   // the socket path by DefaultInstanceId().
   std::string instance;

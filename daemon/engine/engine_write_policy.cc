@@ -177,11 +177,26 @@ bool HiCacheEngine::AdmitVictimLocked(NodeId node,
 void HiCacheEngine::WriteAheadLocked() {
   const int64_t window = std::max<int64_t>(
       DevicePageCapacity() / 16, 4 * l1_free_room_ * layout_.cp_size());
-  if (device_->available() > window) return;  // Far from full: nothing yet.
+  if (device_->available() > window) {  // Far from full: nothing yet.
+    write_ahead_scanned_ = false;
+    return;
+  }
+  // The cold end moves as pages are taken: rescan once a sixteenth of the
+  // window has been allocated since the last scan, not after every
+  // allocation (each scan walks the device tier).
+  if (write_ahead_scanned_ && write_ahead_allocated_ < window / 16) return;
+  write_ahead_scanned_ = true;
+  write_ahead_allocated_ = 0;
   write_ahead_boundary_ns_ = INT64_MIN;
   std::optional<int> host_victim_class;
   int64_t covered = 0;
   absl::flat_hash_set<NodeId> started;
+  std::vector<NodeId> to_copy;
+  std::vector<int64_t> host_need(layout_.cp_size(), 0);
+  std::vector<int64_t> host_free(layout_.cp_size());
+  for (Rank r = 0; r < layout_.cp_size(); ++r) {
+    host_free[r] = host_[r]->free_pages();
+  }
   for (NodeId node : tree_->DeviceEvictionOrder(1 << 20, window)) {
     if (covered >= window) break;
     absl::StatusOr<NodeInfo> info = tree_->Inspect(node);
@@ -200,20 +215,27 @@ void HiCacheEngine::WriteAheadLocked() {
       up = above->parent;
     }
     if (target == kNoNode || !started.insert(target).second) continue;
-    if (target == node) {
-      // Admission, for a leaf of the cold end (an ancestor is admitted:
-      // the closure needs it).
-      std::vector<int64_t> pages(layout_.cp_size(), 0);
-      for (LogicalPage p : info->device_pages) ++pages[layout_.LaneOf(p)];
-      std::vector<int64_t> host_free(layout_.cp_size());
-      for (Rank r = 0; r < layout_.cp_size(); ++r) {
-        host_free[r] = host_[r]->free_pages();
-      }
-      if (!AdmitVictimLocked(node, pages, host_free, &host_victim_class)) {
-        continue;
-      }
+    absl::StatusOr<NodeInfo> copied =
+        target == node ? std::move(info) : tree_->Inspect(target);
+    if (!copied.ok()) continue;
+    std::vector<int64_t> pages(layout_.cp_size(), 0);
+    for (LogicalPage p : copied->device_pages) ++pages[layout_.LaneOf(p)];
+    // Admission, for a leaf of the cold end (an ancestor is admitted: the
+    // closure needs it).
+    if (target == node &&
+        !AdmitVictimLocked(node, pages, host_free, &host_victim_class)) {
+      continue;
     }
-    if (StartBackupOfNodeLocked(target, /*write_back=*/true) != 0) {
+    for (Rank r = 0; r < layout_.cp_size(); ++r) {
+      host_free[r] = std::max<int64_t>(0, host_free[r] - pages[r]);
+      host_need[r] += pages[r];
+    }
+    to_copy.push_back(target);
+  }
+  // One host eviction for the round (each backup then finds its room).
+  EvictHostLocked(host_need);
+  for (NodeId node : to_copy) {
+    if (StartBackupOfNodeLocked(node, /*write_back=*/true) != 0) {
       ++stats_.write_ahead_backups;
     }
   }

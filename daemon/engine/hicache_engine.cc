@@ -294,7 +294,10 @@ absl::StatusOr<std::vector<LogicalPage>> HiCacheEngine::AllocateLocked(
     absl::StatusOr<std::vector<LogicalPage>> got =
         any_lanes >= 0 ? device_->Allocate(any_lanes)
                        : device_->AllocateWithOwners(owners);
-    if (got.ok()) ledger_.Add(*got, holder);
+    if (got.ok()) {
+      ledger_.Add(*got, holder);
+      write_ahead_allocated_ += static_cast<int64_t>(got->size());
+    }
     return got;
   };
   absl::StatusOr<std::vector<LogicalPage>> pages = attempt();
@@ -677,6 +680,29 @@ int64_t HiCacheEngine::HostUsedPages(Rank rank) const {
 absl::StatusOr<NodeInfo> HiCacheEngine::Inspect(NodeId node) const {
   MutexLock lock(&mu_);
   return tree_->Inspect(node);
+}
+
+bool HiCacheEngine::HostCopyCanJoin(NodeId parent) const {
+  if (options_.write_policy != WritePolicy::kWriteAhead || parent == kNoNode) {
+    return true;
+  }
+  MutexLock lock(&mu_);
+  absl::StatusOr<NodeInfo> info = tree_->Inspect(parent);
+  return info.ok() && (info->depth == 0 ||  // A namespace root.
+                       info->tier == NodeTier::kBoth || info->pending_backup);
+}
+
+bool HiCacheEngine::BacksUpAtAdmit(NodeId parent) const {
+  switch (options_.write_policy) {
+    case WritePolicy::kWriteThrough:
+      return true;
+    case WritePolicy::kWriteAhead:
+      return HostCopyCanJoin(parent);
+    case WritePolicy::kWriteThroughSelective:
+    case WritePolicy::kWriteBack:
+      return false;
+  }
+  return false;
 }
 
 void HiCacheEngine::WaitForTransfers() {

@@ -288,6 +288,16 @@ class HiCacheEngine : public TransferListener {
   int64_t DeviceAllocatedPages() const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t TreeDevicePages() const ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<NodeInfo> Inspect(NodeId node) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether a host copy of a new node below `parent` (the deepest node of
+  // a request's hit; kNoNode for none) can join the host tier: always,
+  // unless the tier is prefix-closed (write_ahead) and `parent` is neither
+  // a namespace root nor has a host copy or one in flight. A copy prepared
+  // anyway would not attach.
+  bool HostCopyCanJoin(NodeId parent) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether the write policy backs up a request's new pages while its
+  // forward runs (per-layer write-through, BACKUP_CHOICE_AUTO): always
+  // under write_through; under write_ahead when HostCopyCanJoin(parent).
+  bool BacksUpAtAdmit(NodeId parent) const ABSL_LOCKS_EXCLUDED(mu_);
   const CpLayout& layout() const { return layout_; }
   const KvGeometry& geometry() const { return geometry_; }
   const RankPools& pools() const { return *pools_; }
@@ -365,7 +375,10 @@ class HiCacheEngine : public TransferListener {
   // is prefix-closed: a node whose parent has no copy yet gets its topmost
   // uncopied ancestor backed first (the node itself in a later round). A
   // leaf that would need host room taken from a more frequent host node is
-  // not copied (admission): eviction then drops it.
+  // not copied (admission): eviction then drops it. One host eviction makes
+  // room for the round's copies. Called after allocations and evictions; it
+  // scans again only once 1/16 of the window has been allocated since its
+  // last scan.
   void WriteAheadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Admission of a device victim to the host tier (write_back's staging and
   // write_ahead's leaves): true when its pages (per rank) fit `host_free`,
@@ -520,6 +533,10 @@ class HiCacheEngine : public TransferListener {
   // write_ahead: the last access of the warmest node of the cold window it
   // last copied; host eviction keeps copies of nodes not accessed since.
   int64_t write_ahead_boundary_ns_ ABSL_GUARDED_BY(mu_) = INT64_MIN;
+  // Write-ahead: device pages allocated since its last scan, and whether
+  // it has scanned since the tier was last far from full.
+  int64_t write_ahead_allocated_ ABSL_GUARDED_BY(mu_) = 0;
+  bool write_ahead_scanned_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t next_op_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t outstanding_steps_ ABSL_GUARDED_BY(mu_) = 0;
   EngineStats stats_ ABSL_GUARDED_BY(mu_);

@@ -24,14 +24,15 @@ RequestFlow::RequestFlow(SessionManager* sessions, const HiCacheEngine* engine,
                          EventHub* hub)
     : sessions_(sessions), engine_(engine), hub_(hub) {}
 
-bool RequestFlow::WantsBackup(BackupChoice choice) const {
+bool RequestFlow::WantsBackup(BackupChoice choice,
+                              const MatchResult& hit) const {
   switch (choice) {
-    case BackupChoice::kAlways:
-      return true;
+    case BackupChoice::kAlways:  // Unless it could never attach.
+      return engine_->HostCopyCanJoin(hit.last_device_node);
     case BackupChoice::kNever:
       return false;
     case BackupChoice::kAuto:
-      return engine_->options().write_policy == WritePolicy::kWriteThrough;
+      return engine_->BacksUpAtAdmit(hit.last_device_node);
   }
   return false;
 }
@@ -152,7 +153,7 @@ absl::StatusOr<std::vector<AdmitResult>> RequestFlow::Admit(
     }
     result.admitted = true;
     const int64_t new_input = tokens - hit.device_len;
-    if (new_input > 0 && !hit.tail_blocked && WantsBackup(item.backup)) {
+    if (new_input > 0 && !hit.tail_blocked && WantsBackup(item.backup, hit)) {
       BackupSpec spec;
       spec.logical_len = new_input;
       spec.pages.assign(result.pages.begin(),

@@ -84,8 +84,8 @@ class RequestFlow {
       const std::string& session_id, absl::Span<const CompleteItem> items);
 
  private:
-  // Whether an admitted item gets a backup.
-  bool WantsBackup(BackupChoice choice) const;
+  // Whether an admitted item with device hit `hit` gets a backup.
+  bool WantsBackup(BackupChoice choice, const MatchResult& hit) const;
   // Releases what Admit took for `results` (an error undoes the call).
   void Undo(const std::string& session_id,
             const std::vector<AdmitResult>& results);

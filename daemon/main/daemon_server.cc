@@ -381,11 +381,13 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
     }
   }
   DaemonServer* raw = daemon.get();
-  daemon->reaper_ = std::thread([raw] { raw->ReapLeases(); });
+  daemon->reaper_ = std::thread([raw, paranoid = config.paranoid_checks] {
+    raw->ReapLeases(paranoid);
+  });
   return daemon;
 }
 
-void DaemonServer::ReapLeases() {
+void DaemonServer::ReapLeases(bool paranoid_checks) {
   while (true) {
     {
       MutexLock lock(&mu_);
@@ -393,7 +395,17 @@ void DaemonServer::ReapLeases() {
         reaper_cv_.WaitWithTimeout(&mu_, absl::Milliseconds(200));
       if (shut_down_) return;
     }
-    sessions_->ExpireLapsed();
+    const int expired = sessions_->ExpireLapsed();
+    if (paranoid_checks && expired > 0) {
+      if (absl::Status s = engine_->CheckInvariants(); !s.ok()) {
+        spdlog::error("paranoid check after {} lease expiries: invariant "
+                      "violated: {}",
+                      expired, s);
+      } else {
+        spdlog::info("paranoid check after {} lease expiries: invariants hold",
+                     expired);
+      }
+    }
   }
 }
 

@@ -99,7 +99,9 @@ class DaemonServer {
   DaemonServer() = default;
   static absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>>
   TcpCredentials(const DaemonConfig& config);
-  void ReapLeases() ABSL_LOCKS_EXCLUDED(mu_);
+  // Expires lapsed leases until shutdown; with `paranoid_checks`, checks
+  // the engine's invariants after each expiry and logs the outcome.
+  void ReapLeases(bool paranoid_checks) ABSL_LOCKS_EXCLUDED(mu_);
   // The listener failed for good (on its accept thread): records `status`
   // and shuts down from another thread, as Shutdown() joins the listener.
   void Fail(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);

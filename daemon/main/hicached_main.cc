@@ -115,25 +115,26 @@ ABSL_FLAG(hicache::EvictionPolicy, eviction_policy,
           "Eviction order: lru, lfu, fifo, priority, slru or tinylfu. "
           "tinylfu (default): the device tier is an LRU window; the host "
           "tier evicts the learned unshared ends of requests first, then nodes "
-          "a frequency sketch saw once, then nodes seen again; write-back "
-          "admits a device victim only if it would not displace a more "
+          "a frequency sketch saw once, then nodes seen again; a cold device "
+          "node is copied to the host only if it would not displace a more "
           "frequent host node. Mooncake trace, L1 6000 + L2 12000 blocks, "
-          "write_back: tinylfu 58.2% L1+L2 hits (91.0% of the offline "
-          "bound), lru 54.9%, slru 55.1% (docs/eviction.md).");
+          "write_ahead: tinylfu 57.3% L1+L2 hits (89.6% of the offline "
+          "bound), lru 52.6% (docs/eviction.md).");
 ABSL_FLAG(hicache::WritePolicy, write_policy,
-          hicache::WritePolicy::kWriteBack,
-          "When device KV is copied to the host tier: write_through (every "
-          "new node, at once; the tiers overlap: 46.5% on the trace above "
-          "with lru), write_through_selective (at the --write_through_"
-          "threshold-th hit; 33.9%) or write_back (default: when evicted "
-          "from device; exclusive tiers, a host copy of a node back on device "
-          "is dropped first under host pressure; 54.9% with lru, 58.2% with "
-          "tinylfu; an allocation may wait for a victim's copy) or "
-          "write_ahead (the cold end of the device tier is copied in the "
-          "background before room is needed, so no allocation or load waits "
-          "for a copy and a victim without one is dropped; the host tier is "
-          "prefix-closed, so a restart recovers all of it; 57.3% with "
-          "tinylfu).");
+          hicache::WritePolicy::kWriteAhead,
+          "When device KV is copied to the host tier: write_ahead (default: "
+          "a request's new pages are written through per layer while its "
+          "forward runs when their prefix has a host copy, and the cold end "
+          "of the device tier is copied in the background before room is "
+          "needed, so no allocation or load waits for a copy and a victim "
+          "without one is dropped; the host tier is prefix-closed, so a "
+          "restart recovers all of it; 57.3% on the trace above), "
+          "write_through (every new node, at once; the tiers overlap: 48.8% "
+          "with tinylfu), write_through_selective (at the --write_through_"
+          "threshold-th hit) or write_back (when evicted from device; "
+          "exclusive tiers, 58.2% with tinylfu, but an allocation may wait "
+          "for a victim's copy, and a crash loses the host copies whose "
+          "prefix was only on the device).");
 ABSL_FLAG(uint32_t, default_lease_ms, 10000,
           "Session lease for clients that ask for none.");
 ABSL_FLAG(std::string, listen_tcp, "",
@@ -145,6 +146,11 @@ ABSL_FLAG(std::string, tls_client_ca_file, "",
           "PEM CA bundle: require and verify client certificates (mTLS).");
 ABSL_FLAG(bool, insecure_tcp_for_testing, false,
           "Allow --listen_tcp without TLS. Never in production.");
+ABSL_FLAG(bool, paranoid_checks, false,
+          "After every lease expiry (a client that died), check the cache's "
+          "invariants (tree, tiers, pools, page ownership; O(cached nodes)) "
+          "and log the result: 'invariants hold' or an error. For tests "
+          "and debugging, not production.");
 // CP groups of several daemons (docs/cp-groups.md).
 ABSL_FLAG(std::string, cp_group, "",
           "Serve one CP group together with other hicached daemons, each "
@@ -308,6 +314,7 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   config.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
   config.insecure_tcp_for_testing =
       absl::GetFlag(FLAGS_insecure_tcp_for_testing);
+  config.paranoid_checks = absl::GetFlag(FLAGS_paranoid_checks);
   config.metrics_address = absl::GetFlag(FLAGS_metrics_address);
   for (const auto& [flag, out] :
        {std::pair{absl::GetFlag(FLAGS_operator_uids), &config.operator_uids},

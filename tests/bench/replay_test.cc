@@ -150,9 +150,12 @@ TEST(ReplayTest, GivingUpOnADeferredInsertFreesItsPages) {
 }
 
 // The goal on the Mooncake trace with L1 = 6000 and L2 = 12000
-// blocks (bench/traces/mooncake_synthetic.jsonl): the default pair
-// (write_back, tinylfu) reaches 58.21% L1+L2 (91.0% of the 63.96% offline
-// bound), with L1 no worse than LRU's 31.0%, and beats write-back LRU.
+// blocks (bench/traces/mooncake_synthetic.jsonl): write_back + tinylfu
+// reaches 58.21% L1+L2 (91.0% of the 63.96% offline bound), with L1 no
+// worse than LRU's 31.0%, and beats write-back LRU. The daemon's default,
+// write_ahead + tinylfu, reached 57.30% (89.6%) when it became the default:
+// it pays for a prefix-closed host tier (docs/eviction.md) and may not
+// regress either.
 TEST(ReplayTest, MooncakeHitRatesDoNotRegress) {
   const auto trace = Trace("bench/traces/mooncake_synthetic.jsonl");
   ASSERT_EQ(trace.size(), 3993u);
@@ -173,10 +176,20 @@ TEST(ReplayTest, MooncakeHitRatesDoNotRegress) {
   EXPECT_GE(lru->l12_rate(), 0.5480);  // Exclusive tiers alone.
   EXPECT_GT(tinylfu->l12_rate(), lru->l12_rate() + 0.02);
   EXPECT_EQ(tinylfu->leaked_pages, 0);
+  ReplayConfig defaults;  // The daemon's pair.
+  ASSERT_EQ(defaults.write_policy, WritePolicy::kWriteAhead);
+  ASSERT_EQ(defaults.eviction_policy, EvictionPolicy::kTinyLfu);
+  auto ahead = ReplayTrace(trace, defaults);
+  ASSERT_TRUE(ahead.ok()) << ahead.status();
+  EXPECT_GE(ahead->l12_rate(), 0.5725);
+  EXPECT_GE(ahead->l1_rate(), 0.3100);
+  EXPECT_EQ(ahead->stats.copy_waits, 0);
+  EXPECT_EQ(ahead->leaked_pages, 0);
 }
 
 // The multi-turn conversation workload (bench/traces/conversations.jsonl,
-// first 4,000 requests): both write-back policies stay near the bound.
+// first 4,000 requests): the default write policy (write_ahead) with LRU or
+// TinyLFU stays near the bound (97.2-97.3%; write_back the same).
 TEST(ReplayTest, ConversationHitRatesDoNotRegress) {
   const auto trace = Trace("bench/traces/conversations.jsonl", 4000);
   ASSERT_EQ(trace.size(), 4000u);
@@ -196,10 +209,11 @@ TEST(ReplayTest, ConversationHitRatesDoNotRegress) {
 
 // The matched workload (bench/matched_trace.h: the shape of the Mooncake
 // conversation trace the goals are set on), L1 = 6000 and L2 =
-// 12000 blocks: the default pair (write_back, tinylfu) reached 31.94% L1+L2
-// (83.2% of the 38.38% bound) and write_ahead + tinylfu 31.62% (82.4%) when
-// this was written (docs/eviction.md). Neither may regress; write_ahead
-// never waits for a copy.
+// 12000 blocks: write_back + tinylfu reached 31.94% L1+L2 (83.2% of the
+// 38.38% bound) and the default, write_ahead + tinylfu, 31.53% (82.1%; it
+// backs up at Admit and rescans its window every 1/16 of it) when this was
+// written (docs/eviction.md). Neither may regress; write_ahead never waits
+// for a copy.
 TEST(ReplayTest, MatchedHitRatesDoNotRegress) {
   auto trace = GenerateMatchedTrace({});
   ASSERT_TRUE(trace.ok()) << trace.status();
@@ -215,7 +229,7 @@ TEST(ReplayTest, MatchedHitRatesDoNotRegress) {
   config.write_policy = WritePolicy::kWriteAhead;
   auto ahead = ReplayTrace(*trace, config);
   ASSERT_TRUE(ahead.ok()) << ahead.status();
-  EXPECT_GE(ahead->l12_rate(), 0.3155);
+  EXPECT_GE(ahead->l12_rate(), 0.3150);
   EXPECT_EQ(ahead->stats.copy_waits, 0);
   EXPECT_GT(ahead->stats.write_ahead_backups, 0);
   EXPECT_EQ(ahead->leaked_pages, 0);

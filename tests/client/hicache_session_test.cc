@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -580,12 +581,67 @@ void StoreOnWorkers(
   }
 }
 
+// Waits until the daemon has committed `n` backups in all.
+void AwaitCommitted(const std::function<v1::CacheStats()>& stats, int64_t n) {
+  int64_t committed = 0;
+  for (int i = 0; i < 400 && committed < n; ++i) {
+    committed = stats().backups_committed();
+    if (committed < n) absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(committed, n);
+}
+
+// Under the default write policy (write_ahead) the host tier is
+// prefix-closed: BACKUP_CHOICE_ALWAYS below a device hit without a host copy
+// prepares nothing (backup_id 0; it could never attach), and the request
+// runs as usual.
+TEST_F(SessionTest, AlwaysBelowAPrefixWithoutAHostCopyPreparesNothing) {
+  Cache(Seq(0, 8));  // On device only.
+  auto admitted = session_->Admit({client::MakeAdmitItem(
+      Seq(0, 14), 0, v1::COMPUTE_OWNER_MODE_UNSPECIFIED,
+      v1::BACKUP_CHOICE_ALWAYS)});
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  const v1::AdmitResult& a = admitted->results(0);
+  ASSERT_TRUE(a.admitted());
+  EXPECT_EQ(a.device().valid_tokens(), 8);
+  EXPECT_EQ(a.backup_id(), 0u);
+  auto completed = session_->Complete(
+      {client::MakeCompleteItem(a, Seq(0, 14), kPageSize)});
+  ASSERT_TRUE(completed.ok()) << completed.status();
+  EXPECT_FALSE(completed->results(0).backup_attached());
+  EXPECT_EQ(Stats().session_pages(), 0);
+  EXPECT_EQ(Stats().pending_backups(), 0);
+  // At the root (no device hit), ALWAYS backs up.
+  auto fresh = session_->Admit({client::MakeAdmitItem(
+      Seq(100, 8), 0, v1::COMPUTE_OWNER_MODE_UNSPECIFIED,
+      v1::BACKUP_CHOICE_ALWAYS)});
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_NE(fresh->results(0).backup_id(), 0u);
+  ASSERT_TRUE(session_->Complete({client::MakeCompleteItem(
+                                     fresh->results(0), Seq(100, 8),
+                                     kPageSize)})
+                  .ok());
+}
+
 TEST_F(SessionTest, AdmitThenCompleteInTwoRoundTrips) {
-  const uint64_t cached = Cache(Seq(0, 8));  // 2 pages on device.
   std::vector<std::unique_ptr<client::Session>> workers;
   for (uint32_t rank = 0; rank < 2; ++rank) {
     workers.push_back(Open(v1::ROLE_WORKER, rank));
   }
+  // 2 pages on device with a host copy (the default write policy's host
+  // tier is prefix-closed: a backup below them needs it).
+  auto first = session_->Admit({client::MakeAdmitItem(
+      Seq(0, 8), 0, v1::COMPUTE_OWNER_MODE_UNSPECIFIED,
+      v1::BACKUP_CHOICE_ALWAYS)});
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_NE(first->results(0).backup_id(), 0u);
+  ASSERT_NO_FATAL_FAILURE(
+      StoreOnWorkers(workers, first->results(0).backup_id(), num_steps_));
+  auto cached_first = session_->Complete(
+      {client::MakeCompleteItem(first->results(0), Seq(0, 8), kPageSize)});
+  ASSERT_TRUE(cached_first.ok()) << cached_first.status();
+  const uint64_t cached = cached_first->results(0).node();
+  AwaitCommitted([this] { return Stats(); }, 1);
   // 14 input tokens (8 hit) and 4 of output: 5 pages, 3 of them new.
   const std::vector<int32_t> input = Seq(0, 14);
   auto admitted = session_->Admit({client::MakeAdmitItem(
@@ -615,12 +671,7 @@ TEST_F(SessionTest, AdmitThenCompleteInTwoRoundTrips) {
   EXPECT_EQ(Stats().session_locks(), 0);
   EXPECT_EQ(Stats().session_pages(), 0);
   // The backup commits once both ranks stored both layers: a host copy.
-  int64_t committed = 0;
-  for (int i = 0; i < 400 && committed == 0; ++i) {
-    committed = Stats().backups_committed();
-    if (committed == 0) absl::SleepFor(absl::Milliseconds(5));
-  }
-  EXPECT_EQ(committed, 1);
+  AwaitCommitted([this] { return Stats(); }, 2);
   // The next turn hits the cached input, page-floored.
   auto next = session_->Admit({client::MakeAdmitItem(Seq(0, 20), 0)});
   ASSERT_TRUE(next.ok()) << next.status();

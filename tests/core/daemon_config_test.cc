@@ -35,8 +35,9 @@ TEST(DaemonConfigTest, JournalSettleIsBounded) {
 
 TEST(DaemonConfigTest, HoldsThePoliciesParsed) {
   DaemonConfig config;
-  // The best measured pair (docs/eviction.md).
-  EXPECT_EQ(config.write_policy, WritePolicy::kWriteBack);
+  // The default pair (docs/eviction.md): a prefix-closed host tier that
+  // survives a crash, TinyLFU on the host tier.
+  EXPECT_EQ(config.write_policy, WritePolicy::kWriteAhead);
   EXPECT_EQ(config.eviction_policy, EvictionPolicy::kTinyLfu);
   EXPECT_EQ(config.host_bytes_per_rank, 0u);  // Sized by pages.
   config.write_policy = static_cast<WritePolicy>(7);

@@ -53,6 +53,7 @@ constexpr const char* kDaemonOnlyFields[] = {
     "tls_key_file",
     "tls_client_ca_file",
     "insecure_tcp_for_testing",
+    "paranoid_checks",  // DaemonServer's lease reaper.
     "instance",  // ShmInstance; the engine gets its prefix.
     "cp_group",  // CpGroupRuntime (daemon/main) adjusts the engine's ranks.
     "operator_uids",
@@ -153,7 +154,7 @@ TEST(EngineOptionsTest, CarriesEveryConfigurationField) {
 TEST(EngineOptionsTest, DefaultsMatchTheDaemonsDefaults) {
   const DaemonConfig config;
   const EngineOptions o = EngineOptionsFrom(config);
-  EXPECT_EQ(o.write_policy, WritePolicy::kWriteBack);
+  EXPECT_EQ(o.write_policy, WritePolicy::kWriteAhead);
   EXPECT_EQ(o.eviction_policy, EvictionPolicy::kTinyLfu);
   EXPECT_EQ(o.device_pages_per_rank, 4096);
   EXPECT_EQ(o.host_pages_per_rank, 16384);

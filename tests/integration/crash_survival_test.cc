@@ -8,10 +8,10 @@
 //     recovered page passed its checksum at recovery);
 //   - the recovery report (GetStats persistence) accounts for what it
 //     recovered and what it dropped, by reason;
-//   - a policy that keeps the host tier prefix-closed (write_through,
-//     write_ahead) serves at least 95% of the host tokens it had. An
-//     exclusive tier (write_back, the default today) keeps cold suffixes
-//     whose prefixes lived only on the device: recovery must drop them as
+//   - a policy that keeps the host tier prefix-closed (write_ahead, the
+//     default, and write_through) serves at least 95% of the host tokens it
+//     had. An exclusive tier (write_back) keeps cold suffixes whose
+//     prefixes lived only on the device: recovery must drop them as
 //     orphans, and this test prints how much survives.
 // The figures line ("crash survival: ...") is what docs/hot-restart.md
 // quotes. Nothing here waits on timing but Quiesce, which waits for the
@@ -215,9 +215,10 @@ TEST_P(CrashSurvivalTest, SigkillUnderConversationTrafficAtCp2) {
 INSTANTIATE_TEST_SUITE_P(
     WritePolicies, CrashSurvivalTest,
     ::testing::Values(
-        // The default is write_back today (docs/eviction.md).
-        PolicyCase{"Default", "", /*prefix_closed=*/false,
-                   /*copy_free=*/false},
+        // The default is write_ahead (docs/eviction.md).
+        PolicyCase{"Default", "", /*prefix_closed=*/true,
+                   /*copy_free=*/true},
+        PolicyCase{"WriteBack", "write_back", false, false},
         PolicyCase{"WriteThrough", "write_through", true, true},
         PolicyCase{"WriteThroughSelective", "write_through_selective", false,
                    true},

@@ -14,10 +14,18 @@
 //       request, prints READY and sleeps: to be killed with SIGKILL.
 //   kv_agent --socket=S --mode=hold_worker --rank=R
 //       opens a worker session, maps its segment, prints READY and sleeps.
+//   kv_agent --socket=S --mode=flow --seed=N
+//       a scheduler running conversations for ever, as a serving engine
+//       does with the daemon's defaults: each turn loads back a host hit,
+//       admits (BACKUP_CHOICE_AUTO), stores every layer of the backup Admit
+//       prepared and completes; it prints "TURN n" after each. Three system
+//       prompts are shared by every agent. To be SIGKILLed mid-flow; any
+//       error from the daemon is printed and exits 1.
 #include <unistd.h>
 
 #include <cstdio>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -32,7 +40,7 @@
 
 ABSL_FLAG(std::string, socket, "", "Daemon socket.");
 ABSL_FLAG(std::string, mode, "write",
-          "write, verify, hold_scheduler, hold_worker.");
+          "write, verify, hold_scheduler, hold_worker, flow.");
 ABSL_FLAG(uint32_t, rank, 0, "CP rank of a worker.");
 ABSL_FLAG(std::string, pages, "", "The request's logical pages, in order.");
 ABSL_FLAG(uint32_t, seed, 0,
@@ -55,13 +63,97 @@ int Fail(const std::string& message) {
   return 1;
 }
 
+// --mode=flow (see the top of the file).
+int RunFlow(client::Session& session, uint32_t page_size) {
+  std::mt19937 rng(absl::GetFlag(FLAGS_seed));
+  auto random_tokens = [&rng](int64_t n) {
+    std::vector<int32_t> tokens(n);
+    for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 30000) + 1;
+    return tokens;
+  };
+  std::vector<std::vector<int32_t>> prompts;
+  {
+    std::mt19937 shared(7);  // The same prompts in every agent.
+    for (int i = 0; i < 3; ++i) {
+      std::vector<int32_t> prompt(3 * page_size + i);
+      for (int32_t& t : prompt) t = static_cast<int32_t>(shared() % 30000) + 1;
+      prompts.push_back(std::move(prompt));
+    }
+  }
+  auto backups = session.OpenBackupStream();
+  if (!backups.ok()) return Fail(std::string(backups.status().message()));
+  auto layout = session.GetLayout();
+  if (!layout.ok()) return Fail(std::string(layout.status().message()));
+  const uint32_t steps = layout->num_steps();
+  constexpr int kConversations = 4;
+  std::vector<std::vector<int32_t>> history(kConversations);
+  std::vector<int> turns(kConversations, 0);
+  for (int64_t turn = 0;; ++turn) {
+    const int c = static_cast<int>(rng() % kConversations);
+    if (history[c].empty() || turns[c] >= 6) {
+      history[c] = prompts[rng() % prompts.size()];
+      turns[c] = 0;
+    }
+    std::vector<int32_t> tokens = history[c];
+    const std::vector<int32_t> user =
+        random_tokens(1 + static_cast<int64_t>(rng() % (2 * page_size)));
+    tokens.insert(tokens.end(), user.begin(), user.end());
+    const int64_t output = 1 + static_cast<int64_t>(rng() % page_size);
+    auto admitted = session.Admit({client::MakeAdmitItem(
+        tokens, output, v1::COMPUTE_OWNER_MODE_ROUND_ROBIN,
+        v1::BACKUP_CHOICE_AUTO)});
+    if (!admitted.ok()) {
+      return Fail("Admit: " + std::string(admitted.status().message()));
+    }
+    const v1::AdmitResult& a = admitted->results(0);
+    if (a.load()) {
+      // A host hit: load it back; the next turn of this conversation hits
+      // it on the device.
+      auto loaded = session.LoadBack(tokens, output);
+      if (!loaded.ok()) {
+        return Fail("LoadBack: " + std::string(loaded.status().message()));
+      }
+      if (loaded->lock_handle() != 0 &&
+          !session.UnlockHandles({loaded->lock_handle()}).ok()) {
+        return Fail("unlock after a load failed");
+      }
+      continue;
+    }
+    if (!a.admitted()) {  // The pool is busy with other requests: later.
+      if (a.lock_handle() != 0 && !session.UnlockHandles({a.lock_handle()}).ok()) {
+        return Fail("unlock of a refused admission failed");
+      }
+      continue;
+    }
+    if (a.backup_id() != 0) {
+      for (uint32_t step = 0; step < steps; ++step) {
+        if (absl::Status s = (*backups)->LayerStored({a.backup_id()}, step);
+            !s.ok()) {
+          return Fail("layer_stored: " + std::string(s.message()));
+        }
+      }
+    }
+    auto completed = session.Complete(
+        {client::MakeCompleteItem(a, tokens, page_size)});
+    if (!completed.ok()) {
+      return Fail("Complete: " + std::string(completed.status().message()));
+    }
+    history[c] = std::move(tokens);
+    const std::vector<int32_t> out = random_tokens(output);
+    history[c].insert(history[c].end(), out.begin(), out.end());
+    ++turns[c];
+    std::printf("TURN %lld\n", static_cast<long long>(turn));
+    std::fflush(stdout);
+  }
+}
+
 int Run() {
   auto stub = std::shared_ptr<v1::HiCache::Stub>(v1::HiCache::NewStub(
       grpc::CreateChannel(client::UnixTarget(absl::GetFlag(FLAGS_socket)),
                           grpc::InsecureChannelCredentials())));
   const std::string mode = absl::GetFlag(FLAGS_mode);
   const uint32_t rank = absl::GetFlag(FLAGS_rank);
-  const bool worker = mode != "hold_scheduler";
+  const bool worker = mode != "hold_scheduler" && mode != "flow";
   auto session = client::Session::Open(
       stub, "kv_agent-" + mode, worker ? v1::ROLE_WORKER : v1::ROLE_SCHEDULER,
       worker ? rank : 0, "", absl::Milliseconds(600));
@@ -69,6 +161,9 @@ int Run() {
   auto layout = (*session)->GetLayout();
   if (!layout.ok()) return Fail(std::string(layout.status().message()));
 
+  if (mode == "flow") {
+    return RunFlow(**session, layout->geometry().page_size_tokens());
+  }
   if (mode == "hold_scheduler") {
     v1::AllocateItem item;
     item.set_num_pages(3);

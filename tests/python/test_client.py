@@ -119,17 +119,18 @@ class ClientTest(unittest.TestCase):
 
     def test_admit_and_complete_one_round_trip_each(self):
         self.assertEqual(self.client.daemon_info().settings.write_policy,
-                         "write_back")
+                         "write_ahead")
         tokens = list(range(2000, 2010))  # 10 tokens: 2 pages and a tail.
         with self.client.session("py-admit") as s:
-            (a,) = s.admit([hicache.AdmitItem(tokens, reserve_tokens=7, mode="round_robin")])
+            (a,) = s.admit([hicache.AdmitItem(tokens, reserve_tokens=7, mode="round_robin",
+                                              backup="never")])
             self.assertTrue(a.admitted)
             self.assertFalse(a.load)
             self.assertEqual((a.device_tokens, a.device_pages, a.lock_handle), (0, [], 0))
             self.assertEqual(len(a.pages), 5)  # ceil((10 + 7) / 4)
             # The mode lays the input's pages; the output reserve takes any lanes.
             self.assertEqual([p % 2 for p in a.pages[:3]], [0, 1, 0])
-            self.assertEqual(a.backup_id, 0)  # AUTO: only write_through backs up.
+            self.assertEqual(a.backup_id, 0)
             self.assertEqual(self.client.stats().session_pages, 5)
             # The output reserve was not used: its pages are freed with the insert.
             (done,) = s.complete([hicache.CompleteItem(tokens, a.pages[:3],
@@ -248,8 +249,10 @@ class ClientTest(unittest.TestCase):
     def test_admit_and_complete_errors(self):
         tokens = list(range(2700, 2708))
         with self.client.session("py-flow-errors") as s:
-            (a,) = s.admit([tokens])
-            (b,) = s.admit([tokens[:4] + [9999] * 4])
+            # No backups: a page under one is refused first (FAILED_PRECONDITION)
+            # and would hide the checks below.
+            (a,) = s.admit([hicache.AdmitItem(tokens, backup="never")])
+            (b,) = s.admit([hicache.AdmitItem(tokens[:4] + [9999] * 4, backup="never")])
             pages_before = self.client.stats().session_pages
             locks_before = self.client.stats().session_locks
             # A bad lock handle: NOT_FOUND, and nothing changed (no insert,

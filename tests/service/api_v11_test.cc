@@ -649,7 +649,7 @@ TEST(ApiV11SettingsTest, GetStatsReportsTheTunables) {
   v1::GetStatsResponse stats;
   ASSERT_TRUE(stub->GetStats(&ctx, v1::GetStatsRequest(), &stats).ok());
   const v1::EngineSettings& s = stats.settings();
-  EXPECT_EQ(s.write_policy(), "write_back");
+  EXPECT_EQ(s.write_policy(), "write_ahead");  // The default.
   EXPECT_EQ(s.write_through_threshold(), 3u);
   EXPECT_EQ(s.load_back_threshold_tokens(), 8);
   EXPECT_EQ(s.l1_free_room_pages(), 2);
