@@ -68,6 +68,11 @@ struct ReplayOutcome {
   double flush_seconds = 0;
   double request_p50_us = 0;  // Wall time of one request's engine calls.
   double request_p99_us = 0;
+  // Of a request, what Admit does after its match: allocating its new pages
+  // (with any eviction and the write policy's work) and preparing its
+  // per-layer backup. Requests that allocate nothing are not counted.
+  double admit_p50_us = 0;
+  double admit_p99_us = 0;
 
   double l1_rate() const { return blocks ? 1.0 * l1_hit_blocks / blocks : 0; }
   double l12_rate() const {

@@ -197,38 +197,25 @@ void HiCacheEngine::WriteAheadLocked() {
   for (Rank r = 0; r < layout_.cp_size(); ++r) {
     host_free[r] = host_[r]->free_pages();
   }
-  for (NodeId node : tree_->DeviceEvictionOrder(1 << 20, window)) {
+  for (const ColdNode& cold : tree_->DeviceColdEnd(window)) {
     if (covered >= window) break;
-    absl::StatusOr<NodeInfo> info = tree_->Inspect(node);
-    if (!info.ok()) continue;
-    covered += static_cast<int64_t>(info->device_pages.size());
+    covered += cold.device_pages;
     write_ahead_boundary_ns_ =
-        std::max(write_ahead_boundary_ns_, info->last_access_ns);
-    if (info->tier != NodeTier::kDevice || info->pending_backup) continue;
-    // The topmost ancestor without a copy: the closure needs it first.
-    NodeId target = node;
-    for (NodeId up = info->parent; up != kNoNode;) {
-      absl::StatusOr<NodeInfo> above = tree_->Inspect(up);
-      if (!above.ok() || above->tier != NodeTier::kDevice) break;
-      target = above->pending_backup ? kNoNode : up;
-      if (above->pending_backup) break;  // Its commit comes first.
-      up = above->parent;
-    }
+        std::max(write_ahead_boundary_ns_, cold.last_access_ns);
+    const NodeId target = cold.copy_target;
     if (target == kNoNode || !started.insert(target).second) continue;
-    absl::StatusOr<NodeInfo> copied =
-        target == node ? std::move(info) : tree_->Inspect(target);
-    if (!copied.ok()) continue;
-    std::vector<int64_t> pages(layout_.cp_size(), 0);
-    for (LogicalPage p : copied->device_pages) ++pages[layout_.LaneOf(p)];
+    absl::StatusOr<std::vector<int64_t>> pages =
+        tree_->DevicePagesPerLane(target);
+    if (!pages.ok()) continue;
     // Admission, for a leaf of the cold end (an ancestor is admitted: the
     // closure needs it).
-    if (target == node &&
-        !AdmitVictimLocked(node, pages, host_free, &host_victim_class)) {
+    if (target == cold.node &&
+        !AdmitVictimLocked(target, *pages, host_free, &host_victim_class)) {
       continue;
     }
     for (Rank r = 0; r < layout_.cp_size(); ++r) {
-      host_free[r] = std::max<int64_t>(0, host_free[r] - pages[r]);
-      host_need[r] += pages[r];
+      host_free[r] = std::max<int64_t>(0, host_free[r] - (*pages)[r]);
+      host_need[r] += (*pages)[r];
     }
     to_copy.push_back(target);
   }

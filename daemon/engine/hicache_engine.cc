@@ -692,12 +692,23 @@ bool HiCacheEngine::HostCopyCanJoin(NodeId parent) const {
                        info->tier == NodeTier::kBoth || info->pending_backup);
 }
 
-bool HiCacheEngine::BacksUpAtAdmit(NodeId parent) const {
+bool HiCacheEngine::BacksUpAtAdmit(NodeId parent,
+                                   absl::Span<const LogicalPage> pages) const {
   switch (options_.write_policy) {
     case WritePolicy::kWriteThrough:
       return true;
-    case WritePolicy::kWriteAhead:
-      return HostCopyCanJoin(parent);
+    case WritePolicy::kWriteAhead: {
+      if (!HostCopyCanJoin(parent)) return false;
+      std::vector<int64_t> need(layout_.cp_size(), 0);
+      for (LogicalPage p : pages) ++need[layout_.LaneOf(p)];
+      MutexLock lock(&mu_);
+      for (Rank r = 0; r < layout_.cp_size(); ++r) {
+        if (need[r] > 0 && host_[r]->free_pages() - l2_free_room_ < need[r]) {
+          return false;
+        }
+      }
+      return true;
+    }
     case WritePolicy::kWriteThroughSelective:
     case WritePolicy::kWriteBack:
       return false;

@@ -24,15 +24,15 @@ RequestFlow::RequestFlow(SessionManager* sessions, const HiCacheEngine* engine,
                          EventHub* hub)
     : sessions_(sessions), engine_(engine), hub_(hub) {}
 
-bool RequestFlow::WantsBackup(BackupChoice choice,
-                              const MatchResult& hit) const {
+bool RequestFlow::WantsBackup(BackupChoice choice, const MatchResult& hit,
+                              absl::Span<const LogicalPage> pages) const {
   switch (choice) {
     case BackupChoice::kAlways:  // Unless it could never attach.
       return engine_->HostCopyCanJoin(hit.last_device_node);
     case BackupChoice::kNever:
       return false;
     case BackupChoice::kAuto:
-      return engine_->BacksUpAtAdmit(hit.last_device_node);
+      return engine_->BacksUpAtAdmit(hit.last_device_node, pages);
   }
   return false;
 }
@@ -153,11 +153,16 @@ absl::StatusOr<std::vector<AdmitResult>> RequestFlow::Admit(
     }
     result.admitted = true;
     const int64_t new_input = tokens - hit.device_len;
-    if (new_input > 0 && !hit.tail_blocked && WantsBackup(item.backup, hit)) {
+    const absl::Span<const LogicalPage> new_pages =
+        absl::MakeConstSpan(result.pages)
+            .first(std::min<size_t>(result.pages.size(),
+                                    CeilDiv(std::max<int64_t>(new_input, 0),
+                                            page)));
+    if (new_input > 0 && !hit.tail_blocked &&
+        WantsBackup(item.backup, hit, new_pages)) {
       BackupSpec spec;
       spec.logical_len = new_input;
-      spec.pages.assign(result.pages.begin(),
-                        result.pages.begin() + CeilDiv(new_input, page));
+      spec.pages.assign(new_pages.begin(), new_pages.end());
       absl::StatusOr<std::vector<uint64_t>> backup =
           sessions_->PrepareBackups(id, {spec});
       if (!backup.ok()) {

@@ -84,8 +84,10 @@ class RequestFlow {
       const std::string& session_id, absl::Span<const CompleteItem> items);
 
  private:
-  // Whether an admitted item with device hit `hit` gets a backup.
-  bool WantsBackup(BackupChoice choice, const MatchResult& hit) const;
+  // Whether an admitted item with device hit `hit` gets a backup of its new
+  // `pages`.
+  bool WantsBackup(BackupChoice choice, const MatchResult& hit,
+                   absl::Span<const LogicalPage> pages) const;
   // Releases what Admit took for `results` (an error undoes the call).
   void Undo(const std::string& session_id,
             const std::vector<AdmitResult>& results);

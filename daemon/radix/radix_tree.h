@@ -142,6 +142,19 @@ struct LaneDropResult {
 
 enum class NodeTier { kDevice, kHost, kBoth };
 
+// A node of the device tier's cold end, as write-ahead plans its copies
+// (RadixTree::DeviceColdEnd).
+struct ColdNode {
+  NodeId node = kNoNode;
+  int64_t device_pages = 0;
+  int64_t last_access_ns = 0;
+  // The node whose copy comes first for this one's: the node itself, or its
+  // topmost ancestor on device without a host copy (a prefix-closed host
+  // tier needs the ancestors first); kNoNode when the node has a copy or
+  // one in flight, or an uncopied ancestor's copy is in flight.
+  NodeId copy_target = kNoNode;
+};
+
 // A node as Dump()/Inspect() report it.
 struct NodeInfo {
   NodeId id = kNoNode;
@@ -279,6 +292,12 @@ class RadixTree {
   std::vector<NodeId> DeviceEvictionOrder(
       int64_t max_nodes,
       int64_t max_pages = std::numeric_limits<int64_t>::max()) const;
+  // DeviceEvictionOrder up to max_pages device pages, each node with what
+  // write-ahead needs (ColdNode); O(depth) per node, no copy of pages or
+  // tokens (Inspect copies both).
+  std::vector<ColdNode> DeviceColdEnd(int64_t max_pages) const;
+  // A node's device pages per lane (cp_size entries); NOT_FOUND if absent.
+  absl::StatusOr<std::vector<int64_t>> DevicePagesPerLane(NodeId id) const;
   // Evicts until `tokens` device tokens are freed, any lanes.
   DeviceEvictResult EvictDeviceTokens(int64_t tokens);
   // Removes host-only, unprotected, unpinned leaves in policy order until

@@ -503,6 +503,42 @@ HostEvictResult RadixTree::EvictHost(
   return result;
 }
 
+std::vector<ColdNode> RadixTree::DeviceColdEnd(int64_t max_pages) const {
+  std::vector<ColdNode> cold;
+  for (NodeId id : DeviceEvictionOrder(1 << 20, max_pages)) {
+    const Node* node = Find(id);
+    if (node == nullptr || node->detached) continue;
+    ColdNode c{.node = id,
+               .device_pages = static_cast<int64_t>(node->device_pages.size()),
+               .last_access_ns = node->last_access_ns};
+    if (node->host == nullptr && node->pending == nullptr) {
+      c.copy_target = id;
+      for (const Node* up = node->parent; !up->is_root() && up->on_device() &&
+                                          up->host == nullptr;
+           up = up->parent) {
+        if (up->pending != nullptr) {  // Its commit comes first.
+          c.copy_target = kNoNode;
+          break;
+        }
+        c.copy_target = up->id;
+      }
+    }
+    cold.push_back(c);
+  }
+  return cold;
+}
+
+absl::StatusOr<std::vector<int64_t>> RadixTree::DevicePagesPerLane(
+    NodeId id) const {
+  absl::StatusOr<Node*> node = FindOrError(id);
+  if (!node.ok()) return node.status();
+  std::vector<int64_t> lanes(options_.cp_size, 0);
+  for (LogicalPage page : (*node)->device_pages) {
+    ++lanes[page % options_.cp_size];
+  }
+  return lanes;
+}
+
 absl::Status RadixTree::BeginBackup(NodeId id, CpHostMeta reserved) {
   absl::StatusOr<Node*> found = FindOrError(id);
   if (!found.ok()) return found.status();

@@ -83,5 +83,47 @@ TEST(WriteAheadConcurrencyTest, ManyThreadsOneEngine) {
   EXPECT_EQ(engine->Stats().copy_waits, 0);
 }
 
+// Admit's per-layer write-through under each write policy
+// (HiCacheEngine::BacksUpAtAdmit, HostCopyCanJoin): write_ahead backs up a
+// request's new pages only where the copy joins the prefix-closed host tier
+// (its hit has a copy, or is empty) and displaces nothing (the free host
+// pages beyond the free-room target hold it).
+TEST(BacksUpAtAdmitTest, WriteAheadCopiesWhatJoinsTheClosedTierAndFits) {
+  for (WritePolicy policy :
+       {WritePolicy::kWriteAhead, WritePolicy::kWriteThrough,
+        WritePolicy::kWriteBack, WritePolicy::kWriteThroughSelective}) {
+    auto created = HiCacheEngine::Create({.page_size = Driver::kPageSize,
+                                          .cp_size = 1,
+                                          .kv_preset = "tiny-draft",
+                                          .device_pages_per_rank = 16,
+                                          .host_pages_per_rank = 4,
+                                          .write_policy = policy,
+                                          .l2_free_room_pages = 1});
+    ASSERT_TRUE(created.ok()) << created.status();
+    HiCacheEngine& e = **created;
+    auto three = e.Allocate(3);
+    auto four = e.Allocate(4);
+    ASSERT_TRUE(three.ok() && four.ok());
+    // A node on device without a host copy.
+    const std::vector<int32_t> tokens(Driver::kPageSize * 3, 7);
+    auto inserted = e.Insert("", tokens, *three);
+    ASSERT_TRUE(inserted.ok()) << inserted.status();
+    const NodeId uncopied = inserted->node;
+    const bool ahead = policy == WritePolicy::kWriteAhead;
+    const bool through = policy == WritePolicy::kWriteThrough;
+    EXPECT_TRUE(e.HostCopyCanJoin(kNoNode));
+    EXPECT_EQ(e.HostCopyCanJoin(uncopied), !ahead) << PolicyName(policy);
+    // 3 pages fit 4 free host pages less 1 of free room; 4 do not.
+    const std::vector<LogicalPage> first3(four->begin(), four->begin() + 3);
+    EXPECT_EQ(e.BacksUpAtAdmit(kNoNode, first3), ahead || through)
+        << PolicyName(policy);
+    EXPECT_EQ(e.BacksUpAtAdmit(kNoNode, *four), through) << PolicyName(policy);
+    EXPECT_EQ(e.BacksUpAtAdmit(uncopied, first3), through)
+        << PolicyName(policy);
+    ASSERT_TRUE(e.Free(*four).ok());
+    EXPECT_TRUE(e.CheckInvariants().ok()) << e.CheckInvariants();
+  }
+}
+
 }  // namespace
 }  // namespace hicache
