@@ -49,6 +49,9 @@ absl::StatusOr<ReplayOutcome> ReplayTrace(
   daemon.transfer_workers = 1;
   if (absl::Status valid = daemon.Validate(); !valid.ok()) return valid;
   EngineOptions options = EngineOptionsFrom(daemon);
+  // Reproducible: write-ahead's rounds inside the allocations that make
+  // them due; otherwise on their own thread, as in the daemon.
+  options.write_ahead_thread = !config.deterministic;
   std::string segments;  // Prefix of the segments to remove at the end.
   if (!config.state_dir.empty()) {
     static std::atomic<int> runs{0};

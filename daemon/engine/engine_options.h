@@ -79,6 +79,10 @@ struct EngineOptions {
   // it staged (the engine lock is released meanwhile) before it evicts
   // without them.
   absl::Duration write_back_wait = absl::Seconds(5);
+  // Write-ahead runs its rounds on its own thread, off the allocation that
+  // made one due; false: inside that allocation (reproducible replays and
+  // tests that count what a round did after a call returns).
+  bool write_ahead_thread = true;
   // Per-layer copy timings (metrics); not owned, must outlive the engine.
   // Null: none.
   EngineObserver* observer = nullptr;

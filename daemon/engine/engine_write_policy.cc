@@ -174,6 +174,35 @@ bool HiCacheEngine::AdmitVictimLocked(NodeId node,
   return false;
 }
 
+void HiCacheEngine::WriteAheadDueLocked() {
+  if (options_.write_policy != WritePolicy::kWriteAhead) return;
+  if (!options_.write_ahead_thread) {
+    WriteAheadLocked();
+    return;
+  }
+  if (write_ahead_due_) return;
+  write_ahead_due_ = true;
+  write_ahead_cv_.Signal();
+}
+
+void HiCacheEngine::WriteAheadLoop() {
+  while (true) {
+    {
+      MutexLock lock(&mu_);
+      while (!write_ahead_due_ && !write_ahead_stop_) {
+        write_ahead_cv_.Wait(&mu_);
+      }
+      if (write_ahead_stop_) return;
+      write_ahead_due_ = false;
+      write_ahead_running_ = true;
+      WriteAheadLocked();
+      write_ahead_running_ = false;
+      idle_cv_.SignalAll();  // WaitForTransfers waits for the round.
+    }
+    DispatchPending();  // A copy that failed to start ended with events.
+  }
+}
+
 void HiCacheEngine::WriteAheadLocked() {
   const int64_t window = std::max<int64_t>(
       DevicePageCapacity() / 16, 4 * l1_free_room_ * layout_.cp_size());

@@ -124,6 +124,11 @@ absl::StatusOr<std::unique_ptr<HiCacheEngine>> HiCacheEngine::Create(
   if (absl::Status host_tier = engine->OpenHostTier(); !host_tier.ok()) {
     return host_tier;
   }
+  if (options.write_policy == WritePolicy::kWriteAhead &&
+      options.write_ahead_thread) {
+    HiCacheEngine* raw = engine.get();
+    engine->write_ahead_thread_ = std::thread([raw] { raw->WriteAheadLoop(); });
+  }
   return engine;
 }
 
@@ -145,6 +150,14 @@ HiCacheEngine::HiCacheEngine(const EngineOptions& options, CpLayout layout,
       l2_free_room_(options.l2_free_room_pages) {}
 
 HiCacheEngine::~HiCacheEngine() {
+  if (write_ahead_thread_.joinable()) {
+    {
+      MutexLock lock(&mu_);
+      write_ahead_stop_ = true;
+      write_ahead_cv_.SignalAll();
+    }
+    write_ahead_thread_.join();
+  }
   // Stop the workers (they call OnStepDone) before the state goes away.
   if (transfer_ != nullptr) transfer_->Drain();
   transfer_.reset();
@@ -217,7 +230,7 @@ DeviceEvictResult HiCacheEngine::EvictDeviceTargetsLocked(
   DeviceEvictResult result =
       ApplyDeviceEvictionLocked(tree_->EvictDevice(target));
   ReleaseHostRefsLocked(held);
-  if (options_.write_policy == WritePolicy::kWriteAhead) WriteAheadLocked();
+  WriteAheadDueLocked();
   return result;
 }
 
@@ -303,9 +316,7 @@ absl::StatusOr<std::vector<LogicalPage>> HiCacheEngine::AllocateLocked(
   absl::StatusOr<std::vector<LogicalPage>> pages = attempt();
   if (pages.ok() ||
       pages.status().code() != absl::StatusCode::kResourceExhausted) {
-    if (pages.ok() && options_.write_policy == WritePolicy::kWriteAhead) {
-      WriteAheadLocked();
-    }
+    if (pages.ok()) WriteAheadDueLocked();
     return pages;
   }
   // Evict in exactly the short lanes (any lanes for a plain allocation),
@@ -323,7 +334,7 @@ absl::StatusOr<std::vector<LogicalPage>> HiCacheEngine::AllocateLocked(
     evicted = ApplyDeviceEvictionLocked(
         tree_->EvictDeviceTokens(missing * layout_.page_size()));
     ReleaseHostRefsLocked(held);
-    if (options_.write_policy == WritePolicy::kWriteAhead) WriteAheadLocked();
+    WriteAheadDueLocked();
   } else {
     std::vector<int64_t> need(layout_.cp_size(), 0);
     for (Rank owner : owners) ++need[owner];
@@ -719,7 +730,11 @@ bool HiCacheEngine::BacksUpAtAdmit(NodeId parent,
 void HiCacheEngine::WaitForTransfers() {
   {
     MutexLock lock(&mu_);
-    while (outstanding_steps_ > 0) idle_cv_.Wait(&mu_);
+    // A due write-ahead round starts copies too.
+    while (outstanding_steps_ > 0 || write_ahead_due_ ||
+           write_ahead_running_) {
+      idle_cv_.Wait(&mu_);
+    }
   }
   // The completions' events may still be on their way to the listener
   // (dispatched after mu_ is released): deliver them, waiting for a

@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -224,7 +225,8 @@ class HiCacheEngine : public TransferListener {
       absl::Span<const int64_t> host_per_rank) ABSL_LOCKS_EXCLUDED(mu_);
   LaneCounts LaneCountsOf(Rank lane) const ABSL_LOCKS_EXCLUDED(mu_);
   // Blocks until every submitted copy has completed and been processed, and
-  // its events have reached the listener.
+  // its events have reached the listener; a write-ahead round that is due
+  // runs first (it may start copies).
   void WaitForTransfers() ABSL_LOCKS_EXCLUDED(mu_, dispatch_mu_);
 
   // --- Lanes of a dead CP member (engine_lanes.cc; docs/engine.md) --------
@@ -386,6 +388,14 @@ class HiCacheEngine : public TransferListener {
   // scans again only once 1/16 of the window has been allocated since its
   // last scan.
   void WriteAheadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Asks write-ahead's thread for a round (write_ahead only; no-op
+  // otherwise): the allocation or eviction that made one due returns
+  // without it, and the round runs while the request's forward does.
+  // Without the thread (EngineOptions::write_ahead_thread) it runs the
+  // round at once.
+  void WriteAheadDueLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Write-ahead's thread: runs the rounds made due until the engine stops.
+  void WriteAheadLoop() ABSL_LOCKS_EXCLUDED(mu_);
   // Admission of a device victim to the host tier (write_back's staging and
   // write_ahead's leaves): true when its pages (per rank) fit `host_free`,
   // or when it would displace no more frequent host node
@@ -543,6 +553,13 @@ class HiCacheEngine : public TransferListener {
   // it has scanned since the tier was last far from full.
   int64_t write_ahead_allocated_ ABSL_GUARDED_BY(mu_) = 0;
   bool write_ahead_scanned_ ABSL_GUARDED_BY(mu_) = false;
+  // Write-ahead's thread (WriteAheadLoop): a round is due (set by
+  // allocations and evictions), one is running, or the engine stops.
+  bool write_ahead_due_ ABSL_GUARDED_BY(mu_) = false;
+  bool write_ahead_running_ ABSL_GUARDED_BY(mu_) = false;
+  bool write_ahead_stop_ ABSL_GUARDED_BY(mu_) = false;
+  CondVar write_ahead_cv_;
+  std::thread write_ahead_thread_;
   uint64_t next_op_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t outstanding_steps_ ABSL_GUARDED_BY(mu_) = 0;
   EngineStats stats_ ABSL_GUARDED_BY(mu_);

@@ -76,6 +76,7 @@ constexpr const char* kDaemonOnlyFields[] = {
 constexpr const char* kWiringFields[] = {
     "clock",          "backend",         "shm_prefix",
     "check_capacity", "write_back_wait", "wrap_transfer",
+    "write_ahead_thread",  // Replays and tests run write-ahead inline.
     "observer",  // DaemonMetrics' layer timings, when metrics are on.
     // A CP group's leader: the ranks with pools here, set by the group's
     // wiring (docs/cp-groups.md), not by a flag.
