@@ -20,6 +20,13 @@
 // Nothing waits on time: kills follow each agent's own progress ("TURN n"
 // lines), and the test waits for log lines and counters (conditions, with
 // generous deadlines).
+//
+// What it does not do: reproduce the removal of a host-referenced node that
+// caused the log lines (fixed in 0cc1e4d). With that fix disabled,
+// 60 kills under write_back still passed: these flows rarely evict an
+// unbacked parent (the shared prompts stay hot) in the same eviction that
+// demotes its loaded-back child. radix_tree_host_refs_test is that bug's
+// reproduction.
 #include <signal.h>
 
 #include <cstdio>
