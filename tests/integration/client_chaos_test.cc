@@ -3,9 +3,10 @@
 // hicached with its default write and eviction policies and a small device
 // pool (256 pages in all, so the write policy's copies and evictions run
 // all the time) serves four scheduler processes (kv_agent --mode=flow:
-// conversations over three shared system prompts, Admit with the policy's
-// own backup choice, every layer stored, Complete). One agent at a time is
-// SIGKILLed mid-flow and replaced, 12 times. The daemon runs with
+// conversations over three shared system prompts, pages in every lane
+// mode, Admit with the policy's own backup choice, every layer stored,
+// Complete). One agent at a time is SIGKILLed mid-flow and replaced, 40
+// times. The daemon runs with
 // --paranoid_checks, so it checks every invariant (tree, prefix-closed host
 // tier, pools, page ownership, the host references its copies hold) after
 // each lease expiry. Then:
@@ -21,12 +22,13 @@
 // lines), and the test waits for log lines and counters (conditions, with
 // generous deadlines).
 //
-// What it does not do: reproduce the removal of a host-referenced node that
-// caused the issue's log lines (fixed in 0cc1e4d). With that fix disabled,
-// 60 kills under write_back still passed: these flows rarely evict an
-// unbacked parent (the shared prompts stay hot) in the same eviction that
-// demotes its loaded-back child. radix_tree_host_refs_test is that bug's
-// reproduction.
+// It reproduces the issue's bug (fixed in 0cc1e4d: an eviction removed a
+// node write-back staging held a host reference on). With that fix disabled
+// the write_back case logged "write-back: releasing the host reference of
+// node N: NOT_FOUND" 5 times in a run of 40 kills, and failed 1 run of 2 at
+// 20 kills; with round-robin lanes only (no per-lane eviction of an
+// ancestor), 60 kills never did. radix_tree_host_refs_test is its
+// deterministic reproduction.
 #include <signal.h>
 
 #include <cstdio>
@@ -51,7 +53,7 @@ namespace {
 using testing::Subprocess;
 
 constexpr int kAgents = 4;
-constexpr int kKills = 12;
+constexpr int kKills = 40;
 
 int64_t CountOf(const std::string& text, const std::string& needle) {
   int64_t n = 0;

@@ -17,7 +17,7 @@
 //   kv_agent --socket=S --mode=flow --seed=N
 //       a scheduler running conversations for ever, as a serving engine
 //       does with the daemon's defaults: each turn loads back a host hit,
-//       admits (BACKUP_CHOICE_AUTO), stores every layer of the backup Admit
+//       admits (BACKUP_CHOICE_AUTO, a lane mode drawn per turn), stores every layer of the backup Admit
 //       prepared and completes; it prints "TURN n" after each. Three system
 //       prompts are shared by every agent. To be SIGKILLed mid-flow; any
 //       error from the daemon is printed and exits 1.
@@ -99,9 +99,12 @@ int RunFlow(client::Session& session, uint32_t page_size) {
         random_tokens(1 + static_cast<int64_t>(rng() % (2 * page_size)));
     tokens.insert(tokens.end(), user.begin(), user.end());
     const int64_t output = 1 + static_cast<int64_t>(rng() % page_size);
+    // Every lane mode, so that lanes run short unevenly (per-lane eviction).
+    constexpr v1::ComputeOwnerMode kModes[] = {
+        v1::COMPUTE_OWNER_MODE_ROUND_ROBIN, v1::COMPUTE_OWNER_MODE_ZIGZAG,
+        v1::COMPUTE_OWNER_MODE_UNSPECIFIED};
     auto admitted = session.Admit({client::MakeAdmitItem(
-        tokens, output, v1::COMPUTE_OWNER_MODE_ROUND_ROBIN,
-        v1::BACKUP_CHOICE_AUTO)});
+        tokens, output, kModes[rng() % 3], v1::BACKUP_CHOICE_AUTO)});
     if (!admitted.ok()) {
       return Fail("Admit: " + std::string(admitted.status().message()));
     }
