@@ -17,8 +17,9 @@
 //   kv_agent --socket=S --mode=flow --seed=N
 //       a scheduler running conversations for ever, as a serving engine
 //       does with the daemon's defaults: each turn loads back a host hit,
-//       admits (BACKUP_CHOICE_AUTO, a lane mode drawn per turn), stores every layer of the backup Admit
-//       prepared and completes; it prints "TURN n" after each. Three system
+//       admits (BACKUP_CHOICE_AUTO, a lane mode drawn per turn), stores
+//       every layer of the backup Admit prepared and completes; it prints
+//       "TURN n" after each. Three system
 //       prompts are shared by every agent. To be SIGKILLed mid-flow; any
 //       error from the daemon is printed and exits 1.
 #include <unistd.h>
