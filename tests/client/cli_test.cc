@@ -58,7 +58,7 @@ class CliTest : public ::testing::Test {
     DaemonConfig config;
     config.cp_size = 4;
     // Written against write_through_selective (an unbacked eviction
-    // removes the node); the default is write_back.
+    // removes the node); the default is write_ahead.
     config.write_policy = WritePolicy::kWriteThroughSelective;
     config.served_ranks = {0, 2};
     auto server = DaemonServer::Start(config, socket_, Clock::Real());

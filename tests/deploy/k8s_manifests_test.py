@@ -214,15 +214,16 @@ def flagfile_errors(where, text):
     if "eviction_policy" in flags:
         errors.append(f"{where}: pins --eviction_policy={flags['eviction_policy']}; the "
                       "daemon's default (tinylfu) should apply")
-    # Hot restart needs a prefix-closed host tier (docs/hot-restart.md §1): the
-    # daemon's default, write_back, loses its cold suffixes in a crash.
-    policy = flags.get("write_policy", "write_back")
+    # Hot restart needs a prefix-closed host tier (docs/hot-restart.md §1):
+    # write_back loses its cold suffixes in a crash. The daemon's default,
+    # write_ahead, is prefix-closed.
+    policy = flags.get("write_policy", "write_ahead")
     if flags.get("state_dir") and policy not in PREFIX_CLOSED_WRITE_POLICIES:
         errors.append(f"{where}: --state_dir with --write_policy={policy}, whose host tier a "
                       "crash mostly loses; use write_ahead")
     elif "write_policy" in flags and not flags.get("state_dir"):
         errors.append(f"{where}: pins --write_policy={policy} without hot restart; the "
-                      "daemon's default (write_back) should apply")
+                      "daemon's default (write_ahead) should apply")
     if flags.get("socket", "").rsplit("/", 1)[0] != SOCKET_DIR:
         errors.append(f"{where}: --socket is not in {SOCKET_DIR}")
     if not flags.get("metrics_address"):

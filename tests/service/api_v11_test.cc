@@ -35,7 +35,7 @@ class ApiV11Test : public ::testing::Test {
     config.device_pages_per_rank = 8;
     config.host_pages_per_rank = 16;
     // Written against write_through_selective (write-through at the
-    // second hit); the default is write_back.
+    // second hit); the default is write_ahead.
     config.write_policy = WritePolicy::kWriteThroughSelective;
     config.operator_uids = {static_cast<uint32_t>(getuid())};
     auto server = DaemonServer::Start(config, socket_, &clock_);

@@ -43,7 +43,7 @@ class TrustTest : public ::testing::Test {
     config.kv_preset = "tiny";
     config.default_lease_ms = 5000;
     // Written against write_through_selective (an unbacked eviction
-    // removes the node); the default is write_back.
+    // removes the node); the default is write_ahead.
     config.write_policy = WritePolicy::kWriteThroughSelective;
     if (tweak != nullptr) tweak(&config);
     auto server = DaemonServer::Start(config, socket_, &clock_);
