@@ -1,7 +1,8 @@
 // HiCacheEngine: the backups a write policy starts by itself -- write-through
-// at a hit and write-back of eviction victims, both asynchronous and attached
-// at once -- as opposed to the per-layer backups a scheduler prepares for a
-// forward pass (engine_ops.cc).
+// at a hit, write-back of eviction victims and write-ahead of the cold end,
+// all asynchronous and attached at once -- as opposed to the per-layer
+// backups a scheduler prepares for a forward pass (engine_ops.cc), and which
+// of those the write policy asks Admit for (BacksUpAtAdmit).
 #include <algorithm>
 #include <optional>
 #include <vector>
@@ -171,6 +172,40 @@ bool HiCacheEngine::AdmitVictimLocked(NodeId node,
   }
   if (tree_->AdmitToHost(node, **host_victim_class)) return true;
   ++stats_.write_back_rejected;
+  return false;
+}
+
+bool HiCacheEngine::HostCopyCanJoin(NodeId parent) const {
+  if (options_.write_policy != WritePolicy::kWriteAhead || parent == kNoNode) {
+    return true;
+  }
+  MutexLock lock(&mu_);
+  absl::StatusOr<NodeInfo> info = tree_->Inspect(parent);
+  return info.ok() && (info->depth == 0 ||  // A namespace root.
+                       info->tier == NodeTier::kBoth || info->pending_backup);
+}
+
+bool HiCacheEngine::BacksUpAtAdmit(NodeId parent,
+                                   absl::Span<const LogicalPage> pages) const {
+  switch (options_.write_policy) {
+    case WritePolicy::kWriteThrough:
+      return true;
+    case WritePolicy::kWriteAhead: {
+      if (!HostCopyCanJoin(parent)) return false;
+      std::vector<int64_t> need(layout_.cp_size(), 0);
+      for (LogicalPage p : pages) ++need[layout_.LaneOf(p)];
+      MutexLock lock(&mu_);
+      for (Rank r = 0; r < layout_.cp_size(); ++r) {
+        if (need[r] > 0 && host_[r]->free_pages() - l2_free_room_ < need[r]) {
+          return false;
+        }
+      }
+      return true;
+    }
+    case WritePolicy::kWriteThroughSelective:
+    case WritePolicy::kWriteBack:
+      return false;
+  }
   return false;
 }
 

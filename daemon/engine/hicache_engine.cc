@@ -693,40 +693,6 @@ absl::StatusOr<NodeInfo> HiCacheEngine::Inspect(NodeId node) const {
   return tree_->Inspect(node);
 }
 
-bool HiCacheEngine::HostCopyCanJoin(NodeId parent) const {
-  if (options_.write_policy != WritePolicy::kWriteAhead || parent == kNoNode) {
-    return true;
-  }
-  MutexLock lock(&mu_);
-  absl::StatusOr<NodeInfo> info = tree_->Inspect(parent);
-  return info.ok() && (info->depth == 0 ||  // A namespace root.
-                       info->tier == NodeTier::kBoth || info->pending_backup);
-}
-
-bool HiCacheEngine::BacksUpAtAdmit(NodeId parent,
-                                   absl::Span<const LogicalPage> pages) const {
-  switch (options_.write_policy) {
-    case WritePolicy::kWriteThrough:
-      return true;
-    case WritePolicy::kWriteAhead: {
-      if (!HostCopyCanJoin(parent)) return false;
-      std::vector<int64_t> need(layout_.cp_size(), 0);
-      for (LogicalPage p : pages) ++need[layout_.LaneOf(p)];
-      MutexLock lock(&mu_);
-      for (Rank r = 0; r < layout_.cp_size(); ++r) {
-        if (need[r] > 0 && host_[r]->free_pages() - l2_free_room_ < need[r]) {
-          return false;
-        }
-      }
-      return true;
-    }
-    case WritePolicy::kWriteThroughSelective:
-    case WritePolicy::kWriteBack:
-      return false;
-  }
-  return false;
-}
-
 void HiCacheEngine::WaitForTransfers() {
   {
     MutexLock lock(&mu_);
