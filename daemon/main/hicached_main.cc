@@ -124,7 +124,8 @@ ABSL_FLAG(hicache::WritePolicy, write_policy,
           hicache::WritePolicy::kWriteAhead,
           "When device KV is copied to the host tier: write_ahead (default: "
           "a request's new pages are written through per layer while its "
-          "forward runs when their prefix has a host copy, and the cold end "
+          "forward runs when their prefix has a host copy and the host tier "
+          "has free room for them, and the cold end "
           "of the device tier is copied in the background before room is "
           "needed, so no allocation or load waits for a copy and a victim "
           "without one is dropped; the host tier is prefix-closed, so a "
