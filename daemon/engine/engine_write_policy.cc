@@ -176,13 +176,8 @@ bool HiCacheEngine::AdmitVictimLocked(NodeId node,
 }
 
 bool HiCacheEngine::HostCopyCanJoin(NodeId parent) const {
-  if (options_.write_policy != WritePolicy::kWriteAhead || parent == kNoNode) {
-    return true;
-  }
   MutexLock lock(&mu_);
-  absl::StatusOr<NodeInfo> info = tree_->Inspect(parent);
-  return info.ok() && (info->depth == 0 ||  // A namespace root.
-                       info->tier == NodeTier::kBoth || info->pending_backup);
+  return tree_->HostCopyCanJoinBelow(parent);
 }
 
 bool HiCacheEngine::BacksUpAtAdmit(NodeId parent,
@@ -191,10 +186,10 @@ bool HiCacheEngine::BacksUpAtAdmit(NodeId parent,
     case WritePolicy::kWriteThrough:
       return true;
     case WritePolicy::kWriteAhead: {
-      if (!HostCopyCanJoin(parent)) return false;
       std::vector<int64_t> need(layout_.cp_size(), 0);
       for (LogicalPage p : pages) ++need[layout_.LaneOf(p)];
       MutexLock lock(&mu_);
+      if (!tree_->HostCopyCanJoinBelow(parent)) return false;
       for (Rank r = 0; r < layout_.cp_size(); ++r) {
         if (need[r] > 0 && host_[r]->free_pages() - l2_free_room_ < need[r]) {
           return false;
@@ -229,9 +224,7 @@ void HiCacheEngine::WriteAheadLoop() {
       }
       if (write_ahead_stop_) return;
       write_ahead_due_ = false;
-      write_ahead_running_ = true;
-      WriteAheadLocked();
-      write_ahead_running_ = false;
+      WriteAheadLocked();  // In the same critical section: done when seen.
       idle_cv_.SignalAll();  // WaitForTransfers waits for the round.
     }
     DispatchPending();  // A copy that failed to start ended with events.

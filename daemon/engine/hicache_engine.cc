@@ -697,10 +697,7 @@ void HiCacheEngine::WaitForTransfers() {
   {
     MutexLock lock(&mu_);
     // A due write-ahead round starts copies too.
-    while (outstanding_steps_ > 0 || write_ahead_due_ ||
-           write_ahead_running_) {
-      idle_cv_.Wait(&mu_);
-    }
+    while (outstanding_steps_ > 0 || write_ahead_due_) idle_cv_.Wait(&mu_);
   }
   // The completions' events may still be on their way to the listener
   // (dispatched after mu_ is released): deliver them, waiting for a

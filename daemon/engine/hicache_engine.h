@@ -291,10 +291,11 @@ class HiCacheEngine : public TransferListener {
   int64_t TreeDevicePages() const ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<NodeInfo> Inspect(NodeId node) const ABSL_LOCKS_EXCLUDED(mu_);
   // Whether a host copy of a new node below `parent` (the deepest node of
-  // a request's hit; kNoNode for none) can join the host tier: always,
-  // unless the tier is prefix-closed (write_ahead) and `parent` is neither
-  // a namespace root nor has a host copy or one in flight. A copy prepared
-  // anyway would not attach.
+  // a request's hit; kNoNode for none) can join the host tier
+  // (RadixTree::HostCopyCanJoinBelow): always, unless the tier is
+  // prefix-closed (write_ahead) and `parent` is neither a namespace root nor
+  // has a host copy or one in flight. A copy prepared anyway would not
+  // attach.
   bool HostCopyCanJoin(NodeId parent) const ABSL_LOCKS_EXCLUDED(mu_);
   // Whether the write policy backs up a request's new `pages` while its
   // forward runs (per-layer write-through, BACKUP_CHOICE_AUTO): always
@@ -554,9 +555,9 @@ class HiCacheEngine : public TransferListener {
   int64_t write_ahead_allocated_ ABSL_GUARDED_BY(mu_) = 0;
   bool write_ahead_scanned_ ABSL_GUARDED_BY(mu_) = false;
   // Write-ahead's thread (WriteAheadLoop): a round is due (set by
-  // allocations and evictions), one is running, or the engine stops.
+  // allocations and evictions; cleared in the critical section that runs
+  // it), or the engine stops.
   bool write_ahead_due_ ABSL_GUARDED_BY(mu_) = false;
-  bool write_ahead_running_ ABSL_GUARDED_BY(mu_) = false;
   bool write_ahead_stop_ ABSL_GUARDED_BY(mu_) = false;
   CondVar write_ahead_cv_;
   std::thread write_ahead_thread_;

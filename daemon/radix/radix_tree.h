@@ -266,6 +266,12 @@ class RadixTree {
   absl::Status BeginBackup(NodeId node, CpHostMeta reserved);
   absl::Status CommitBackup(NodeId node);
   absl::StatusOr<CpHostMeta> AbortBackup(NodeId node);
+  // Whether a backup of a new child of `parent` (kNoNode: of a namespace
+  // root) may begin once it is cached: always, unless the host tier is
+  // prefix-closed and `parent` is neither a root nor has a host copy or a
+  // backup in flight (BeginBackup needs it committed by then). False for an
+  // unknown node. O(1), no copy.
+  bool HostCopyCanJoinBelow(NodeId parent) const;
 
   // Load-back. HostOnlyChain: the host-only ancestors of `node` and `node`
   // itself, top-down (empty if it is on device). AttachDevicePages: gives a

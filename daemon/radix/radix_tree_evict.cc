@@ -579,6 +579,13 @@ absl::Status RadixTree::BeginBackup(NodeId id, CpHostMeta reserved) {
   return absl::OkStatus();
 }
 
+bool RadixTree::HostCopyCanJoinBelow(NodeId parent) const {
+  if (!options_.prefix_closed_host || parent == kNoNode) return true;
+  const Node* node = Find(parent);
+  if (node == nullptr || node->detached) return false;
+  return node->is_root() || node->host != nullptr || node->pending != nullptr;
+}
+
 absl::Status RadixTree::CommitBackup(NodeId id) {
   absl::StatusOr<Node*> node = FindOrError(id);
   if (!node.ok()) return node.status();

@@ -1,8 +1,9 @@
-// RadixTree::DeviceColdEnd and DevicePagesPerLane (write-ahead's view of the
-// device tier, issue 25) on a prefix-closed host tier at C = 2, P = 4: the
-// cold end in eviction order, each node's copy target (itself, or its
-// topmost uncopied ancestor, none while an ancestor's copy is in flight or
-// once it has one), and the page bound.
+// RadixTree::DeviceColdEnd, DevicePagesPerLane and HostCopyCanJoinBelow
+// (write-ahead's view of the device tier, issue 25) on a prefix-closed host
+// tier at C = 2, P = 4: the cold end in eviction order, each node's copy
+// target (itself, or its topmost uncopied ancestor, none while an
+// ancestor's copy is in flight or once it has one), the page bound, and
+// which parents a new node's copy may join below.
 #include <vector>
 
 #include "absl/time/time.h"
@@ -117,6 +118,23 @@ TEST_F(ColdEndTest, StopsOnceTheListedNodesHoldMaxPages) {
   EXPECT_EQ(cold[0].node, first);
   EXPECT_EQ(tree_->DeviceColdEnd(4).size(), 2u);
   EXPECT_EQ(tree_->DeviceColdEnd(0).size(), 0u);
+}
+
+TEST_F(ColdEndTest, HostCopyCanJoinBelowACopiedParentOnly) {
+  const NodeId parent = Insert(Seq(0, 8));
+  EXPECT_TRUE(tree_->HostCopyCanJoinBelow(kNoNode));  // A new root child.
+  EXPECT_FALSE(tree_->HostCopyCanJoinBelow(parent));  // Device only.
+  ASSERT_TRUE(Begin(parent).ok());
+  EXPECT_TRUE(tree_->HostCopyCanJoinBelow(parent));  // Its copy in flight.
+  ASSERT_TRUE(tree_->CommitBackup(parent).ok());
+  EXPECT_TRUE(tree_->HostCopyCanJoinBelow(parent));
+  EXPECT_FALSE(tree_->HostCopyCanJoinBelow(424242));  // Unknown.
+  // Without a prefix-closed tier any parent will do.
+  auto open = RadixTree::Create({.page_size = kP, .cp_size = kCp});
+  ASSERT_TRUE(open.ok());
+  auto inserted = (*open)->Insert("", Seq(0, 8), {1, 2});
+  ASSERT_TRUE(inserted.ok());
+  EXPECT_TRUE((*open)->HostCopyCanJoinBelow(inserted->node));
 }
 
 TEST_F(ColdEndTest, DevicePagesPerLane) {
