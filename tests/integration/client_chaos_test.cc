@@ -39,11 +39,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "client/cpp/endpoint.h"
 #include "client/cpp/hicache_session.h"
 #include "grpcpp/client_context.h"
-#include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "tests/testing/daemon_process.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 
@@ -79,15 +78,9 @@ class ClientChaosTest : public ::testing::TestWithParam<std::string> {
     auto daemon = Subprocess::Start(args);
     ASSERT_TRUE(daemon.ok());
     daemon_ = std::make_unique<Subprocess>(*std::move(daemon));
-    for (int i = 0; i < 400; ++i) {
-      stub_ = v1::HiCache::NewStub(grpc::CreateChannel(
-          client::UnixTarget(socket_), grpc::InsecureChannelCredentials()));
-      grpc::ClientContext ctx;
-      v1::GetStatsResponse stats;
-      if (stub_->GetStats(&ctx, v1::GetStatsRequest(), &stats).ok()) return;
-      absl::SleepFor(absl::Milliseconds(25));
-    }
-    FAIL() << "daemon did not come up: " << daemon_->Stderr();
+    auto stub = testing::AwaitDaemon(*daemon_, socket_, absl::Seconds(10));
+    ASSERT_TRUE(stub.ok()) << stub.status();
+    stub_ = *std::move(stub);
   }
 
   void TearDown() override {

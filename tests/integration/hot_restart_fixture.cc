@@ -8,9 +8,8 @@
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "client/cpp/endpoint.h"
 #include "grpcpp/client_context.h"
-#include "grpcpp/create_channel.h"
+#include "tests/testing/daemon_process.h"
 
 namespace hicache::hot_restart {
 
@@ -107,21 +106,10 @@ void HotRestartTest::Start(const std::vector<std::string>& flags,
   auto daemon = Subprocess::Start(argv);
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   daemon_ = std::make_unique<Subprocess>(*std::move(daemon));
-  const absl::Time deadline = absl::Now() + absl::Seconds(15);
-  while (absl::Now() < deadline && daemon_->Running()) {
-    // A fresh channel per attempt: no reconnect backoff.
-    stub_ = v1::HiCache::NewStub(grpc::CreateChannel(
-        client::UnixTarget(socket_), grpc::InsecureChannelCredentials()));
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
-    v1::GetStatsResponse stats;
-    if (stub_->GetStats(&ctx, v1::GetStatsRequest(), &stats).ok()) {
-      ASSERT_NO_FATAL_FAILURE(Connect());
-      return;
-    }
-    absl::SleepFor(absl::Milliseconds(25));
-  }
-  FAIL() << "hicached did not come up: " << daemon_->Stderr();
+  auto stub = testing::AwaitDaemon(*daemon_, socket_, absl::Seconds(15));
+  ASSERT_TRUE(stub.ok()) << stub.status();
+  stub_ = *std::move(stub);
+  ASSERT_NO_FATAL_FAILURE(Connect());
 }
 
 void HotRestartTest::Connect() {
