@@ -118,8 +118,8 @@ ABSL_FLAG(hicache::EvictionPolicy, eviction_policy,
           "a frequency sketch saw once, then nodes seen again; a cold device "
           "node is copied to the host only if it would not displace a more "
           "frequent host node. Mooncake trace, L1 6000 + L2 12000 blocks, "
-          "write_ahead: tinylfu 57.3% L1+L2 hits (89.6% of the offline "
-          "bound), lru 52.6% (docs/eviction.md).");
+          "write_ahead: tinylfu 57.35% L1+L2 hits (89.7% of the offline "
+          "bound), lru 52.8% (docs/eviction.md).");
 ABSL_FLAG(hicache::WritePolicy, write_policy,
           hicache::WritePolicy::kWriteAhead,
           "When device KV is copied to the host tier: write_ahead (default: "
@@ -129,7 +129,7 @@ ABSL_FLAG(hicache::WritePolicy, write_policy,
           "of the device tier is copied in the background before room is "
           "needed, so no allocation or load waits for a copy and a victim "
           "without one is dropped; the host tier is prefix-closed, so a "
-          "restart recovers all of it; 57.3% on the trace above), "
+          "restart recovers all of it; 57.35% on the trace above), "
           "write_through (every new node, at once; the tiers overlap: 48.8% "
           "with tinylfu), write_through_selective (at the --write_through_"
           "threshold-th hit) or write_back (when evicted from device; "
