@@ -56,6 +56,13 @@ struct Node {
   // (never matched again) and out of every counter -- and holds its former
   // pages here until its last lock and host reference go. `detached_top`:
   // the top of a detached subtree (its parent does not list it).
+  // KV events (radix_tree_announce.cc): the tiers the tier listener was told
+  // this node's blocks are on, and the hash of its last whole block (valid
+  // once chain_known; computed on first use).
+  bool device_announced = false;
+  bool host_announced = false;
+  bool chain_known = false;
+  uint64_t chain_end = 0;
   bool detached = false;
   bool detached_top = false;
   std::vector<LogicalPage> detached_pages;

@@ -4,7 +4,9 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -23,6 +25,7 @@
 #include "daemon/radix/frequency_sketch.h"
 #include "daemon/radix/page_keys.h"
 #include "daemon/radix/tail_learner.h"
+#include "daemon/radix/tier_listener.h"
 #include "daemon/radix/radix_node.h"
 #include "daemon/radix/token_store.h"
 
@@ -394,6 +397,24 @@ class RadixTree {
   // violation. O(tree). For tests and debug builds.
   absl::Status CheckInvariants() const;
 
+  // --- KV events (radix_tree_announce.cc; tier_listener.h) ----------------
+  // From now on every change to what a tier can serve is reported to
+  // `listener` (not owned; nullptr stops reporting and forgets every
+  // announcement), in blocks of `block_size` tokens (a divisor of the page
+  // size; INVALID_ARGUMENT otherwise) hashed from `hash_seed`
+  // (block_hashes.h). Nothing already cached is announced: AnnounceAll.
+  absl::Status SetTierListener(TierListener* listener, uint32_t block_size,
+                               uint64_t hash_seed);
+  // Announces what every node of `ns` (of every namespace: nullopt) holds
+  // and was not announced yet. O(nodes of the namespace).
+  void AnnounceAll(std::optional<absl::string_view> ns = std::nullopt);
+  // Reports every announced block of `ns` (every namespace: nullopt) as
+  // removed, and forgets the announcements.
+  void WithdrawAll(std::optional<absl::string_view> ns = std::nullopt);
+  // Forgets every announcement without a report (the listener told its
+  // subscribers that everything was cleared).
+  void ForgetAnnounced();
+
   // Durable host tier (docs/hot-restart.md). From now on every host-tier
   // change is reported to `listener` (not owned; nullptr stops reporting),
   // and host copies committed from now on get persist ids from
@@ -528,6 +549,30 @@ class RadixTree {
   bool any_unmatchable_ = false;
   absl::flat_hash_set<Node*> detached_;
   std::vector<Node*> reapable_;  // Released detached nodes, maybe deletable.
+
+  // KV events: reports what changed in the tiers `node` can serve since it
+  // was last announced (stores before removes); `gone`: it is about to be
+  // deleted or detached, so it serves nothing.
+  void Announce(Node* node, bool gone = false);
+  void AnnounceTier(Node* node, Tier tier, TierEvent::Kind kind);
+  // After Split: the tail's new first page was announced as the node's
+  // middle; count its blocks as a first page's (shared_blocks_).
+  void CountFirstPage(Node* tail);
+  // The hash of the last whole block before `node` / of its own last one.
+  uint64_t ChainStart(Node* node);
+  uint64_t ChainEnd(Node* node);
+  // Whole-page tokens of `node` (its announced blocks), into token_scratch_.
+  void AnnouncedTokens(const Node* node);
+  bool WantsAnnounced(const Node* node, Tier tier) const;
+  absl::Status CheckAnnounced(const Node* node) const;
+  TierListener* tier_listener_ = nullptr;
+  uint32_t announce_block_size_ = 0;
+  uint64_t hash_seed_ = 0;
+  std::vector<int32_t> token_scratch_;
+  std::vector<uint64_t> hash_scratch_;
+  // Blocks smaller than a page: how many nodes announced each block of a
+  // first page on each tier (siblings may share them).
+  absl::flat_hash_map<std::pair<uint64_t, Tier>, int32_t> shared_blocks_;
 
   // Frees token blocks of `node`: into quarantine while a key reader may
   // still read them (the node's key was reported past what it has read).

@@ -16,6 +16,7 @@ namespace hicache {
 using radix_internal::Node;
 
 void RadixTree::RemoveLeaf(Node* node) {
+  Announce(node, /*gone=*/true);
   ReportHostDropped(node);
   EraseChildLink(node->parent, node);
   if (node->on_device()) {
@@ -464,6 +465,7 @@ HostEvictResult RadixTree::EvictHost(
     host_tokens_ -= node->len();
     ReportHostDropped(node);
     node->host.reset();
+    Announce(node);
     ++result.nodes_dropped;
   }
   // Learned unshared ends of requests, least recently used first. The heap
@@ -597,6 +599,7 @@ absl::Status RadixTree::CommitBackup(NodeId id) {
   --pending_backups_;
   host_tokens_ += (*node)->len();
   ReportHostCommitted(*node);
+  Announce(*node);
   return absl::OkStatus();
 }
 

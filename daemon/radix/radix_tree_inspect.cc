@@ -172,6 +172,7 @@ absl::Status RadixTree::CheckNode(const Node* node, int64_t start,
   if (found == nodes_.end() || found->second != node) {
     return fail("missing from the id index");
   }
+  if (absl::Status s = CheckAnnounced(node); !s.ok()) return s;
   if (!node->is_root()) {
     if (node->len() <= 0) return fail("empty key");
     if (static_cast<int64_t>(node->blocks.size()) !=

@@ -111,6 +111,7 @@ void RadixTree::DetachSubtree(Node* top, LaneDropResult* result) {
       n->device_pages.clear();
     }
     n->detached = true;
+    Announce(n, /*gone=*/true);
     n->detached_top = n == top;
     // Only a lock walks up from a detached node (Unlock), and a locked
     // node's parent outlives the lock. Unlocked, the top forgets its parent,
@@ -146,6 +147,7 @@ LaneDropResult RadixTree::DropLanes(const std::vector<bool>& dead) {
           ReportHostDropped(child);
           host_tokens_ -= child->len();
           child->host.reset();
+          Announce(child);
           ++result.host_copies_dropped;
         }
         stack.push_back({child, true});
@@ -230,6 +232,9 @@ absl::Status RadixTree::CheckDetached(
           absl::StrCat("detached node ", n->id, ": ", what));
     };
     if (!n->detached || Find(n->id) != n) return fail("not indexed as such");
+    if (n->device_announced || n->host_announced) {
+      return fail("still announced");
+    }
     if (n->on_device() || n->host != nullptr || n->pending != nullptr) {
       return fail("still holds tree pages");
     }

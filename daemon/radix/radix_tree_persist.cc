@@ -152,6 +152,7 @@ absl::StatusOr<NodeId> RadixTree::RestoreHostNode(
   node->persist_id = persist_id;
   host_tokens_ += node->len();
   restored_persist_ids_.insert(persist_id);
+  Announce(node);
   next_persist_id_ = std::max(next_persist_id_, persist_id + 1);
   return node->id;
 }

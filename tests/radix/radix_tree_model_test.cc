@@ -3,7 +3,10 @@
 // exact valid tail) to its device page and host copy. 100k mixed operations
 // per seed, with the invariant checker after every step. Seeds run at C = 2
 // and C = 4; owner-lane eviction is checked against its contract (every
-// lane left short has no page that evicting more could reach).
+// lane left short has no page that evicting more could reach). A tier
+// listener (KV events, blocks of 2 tokens) is attached throughout: the
+// blocks it was told each tier holds must be exactly the model's whole pages
+// on that tier.
 #include <map>
 #include <random>
 #include <set>
@@ -11,13 +14,17 @@
 #include <utility>
 #include <vector>
 
+#include "daemon/radix/block_hashes.h"
 #include "daemon/radix/radix_tree.h"
 #include "gtest/gtest.h"
+#include "tests/testing/tier_recorder.h"
 
 namespace hicache {
 namespace {
 
 constexpr uint32_t kP = 4;
+constexpr uint32_t kBlock = 2;  // KV event blocks: two per page.
+constexpr uint64_t kHashSeed = 7;
 
 struct Entry {
   LogicalPage device = -1;               // -1: not on device.
@@ -92,6 +99,22 @@ class Model {
     for (const auto& [k, e] : entries) t += e.host.second >= 0 ? e.len : 0;
     return t;
   }
+  // What KV events must have announced: the blocks of every whole page, on
+  // the tiers that hold it.
+  std::set<testing::TierRecorder::Key> Announced() const {
+    std::set<testing::TierRecorder::Key> out;
+    for (const auto& [key, e] : entries) {
+      if (e.len < kP) continue;
+      std::vector<uint64_t> hashes;
+      BlockHashes::Chain(BlockHashes::Seed("", kHashSeed), key, kBlock,
+                         &hashes);
+      for (size_t i = hashes.size() - kP / kBlock; i < hashes.size(); ++i) {
+        if (e.device >= 0) out.insert({"", hashes[i], Tier::kDevice});
+        if (e.host.second >= 0) out.insert({"", hashes[i], Tier::kHost});
+      }
+    }
+    return out;
+  }
 };
 
 // (seed, C).
@@ -106,6 +129,7 @@ class RadixModelTest
          .cp_size = cp_,
          .policy = static_cast<EvictionPolicy>(GetParam().first % 5),
          .clock = &clock_});
+    ASSERT_TRUE(tree_->SetTierListener(&tiers_, kBlock, kHashSeed).ok());
     for (int i = 0; i < 12; ++i) {
       std::vector<int32_t> base(8 + rng_() % 40);
       for (auto& t : base) t = rng_() % 3;  // Tiny alphabet: lots of sharing.
@@ -404,6 +428,7 @@ class RadixModelTest
   uint32_t cp_ = 2;  // C, per test: GetParam().second.
   std::mt19937_64 rng_;
   FakeClock clock_{absl::FromUnixSeconds(1)};
+  testing::TierRecorder tiers_{kBlock, kHashSeed};
   std::unique_ptr<RadixTree> tree_;
   Model model_;
   std::vector<std::vector<int32_t>> bases_;
@@ -443,11 +468,18 @@ TEST_P(RadixModelTest, MatchesNaiveReference) {
       ASSERT_EQ(TreeDevicePages(), model_.DevicePages())
           << "step " << step << " op " << op << "\n"
           << DebugString();
+      ASSERT_TRUE(tiers_.errors.empty())
+          << "step " << step << ": " << tiers_.errors.front() << "\n"
+          << DebugString();
+      ASSERT_EQ(tiers_.held, model_.Announced())
+          << "step " << step << " op " << op << "\n"
+          << DebugString();
     }
     if (recent_.size() > 64)
       recent_.erase(recent_.begin(), recent_.begin() + 32);
     ASSERT_TRUE(tree_->CheckInvariants().ok())
-        << "step " << step << ": " << tree_->CheckInvariants();
+        << "step " << step << ": " << tree_->CheckInvariants() << "\n"
+        << DebugString();
     const TreeStats stats = tree_->Stats();
     ASSERT_EQ(stats.device_tokens, model_.DeviceTokens())
         << "step " << step << "\n"
@@ -456,6 +488,8 @@ TEST_P(RadixModelTest, MatchesNaiveReference) {
                                                       << DebugString();
   }
   RecordProperty("deferred_inserts", static_cast<int>(deferred_));
+  EXPECT_GT(tiers_.stores[static_cast<int>(Tier::kDevice)], 0);
+  EXPECT_GT(tiers_.stores[static_cast<int>(Tier::kHost)], 0);
   EXPECT_GT(lane_evictions_, 0);
 }
 

@@ -1,0 +1,228 @@
+// KV events: what each tier can serve, reported to the tier listener
+// (tier_listener.h, docs/kv-events.md).
+//
+// Every change to a node's tiers goes through Announce, which compares what
+// the node holds now with what was announced (Node::device_announced,
+// host_announced) and reports the difference: stores first, then removes,
+// so a tier move is announced stored on the new tier before removed from the
+// old one. CheckInvariants checks that the announcements match the tree.
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/core/check.h"
+#include "daemon/radix/block_hashes.h"
+#include "daemon/radix/radix_tree.h"
+
+namespace hicache {
+
+using radix_internal::Node;
+
+absl::Status RadixTree::SetTierListener(TierListener* listener,
+                                        uint32_t block_size,
+                                        uint64_t hash_seed) {
+  if (listener != nullptr &&
+      (block_size == 0 || options_.page_size % block_size != 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the KV event block size (", block_size,
+                     " tokens) must divide the page size (", options_.page_size,
+                     ")"));
+  }
+  if (listener == nullptr || block_size != announce_block_size_ ||
+      hash_seed != hash_seed_) {
+    ForgetAnnounced();
+    for (auto& [id, node] : nodes_) node->chain_known = false;
+  }
+  tier_listener_ = listener;
+  announce_block_size_ = listener == nullptr ? 0 : block_size;
+  hash_seed_ = hash_seed;
+  return absl::OkStatus();
+}
+
+void RadixTree::AnnounceAll(std::optional<absl::string_view> ns) {
+  if (tier_listener_ == nullptr) return;
+  for (auto& [name, root] : roots_) {
+    if (ns.has_value() && name != *ns) continue;
+    // Top-down, so parents' chain hashes are known before their children's.
+    std::vector<Node*> stack = {root.get()};
+    while (!stack.empty()) {
+      Node* node = stack.back();
+      stack.pop_back();
+      if (!node->is_root()) Announce(node);
+      for (auto& [token, child] : node->children) stack.push_back(child);
+    }
+  }
+}
+
+void RadixTree::WithdrawAll(std::optional<absl::string_view> ns) {
+  if (tier_listener_ == nullptr) return;
+  for (auto& [name, root] : roots_) {
+    if (ns.has_value() && name != *ns) continue;
+    std::vector<Node*> stack = {root.get()};
+    while (!stack.empty()) {
+      Node* node = stack.back();
+      stack.pop_back();
+      if (!node->is_root()) Announce(node, /*gone=*/true);
+      for (auto& [token, child] : node->children) stack.push_back(child);
+    }
+  }
+}
+
+void RadixTree::ForgetAnnounced() {
+  shared_blocks_.clear();
+  for (auto& [id, node] : nodes_) {
+    node->device_announced = false;
+    node->host_announced = false;
+  }
+}
+
+bool RadixTree::WantsAnnounced(const Node* node, Tier tier) const {
+  if (tier_listener_ == nullptr || node->is_root() || node->detached ||
+      node->len() < options_.page_size) {
+    return false;  // A sub-page tail alone announces nothing.
+  }
+  return tier == Tier::kDevice ? node->on_device() : node->host != nullptr;
+}
+
+void RadixTree::Announce(Node* node, bool gone) {
+  if (tier_listener_ == nullptr) return;
+  const bool device = !gone && WantsAnnounced(node, Tier::kDevice);
+  const bool host = !gone && WantsAnnounced(node, Tier::kHost);
+  if (host && !node->host_announced) {
+    AnnounceTier(node, Tier::kHost, TierEvent::Kind::kStored);
+  }
+  if (device && !node->device_announced) {
+    AnnounceTier(node, Tier::kDevice, TierEvent::Kind::kStored);
+  }
+  if (!device && node->device_announced) {
+    AnnounceTier(node, Tier::kDevice, TierEvent::Kind::kRemoved);
+  }
+  if (!host && node->host_announced) {
+    AnnounceTier(node, Tier::kHost, TierEvent::Kind::kRemoved);
+  }
+}
+
+void RadixTree::AnnouncedTokens(const Node* node) {
+  const int64_t page = options_.page_size;
+  const int64_t pages = node->len() / page;
+  token_scratch_.resize(static_cast<size_t>(pages * page));
+  for (int64_t i = 0; i < pages; ++i) {
+    std::memcpy(token_scratch_.data() + i * page, tokens_.Data(node->blocks[i]),
+                sizeof(int32_t) * page);
+  }
+}
+
+uint64_t RadixTree::ChainStart(Node* node) {
+  return node->parent->is_root() ? BlockHashes::Seed(*node->parent->ns,
+                                                     hash_seed_)
+                                 : ChainEnd(node->parent);
+}
+
+uint64_t RadixTree::ChainEnd(Node* node) {
+  if (node->is_root()) return BlockHashes::Seed(*node->ns, hash_seed_);
+  if (node->chain_known) return node->chain_end;
+  // The nearest ancestor with a known hash, then down from it.
+  std::vector<Node*> path = {node};
+  while (!path.back()->parent->is_root() && !path.back()->parent->chain_known) {
+    path.push_back(path.back()->parent);
+  }
+  uint64_t hash = ChainStart(path.back());
+  std::vector<uint64_t> unused;
+  for (auto it = path.rbegin(); it != path.rend(); ++it) {
+    AnnouncedTokens(*it);
+    unused.clear();
+    hash = BlockHashes::Chain(hash, token_scratch_, announce_block_size_,
+                              &unused);
+    (*it)->chain_end = hash;
+    (*it)->chain_known = true;
+  }
+  return hash;
+}
+
+void RadixTree::AnnounceTier(Node* node, Tier tier, TierEvent::Kind kind) {
+  TierEvent event;
+  event.kind = kind;
+  event.tier = tier;
+  const Node* root = node;
+  while (!root->is_root()) root = root->parent;
+  event.ns = *root->ns;
+  event.has_parent = !node->parent->is_root();
+  const uint64_t start = ChainStart(node);
+  if (event.has_parent) event.parent_hash = start;
+  AnnouncedTokens(node);
+  hash_scratch_.clear();
+  const uint64_t end = BlockHashes::Chain(start, token_scratch_,
+                                          announce_block_size_, &hash_scratch_);
+  HICACHE_CHECK(!hash_scratch_.empty(), "an announced node has no block");
+  node->chain_end = end;
+  node->chain_known = true;
+  (tier == Tier::kDevice ? node->device_announced : node->host_announced) =
+      kind == TierEvent::Kind::kStored;
+  // Blocks smaller than a page: siblings differ somewhere in their first
+  // page, so the first blocks of it may be a sibling's too. Those are
+  // counted, and reported only when the first node stores them or the last
+  // removes them; shared ones are always a prefix of the node's blocks
+  // (a chained hash shared implies every one before it is).
+  size_t first = 0;
+  const size_t per_page = options_.page_size / announce_block_size_;
+  if (per_page > 1) {
+    for (size_t i = 0; i < per_page && i < hash_scratch_.size(); ++i) {
+      auto [it, inserted] =
+          shared_blocks_.try_emplace({hash_scratch_[i], tier}, 0);
+      const int32_t count =
+          kind == TierEvent::Kind::kStored ? ++it->second : --it->second;
+      HICACHE_CHECK(count >= 0, "a shared block removed more than stored");
+      if (count == 0) shared_blocks_.erase(it);
+      const bool reported =
+          kind == TierEvent::Kind::kStored ? count == 1 : count == 0;
+      if (!reported) first = i + 1;
+    }
+  }
+  if (first == hash_scratch_.size()) return;
+  if (first > 0) {
+    event.has_parent = true;
+    event.parent_hash = hash_scratch_[first - 1];
+  }
+  event.block_hashes = absl::MakeConstSpan(hash_scratch_).subspan(first);
+  if (kind == TierEvent::Kind::kStored) {
+    event.tokens = absl::MakeConstSpan(token_scratch_)
+                       .subspan(first * announce_block_size_);
+  }
+  tier_listener_->OnTierEvent(event);
+}
+
+void RadixTree::CountFirstPage(Node* tail) {
+  const uint32_t page = options_.page_size;
+  if (tier_listener_ == nullptr || page == announce_block_size_ ||
+      (!tail->device_announced && !tail->host_announced)) {
+    return;
+  }
+  hash_scratch_.clear();
+  BlockHashes::Chain(ChainStart(tail),
+                     absl::MakeConstSpan(tokens_.Data(tail->blocks[0]), page),
+                     announce_block_size_, &hash_scratch_);
+  for (uint64_t hash : hash_scratch_) {
+    for (Tier tier : {Tier::kDevice, Tier::kHost}) {
+      if (tier == Tier::kDevice ? tail->device_announced
+                                : tail->host_announced) {
+        ++shared_blocks_[{hash, tier}];
+      }
+    }
+  }
+}
+
+absl::Status RadixTree::CheckAnnounced(const Node* node) const {
+  for (Tier tier : {Tier::kDevice, Tier::kHost}) {
+    const bool announced = tier == Tier::kDevice ? node->device_announced
+                                                 : node->host_announced;
+    if (announced != WantsAnnounced(node, tier)) {
+      return absl::InternalError(absl::StrCat(
+          "node ", node->id, " is ", announced ? "" : "not ", "announced on ",
+          tier == Tier::kDevice ? "device" : "host", " but ",
+          announced ? "does not hold" : "holds", " it"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace hicache

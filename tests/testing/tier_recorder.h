@@ -1,0 +1,86 @@
+#pragma once
+
+// Test helper: a TierListener that applies the tree's KV-event reports to a
+// set of (namespace, block hash, tier), as a router's index would, and
+// records every report that contradicts it (a store of a block already
+// stored on that tier, a remove of one that is not, hashes that do not
+// follow from the tokens).
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "daemon/radix/block_hashes.h"
+#include "daemon/radix/tier_listener.h"
+
+namespace hicache::testing {
+
+class TierRecorder final : public TierListener {
+ public:
+  using Key = std::tuple<std::string, uint64_t, Tier>;
+
+  TierRecorder(uint32_t block_size, uint64_t hash_seed)
+      : block_size_(block_size), hash_seed_(hash_seed) {}
+
+  void OnTierEvent(const TierEvent& event) override {
+    ++events;
+    const std::string ns(event.ns);
+    if (event.block_hashes.empty()) errors.push_back("an empty event");
+    if (event.kind == TierEvent::Kind::kStored) {
+      if (event.tokens.size() != event.block_hashes.size() * block_size_) {
+        errors.push_back("tokens do not cover the blocks");
+      } else {
+        std::vector<uint64_t> expected;
+        BlockHashes::Chain(event.has_parent
+                               ? event.parent_hash
+                               : BlockHashes::Seed(event.ns, hash_seed_),
+                           event.tokens, block_size_, &expected);
+        if (!std::equal(expected.begin(), expected.end(),
+                        event.block_hashes.begin(),
+                        event.block_hashes.end())) {
+          errors.push_back("hashes do not follow from the tokens");
+        }
+      }
+      stores[static_cast<int>(event.tier)] += event.block_hashes.size();
+      for (uint64_t hash : event.block_hashes) {
+        if (!held.insert({ns, hash, event.tier}).second) {
+          errors.push_back("stored twice: " + std::to_string(hash));
+        }
+        if (event.has_parent && !Holds(ns, event.parent_hash)) {
+          // A parent must be announced on some tier before its child.
+          errors.push_back("parent unknown: " + std::to_string(hash));
+        }
+      }
+    } else {
+      if (!event.tokens.empty()) errors.push_back("tokens on a remove");
+      for (uint64_t hash : event.block_hashes) {
+        if (held.erase({ns, hash, event.tier}) == 0) {
+          errors.push_back("removed but not stored: " + std::to_string(hash));
+        }
+      }
+    }
+  }
+
+  bool Holds(const std::string& ns, uint64_t hash) const {
+    return held.count({ns, hash, Tier::kDevice}) > 0 ||
+           held.count({ns, hash, Tier::kHost}) > 0;
+  }
+  int64_t Count(Tier tier) const {
+    int64_t n = 0;
+    for (const Key& key : held) n += std::get<2>(key) == tier;
+    return n;
+  }
+
+  std::set<Key> held;
+  std::vector<std::string> errors;
+  int64_t events = 0;
+  int64_t stores[2] = {0, 0};  // Blocks stored, ever, per Tier.
+
+ private:
+  const uint32_t block_size_;
+  const uint64_t hash_seed_;
+};
+
+}  // namespace hicache::testing
