@@ -22,7 +22,8 @@ import re
 import sys
 
 LAYERS = ["core", "comm", "layout", "alloc", "pool", "persist", "transfer",
-          "backend", "radix", "engine", "group", "service", "metrics", "main"]
+          "backend", "radix", "engine", "group", "events", "service", "metrics",
+          "main"]
 # The CP group layer (daemon/group) sits after the engine and, like it, sees
 # no gRPC, protobuf or CUDA header.
 CACHE_LOGIC = (set(LAYERS[:LAYERS.index("engine") + 1]) | {"group"}) - {"backend"}

@@ -28,6 +28,7 @@ absl::Span<const MethodName> RetriedReadMethods() {
       {"hicache.v1.HiCache", "KeepAlive"},
       {"hicache.v1.HiCache", "DumpTree"},
       {"hicache.v1.HiCache", "InspectNode"},
+      {"hicache.v1.HiCache", "QueryTiers"},
       {"hicache.v1.HiCache", "ListSessions"},
   };
   return kMethods;

@@ -311,6 +311,27 @@ absl::Status DaemonConfig::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "journal_settle_ms must be in [0, 10000], got ", journal_settle_ms));
   }
+  if (kv_events.block_size != 0 && page_size % kv_events.block_size != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_events_block_size (", kv_events.block_size,
+                     ") must divide page_size (", page_size, ")"));
+  }
+  if (kv_events.buffer_batches < 0 || kv_events.buffer_batches > 10000000 ||
+      kv_events.hwm < 0 || kv_events.hwm > INT32_MAX / 4 ||
+      kv_events.max_queued_events < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kv_events_buffer must be in [0, 10000000], kv_events_hwm in [0, ",
+        INT32_MAX / 4, "] and kv_events_max_queue positive; got ",
+        kv_events.buffer_batches, ", ", kv_events.hwm, ", ",
+        kv_events.max_queued_events));
+  }
+  if (kv_events.device_medium.empty() || kv_events.host_medium.empty()) {
+    return absl::InvalidArgumentError("KV event media must not be empty");
+  }
+  if (!kv_events.replay_endpoint.empty() && kv_events.endpoint.empty()) {
+    return absl::InvalidArgumentError(
+        "kv_events_replay_endpoint needs kv_events_endpoint");
+  }
   if (default_lease_ms == 0 || default_lease_ms > 86400000) {
     return absl::InvalidArgumentError(absl::StrCat(
         "default_lease_ms must be in [1, 86400000], got ", default_lease_ms));

@@ -142,6 +142,24 @@ struct DaemonConfig {
   // evicted within it is never recorded; a crash loses the commits of about
   // this long (their pages are free after the restart).
   int journal_settle_ms = 20;
+  // KV events for cluster routers (docs/kv-events.md), in vLLM's ZMQ
+  // format: off while kv_events_endpoint is empty.
+  struct KvEvents {
+    std::string endpoint;         // PUB: bound if it holds '*', ipc://, ...
+    std::string replay_endpoint;  // ROUTER (bound); empty: no replay.
+    // A namespace's topic: {instance}, {model}, {namespace} (kv_event_topics.h).
+    std::string topic = "kv@{instance}@{model}";
+    std::string instance;  // Default {instance}; empty: the host name.
+    std::string model;     // Default {model}; empty: the namespace.
+    uint32_t block_size = 0;  // Tokens per block (divides the page); 0: P.
+    uint64_t hash_seed = 0;   // Of the block hashes (block_hashes.h).
+    std::string device_medium = "GPU";  // vLLM 0.33's MEDIUM_GPU.
+    std::string host_medium = "CPU";    // vLLM 0.33's MEDIUM_CPU.
+    int64_t data_parallel_rank = 0;
+    int64_t buffer_batches = 10000;  // Kept for replay.
+    int64_t hwm = 100000;            // PUB high-water mark.
+    int64_t max_queued_events = 100000;
+  } kv_events;
   // A CP group of several daemons (docs/cp-groups.md). A leader needs
   // listen_tcp (its followers and schedulers reach it there); a follower
   // needs served_ranks (the ranks whose pools it holds). Not with state_dir.

@@ -83,6 +83,13 @@ struct EngineOptions {
   // made one due; false: inside that allocation (reproducible replays and
   // tests that count what a round did after a call returns).
   bool write_ahead_thread = true;
+  // KV events (docs/kv-events.md): told of every change to what each tier
+  // can serve, in blocks of `tier_block_size` tokens (0: the page size; a
+  // divisor of it) hashed from `tier_hash_seed`. Not owned, must outlive
+  // the engine. Null: none.
+  TierListener* tier_listener = nullptr;
+  uint32_t tier_block_size = 0;
+  uint64_t tier_hash_seed = 0;
   // Per-layer copy timings (metrics); not owned, must outlive the engine.
   // Null: none.
   EngineObserver* observer = nullptr;

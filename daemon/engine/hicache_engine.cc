@@ -105,6 +105,14 @@ absl::StatusOr<std::unique_ptr<HiCacheEngine>> HiCacheEngine::Create(
     MutexLock lock(&engine->mu_);
     engine->device_ = std::make_unique<DevicePageAllocator>(*std::move(device));
     engine->tree_ = *std::move(tree);
+    if (options.tier_listener != nullptr) {
+      absl::Status set = engine->tree_->SetTierListener(
+          options.tier_listener,
+          options.tier_block_size == 0 ? options.page_size
+                                       : options.tier_block_size,
+          options.tier_hash_seed);
+      if (!set.ok()) return set;
+    }
     for (Rank r = 0; r < options.cp_size; ++r) {
       engine->host_.push_back(std::make_unique<HostPageAllocator>(
           *HostPageAllocator::Create(options.host_pages_per_rank)));

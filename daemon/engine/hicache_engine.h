@@ -67,6 +67,35 @@ class HiCacheEngine : public TransferListener {
                                     bool peek = false, bool lock = false,
                                     bool exact_tail = true)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // --- KV events (engine_tier_events.cc; docs/kv-events.md) ---------------
+  // What each tier holds of each sequence, for routers: the device hit and
+  // the tokens past it loadable from the host tier, per item. A pure lookup
+  // (no hit recorded, no recency touched, no lock taken), one critical
+  // section for the whole batch.
+  struct TierQuery {
+    absl::string_view ns;
+    absl::Span<const int32_t> tokens;
+  };
+  struct TierHit {
+    int64_t device_tokens = 0;
+    int64_t host_tokens = 0;  // Past the device hit.
+  };
+  std::vector<TierHit> QueryTiers(absl::Span<const TierQuery> queries)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // With a tier listener (EngineOptions::tier_listener): withdraws every
+  // announced block of `ns`, runs `between`, announces them again, in one
+  // critical section (a namespace's events move to another topic).
+  void ReannounceNamespace(absl::string_view ns,
+                           absl::FunctionRef<void()> between)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Clears every announcement (the listener's OnAllCleared) and announces
+  // the whole tree again: after the listener lost events. O(tree) under the
+  // lock.
+  void ResyncTierEvents() ABSL_LOCKS_EXCLUDED(mu_);
+  // The tier listener is told nothing more (its owner is about to destroy
+  // it; the engine may live on a little).
+  void DetachTierListener() ABSL_LOCKS_EXCLUDED(mu_);
+
   // Page ownership: every allocated device page is held by exactly one of a
   // request holder (a client session; `holder`, default 0 for in-process
   // users), the tree or a load in flight (PageLedger). Free, Insert and

@@ -13,6 +13,7 @@
 #include "daemon/core/daemon_info.h"
 #include "daemon/core/log_format.h"
 #include "daemon/engine/engine_options.h"
+#include "daemon/events/kv_event_options.h"
 #include "daemon/engine/event_hub.h"
 #include "daemon/engine/hicache_engine.h"
 #include "daemon/engine/session_manager.h"
@@ -219,7 +220,25 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
     if (!group.ok()) return group.status();
     daemon->group_ = *std::move(group);
   }
+  if (!config.kv_events.endpoint.empty()) {
+    absl::StatusOr<std::unique_ptr<events::KvEventPublisher>> publisher =
+        events::KvEventPublisher::Create(
+            events::KvEventPublisherOptionsFrom(config));
+    if (!publisher.ok()) return publisher.status();
+    daemon->kv_events_ = *std::move(publisher);
+    spdlog::info("KV events on {} (replay: {}), blocks of {} tokens",
+                 daemon->kv_events_->endpoint(),
+                 daemon->kv_events_->replay_endpoint().empty()
+                     ? std::string("off")
+                     : daemon->kv_events_->replay_endpoint(),
+                 daemon->kv_events_->format().block_size);
+  }
   EngineOptions engine_options = EngineOptionsFrom(config);
+  if (daemon->kv_events_ != nullptr) {
+    engine_options.tier_listener = daemon->kv_events_.get();
+    engine_options.tier_block_size = config.kv_events.block_size;
+    engine_options.tier_hash_seed = config.kv_events.hash_seed;
+  }
   if (daemon->group_ != nullptr) {
     daemon->group_->ConfigureEngine(&engine_options);
   }
@@ -233,6 +252,14 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
       HiCacheEngine::Create(engine_options);
   if (!engine.ok()) return engine.status();
   daemon->engine_ = *std::move(engine);
+  if (daemon->kv_events_ != nullptr) {
+    HiCacheEngine* const e = daemon->engine_.get();
+    daemon->kv_events_->SetEngineHooks(
+        [e](absl::string_view ns, absl::FunctionRef<void()> between) {
+          e->ReannounceNamespace(ns, between);
+        },
+        [e] { e->ResyncTierEvents(); });
+  }
   LogPools(*daemon->engine_);
   spdlog::info("{}", DescribeHostBudget(*host_budget));
   daemon->engine_->SetListener(daemon->hub_.get());
@@ -299,7 +326,8 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
                             .group = daemon->group_ != nullptr
                                           ? daemon->group_.get()
                                           : daemon->leader_view_.get(),
-                            .group_status = std::move(group_status)},
+                            .group_status = std::move(group_status),
+                            .kv_events = daemon->kv_events_.get()},
       service::StreamLimits{
           .max_backlog = static_cast<size_t>(config.max_stream_backlog)});
   // The unix socket is accepted by our own listener, which records each
@@ -366,6 +394,10 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   daemon->server_ = std::move(server);
   if (daemon->metrics_ != nullptr) {
     daemon->metrics_->Watch(daemon->engine_.get(), daemon->sessions_.get());
+    if (daemon->kv_events_ != nullptr) {
+      events::KvEventPublisher* const publisher = daemon->kv_events_.get();
+      daemon->metrics_->WatchKvEvents([publisher] { return publisher->stats(); });
+    }
     if (daemon->group_ != nullptr) {
       // The group's series; StopServing runs before the group goes.
       CpGroupRuntime* const group = daemon->group_.get();
@@ -417,6 +449,10 @@ DaemonServer::~DaemonServer() {
   // backend still exist.
   if (group_ != nullptr) group_->Stop();
   if (reaper_.joinable()) reaper_.join();
+  // The engine stops calling the publisher, which then goes first.
+  if (kv_events_ != nullptr && engine_ != nullptr) {
+    engine_->DetachTierListener();
+  }
   std::thread failer;
   {
     MutexLock lock(&mu_);

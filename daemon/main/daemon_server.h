@@ -13,6 +13,7 @@
 #include "daemon/core/clock.h"
 #include "daemon/core/daemon_config.h"
 #include "daemon/core/mutex.h"
+#include "daemon/events/kv_event_publisher.h"
 #include "daemon/group/group_status.h"
 #include "daemon/group/leader_view.h"
 #include "daemon/main/call_counter.h"
@@ -120,6 +121,9 @@ class DaemonServer {
   std::unique_ptr<Backend> backend_;  // Outlives the engine (its pools).
   std::unique_ptr<HiCacheEngine> engine_;
   std::unique_ptr<SessionManager> sessions_;
+  // config.kv_events: after the engine (destroyed before it, once the
+  // engine no longer calls it: ~DaemonServer detaches it first).
+  std::unique_ptr<events::KvEventPublisher> kv_events_;
   std::unique_ptr<ConnectionRegistry> connections_;
   // Calls in progress: shutdown closes the connections once none is left
   // (idle ones would otherwise hold gRPC's shutdown for the whole grace).

@@ -211,6 +211,49 @@ ABSL_FLAG(int32_t, journal_settle_ms, 20,
           "journaled (0..10000). One evicted within it costs no checksums "
           "and no record; a crash loses about this long of commits (their "
           "pages are free after the restart).");
+// KV events for cluster routers (docs/kv-events.md).
+ABSL_FLAG(std::string, kv_events_endpoint, "",
+          "Publish KV events (which blocks each tier holds) in vLLM's ZMQ "
+          "format (msgpack KVEventBatch; vLLM 0.33) on this PUB endpoint, "
+          "for llm-d's KV-cache indexer, Dynamo's KV router and similar "
+          "routers. Bound when it holds '*' or is ipc:// (e.g. tcp://*:5557 "
+          "or ipc:///run/hicached/kv-events), connected otherwise. The events "
+          "carry token ids of every namespace: bind it where only routers "
+          "reach. Empty (default): no events.");
+ABSL_FLAG(std::string, kv_events_replay_endpoint, "",
+          "With --kv_events_endpoint: a ROUTER endpoint (bound) answering "
+          "replay requests from a sequence number (vLLM's protocol). Empty "
+          "(default): no replay.");
+ABSL_FLAG(std::string, kv_events_topic, "kv@{instance}@{model}",
+          "Each namespace's event topic, from {instance}, {model} and "
+          "{namespace}; must name {model} or {namespace}. A scheduler "
+          "declares its instance and model at OpenSession; otherwise "
+          "--kv_events_instance and --kv_events_model (or the namespace).");
+ABSL_FLAG(std::string, kv_events_instance, "",
+          "Default {instance} of the event topics. Empty: the host name.");
+ABSL_FLAG(std::string, kv_events_model, "",
+          "Default {model} of the event topics. Empty: the namespace "
+          "(\"default\" for the default namespace).");
+ABSL_FLAG(uint32_t, kv_events_block_size, 0,
+          "Tokens per announced block: the router's block size, a divisor of "
+          "--page_size. 0 (default): the page size.");
+ABSL_FLAG(uint64_t, kv_events_hash_seed, 0,
+          "Seed of the block hashes (XXH3-64 chained over the namespace and "
+          "the tokens; docs/kv-events.md).");
+ABSL_FLAG(std::string, kv_events_device_medium, "GPU",
+          "The medium of device-tier events (vLLM's MEDIUM_GPU).");
+ABSL_FLAG(std::string, kv_events_host_medium, "CPU",
+          "The medium of host-tier events (vLLM's MEDIUM_CPU; SGLang uses "
+          "CPU_PINNED).");
+ABSL_FLAG(int64_t, kv_events_dp_rank, 0,
+          "The data_parallel_rank every event batch carries.");
+ABSL_FLAG(int64_t, kv_events_buffer, 10000,
+          "Event batches kept for replay.");
+ABSL_FLAG(int64_t, kv_events_hwm, 100000,
+          "High-water mark of the PUB socket (messages per subscriber).");
+ABSL_FLAG(int64_t, kv_events_max_queue, 100000,
+          "Events waiting to be published at most; past it they are dropped "
+          "and every topic is cleared and announced again.");
 ABSL_FLAG(std::string, log_level, "info",
           "Log level: trace, debug, info, warn, error, critical or off.");
 ABSL_FLAG(hicache::LogFormat, log_format, hicache::LogFormat::kText,
@@ -347,6 +390,23 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   config.state_dir = absl::GetFlag(FLAGS_state_dir);
   config.recovery_threads = absl::GetFlag(FLAGS_recovery_threads);
   config.journal_settle_ms = absl::GetFlag(FLAGS_journal_settle_ms);
+  config.kv_events.endpoint = absl::GetFlag(FLAGS_kv_events_endpoint);
+  config.kv_events.replay_endpoint =
+      absl::GetFlag(FLAGS_kv_events_replay_endpoint);
+  config.kv_events.topic = absl::GetFlag(FLAGS_kv_events_topic);
+  config.kv_events.instance = absl::GetFlag(FLAGS_kv_events_instance);
+  config.kv_events.model = absl::GetFlag(FLAGS_kv_events_model);
+  config.kv_events.block_size = absl::GetFlag(FLAGS_kv_events_block_size);
+  config.kv_events.hash_seed = absl::GetFlag(FLAGS_kv_events_hash_seed);
+  config.kv_events.device_medium =
+      absl::GetFlag(FLAGS_kv_events_device_medium);
+  config.kv_events.host_medium = absl::GetFlag(FLAGS_kv_events_host_medium);
+  config.kv_events.data_parallel_rank =
+      absl::GetFlag(FLAGS_kv_events_dp_rank);
+  config.kv_events.buffer_batches = absl::GetFlag(FLAGS_kv_events_buffer);
+  config.kv_events.hwm = absl::GetFlag(FLAGS_kv_events_hwm);
+  config.kv_events.max_queued_events =
+      absl::GetFlag(FLAGS_kv_events_max_queue);
   config.cp_group.name = absl::GetFlag(FLAGS_cp_group);
   config.cp_group.leader = absl::GetFlag(FLAGS_cp_group_leader);
   config.cp_group.advertise = absl::GetFlag(FLAGS_cp_group_advertise);

@@ -7,6 +7,7 @@
 #include "daemon/core/daemon_config.h"
 #include "daemon/metrics/cache_collector.h"
 #include "daemon/metrics/group_collector.h"
+#include "daemon/metrics/kv_event_collector.h"
 #include "daemon/metrics/layer_metrics.h"
 #include "daemon/metrics/rpc_interceptor.h"
 #include "daemon/metrics/rpc_metrics.h"
@@ -73,6 +74,13 @@ void DaemonMetrics::WatchGroup(
   MutexLock lock(&mu_);
   group_collector_ = std::make_shared<GroupCollector>(std::move(status));
   if (exposer_ != nullptr) exposer_->RegisterCollectable(group_collector_);
+}
+
+void DaemonMetrics::WatchKvEvents(
+    std::function<events::KvEventPublisherStats()> stats) {
+  MutexLock lock(&mu_);
+  kv_event_collector_ = std::make_shared<KvEventCollector>(std::move(stats));
+  if (exposer_ != nullptr) exposer_->RegisterCollectable(kv_event_collector_);
 }
 
 void DaemonMetrics::StopServing() {

@@ -11,6 +11,7 @@
 #include "daemon/core/mutex.h"
 #include "daemon/engine/engine_observer.h"
 #include "daemon/engine/hicache_engine.h"
+#include "daemon/events/kv_event_publisher.h"
 #include "daemon/engine/session_manager.h"
 #include "daemon/group/group_status.h"
 #include "grpcpp/support/server_interceptor.h"
@@ -24,6 +25,7 @@ namespace hicache::metrics {
 
 class CacheCollector;
 class GroupCollector;
+class KvEventCollector;
 class LayerMetrics;
 class RpcMetrics;
 
@@ -61,6 +63,10 @@ class DaemonMetrics {
   void WatchGroup(
       std::function<std::optional<group::GroupStatus>()> status)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Adds the KV-event publisher's series (KvEventCollector over `stats`);
+  // `stats` must stay callable until StopServing().
+  void WatchKvEvents(std::function<events::KvEventPublisherStats()> stats)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Stops the HTTP server (waits for scrapes in progress). Idempotent.
   void StopServing() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -74,6 +80,7 @@ class DaemonMetrics {
   Mutex mu_;
   std::shared_ptr<CacheCollector> collector_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<GroupCollector> group_collector_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<KvEventCollector> kv_event_collector_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<prometheus::Exposer> exposer_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -178,6 +178,7 @@ struct NodeInfo {
   int64_t idle_ms = 0;            // Since the node's last access.
   int64_t last_access_ns = 0;     // That access, on the tree's clock.
   std::vector<Rank> page_owners;  // Owner of every page.
+  std::vector<int32_t> tokens;     // Dump with include_tokens: its own.
   int64_t num_children = 0;
   // Inspect() only:
   std::vector<LogicalPage> device_pages;
@@ -190,6 +191,7 @@ struct DumpFilter {
   std::vector<int32_t> prefix;  // Only nodes whose sequence extends it.
   int max_depth = -1;           // -1 = unlimited.
   int64_t limit = -1;           // Max nodes reported, -1 = unlimited.
+  bool include_tokens = false;  // NodeInfo::tokens.
 };
 
 struct TreeStats {
@@ -411,9 +413,9 @@ class RadixTree {
   // Reports every announced block of `ns` (every namespace: nullopt) as
   // removed, and forgets the announcements.
   void WithdrawAll(std::optional<absl::string_view> ns = std::nullopt);
-  // Forgets every announcement without a report (the listener told its
-  // subscribers that everything was cleared).
-  void ForgetAnnounced();
+  // Forgets every announcement and tells the listener (OnAllCleared); an
+  // AnnounceAll then announces everything again (a resync).
+  void ClearAnnounced();
 
   // Durable host tier (docs/hot-restart.md). From now on every host-tier
   // change is reported to `listener` (not owned; nullptr stops reporting),
@@ -564,6 +566,7 @@ class RadixTree {
   // Whole-page tokens of `node` (its announced blocks), into token_scratch_.
   void AnnouncedTokens(const Node* node);
   bool WantsAnnounced(const Node* node, Tier tier) const;
+  void ForgetAnnounced();  // Without a report.
   absl::Status CheckAnnounced(const Node* node) const;
   TierListener* tier_listener_ = nullptr;
   uint32_t announce_block_size_ = 0;

@@ -68,6 +68,11 @@ void RadixTree::WithdrawAll(std::optional<absl::string_view> ns) {
   }
 }
 
+void RadixTree::ClearAnnounced() {
+  ForgetAnnounced();
+  if (tier_listener_ != nullptr) tier_listener_->OnAllCleared();
+}
+
 void RadixTree::ForgetAnnounced() {
   shared_blocks_.clear();
   for (auto& [id, node] : nodes_) {

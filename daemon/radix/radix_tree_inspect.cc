@@ -122,6 +122,13 @@ std::vector<NodeInfo> RadixTree::Dump(const DumpFilter& filter) const {
       if (!agrees) continue;
       if (!node->is_root() && end >= static_cast<int64_t>(prefix.size())) {
         out.push_back(Describe(node, frame.depth, frame.start));
+        if (filter.include_tokens) {
+          NodeInfo& info = out.back();
+          info.tokens.reserve(static_cast<size_t>(node->len()));
+          for (int64_t i = 0; i < node->len(); ++i) {
+            info.tokens.push_back(TokenAt(node, i));
+          }
+        }
       }
       if (filter.max_depth >= 0 && frame.depth >= filter.max_depth) continue;
       // Children in token order, pushed reversed so they pop in order.

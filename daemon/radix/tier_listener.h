@@ -52,6 +52,9 @@ class TierListener {
  public:
   virtual ~TierListener() = default;
   virtual void OnTierEvent(const TierEvent& event) = 0;
+  // Every announcement so far is void (RadixTree::ClearAnnounced): the
+  // subscribers should forget every block.
+  virtual void OnAllCleared() = 0;
 };
 
 }  // namespace hicache

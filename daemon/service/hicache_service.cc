@@ -8,6 +8,7 @@
 #include "absl/time/time.h"
 #include "daemon/service/proto_convert.h"
 #include "daemon/service/rpc_util.h"
+#include "spdlog/spdlog.h"
 
 namespace hicache::service {
 namespace {
@@ -30,6 +31,7 @@ HiCacheService::HiCacheService(DaemonInfo info, const Clock* clock,
       group_(parts.group),
       group_status_(std::move(parts.group_status)),
       limits_(limits),
+      kv_events_(parts.kv_events),
       flow_(parts.sessions, parts.engine, parts.hub) {}
 
 Caller HiCacheService::CallerOf(const grpc::ServerContext* context) const {
@@ -125,6 +127,20 @@ grpc::Status HiCacheService::OpenSession(grpc::ServerContext* context,
       return s;
     }
   }
+  const bool declares =
+      !request.event_instance().empty() || !request.event_model().empty();
+  if (declares && request.role() != v1::ROLE_SCHEDULER) {
+    return Invalid("event_instance and event_model are for schedulers");
+  }
+  for (auto [field, value] :
+       {std::pair{"event_instance", &request.event_instance()},
+        std::pair{"event_model", &request.event_model()}}) {
+    if (value->empty()) continue;
+    if (absl::Status s = events::KvEventTopics::ValidateName(field, *value);
+        !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+  }
   auto session = sessions_->Open(request.client_name(),
                                  request.role() == v1::ROLE_WORKER
                                      ? SessionRole::kWorker
@@ -132,6 +148,19 @@ grpc::Status HiCacheService::OpenSession(grpc::ServerContext* context,
                                  request.rank(), request.namespace_(),
                                  absl::Milliseconds(request.lease_ms()));
   if (!session.ok()) return ToGrpcStatus(session.status());
+  if (declares && kv_events_ != nullptr) {
+    const absl::Status declared = kv_events_->Declare(
+        request.namespace_(), request.event_instance(), request.event_model());
+    if (!declared.ok()) {
+      // Nothing of the session is used yet: it goes again.
+      if (absl::StatusOr<ReleaseSummary> closed = sessions_->Close(session->id);
+          !closed.ok()) {
+        spdlog::warn("closing session {} after a refused event declaration: {}",
+                     session->id, closed.status().ToString());
+      }
+      return ToGrpcStatus(declared);
+    }
+  }
   response->set_session_id(session->id);
   response->set_lease_ms(absl::ToInt64Milliseconds(session->lease));
   return grpc::Status::OK;

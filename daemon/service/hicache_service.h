@@ -11,6 +11,7 @@
 #include "daemon/engine/request_flow.h"
 #include "daemon/engine/session_manager.h"
 #include "daemon/engine/stream_context.h"
+#include "daemon/events/kv_event_publisher.h"
 #include "daemon/group/group_status.h"
 #include "daemon/group/leader_view.h"
 #include "daemon/service/caller_resolver.h"
@@ -45,6 +46,9 @@ struct ServiceParts {
   // (GetStats leaves cp_group unset). Called on RPC threads, concurrently;
   // must be thread-safe and must not block on an RPC.
   std::function<std::optional<group::GroupStatus>()> group_status;
+  // KV events (docs/kv-events.md); nullptr: off (OpenSession's event
+  // identity is validated and unused).
+  events::KvEventPublisher* kv_events = nullptr;
 };
 
 // hicache.v1.HiCache. Thin by design: each handler validates fields,
@@ -56,7 +60,8 @@ struct ServiceParts {
 //
 // Roles: Evict, SetFreeRoom, DumpTree, InspectNode, ListSessions and Watch
 // act across tenants and need an operator caller (PERMISSION_DENIED
-// otherwise). Session RPCs are confined by the session they name.
+// otherwise); so does QueryTiers without a session. Session RPCs are
+// confined by the session they name.
 //
 // CP groups: the RPCs that read or change the radix tree or the page
 // metadata (rpc_scope.h, kTree and kByRole) check LeaderGuard first; on a
@@ -140,6 +145,9 @@ class HiCacheService final : public v1::HiCache::Service {
   grpc::Status DumpTree(grpc::ServerContext* context,
                         const v1::DumpTreeRequest* request,
                         v1::DumpTreeResponse* response) override;
+  grpc::Status QueryTiers(grpc::ServerContext* context,
+                          const v1::QueryTiersRequest* request,
+                          v1::QueryTiersResponse* response) override;
   grpc::Status InspectNode(grpc::ServerContext* context,
                            const v1::InspectNodeRequest* request,
                            v1::NodeInfo* response) override;
@@ -178,6 +186,7 @@ class HiCacheService final : public v1::HiCache::Service {
   const LeaderView* const group_;  // May be null (standalone).
   const std::function<std::optional<group::GroupStatus>()> group_status_;
   const StreamLimits limits_;
+  events::KvEventPublisher* const kv_events_;  // May be null (off).
   RequestFlow flow_;
 };
 

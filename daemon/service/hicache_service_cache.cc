@@ -40,21 +40,6 @@ absl::StatusOr<std::optional<ComputeOwnerMode>> FromProto(
   }
 }
 
-// Tokens of all items together, checked before any is decoded.
-template <typename Items>
-grpc::Status CheckTokenBudget(const Items& items, int64_t limit) {
-  int64_t tokens = 0;
-  for (const auto& item : items) {
-    tokens += static_cast<int64_t>(item.tokens().size() / 4);
-  }
-  if (tokens > limit) {
-    return Invalid(absl::StrCat("the call carries ", tokens,
-                                " tokens; the limit is ", limit,
-                                " (--max_tokens_per_request)"));
-  }
-  return grpc::Status::OK;
-}
-
 grpc::Status LockOrUnlock(SessionManager* sessions,
                           const v1::LockRequest& request, bool lock,
                           v1::LockResponse* response) {

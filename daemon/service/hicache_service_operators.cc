@@ -48,6 +48,7 @@ void ToProto(const NodeInfo& n, v1::NodeInfo* out) {
   out->set_start(n.start);
   out->set_length(n.len);
   out->mutable_head_tokens()->Add(n.head_tokens.begin(), n.head_tokens.end());
+  out->mutable_tokens()->Add(n.tokens.begin(), n.tokens.end());
   out->mutable_tail_tokens()->Add(n.tail_tokens.begin(), n.tail_tokens.end());
   out->set_tier(TierName(n.tier));
   out->set_pending_backup(n.pending_backup);
@@ -65,6 +66,9 @@ void ToProto(const NodeInfo& n, v1::NodeInfo* out) {
   }
   out->set_idle_ms(n.idle_ms);
 }
+
+// Queries of one QueryTiers call, at most.
+constexpr int kMaxTierQueries = 65536;
 
 // --- DumpTree paging --------------------------------------------------------
 // Nodes per page when the request names no limit, and the most it may ask.
@@ -291,6 +295,65 @@ grpc::Status HiCacheService::Stats(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status HiCacheService::QueryTiers(grpc::ServerContext* context,
+    const v1::QueryTiersRequest* request_in,
+    v1::QueryTiersResponse* response) {
+  if (grpc::Status s = guard_.Check(context, "QueryTiers"); !s.ok()) return s;
+  const v1::QueryTiersRequest& request = *request_in;
+  // With a session: confined to its namespace. Without: operators only.
+  std::optional<std::string> session_ns;
+  if (!request.session_id().empty()) {
+    absl::StatusOr<SessionInfo> info = sessions_->Info(request.session_id());
+    if (!info.ok()) return ToGrpcStatus(info.status());
+    if (info->role != SessionRole::kScheduler) {
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                          "QueryTiers is for schedulers and operators");
+    }
+    session_ns = info->ns;
+  } else if (grpc::Status s = RequireOperator(CallerOf(context), "QueryTiers");
+             !s.ok()) {
+    return s;
+  }
+  if (request.queries_size() > kMaxTierQueries) {
+    return Invalid(absl::StrCat("the call carries ", request.queries_size(),
+                                " queries; the limit is ", kMaxTierQueries));
+  }
+  if (grpc::Status s = CheckTokenBudget(
+          request.queries(), sessions_->limits().max_tokens_per_request);
+      !s.ok()) {
+    return s;
+  }
+  std::vector<std::vector<int32_t>> tokens;
+  tokens.reserve(request.queries_size());
+  std::vector<HiCacheEngine::TierQuery> queries;
+  queries.reserve(request.queries_size());
+  for (int i = 0; i < request.queries_size(); ++i) {
+    const v1::TierQuery& q = request.queries(i);
+    if (session_ns.has_value() && !q.namespace_().empty() &&
+        q.namespace_() != *session_ns) {
+      return grpc::Status(
+          grpc::StatusCode::PERMISSION_DENIED,
+          absl::StrCat("queries[", i, "] names another namespace than the "
+                       "session's"));
+    }
+    auto decoded = DecodeTokens(q.tokens(), absl::StrCat("queries[", i, "].tokens"));
+    if (!decoded.ok()) return ToGrpcStatus(decoded.status());
+    tokens.push_back(*std::move(decoded));
+  }
+  for (int i = 0; i < request.queries_size(); ++i) {
+    queries.push_back({session_ns.has_value()
+                           ? absl::string_view(*session_ns)
+                           : absl::string_view(request.queries(i).namespace_()),
+                       tokens[i]});
+  }
+  for (const HiCacheEngine::TierHit& hit : engine_->QueryTiers(queries)) {
+    v1::TierHit* out = response->add_hits();
+    out->set_device_tokens(hit.device_tokens);
+    out->set_host_tokens(hit.host_tokens);
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status HiCacheService::DumpTree(grpc::ServerContext* context,
     const v1::DumpTreeRequest* request_in, v1::DumpTreeResponse* response) {
   if (grpc::Status s = guard_.Check(context, "DumpTree"); !s.ok()) return s;
@@ -304,6 +367,7 @@ grpc::Status HiCacheService::DumpTree(grpc::ServerContext* context,
   filter.all_namespaces = request.all_namespaces();
   filter.prefix = *std::move(prefix);
   filter.max_depth = request.max_depth() <= 0 ? -1 : request.max_depth();
+  filter.include_tokens = request.include_tokens();
   if (!v1::TreeSort_IsValid(request.sort())) {
     return Invalid(absl::StrCat("unknown sort ", request.sort()));
   }

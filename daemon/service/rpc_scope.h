@@ -62,6 +62,7 @@ inline constexpr std::array kHiCacheRpcScopes = {
     RpcScopeEntry{"Stats", RpcScope::kTree},
     RpcScopeEntry{"DumpTree", RpcScope::kTree},
     RpcScopeEntry{"InspectNode", RpcScope::kTree},
+    RpcScopeEntry{"QueryTiers", RpcScope::kTree},
     RpcScopeEntry{"Watch", RpcScope::kTree},
 };
 

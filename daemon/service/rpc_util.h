@@ -48,4 +48,19 @@ inline void ToProto(absl::Span<const LogicalPage> pages, int64_t valid,
   out->set_valid_tokens(valid);
 }
 
+// Tokens of all items together (packed int32 bytes), checked before any is decoded.
+template <typename Items>
+grpc::Status CheckTokenBudget(const Items& items, int64_t limit) {
+  int64_t tokens = 0;
+  for (const auto& item : items) {
+    tokens += static_cast<int64_t>(item.tokens().size() / 4);
+  }
+  if (tokens > limit) {
+    return Invalid(absl::StrCat("the call carries ", tokens,
+                                " tokens; the limit is ", limit,
+                                " (--max_tokens_per_request)"));
+  }
+  return grpc::Status::OK;
+}
+
 }  // namespace hicache::service

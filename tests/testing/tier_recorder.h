@@ -63,6 +63,11 @@ class TierRecorder final : public TierListener {
     }
   }
 
+  void OnAllCleared() override {
+    ++clears;
+    held.clear();
+  }
+
   bool Holds(const std::string& ns, uint64_t hash) const {
     return held.count({ns, hash, Tier::kDevice}) > 0 ||
            held.count({ns, hash, Tier::kHost}) > 0;
@@ -76,6 +81,7 @@ class TierRecorder final : public TierListener {
   std::set<Key> held;
   std::vector<std::string> errors;
   int64_t events = 0;
+  int64_t clears = 0;
   int64_t stores[2] = {0, 0};  // Blocks stored, ever, per Tier.
 
  private:

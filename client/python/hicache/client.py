@@ -179,6 +179,7 @@ READ_METHODS = (
     ("hicache.v1.HiCache", "KeepAlive"),
     ("hicache.v1.HiCache", "DumpTree"),
     ("hicache.v1.HiCache", "InspectNode"),
+    ("hicache.v1.HiCache", "QueryTiers"),
     ("hicache.v1.HiCache", "ListSessions"),
 )
 
