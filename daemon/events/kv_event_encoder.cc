@@ -1,5 +1,6 @@
 #include "daemon/events/kv_event_encoder.h"
 
+#include <cstring>
 #include <string_view>
 
 #include "msgpack.hpp"
@@ -24,6 +25,18 @@ void PackString(Packer& pk, std::string_view s) {
   pk.pack_str_body(s.data(), static_cast<uint32_t>(s.size()));
 }
 
+// Always a float64 (0xcb), as msgspec writes a float: msgpack-c's
+// pack_double writes a whole number as an integer.
+void PackFloat64(StringWriter& writer, double d) {
+  uint64_t bits;
+  static_assert(sizeof(bits) == sizeof(d));
+  std::memcpy(&bits, &d, sizeof(d));
+  char out[9];
+  out[0] = '\xcb';
+  for (int i = 0; i < 8; ++i) out[1 + i] = static_cast<char>(bits >> (56 - 8 * i));
+  writer.write(out, sizeof(out));
+}
+
 void PackHashes(Packer& pk, const std::vector<uint64_t>& hashes) {
   pk.pack_array(static_cast<uint32_t>(hashes.size()));
   for (uint64_t hash : hashes) pk.pack_uint64(hash);
@@ -37,15 +50,18 @@ void KvEventEncoder::EncodeBatch(double ts,
   StringWriter writer(out);
   Packer pk(writer);
   pk.pack_array(3);
-  pk.pack_double(ts);
+  PackFloat64(writer, ts);
   pk.pack_array(static_cast<uint32_t>(events.size()));
   for (const KvEvent* event : events) {
     const std::string& medium = event->tier == Tier::kDevice
                                     ? format_.device_medium
                                     : format_.host_medium;
     switch (event->kind) {
-      case KvEvent::Kind::kStored:
-        pk.pack_map(8);
+      case KvEvent::Kind::kStored: {
+        // msgspec sizes a struct's map header by its field count (16 with
+        // the tag, past fixmap's 15): a map16 of 8 entries, byte for byte.
+        static constexpr char kMap16Of8[] = {'\xde', '\x00', '\x08'};
+        writer.write(kMap16Of8, sizeof(kMap16Of8));
         PackString(pk, "type");
         PackString(pk, "BlockStored");
         PackString(pk, "block_hashes");
@@ -68,6 +84,7 @@ void KvEventEncoder::EncodeBatch(double ts,
         PackString(pk, "lora_name");
         pk.pack_nil();
         break;
+      }
       case KvEvent::Kind::kRemoved:
         pk.pack_map(3);
         PackString(pk, "type");

@@ -16,7 +16,11 @@
 //     BlockRemoved      type, block_hashes, medium
 //     AllBlocksCleared  type
 //   block hashes  msgpack unsigned integers (vLLM's int hashes, the default
-//                 of VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES); ts a float64.
+//                 of VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES); ts a float64;
+//                 integers in their smallest form, BlockStored's header a
+//                 map16 (msgspec sizes it by the struct's 16 fields): the
+//                 bytes are msgspec's, not only the structure
+//                 (kv_event_encoder_test's golden batch).
 //
 // Thread-compatible; encoding allocates only the output.
 

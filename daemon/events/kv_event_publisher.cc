@@ -280,6 +280,7 @@ void KvEventPublisher::PublishLoop() {
       resync = overflowed_ && resync_ != nullptr;
       resync_fn = resync_;
     }
+    if (options_.before_send) options_.before_send();
     size_t begin = 0;
     while (begin < taken.size()) {
       size_t end = begin + 1;

@@ -70,6 +70,9 @@ struct KvEventPublisherOptions {
   TopicOptions topics;
   // Seconds since the Unix epoch, for the batches' ts (test seam).
   std::function<double()> now;
+  // Test seam: the publisher thread calls it (no lock held) each time it has
+  // taken the queue, before it sends what it took.
+  std::function<void()> before_send;
 };
 
 struct KvEventPublisherStats {
