@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator, List, Optional, Sequence, Union
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import grpc
 
@@ -587,11 +587,23 @@ class Client:
     def session(self, client_name: str, role: str = "scheduler", rank: int = 0,
                 namespace: str = "", lease_ms: int = 10000, *,
                 on_reopen: Optional[Callable[["Session", str], None]] = None,
-                auto_reopen: bool = True) -> "Session":
+                auto_reopen: bool = True, event_instance: str = "",
+                event_model: str = "") -> "Session":
         """Opens a session; use it as a context manager to close it. See
-        Session for `on_reopen` and `auto_reopen`."""
+        Session for `on_reopen` and `auto_reopen`. A scheduler may name the
+        engine instance and model its namespace serves: its KV events then
+        go to that topic (docs/kv-events.md)."""
         return Session(self, client_name, role, rank, namespace, lease_ms,
-                       on_reopen=on_reopen, auto_reopen=auto_reopen)
+                       on_reopen=on_reopen, auto_reopen=auto_reopen,
+                       event_instance=event_instance, event_model=event_model)
+
+    def query_tiers(self, queries: Sequence[Tuple[str, Tokens]]) -> List[Tuple[int, int]]:
+        """Routers (operators only): for each (namespace, tokens), the tokens
+        matchable on device and, past them, loadable from the host tier. A
+        pure lookup: no hit counted, nothing locked (docs/kv-events.md)."""
+        response = self.call("QueryTiers", pb.QueryTiersRequest(queries=[
+            pb.TierQuery(namespace=ns, tokens=pack_tokens(t)) for ns, t in queries]))
+        return [(h.device_tokens, h.host_tokens) for h in response.hits]
 
 
 _SESSION_LOST = re.compile(r"session '[^']*' is unknown|^no session '|^session is unknown")
@@ -626,14 +638,17 @@ class Session:
     def __init__(self, client: Client, client_name: str, role: str, rank: int,
                  namespace: str, lease_ms: int, *,
                  on_reopen: Optional[Callable[["Session", str], None]] = None,
-                 auto_reopen: bool = True):
+                 auto_reopen: bool = True, event_instance: str = "",
+                 event_model: str = ""):
         self.client = client
         roles = {"scheduler": pb.ROLE_SCHEDULER, "worker": pb.ROLE_WORKER}
         if role not in roles:
             raise ValueError(f"role must be 'scheduler' or 'worker', got {role!r}")
         self._open_request = pb.OpenSessionRequest(client_name=client_name, role=roles[role],
                                                    rank=rank, namespace=namespace,
-                                                   lease_ms=lease_ms)
+                                                   lease_ms=lease_ms,
+                                                   event_instance=event_instance,
+                                                   event_model=event_model)
         self.on_reopen = on_reopen
         self.auto_reopen = auto_reopen
         self.reopens = 0
@@ -830,6 +845,15 @@ class Session:
                             handle(r.last_device_node), handle(r.last_host_node),
                             r.host_hit_tokens, handle(r.lock_handle), r.tail_blocked)
                 for r in response.results]
+
+    def query_tiers(self, requests: Sequence[Tokens]) -> List[Tuple[int, int]]:
+        """For each token sequence of this session's namespace: the tokens
+        matchable on device and, past them, loadable from the host tier. A
+        pure lookup (no hit counted, nothing locked)."""
+        response = self._rpc("QueryTiers", pb.QueryTiersRequest(
+            session_id=self.id, queries=[pb.TierQuery(tokens=pack_tokens(t))
+                                         for t in requests]))
+        return [(h.device_tokens, h.host_tokens) for h in response.hits]
 
     def admit(self, items: Sequence[Union[AdmitItem, Tokens]]) -> List[AdmitResult]:
         """One round trip before a forward pass, per item in order: match
