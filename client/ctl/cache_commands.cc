@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "client/cpp/hicache_client.h"
 #include "client/cpp/leader_redirect.h"
 #include "client/ctl/cli.h"
@@ -363,6 +364,52 @@ int RunMatch(const MatchOptions& o, const CommandContext& c) {
       r.last_device_node(), r.host_hit_tokens(), r.last_host_node(),
       static_cast<int64_t>(tokens->size()) - r.device().valid_tokens() -
           r.host_hit_tokens());
+  return kExitOk;
+}
+
+int RunTiers(const TiersOptions& o, const CommandContext& c) {
+  if (!o.file.empty() && !o.tokens.empty()) {
+    return Usage(c, "tiers takes token ids or --file F, not both");
+  }
+  std::vector<std::string> lines;
+  if (!o.file.empty()) {
+    std::ifstream in(o.file);
+    if (!in) return Usage(c, "--file: cannot read '" + o.file + "'");
+    for (std::string line; std::getline(in, line);) {
+      if (!absl::StripAsciiWhitespace(line).empty()) lines.push_back(line);
+    }
+  } else {
+    lines.push_back(absl::StrJoin(o.tokens, ","));
+  }
+  v1::QueryTiersRequest request;
+  for (const std::string& line : lines) {
+    auto tokens = ParseTokens(line);
+    if (!tokens.has_value() || tokens->empty()) {
+      return Usage(c, "tiers takes token ids (1,2,3) or --file F with one "
+                      "sequence per line");
+    }
+    v1::TierQuery* query = request.add_queries();
+    query->set_namespace_(o.ns);
+    query->set_tokens(Pack(*tokens));
+  }
+  auto stub = Stub(c);
+  grpc::ClientContext ctx;
+  Deadline(&ctx, c.timeout);
+  v1::QueryTiersResponse response;
+  const grpc::Status status = stub->QueryTiers(&ctx, request, &response);
+  if (!status.ok()) return RpcError(status, ctx, c);
+  if (c.json) {
+    PrintJson(ProtoToJson(response), c);
+    return kExitOk;
+  }
+  for (int i = 0; i < response.hits_size(); ++i) {
+    const int64_t total = static_cast<int64_t>(request.queries(i).tokens().size() / 4);
+    *c.out << absl::StrFormat("%d\tdevice %d\thost %d\tmiss %d\n", i,
+                              response.hits(i).device_tokens(),
+                              response.hits(i).host_tokens(),
+                              total - response.hits(i).device_tokens() -
+                                  response.hits(i).host_tokens());
+  }
   return kExitOk;
 }
 

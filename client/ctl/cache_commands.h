@@ -56,6 +56,16 @@ struct MatchOptions {
 };
 int RunMatch(const MatchOptions& options, const CommandContext& c);
 
+// QueryTiers (operators): per sequence, the tokens on device and the tokens
+// past them on the host tier. Token ids as for match, or --file with one
+// sequence per line (one batched call).
+struct TiersOptions {
+  std::vector<std::string> tokens;
+  std::string file;
+  std::string ns;
+};
+int RunTiers(const TiersOptions& options, const CommandContext& c);
+
 int RunCacheStats(const CommandContext& c);
 int RunSessions(const CommandContext& c);
 

@@ -35,6 +35,7 @@ constexpr char kFooter[] =
     "  hicachectl tree --sort hits --limit 5\n"
     "  hicachectl tree --all --json > tree.json\n"
     "  hicachectl match 1,2,3,4 --ns tenant-a\n"
+    "  hicachectl tiers --file sequences.txt --json\n"
     "  hicachectl free-room                  # show the targets\n"
     "  hicachectl free-room --l1 64          # change L1, keep L2\n"
     "  hicachectl watch --count 10 --json\n"
@@ -93,6 +94,7 @@ struct Commands {
   std::string tree_ns;
   uint64_t node = 0;
   MatchOptions match;
+  TiersOptions tiers;
   EvictOptions evict;
   PinOptions pin;
   PinOptions unpin;
@@ -203,6 +205,18 @@ void AddCommands(CLI::App& app, Commands& c) {
   match->add_option("--file", c.match.file, "Read the token ids from FILE")
       ->type_name("FILE");
   match->add_option("--ns", c.match.ns, "Namespace (default \"\")")
+      ->type_name("NS");
+
+  CLI::App* tiers = AddCommand(
+      app, "tiers",
+      "For routers: how much of each sequence each tier holds (QueryTiers, "
+      "operators; a pure lookup: no hit counted, nothing locked)");
+  tiers->add_option("tokens", c.tiers.tokens, "Token ids: 1,2,3 or 1 2 3")
+      ->type_name("T,T,..");
+  tiers->add_option("--file", c.tiers.file,
+                    "One sequence of token ids per line (one batched call)")
+      ->type_name("FILE");
+  tiers->add_option("--ns", c.tiers.ns, "Namespace (default \"\")")
       ->type_name("NS");
 
   AddCommand(app, "cache-stats",
@@ -327,6 +341,7 @@ int Dispatch(CLI::App& app, const Globals& g, Commands& cmds, std::ostream& out,
   }
   if (name == "node") return RunNode(cmds.node, c);
   if (name == "match") return RunMatch(cmds.match, c);
+  if (name == "tiers") return RunTiers(cmds.tiers, c);
   if (name == "cache-stats") return RunCacheStats(c);
   if (name == "sessions") return RunSessions(c);
   if (name == "evict") return RunEvict(cmds.evict, c);

@@ -263,6 +263,30 @@ TEST_F(CacheCliTest, Match) {
   EXPECT_EQ(Cli({"--socket=" + socket_, "match", "x,y"}).code, kExitUsage);
 }
 
+TEST_F(CacheCliTest, Tiers) {
+  std::vector<std::string> tokens;
+  for (int i = 0; i < 64; ++i) tokens.push_back(std::to_string(7000 + i));
+  CliResult r =
+      Cli({"--socket=" + socket_, "tiers", absl::StrJoin(tokens, ",")});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_EQ(r.out, "0\tdevice 64\thost 0\tmiss 0\n");
+  // A pure lookup: the node's hit count is untouched.
+  EXPECT_THAT(Cli({"--socket=" + socket_, "tree"}).out, HasSubstr("hits=0"));
+  const std::string file = dir_.Child("sequences.txt");
+  std::ofstream(file) << absl::StrJoin(tokens, " ") << "\n\n1,2,3\n";
+  r = Cli({"--socket=" + socket_, "--json", "tiers", "--file", file, "--ns",
+           ""});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  const Json doc = ParseOneDocument(r.out);
+  ASSERT_EQ(doc["hits"].size(), 2u);
+  EXPECT_EQ(doc["hits"][0]["device_tokens"], 64);
+  EXPECT_EQ(Cli({"--socket=" + socket_, "tiers", "x,y"}).code, kExitUsage);
+  // Another namespace holds nothing of it.
+  r = Cli({"--socket=" + socket_, "tiers", "--ns", "other",
+           absl::StrJoin(tokens, ",")});
+  EXPECT_EQ(r.out, "0\tdevice 0\thost 0\tmiss 64\n");
+}
+
 TEST_F(CacheCliTest, CacheStatsAndSessions) {
   CliResult r = Cli({"--socket=" + socket_, "cache-stats"});
   EXPECT_EQ(r.code, kExitOk) << r.err;
@@ -523,7 +547,8 @@ TEST(CliUsageTest, VersionOnEveryCommand) {
   EXPECT_EQ(r.code, kExitOk);
   EXPECT_EQ(r.out, expected);
   for (const char* command :
-       {"health", "stats", "tree", "node", "match", "cache-stats", "sessions",
+       {"health", "stats", "tree", "node", "match", "tiers", "cache-stats",
+        "sessions",
         "evict", "pin", "unpin", "free-room", "watch"}) {
     // Even where required arguments are missing: nothing is contacted.
     r = Cli({command, "--version"});
