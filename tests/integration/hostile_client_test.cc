@@ -128,6 +128,9 @@ TEST_F(HostileClientTest, OperatorRpcsNeedAnOperatorPeer) {
   EXPECT_THAT(evict.err, HasSubstr("uid 65534"));
   RunResult sessions = CtlAs("65534", {"sessions"});
   EXPECT_EQ(sessions.exit_code, 1);
+  RunResult tiers = CtlAs("65534", {"tiers", "1,2,3"});
+  EXPECT_EQ(tiers.exit_code, 1) << tiers.out << tiers.err;
+  EXPECT_THAT(tiers.err, HasSubstr("operator RPC"));
   // Health and identity stay open to every local user.
   EXPECT_EQ(CtlAs("65534", {"health"}).exit_code, 0);
   // Root is an operator.

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -34,7 +35,7 @@ using testing::Seq;
 class TrustTest : public ::testing::Test {
  protected:
   void StartServer(uint32_t cp_size = 1,
-                   void (*tweak)(DaemonConfig*) = nullptr) {
+                   std::function<void(DaemonConfig*)> tweak = nullptr) {
     DaemonConfig config;
     config.page_size = 4;
     config.cp_size = cp_size;
@@ -347,6 +348,96 @@ TEST_F(TrustTest, SessionsAreConfinedToTheirNamespace) {
   both.set_mode(v1::COMPUTE_OWNER_MODE_ZIGZAG);
   EXPECT_EQ(Allocate(a, {both}).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+// QueryTiers (routers): confined to a session's namespace, operators only
+// without one, a pure lookup, and bounded.
+TEST_F(TrustTest, QueryTiersIsConfinedPureAndBounded) {
+  const std::string a = Open("tenant-a"), b = Open("tenant-b");
+  const std::vector<int32_t> tokens = Seq(1, 8);
+  v1::InsertResponse inserted;
+  ASSERT_TRUE(Insert(a, tokens, AllocateN(a, 2), &inserted).ok());
+  const uint64_t node = inserted.results(0).node();
+  auto query = [&](const std::string& session, const std::string& ns,
+                   std::string bytes, v1::QueryTiersResponse* out) {
+    grpc::ClientContext ctx;
+    v1::QueryTiersRequest request;
+    request.set_session_id(session);
+    v1::TierQuery* q = request.add_queries();
+    q->set_namespace_(ns);
+    q->set_tokens(std::move(bytes));
+    return stub_->QueryTiers(&ctx, request, out);
+  };
+  v1::QueryTiersResponse r;
+  ASSERT_TRUE(query(a, "", Pack(tokens), &r).ok());
+  EXPECT_EQ(r.hits(0).device_tokens(), 8);
+  r.Clear();
+  ASSERT_TRUE(query(b, "", Pack(tokens), &r).ok());
+  EXPECT_EQ(r.hits(0).device_tokens(), 0);  // Its own namespace: a miss.
+  EXPECT_EQ(query(b, "tenant-a", Pack(tokens), &r).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  const std::string worker = Open("tenant-a", v1::ROLE_WORKER);
+  EXPECT_EQ(query(worker, "", Pack(tokens), &r).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(query("s9-nope", "", Pack(tokens), &r).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(query(a, "", "abc", &r).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  // Without a session: an operator (the test runs as root), any namespace.
+  r.Clear();
+  ASSERT_TRUE(query("", "tenant-a", Pack(tokens), &r).ok());
+  EXPECT_EQ(r.hits(0).device_tokens(), 8);
+  {
+    grpc::ClientContext ctx;
+    v1::QueryTiersRequest request;
+    for (int i = 0; i <= 65536; ++i) request.add_queries();
+    v1::QueryTiersResponse response;
+    EXPECT_EQ(stub_->QueryTiers(&ctx, request, &response).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  // Nothing was counted or touched.
+  EXPECT_EQ(server_->engine().Inspect(node)->hit_count, 0u);
+  EXPECT_EQ(server_->engine().Inspect(node)->lock_ref, 0);
+  EXPECT_TRUE(Close(worker).ok());
+  ExpectConsistent();
+}
+
+// OpenSession's event identity: for schedulers, validated even with events
+// off; a topic another namespace took is refused and leaves no session.
+TEST_F(TrustTest, EventIdentityIsValidatedAndTopicsAreNotShared) {
+  auto open = [&](const std::string& ns, v1::Role role,
+                  const std::string& instance, const std::string& model) {
+    grpc::ClientContext ctx;
+    v1::OpenSessionRequest request;
+    request.set_client_name("test");
+    request.set_role(role);
+    request.set_namespace_(ns);
+    request.set_event_instance(instance);
+    request.set_event_model(model);
+    v1::OpenSessionResponse response;
+    return stub_->OpenSession(&ctx, request, &response);
+  };
+  EXPECT_EQ(open("", v1::ROLE_WORKER, "pod", "").error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(open("", v1::ROLE_SCHEDULER, "pod@1", "").error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(open("", v1::ROLE_SCHEDULER, "", std::string(300, 'm')).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(open("", v1::ROLE_SCHEDULER, "pod", "m").ok());  // Events off.
+
+  server_.reset();
+  const std::string endpoint = "ipc://" + dir_.Child("events");
+  StartServer(1, [&endpoint](DaemonConfig* c) {
+    c->kv_events.endpoint = endpoint;
+    c->kv_events.instance = "node";
+  });
+  EXPECT_TRUE(open("tenant-a", v1::ROLE_SCHEDULER, "pod", "m").ok());
+  const size_t sessions = server_->sessions().List().size();
+  const grpc::Status taken = open("tenant-b", v1::ROLE_SCHEDULER, "pod", "m");
+  EXPECT_EQ(taken.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(taken.error_message(), HasSubstr("tenant-a"));
+  EXPECT_EQ(server_->sessions().List().size(), sessions);
+  EXPECT_TRUE(open("tenant-b", v1::ROLE_SCHEDULER, "pod", "m2").ok());
 }
 
 TEST_F(TrustTest, WorkerSessionsCannotActAsSchedulers) {
