@@ -26,6 +26,7 @@ class TierRecorder final : public TierListener {
 
   void OnTierEvent(const TierEvent& event) override {
     ++events;
+    log.push_back({event.kind, event.tier, event.block_hashes.front()});
     const std::string ns(event.ns);
     if (event.block_hashes.empty()) errors.push_back("an empty event");
     if (event.kind == TierEvent::Kind::kStored) {
@@ -78,6 +79,13 @@ class TierRecorder final : public TierListener {
     return n;
   }
 
+  // Every report in order: kind, tier and its first block's hash.
+  struct Logged {
+    TierEvent::Kind kind;
+    Tier tier;
+    uint64_t first_hash;
+  };
+  std::vector<Logged> log;
   std::set<Key> held;
   std::vector<std::string> errors;
   int64_t events = 0;
