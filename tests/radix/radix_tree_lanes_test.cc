@@ -8,6 +8,7 @@
 #include "daemon/radix/host_tier_listener.h"
 #include "daemon/radix/radix_tree.h"
 #include "gtest/gtest.h"
+#include "tests/testing/tier_recorder.h"
 
 namespace hicache {
 namespace {
@@ -55,6 +56,13 @@ TEST(RadixLanesTest, TheHostIndexHearsEveryDroppedCopy) {
     RadixTree& tree = **created;
     IndexListener index;
     tree.SetHostTierListener(&index);
+    // KV events too, in blocks of a whole page.
+    testing::TierRecorder tiers(kP, seed);
+    ASSERT_TRUE(tree.SetTierListener(&tiers, kP, seed).ok());
+    auto announced_exactly = [&] {
+      EXPECT_TRUE(tiers.errors.empty()) << tiers.errors.front();
+      EXPECT_EQ(tiers.held, testing::AnnouncedByTree(tree, kP, seed));
+    };
     int64_t next_page = 1;
     std::vector<int64_t> next_host(kC, 0);
     std::vector<std::vector<int32_t>> keys;
@@ -110,6 +118,7 @@ TEST(RadixLanesTest, TheHostIndexHearsEveryDroppedCopy) {
         tree.EvictDevice(need);
       }
       ASSERT_EQ(tier(), index.live());
+      announced_exactly();
     }
     const Rank dead_lane = rng() % kC;
     std::vector<bool> dead(kC, false);
@@ -118,6 +127,7 @@ TEST(RadixLanesTest, TheHostIndexHearsEveryDroppedCopy) {
     const LaneDropResult dropped = tree.DropLanes(dead);
     ASSERT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
     ASSERT_EQ(tier(), index.live());
+    announced_exactly();  // Detached nodes are withdrawn at once.
     for (const auto& [id, owners] : index.live()) {
       EXPECT_EQ(std::count(owners.begin(), owners.end(), dead_lane), 0);
     }
@@ -136,6 +146,7 @@ TEST(RadixLanesTest, TheHostIndexHearsEveryDroppedCopy) {
     EXPECT_EQ(tree.DetachedNodes(), 0);
     ASSERT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
     ASSERT_EQ(tier(), index.live());
+    announced_exactly();
     tree.SetHostTierListener(nullptr);
   }
   EXPECT_GT(removed, 0);

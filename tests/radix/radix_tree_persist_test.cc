@@ -14,6 +14,7 @@
 #include "daemon/radix/radix_tree.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/tier_recorder.h"
 #include "tests/testing/tokens.h"
 
 namespace hicache {
@@ -269,6 +270,9 @@ TEST_P(PersistTest, RandomTrafficKeepsTheIndexExact) {
   auto fresh = RadixTree::Create(
       {.page_size = kP, .cp_size = 1, .policy = GetParam(), .clock = &clock_});
   ASSERT_TRUE(fresh.ok());
+  // KV events: the restored host tier is announced as it is rebuilt.
+  testing::TierRecorder tiers(kP, 0);
+  ASSERT_TRUE((*fresh)->SetTierListener(&tiers, kP, 0).ok());
   std::map<uint64_t, NodeId> restored;
   std::vector<uint64_t> order;
   {
@@ -296,6 +300,9 @@ TEST_P(PersistTest, RandomTrafficKeepsTheIndexExact) {
   }
   ASSERT_TRUE((*fresh)->CheckInvariants().ok()) << (*fresh)->CheckInvariants();
   EXPECT_EQ(Snapshot(**fresh), reachable);
+  EXPECT_TRUE(tiers.errors.empty());
+  EXPECT_EQ(tiers.held, testing::AnnouncedByTree(**fresh, kP, 0));
+  EXPECT_EQ(tiers.Count(Tier::kDevice), 0);
   // And it serves them: each restored node's full key is a host hit of its
   // whole length.
   for (const auto& [id, record] : reachable) {

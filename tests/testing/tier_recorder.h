@@ -7,12 +7,15 @@
 // follow from the tokens).
 
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "daemon/radix/block_hashes.h"
+#include "daemon/radix/radix_tree.h"
 #include "daemon/radix/tier_listener.h"
 
 namespace hicache::testing {
@@ -96,5 +99,42 @@ class TierRecorder final : public TierListener {
   const uint32_t block_size_;
   const uint64_t hash_seed_;
 };
+
+// What the tree must have announced: every whole page of every node (a
+// Dump with include_tokens), hashed from scratch, on the tiers that hold it.
+inline std::set<TierRecorder::Key> AnnouncedByTree(const RadixTree& tree,
+                                                   uint32_t block_size,
+                                                   uint64_t hash_seed) {
+  DumpFilter filter;
+  filter.include_tokens = true;
+  const std::vector<NodeInfo> nodes = tree.Dump(filter);
+  const uint32_t page = tree.options().page_size;
+  absl::flat_hash_map<NodeId, const NodeInfo*> by_id;
+  for (const NodeInfo& n : nodes) by_id[n.id] = &n;
+  // The whole sequence up to each node's end.
+  std::function<std::vector<int32_t>(const NodeInfo&)> path =
+      [&](const NodeInfo& n) {
+        auto parent = by_id.find(n.parent);
+        std::vector<int32_t> tokens =
+            parent == by_id.end() ? std::vector<int32_t>() : path(*parent->second);
+        tokens.insert(tokens.end(), n.tokens.begin(), n.tokens.end());
+        return tokens;
+      };
+  std::set<TierRecorder::Key> out;
+  for (const NodeInfo& n : nodes) {
+    if (n.len < page) continue;
+    std::vector<int32_t> tokens = path(n);
+    tokens.resize(tokens.size() - n.len + n.len / page * page);
+    std::vector<uint64_t> hashes;
+    BlockHashes::Chain(BlockHashes::Seed(n.ns, hash_seed), tokens, block_size,
+                       &hashes);
+    const size_t own = n.len / page * page / block_size;
+    for (size_t i = hashes.size() - own; i < hashes.size(); ++i) {
+      if (n.tier != NodeTier::kHost) out.insert({n.ns, hashes[i], Tier::kDevice});
+      if (n.tier != NodeTier::kDevice) out.insert({n.ns, hashes[i], Tier::kHost});
+    }
+  }
+  return out;
+}
 
 }  // namespace hicache::testing
