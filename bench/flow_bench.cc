@@ -31,11 +31,7 @@
 //   (host hits loaded back); ratio_median = legacy / admit. Complete caches
 //   the request's input (the pages its backup covers); outputs are not
 //   cached, so the next turn recomputes them.
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdlib.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -54,6 +50,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "bench/latencies.h"
+#include "bench/spawned_daemon.h"
 #include "benchmark/benchmark.h"
 #include "client/cpp/endpoint.h"
 #include "client/cpp/hicache_session.h"
@@ -84,101 +81,8 @@ namespace {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// ---------------------------------------------------------------------------
-// The daemon: spawned (and stopped) here, or external.
-
-std::string FindDaemon(const char* argv0) {
-  if (!absl::GetFlag(FLAGS_daemon).empty()) return absl::GetFlag(FLAGS_daemon);
-  std::vector<std::string> candidates;
-  if (const char* dir = std::getenv("RUNFILES_DIR")) {
-    candidates.push_back(absl::StrCat(dir, "/hicache/daemon/hicached"));
-  }
-  candidates.push_back(absl::StrCat(argv0, ".runfiles/hicache/daemon/hicached"));
-  candidates.push_back("daemon/hicached");  // bazel run's working directory.
-  for (const std::string& path : candidates) {
-    if (access(path.c_str(), X_OK) == 0) return path;
-  }
-  return "";
-}
-
-class Daemon {
- public:
-  static absl::StatusOr<std::unique_ptr<Daemon>> Start(const char* argv0) {
-    auto daemon = std::unique_ptr<Daemon>(new Daemon());
-    if (!absl::GetFlag(FLAGS_socket).empty()) {
-      daemon->socket_ = absl::GetFlag(FLAGS_socket);
-      return daemon;
-    }
-    const std::string binary = FindDaemon(argv0);
-    if (binary.empty()) {
-      return absl::NotFoundError(
-          "hicached not found in the runfiles; pass --daemon or --socket");
-    }
-    char pattern[] = "/tmp/hicache-flow-XXXXXX";
-    if (mkdtemp(pattern) == nullptr) return absl::InternalError("mkdtemp");
-    daemon->dir_ = pattern;
-    daemon->socket_ = daemon->dir_ + "/hicached.sock";
-    const std::vector<std::string> args = {
-        binary,
-        "--socket=" + daemon->socket_,
-        absl::StrCat("--page_size=", absl::GetFlag(FLAGS_page_size)),
-        absl::StrCat("--cp_size=", absl::GetFlag(FLAGS_cp_size)),
-        "--kv_preset=" + absl::GetFlag(FLAGS_kv_preset),
-        absl::StrCat("--device_pages_per_rank=",
-                     absl::GetFlag(FLAGS_device_pages_per_rank)),
-        absl::StrCat("--host_pages_per_rank=",
-                     absl::GetFlag(FLAGS_host_pages_per_rank)),
-        absl::StrCat("--transfer_workers=",
-                     absl::GetFlag(FLAGS_transfer_workers)),
-        "--log_level=warn",
-    };
-    std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    const std::string log = daemon->dir_ + "/hicached.log";
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-    const int rc = posix_spawn(&daemon->pid_, binary.c_str(), &actions,
-                               nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) {
-      return absl::InternalError(absl::StrCat("posix_spawn ", binary, ": ",
-                                              std::strerror(rc)));
-    }
-    std::fprintf(stderr, "flow_bench: started %s (pid %d) on %s\n",
-                 binary.c_str(), daemon->pid_, daemon->socket_.c_str());
-    return daemon;
-  }
-
-  ~Daemon() {
-    if (pid_ > 0) {
-      kill(pid_, SIGTERM);
-      waitpid(pid_, nullptr, 0);
-    }
-    if (!dir_.empty()) {
-      unlink((dir_ + "/hicached.log").c_str());
-      rmdir(dir_.c_str());
-    }
-  }
-
-  const std::string& socket() const { return socket_; }
-  // False once a spawned daemon has exited.
-  bool Running() const {
-    return pid_ <= 0 || waitpid(pid_, nullptr, WNOHANG) == 0;
-  }
-
- private:
-  Daemon() = default;
-  std::string socket_;
-  std::string dir_;
-  pid_t pid_ = -1;
-};
-
 struct Env {
-  std::unique_ptr<Daemon> daemon;
+  std::unique_ptr<bench::SpawnedDaemon> daemon;
   std::shared_ptr<v1::HiCache::Stub> stub;
   v1::GetLayoutResponse layout;
   uint32_t page_size = 0;
@@ -610,7 +514,17 @@ void BM_ConversationFlow(benchmark::State& state) {
 // Starts (or finds) the daemon and reads its layout.
 absl::Status SetUp(const char* argv0) {
   env = new Env();
-  auto daemon = Daemon::Start(argv0);
+  auto daemon = bench::SpawnedDaemon::Start(
+      argv0, "flow", absl::GetFlag(FLAGS_socket), absl::GetFlag(FLAGS_daemon),
+      {absl::StrCat("--page_size=", absl::GetFlag(FLAGS_page_size)),
+       absl::StrCat("--cp_size=", absl::GetFlag(FLAGS_cp_size)),
+       "--kv_preset=" + absl::GetFlag(FLAGS_kv_preset),
+       absl::StrCat("--device_pages_per_rank=",
+                    absl::GetFlag(FLAGS_device_pages_per_rank)),
+       absl::StrCat("--host_pages_per_rank=",
+                    absl::GetFlag(FLAGS_host_pages_per_rank)),
+       absl::StrCat("--transfer_workers=",
+                    absl::GetFlag(FLAGS_transfer_workers))});
   if (!daemon.ok()) return daemon.status();
   env->daemon = *std::move(daemon);
   env->stub = v1::HiCache::NewStub(
