@@ -10,6 +10,7 @@
 //   With --state_dir=DIR the host tier is journaled as hicached
 //   --state_dir does (docs/hot-restart.md); each replay starts cold.
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -18,9 +19,11 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/cache_bound.h"
 #include "bench/mooncake_trace.h"
+#include "bench/percentile.h"
 #include "bench/replay_lib.h"
 #include "daemon/core/policies.h"
 #include "spdlog/spdlog.h"
@@ -44,6 +47,14 @@ ABSL_FLAG(int64_t, slow_backups_for, 0,
 ABSL_FLAG(std::string, kv_preset, "micro",
           "KV geometry of the pools: micro (256 B a page at P = 64), tiny "
           "(2 KiB), ... (hicached --kv_preset).");
+ABSL_FLAG(bool, kv_events, false,
+          "Run every pair twice, side by side: without KV events and with "
+          "them published (blocks of --kv_events_block_size tokens, to a "
+          "subscriber thread; docs/kv-events.md), and print the overhead.");
+ABSL_FLAG(uint32_t, kv_events_block_size, 16, "--kv_events: tokens a block.");
+ABSL_FLAG(int, kv_events_runs, 3,
+          "--kv_events: pairs of runs (without, with), alternating; the "
+          "medians are compared.");
 ABSL_FLAG(std::string, state_dir, "",
           "Journal the host tier into this directory (hot restart); empty: "
           "no journal.");
@@ -69,6 +80,43 @@ double CpuSeconds() {
   if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
   auto secs = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
   return secs(usage.ru_utime) + secs(usage.ru_stime);
+}
+
+// Without and with KV events, alternating, in this process: requests per
+// second (medians) and what was published.
+bool CompareKvEvents(const std::vector<TraceRequest>& trace,
+                     ReplayConfig config) {
+  char dir[] = "/tmp/hicache-replay-events-XXXXXX";
+  if (mkdtemp(dir) == nullptr) return false;
+  std::vector<double> off, on;
+  ReplayOutcome last;
+  for (int run = 0; run < absl::GetFlag(FLAGS_kv_events_runs); ++run) {
+    for (bool events : {false, true}) {
+      config.kv_events_endpoint =
+          events ? absl::StrCat("ipc://", dir, "/events") : "";
+      config.kv_events_block_size = absl::GetFlag(FLAGS_kv_events_block_size);
+      auto out = ReplayTrace(trace, config);
+      if (!out.ok()) {
+        std::fprintf(stderr, "replay failed: %s\n",
+                     out.status().ToString().c_str());
+        return false;
+      }
+      (events ? on : off).push_back(out->requests / out->seconds);
+      if (events) last = *out;
+    }
+  }
+  const double base = Percentile(off, 0.5), with = Percentile(on, 0.5);
+  std::printf(
+      "  kv events: %.0f req/s without, %.0f with (median of %zu each): "
+      "%.1f%% slower; %lld events (%lld blocks) published, %lld dropped, "
+      "%lld batches received\n",
+      base, with, off.size(), 100 * (1 - with / base),
+      static_cast<long long>(last.kv_events),
+      static_cast<long long>(last.kv_event_blocks),
+      static_cast<long long>(last.kv_events_dropped),
+      static_cast<long long>(last.kv_batches_received));
+  rmdir(dir);
+  return true;
 }
 
 int Main() {
@@ -164,6 +212,9 @@ int Main() {
       } else {
         std::printf("  %.0f req/s, %.2f CPU s\n", out->requests / out->seconds,
                     cpu);
+      }
+      if (absl::GetFlag(FLAGS_kv_events)) {
+        if (!CompareKvEvents(*trace, config)) return 1;
       }
       if (out->deferred_inserts > 0 || out->failed_allocations > 0 ||
           out->leaked_pages > 0) {

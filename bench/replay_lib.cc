@@ -6,8 +6,11 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <iterator>
 #include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "bench/percentile.h"
 #include "absl/strings/str_cat.h"
@@ -16,14 +19,50 @@
 #include "daemon/engine/engine_options.h"
 #include "daemon/engine/hicache_engine.h"
 #include "daemon/pool/shm_segments.h"
+#include "daemon/events/kv_event_options.h"
+#include "daemon/events/kv_event_publisher.h"
 #include "daemon/transfer/faulty_transfer_engine.h"
+#include "zmq.hpp"
+#include "zmq_addon.hpp"
 
 namespace hicache {
 namespace {
 
 absl::StatusOr<ReplayOutcome> ReplayWith(const std::vector<TraceRequest>& trace,
                                          const ReplayConfig& config,
-                                         EngineOptions options);
+                                         EngineOptions options,
+                                         events::KvEventPublisher* events);
+
+// A router's subscriber in a thread of its own: reads every batch.
+class EventReader {
+ public:
+  explicit EventReader(const std::string& endpoint)
+      : sub_(context_, zmq::socket_type::sub) {
+    sub_.set(zmq::sockopt::subscribe, "");
+    sub_.set(zmq::sockopt::rcvtimeo, 100);
+    sub_.connect(endpoint);
+    thread_ = std::thread([this] {
+      while (!stop_.load()) {
+        std::vector<zmq::message_t> frames;
+        if (zmq::recv_multipart(sub_, std::back_inserter(frames))) {
+          batches_.fetch_add(1);
+        }
+      }
+    });
+  }
+  ~EventReader() {
+    stop_.store(true);
+    thread_.join();
+  }
+  int64_t batches() const { return batches_.load(); }
+
+ private:
+  zmq::context_t context_;
+  zmq::socket_t sub_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> batches_{0};
+  std::thread thread_;
+};
 
 }  // namespace
 
@@ -60,7 +99,25 @@ absl::StatusOr<ReplayOutcome> ReplayTrace(
                                       runs.fetch_add(1));
     segments = absl::StrCat(options.shm_prefix, "-");
   }
-  absl::StatusOr<ReplayOutcome> out = ReplayWith(trace, config, options);
+  std::unique_ptr<events::KvEventPublisher> publisher;
+  std::unique_ptr<EventReader> reader;
+  if (!config.kv_events_endpoint.empty()) {
+    daemon.kv_events.endpoint = config.kv_events_endpoint;
+    daemon.kv_events.block_size = config.kv_events_block_size;
+    daemon.kv_events.instance = "replay";
+    auto created = events::KvEventPublisher::Create(
+        events::KvEventPublisherOptionsFrom(daemon));
+    if (!created.ok()) return created.status();
+    publisher = *std::move(created);
+    if (getenv("NO_READER") == nullptr) reader = std::make_unique<EventReader>(publisher->endpoint());
+    options.tier_listener = publisher.get();
+    options.tier_block_size = config.kv_events_block_size;
+  }
+  absl::StatusOr<ReplayOutcome> out =
+      ReplayWith(trace, config, options, publisher.get());
+  if (out.ok() && reader != nullptr) {
+    out->kv_batches_received = reader->batches();
+  }
   if (!segments.empty()) {
     if (absl::Status removed = RemoveShmSegments(segments); !removed.ok()) {
       return removed;
@@ -73,7 +130,8 @@ namespace {
 
 absl::StatusOr<ReplayOutcome> ReplayWith(const std::vector<TraceRequest>& trace,
                                          const ReplayConfig& config,
-                                         EngineOptions options) {
+                                         EngineOptions options,
+                                         events::KvEventPublisher* events) {
   const int64_t block = config.block_tokens;
   const uint32_t page = config.page_size;
   FaultyTransferEngine* slow = nullptr;
@@ -203,6 +261,8 @@ absl::StatusOr<ReplayOutcome> ReplayWith(const std::vector<TraceRequest>& trace,
   if (absl::Status flushed = e.FlushHostTier(/*clean=*/false); !flushed.ok()) {
     return flushed;
   }
+  // And every KV event is sent.
+  if (events != nullptr) events->Flush();
   out.flush_seconds = std::chrono::duration<double>(
                           std::chrono::steady_clock::now() - flush_start)
                           .count();
@@ -216,6 +276,13 @@ absl::StatusOr<ReplayOutcome> ReplayWith(const std::vector<TraceRequest>& trace,
   out.stats = e.Stats();
   out.persistence = e.Persistence();
   out.leaked_pages = e.AllRequestPages();
+  if (events != nullptr) {
+    const events::KvEventPublisherStats s = events->stats();
+    out.kv_events = s.events_published;
+    out.kv_event_blocks = s.blocks_published;
+    out.kv_events_dropped = s.events_dropped;
+    e.DetachTierListener();
+  }
   if (absl::Status s = e.CheckInvariants(); !s.ok()) return s;
   return out;
 }

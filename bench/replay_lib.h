@@ -49,6 +49,11 @@ struct ReplayConfig {
   // starts cold: its host segments get a prefix of their own
   // ("/hicache-replay<pid>-<n>") and are removed when it ends.
   std::string state_dir;
+  // KV events (docs/kv-events.md): non-empty publishes them on this PUB
+  // endpoint in blocks of `kv_events_block_size` tokens, as hicached
+  // --kv_events_endpoint does, to a subscriber thread that reads them all.
+  std::string kv_events_endpoint;
+  uint32_t kv_events_block_size = 16;
 };
 
 struct ReplayOutcome {
@@ -73,6 +78,12 @@ struct ReplayOutcome {
   // per-layer backup. Requests that allocate nothing are not counted.
   double admit_p50_us = 0;
   double admit_p99_us = 0;
+  // With kv_events_endpoint: what the publisher sent (after a final flush,
+  // within `seconds`) and the batches its subscriber received.
+  int64_t kv_events = 0;
+  int64_t kv_event_blocks = 0;
+  int64_t kv_events_dropped = 0;
+  int64_t kv_batches_received = 0;
 
   double l1_rate() const { return blocks ? 1.0 * l1_hit_blocks / blocks : 0; }
   double l12_rate() const {

@@ -219,7 +219,10 @@ void KvEventPublisher::OnTierEvent(const TierEvent& event) {
   out.has_parent = event.has_parent;
   out.parent_hash = event.parent_hash;
   out.block_hashes.assign(event.block_hashes.begin(), event.block_hashes.end());
-  out.token_ids.assign(event.tokens.begin(), event.tokens.end());
+  out.token_ids.reserve(static_cast<size_t>(event.TokenCount()));
+  for (absl::Span<const int32_t> piece : event.tokens) {
+    out.token_ids.insert(out.token_ids.end(), piece.begin(), piece.end());
+  }
   MutexLock lock(&mu_);
   out.topic = topics_.TopicOf(event.ns);
   // After a drop nothing more is queued until the resync (which starts with
@@ -325,11 +328,20 @@ void KvEventPublisher::Send(const std::string& topic,
   const uint64_t seq = next_seq_[topic]++;
   const std::array<char, 8> seq_bytes = BigEndian(static_cast<int64_t>(seq));
   try {
-    std::array<zmq::const_buffer, 3> frames = {
-        zmq::buffer(topic), zmq::buffer(seq_bytes),
-        zmq::buffer(payload->data(), payload->size())};
-    // A PUB socket never blocks: past the high-water mark ZMQ drops.
-    zmq::send_multipart(*pub_, frames, zmq::send_flags::dontwait);
+    // A PUB socket never blocks: past the high-water mark ZMQ drops. The
+    // payload is not copied: ZMQ holds a reference until it is sent.
+    pub_->send(zmq::buffer(topic),
+               zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    pub_->send(zmq::buffer(seq_bytes),
+               zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    auto* hold = new std::shared_ptr<const std::string>(payload);
+    zmq::message_t body(
+        const_cast<char*>((*hold)->data()), (*hold)->size(),
+        [](void*, void* hint) {
+          delete static_cast<std::shared_ptr<const std::string>*>(hint);
+        },
+        hold);
+    pub_->send(body, zmq::send_flags::dontwait);
   } catch (const zmq::error_t& e) {
     spdlog::warn("KV events: sending a batch on '{}' failed: {}", topic,
                  e.what());

@@ -563,15 +563,17 @@ class RadixTree {
   // The hash of the last whole block before `node` / of its own last one.
   uint64_t ChainStart(Node* node);
   uint64_t ChainEnd(Node* node);
-  // Whole-page tokens of `node` (its announced blocks), into token_scratch_.
-  void AnnouncedTokens(const Node* node);
+  // Views of `node`'s whole pages (its announced blocks), in page_scratch_;
+  // their block hashes after `previous`, appended to *out.
+  void AnnouncedPages(const Node* node);
+  uint64_t HashPages(uint64_t previous, std::vector<uint64_t>* out);
   bool WantsAnnounced(const Node* node, Tier tier) const;
   void ForgetAnnounced();  // Without a report.
   absl::Status CheckAnnounced(const Node* node) const;
   TierListener* tier_listener_ = nullptr;
   uint32_t announce_block_size_ = 0;
   uint64_t hash_seed_ = 0;
-  std::vector<int32_t> token_scratch_;
+  std::vector<absl::Span<const int32_t>> page_scratch_;
   std::vector<uint64_t> hash_scratch_;
   // Blocks smaller than a page: how many nodes announced each block of a
   // first page on each tier (siblings may share them).

@@ -107,14 +107,21 @@ void RadixTree::Announce(Node* node, bool gone) {
   }
 }
 
-void RadixTree::AnnouncedTokens(const Node* node) {
+void RadixTree::AnnouncedPages(const Node* node) {
   const int64_t page = options_.page_size;
   const int64_t pages = node->len() / page;
-  token_scratch_.resize(static_cast<size_t>(pages * page));
+  page_scratch_.clear();
   for (int64_t i = 0; i < pages; ++i) {
-    std::memcpy(token_scratch_.data() + i * page, tokens_.Data(node->blocks[i]),
-                sizeof(int32_t) * page);
+    page_scratch_.push_back(
+        absl::MakeConstSpan(tokens_.Data(node->blocks[i]), page));
   }
+}
+
+uint64_t RadixTree::HashPages(uint64_t previous, std::vector<uint64_t>* out) {
+  for (absl::Span<const int32_t> page : page_scratch_) {
+    previous = BlockHashes::Chain(previous, page, announce_block_size_, out);
+  }
+  return previous;
 }
 
 uint64_t RadixTree::ChainStart(Node* node) {
@@ -132,12 +139,12 @@ uint64_t RadixTree::ChainEnd(Node* node) {
     path.push_back(path.back()->parent);
   }
   uint64_t hash = ChainStart(path.back());
-  std::vector<uint64_t> unused;
+  // Its own scratch: callers may hold hashes in hash_scratch_.
+  std::vector<uint64_t> hashes;
   for (auto it = path.rbegin(); it != path.rend(); ++it) {
-    AnnouncedTokens(*it);
-    unused.clear();
-    hash = BlockHashes::Chain(hash, token_scratch_, announce_block_size_,
-                              &unused);
+    AnnouncedPages(*it);
+    hashes.clear();
+    hash = HashPages(hash, &hashes);
     (*it)->chain_end = hash;
     (*it)->chain_known = true;
   }
@@ -154,10 +161,9 @@ void RadixTree::AnnounceTier(Node* node, Tier tier, TierEvent::Kind kind) {
   event.has_parent = !node->parent->is_root();
   const uint64_t start = ChainStart(node);
   if (event.has_parent) event.parent_hash = start;
-  AnnouncedTokens(node);
+  AnnouncedPages(node);
   hash_scratch_.clear();
-  const uint64_t end = BlockHashes::Chain(start, token_scratch_,
-                                          announce_block_size_, &hash_scratch_);
+  const uint64_t end = HashPages(start, &hash_scratch_);
   HICACHE_CHECK(!hash_scratch_.empty(), "an announced node has no block");
   node->chain_end = end;
   node->chain_known = true;
@@ -190,8 +196,9 @@ void RadixTree::AnnounceTier(Node* node, Tier tier, TierEvent::Kind kind) {
   }
   event.block_hashes = absl::MakeConstSpan(hash_scratch_).subspan(first);
   if (kind == TierEvent::Kind::kStored) {
-    event.tokens = absl::MakeConstSpan(token_scratch_)
-                       .subspan(first * announce_block_size_);
+    // Shared blocks are only ever in the first page.
+    page_scratch_[0] = page_scratch_[0].subspan(first * announce_block_size_);
+    event.tokens = page_scratch_;
   }
   tier_listener_->OnTierEvent(event);
 }
@@ -202,8 +209,9 @@ void RadixTree::CountFirstPage(Node* tail) {
       (!tail->device_announced && !tail->host_announced)) {
     return;
   }
+  const uint64_t start = ChainStart(tail);
   hash_scratch_.clear();
-  BlockHashes::Chain(ChainStart(tail),
+  BlockHashes::Chain(start,
                      absl::MakeConstSpan(tokens_.Data(tail->blocks[0]), page),
                      announce_block_size_, &hash_scratch_);
   for (uint64_t hash : hash_scratch_) {

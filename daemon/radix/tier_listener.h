@@ -43,9 +43,15 @@ struct TierEvent {
   uint64_t parent_hash = 0;
   // One hash per block, in order (never empty).
   absl::Span<const uint64_t> block_hashes;
-  // kStored: the blocks' tokens (block_hashes.size() * block_size). Empty for
-  // kRemoved. Valid during the call only.
-  absl::Span<const int32_t> tokens;
+  // kStored: the blocks' tokens (block_hashes.size() * block_size in all),
+  // in pieces to concatenate (views of the tree's pages: no copy is made for
+  // the listener). Empty for kRemoved. Valid during the call only.
+  absl::Span<const absl::Span<const int32_t>> tokens;
+  int64_t TokenCount() const {
+    int64_t n = 0;
+    for (absl::Span<const int32_t> piece : tokens) n += piece.size();
+    return n;
+  }
 };
 
 class TierListener {

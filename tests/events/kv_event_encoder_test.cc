@@ -63,6 +63,39 @@ TEST(KvEventEncoderTest, MatchesMsgspecByteForByte) {
   EXPECT_EQ(absl::BytesToHexString(out), kGoldenHex);
 }
 
+// Every integer width msgspec uses, for hashes and tokens (negative ones
+// too): KVEventBatch(ts=3.25, data_parallel_rank=0, events=[BlockStored(
+//   block_hashes=[0, 127, 128, 255, 256, 65535, 65536, 2**32-1, 2**32,
+//                 2**64-1], parent_block_hash=2**32,
+//   token_ids=[0, 127, 128, 255, 256, 65535, 65536, 2**31-1, -1, -33, -129,
+//              -32769, -2**31], block_size=1, lora_id=None, medium="GPU",
+//   lora_name=None)]).
+TEST(KvEventEncoderTest, IntegersTakeMsgspecsWidths) {
+  KvEvent e;
+  e.kind = KvEvent::Kind::kStored;
+  e.tier = Tier::kDevice;
+  e.has_parent = true;
+  e.parent_hash = uint64_t{1} << 32;
+  e.block_hashes = {0,     127,   128,         255,
+                    256,   65535, 65536,       0xffffffffull,
+                    uint64_t{1} << 32, 0xffffffffffffffffull};
+  e.token_ids = {0,          127,    128,    255,    256,
+                 65535,      65536,  INT32_MAX, -1,   -33,
+                 -129,       -32769, INT32_MIN};
+  std::vector<const KvEvent*> pointers = {&e};
+  KvEventEncoder encoder({.block_size = 1});
+  std::string out;
+  encoder.EncodeBatch(3.25, pointers, &out);
+  EXPECT_EQ(
+      absl::BytesToHexString(out),
+      "93cb400a00000000000091de0008a474797065ab426c6f636b53746f726564ac626c6f"
+      "636b5f6861736865739a007fcc80ccffcd0100cdffffce00010000ceffffffffcf0000"
+      "000100000000cfffffffffffffffffb1706172656e745f626c6f636b5f68617368cf00"
+      "00000100000000a9746f6b656e5f6964739d007fcc80ccffcd0100cdffffce00010000"
+      "ce7fffffffffd0dfd1ff7fd2ffff7fffd280000000aa626c6f636b5f73697a6501a76c"
+      "6f72615f6964c0a66d656469756da3475055a96c6f72615f6e616d65c000");
+}
+
 TEST(KvEventEncoderTest, MediaAndRankAreConfigurable) {
   const std::vector<KvEvent> events = GoldenEvents();
   std::vector<const KvEvent*> pointers = {&events[1]};

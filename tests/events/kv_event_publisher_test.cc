@@ -107,12 +107,13 @@ class PublisherTest : public ::testing::Test {
   void Event(absl::string_view ns, TierEvent::Kind kind,
              std::vector<uint64_t> hashes, Tier tier = Tier::kDevice) {
     std::vector<int32_t> tokens(hashes.size() * 4, 7);
+    const std::vector<absl::Span<const int32_t>> pieces = {tokens};
     TierEvent e;
     e.kind = kind;
     e.tier = tier;
     e.ns = ns;
     e.block_hashes = hashes;
-    if (kind == TierEvent::Kind::kStored) e.tokens = tokens;
+    if (kind == TierEvent::Kind::kStored) e.tokens = pieces;
     publisher_->OnTierEvent(e);
   }
 
@@ -261,8 +262,9 @@ TEST_F(PublisherTest, OverflowDropsThenResyncsEveryTopic) {
     e.ns = "a";
     const std::vector<uint64_t> hashes = {1000};
     const std::vector<int32_t> tokens(4, 1);
+    const std::vector<absl::Span<const int32_t>> pieces = {tokens};
     e.block_hashes = hashes;
-    e.tokens = tokens;
+    e.tokens = pieces;
     p->OnTierEvent(e);
   });
   // The publisher thread takes this one and stops at the gate.

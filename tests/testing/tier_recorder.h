@@ -33,14 +33,18 @@ class TierRecorder final : public TierListener {
     const std::string ns(event.ns);
     if (event.block_hashes.empty()) errors.push_back("an empty event");
     if (event.kind == TierEvent::Kind::kStored) {
-      if (event.tokens.size() != event.block_hashes.size() * block_size_) {
+      std::vector<int32_t> tokens;
+      for (absl::Span<const int32_t> piece : event.tokens) {
+        tokens.insert(tokens.end(), piece.begin(), piece.end());
+      }
+      if (tokens.size() != event.block_hashes.size() * block_size_) {
         errors.push_back("tokens do not cover the blocks");
       } else {
         std::vector<uint64_t> expected;
         BlockHashes::Chain(event.has_parent
                                ? event.parent_hash
                                : BlockHashes::Seed(event.ns, hash_seed_),
-                           event.tokens, block_size_, &expected);
+                           tokens, block_size_, &expected);
         if (!std::equal(expected.begin(), expected.end(),
                         event.block_hashes.begin(),
                         event.block_hashes.end())) {
