@@ -109,12 +109,14 @@ bool CompareKvEvents(const std::vector<TraceRequest>& trace,
   std::printf(
       "  kv events: %.0f req/s without, %.0f with (median of %zu each): "
       "%.1f%% slower; %lld events (%lld blocks) published, %lld dropped, "
-      "%lld batches received\n",
+      "%lld batches received; the last sent %.0f ms after the last "
+      "request\n",
       base, with, off.size(), 100 * (1 - with / base),
       static_cast<long long>(last.kv_events),
       static_cast<long long>(last.kv_event_blocks),
       static_cast<long long>(last.kv_events_dropped),
-      static_cast<long long>(last.kv_batches_received));
+      static_cast<long long>(last.kv_batches_received),
+      1e3 * last.kv_events_lag_seconds);
   rmdir(dir);
   return true;
 }

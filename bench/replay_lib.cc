@@ -261,14 +261,22 @@ absl::StatusOr<ReplayOutcome> ReplayWith(const std::vector<TraceRequest>& trace,
   if (absl::Status flushed = e.FlushHostTier(/*clean=*/false); !flushed.ok()) {
     return flushed;
   }
-  // And every KV event is sent.
-  if (events != nullptr) events->Flush();
   out.flush_seconds = std::chrono::duration<double>(
                           std::chrono::steady_clock::now() - flush_start)
                           .count();
   out.seconds = std::chrono::duration<double>(
                     std::chrono::steady_clock::now() - start)
                     .count();
+  // KV events are published in the background; how long after the last
+  // request the last of them was sent.
+  if (events != nullptr) {
+    const auto events_start = std::chrono::steady_clock::now();
+    events->Flush();
+    out.kv_events_lag_seconds = std::chrono::duration<double>(
+                                    std::chrono::steady_clock::now() -
+                                    events_start)
+                                    .count();
+  }
   out.request_p50_us = Percentile(latencies, 0.5);
   out.request_p99_us = Percentile(latencies, 0.99);
   out.admit_p50_us = Percentile(admits, 0.5);

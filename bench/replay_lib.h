@@ -84,6 +84,9 @@ struct ReplayOutcome {
   int64_t kv_event_blocks = 0;
   int64_t kv_events_dropped = 0;
   int64_t kv_batches_received = 0;
+  // After `seconds`: until the last event was sent (publishing lags behind
+  // the requests while they keep the CPUs busy).
+  double kv_events_lag_seconds = 0;
 
   double l1_rate() const { return blocks ? 1.0 * l1_hit_blocks / blocks : 0; }
   double l12_rate() const {

@@ -62,6 +62,9 @@ absl::StatusOr<std::unique_ptr<KvEventPublisher>> KvEventPublisher::Create(
   std::unique_ptr<KvEventPublisher> publisher(
       new KvEventPublisher(std::move(options), *std::move(topics)));
   if (absl::Status s = publisher->Open(); !s.ok()) return s;
+  if (publisher->options_.background) {
+    publisher->sender_ = std::make_unique<BackgroundWorker>("KV events");
+  }
   publisher->publisher_ = std::thread([p = publisher.get()] {
     p->PublishLoop();
   });
@@ -284,20 +287,31 @@ void KvEventPublisher::PublishLoop() {
       resync_fn = resync_;
     }
     if (options_.before_send) options_.before_send();
-    size_t begin = 0;
-    while (begin < taken.size()) {
-      size_t end = begin + 1;
-      while (end < taken.size() && end - begin <
-                                       static_cast<size_t>(options_.max_batch_events) &&
-             taken[end].event.topic == taken[begin].event.topic) {
-        ++end;
+    KvEventPublisherStats tally;
+    auto send_all = [&] {
+      size_t begin = 0;
+      while (begin < taken.size()) {
+        size_t end = begin + 1;
+        while (end < taken.size() &&
+               end - begin < static_cast<size_t>(options_.max_batch_events) &&
+               taken[end].event.topic == taken[begin].event.topic) {
+          ++end;
+        }
+        Send(taken[begin].event.topic,
+             absl::MakeConstSpan(taken).subspan(begin, end - begin), &tally);
+        begin = end;
       }
-      Send(taken[begin].event.topic,
-           absl::MakeConstSpan(taken).subspan(begin, end - begin));
-      begin = end;
+    };
+    if (sender_ != nullptr) {
+      sender_->Run(send_all);
+    } else {
+      send_all();
     }
     {
       MutexLock lock(&mu_);
+      stats_.events_published += tally.events_published;
+      stats_.blocks_published += tally.blocks_published;
+      stats_.batches_published += tally.batches_published;
       sent_ever_ += static_cast<int64_t>(taken.size());
       sent_cv_.SignalAll();
     }
@@ -315,7 +329,8 @@ void KvEventPublisher::PublishLoop() {
 }
 
 void KvEventPublisher::Send(const std::string& topic,
-                            absl::Span<const Queued> run) {
+                            absl::Span<const Queued> run,
+                            KvEventPublisherStats* tally) {
   std::vector<const KvEvent*> events;
   events.reserve(run.size());
   int64_t blocks = 0;
@@ -346,12 +361,9 @@ void KvEventPublisher::Send(const std::string& topic,
     spdlog::warn("KV events: sending a batch on '{}' failed: {}", topic,
                  e.what());
   }
-  {
-    MutexLock lock(&mu_);
-    stats_.events_published += static_cast<int64_t>(run.size());
-    stats_.blocks_published += blocks;
-    ++stats_.batches_published;
-  }
+  tally->events_published += static_cast<int64_t>(run.size());
+  tally->blocks_published += blocks;
+  ++tally->batches_published;
   if (replay_ == nullptr || options_.buffer_batches == 0) return;
   MutexLock lock(&buffer_mu_);
   buffer_.push_back({topic, seq, std::move(payload)});

@@ -19,8 +19,11 @@
 //   (vLLM's rule), connected otherwise.
 //
 // Threads. OnTierEvent runs under the engine's lock and only queues (the
-// tokens and hashes are copied). The publisher thread encodes and sends in
-// the order queued; the replay thread answers replay requests. The first
+// tokens and hashes are copied). The publisher thread takes the queue and
+// has it encoded and sent, in order, by a background worker (idle
+// priority: publishing never takes CPU from the serving threads, and lags
+// while they keep every CPU busy); the replay thread answers replay
+// requests. The first
 // batch of each topic is an AllBlocksCleared, so a restarted daemon's
 // subscribers forget what its predecessor announced.
 //
@@ -46,6 +49,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "daemon/core/background_thread.h"
 #include "daemon/core/mutex.h"
 #include "daemon/events/kv_event.h"
 #include "daemon/events/kv_event_encoder.h"
@@ -73,6 +77,11 @@ struct KvEventPublisherOptions {
   // Test seam: the publisher thread calls it (no lock held) each time it has
   // taken the queue, before it sends what it took.
   std::function<void()> before_send;
+  // Encoding and sending run on a background thread (BackgroundWorker: only
+  // on CPU time the serving threads leave); the publisher thread, which
+  // shares a lock with them, keeps the daemon's priority. false: all of it
+  // at the daemon's.
+  bool background = true;
 };
 
 struct KvEventPublisherStats {
@@ -148,9 +157,11 @@ class KvEventPublisher final : public TierListener {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishLoop() ABSL_LOCKS_EXCLUDED(mu_);
   void ReplayLoop() ABSL_LOCKS_EXCLUDED(buffer_mu_);
-  // Encodes and sends one topic's run of events; buffers it for replay.
-  void Send(const std::string& topic, absl::Span<const Queued> run)
-      ABSL_LOCKS_EXCLUDED(mu_, buffer_mu_);
+  // Encodes and sends one topic's run of events; buffers it for replay;
+  // counts it in *tally. Takes no lock a serving thread takes (it runs in
+  // the background): only buffer_mu_.
+  void Send(const std::string& topic, absl::Span<const Queued> run,
+            KvEventPublisherStats* tally) ABSL_LOCKS_EXCLUDED(mu_, buffer_mu_);
 
   const KvEventPublisherOptions options_;
   const KvEventEncoder encoder_;
@@ -173,7 +184,8 @@ class KvEventPublisher final : public TierListener {
   bool overflowed_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   KvEventPublisherStats stats_ ABSL_GUARDED_BY(mu_);
-  // The publisher thread's own: each topic's next sequence number.
+  // The sending thread's own (publisher or background): each topic's next
+  // sequence number.
   absl::flat_hash_map<std::string, uint64_t> next_seq_;
 
   // The replay buffer (publisher thread appends, replay thread reads).
@@ -183,6 +195,7 @@ class KvEventPublisher final : public TierListener {
   int64_t replay_batches_ ABSL_GUARDED_BY(buffer_mu_) = 0;
   int64_t replay_refused_ ABSL_GUARDED_BY(buffer_mu_) = 0;
 
+  std::unique_ptr<BackgroundWorker> sender_;  // Options::background.
   std::thread publisher_;
   std::thread replayer_;
 };

@@ -57,12 +57,12 @@ struct Node {
   // pages here until its last lock and host reference go. `detached_top`:
   // the top of a detached subtree (its parent does not list it).
   // KV events (radix_tree_announce.cc): the tiers the tier listener was told
-  // this node's blocks are on, and the hash of its last whole block (valid
-  // once chain_known; computed on first use).
+  // this node's blocks are on, and the hashes of its whole blocks (valid
+  // once chain_known; computed on first use, only with a tier listener).
   bool device_announced = false;
   bool host_announced = false;
   bool chain_known = false;
-  uint64_t chain_end = 0;
+  std::vector<uint64_t> block_hashes;
   bool detached = false;
   bool detached_top = false;
   std::vector<LogicalPage> detached_pages;

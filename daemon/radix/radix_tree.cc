@@ -244,14 +244,6 @@ Node* RadixTree::Split(Node* node, int64_t at) {
   head->frequency = node->frequency;
   head->insert_end = false;  // The tail keeps the end.
   head->frequency_epoch = node->frequency_epoch;
-  // The head's blocks were announced with the node's (its chain hash is
-  // computed when first needed).
-  head->device_announced = node->device_announced;
-  head->host_announced = node->host_announced;
-  if (node->len() < options_.page_size) {  // The tail's length by now.
-    // A sub-page tail announces nothing: every announced block is the head's.
-    node->device_announced = node->host_announced = false;
-  }
   if (node->on_device()) {
     const int64_t pages = at >> page_shift_;
     head->device_pages.assign(node->device_pages.begin(),
@@ -275,7 +267,7 @@ Node* RadixTree::Split(Node* node, int64_t at) {
   }
   node->parent = head;
   head->children.emplace(FirstToken(node), node);
-  CountFirstPage(node);
+  SplitAnnounced(head, node);
   return head;
 }
 

@@ -557,16 +557,17 @@ class RadixTree {
   // deleted or detached, so it serves nothing.
   void Announce(Node* node, bool gone = false);
   void AnnounceTier(Node* node, Tier tier, TierEvent::Kind kind);
-  // After Split: the tail's new first page was announced as the node's
-  // middle; count its blocks as a first page's (shared_blocks_).
-  void CountFirstPage(Node* tail);
   // The hash of the last whole block before `node` / of its own last one.
   uint64_t ChainStart(Node* node);
   uint64_t ChainEnd(Node* node);
-  // Views of `node`'s whole pages (its announced blocks), in page_scratch_;
-  // their block hashes after `previous`, appended to *out.
+  // Views of `node`'s whole pages (its announced blocks), in page_scratch_.
   void AnnouncedPages(const Node* node);
-  uint64_t HashPages(uint64_t previous, std::vector<uint64_t>* out);
+  // The hashes of `node`'s announced blocks, computed once (with its
+  // ancestors' where needed) and kept in the node until it changes.
+  const std::vector<uint64_t>& BlockHashesOf(Node* node);
+  // Split: `head` (new) and `tail` (the former node) share its
+  // announcements and cached hashes.
+  void SplitAnnounced(Node* head, Node* tail);
   bool WantsAnnounced(const Node* node, Tier tier) const;
   void ForgetAnnounced();  // Without a report.
   absl::Status CheckAnnounced(const Node* node) const;
@@ -574,7 +575,6 @@ class RadixTree {
   uint32_t announce_block_size_ = 0;
   uint64_t hash_seed_ = 0;
   std::vector<absl::Span<const int32_t>> page_scratch_;
-  std::vector<uint64_t> hash_scratch_;
   // Blocks smaller than a page: how many nodes announced each block of a
   // first page on each tier (siblings may share them).
   absl::flat_hash_map<std::pair<uint64_t, Tier>, int32_t> shared_blocks_;

@@ -31,7 +31,11 @@ absl::Status RadixTree::SetTierListener(TierListener* listener,
   if (listener == nullptr || block_size != announce_block_size_ ||
       hash_seed != hash_seed_) {
     ForgetAnnounced();
-    for (auto& [id, node] : nodes_) node->chain_known = false;
+    for (auto& [id, node] : nodes_) {
+      node->chain_known = false;
+      node->block_hashes.clear();
+      node->block_hashes.shrink_to_fit();
+    }
   }
   tier_listener_ = listener;
   announce_block_size_ = listener == nullptr ? 0 : block_size;
@@ -117,13 +121,6 @@ void RadixTree::AnnouncedPages(const Node* node) {
   }
 }
 
-uint64_t RadixTree::HashPages(uint64_t previous, std::vector<uint64_t>* out) {
-  for (absl::Span<const int32_t> page : page_scratch_) {
-    previous = BlockHashes::Chain(previous, page, announce_block_size_, out);
-  }
-  return previous;
-}
-
 uint64_t RadixTree::ChainStart(Node* node) {
   return node->parent->is_root() ? BlockHashes::Seed(*node->parent->ns,
                                                      hash_seed_)
@@ -132,23 +129,33 @@ uint64_t RadixTree::ChainStart(Node* node) {
 
 uint64_t RadixTree::ChainEnd(Node* node) {
   if (node->is_root()) return BlockHashes::Seed(*node->ns, hash_seed_);
-  if (node->chain_known) return node->chain_end;
-  // The nearest ancestor with a known hash, then down from it.
+  const std::vector<uint64_t>& hashes = BlockHashesOf(node);
+  return hashes.empty() ? ChainStart(node) : hashes.back();
+}
+
+const std::vector<uint64_t>& RadixTree::BlockHashesOf(Node* node) {
+  if (node->chain_known) return node->block_hashes;
+  // The nearest ancestor whose hashes are known, then down from it.
   std::vector<Node*> path = {node};
   while (!path.back()->parent->is_root() && !path.back()->parent->chain_known) {
     path.push_back(path.back()->parent);
   }
   uint64_t hash = ChainStart(path.back());
-  // Its own scratch: callers may hold hashes in hash_scratch_.
-  std::vector<uint64_t> hashes;
+  const int64_t page = options_.page_size;
   for (auto it = path.rbegin(); it != path.rend(); ++it) {
-    AnnouncedPages(*it);
-    hashes.clear();
-    hash = HashPages(hash, &hashes);
-    (*it)->chain_end = hash;
-    (*it)->chain_known = true;
+    Node* n = *it;
+    const int64_t pages = n->len() / page;
+    n->block_hashes.clear();
+    n->block_hashes.reserve(static_cast<size_t>(pages * page /
+                                                announce_block_size_));
+    for (int64_t i = 0; i < pages; ++i) {
+      hash = BlockHashes::Chain(
+          hash, absl::MakeConstSpan(tokens_.Data(n->blocks[i]), page),
+          announce_block_size_, &n->block_hashes);
+    }
+    n->chain_known = true;
   }
-  return hash;
+  return node->block_hashes;
 }
 
 void RadixTree::AnnounceTier(Node* node, Tier tier, TierEvent::Kind kind) {
@@ -159,14 +166,9 @@ void RadixTree::AnnounceTier(Node* node, Tier tier, TierEvent::Kind kind) {
   while (!root->is_root()) root = root->parent;
   event.ns = *root->ns;
   event.has_parent = !node->parent->is_root();
-  const uint64_t start = ChainStart(node);
-  if (event.has_parent) event.parent_hash = start;
-  AnnouncedPages(node);
-  hash_scratch_.clear();
-  const uint64_t end = HashPages(start, &hash_scratch_);
-  HICACHE_CHECK(!hash_scratch_.empty(), "an announced node has no block");
-  node->chain_end = end;
-  node->chain_known = true;
+  if (event.has_parent) event.parent_hash = ChainEnd(node->parent);
+  const std::vector<uint64_t>& hashes = BlockHashesOf(node);
+  HICACHE_CHECK(!hashes.empty(), "an announced node has no block");
   (tier == Tier::kDevice ? node->device_announced : node->host_announced) =
       kind == TierEvent::Kind::kStored;
   // Blocks smaller than a page: siblings differ somewhere in their first
@@ -177,9 +179,8 @@ void RadixTree::AnnounceTier(Node* node, Tier tier, TierEvent::Kind kind) {
   size_t first = 0;
   const size_t per_page = options_.page_size / announce_block_size_;
   if (per_page > 1) {
-    for (size_t i = 0; i < per_page && i < hash_scratch_.size(); ++i) {
-      auto [it, inserted] =
-          shared_blocks_.try_emplace({hash_scratch_[i], tier}, 0);
+    for (size_t i = 0; i < per_page && i < hashes.size(); ++i) {
+      auto [it, inserted] = shared_blocks_.try_emplace({hashes[i], tier}, 0);
       const int32_t count =
           kind == TierEvent::Kind::kStored ? ++it->second : --it->second;
       HICACHE_CHECK(count >= 0, "a shared block removed more than stored");
@@ -189,13 +190,14 @@ void RadixTree::AnnounceTier(Node* node, Tier tier, TierEvent::Kind kind) {
       if (!reported) first = i + 1;
     }
   }
-  if (first == hash_scratch_.size()) return;
+  if (first == hashes.size()) return;
   if (first > 0) {
     event.has_parent = true;
-    event.parent_hash = hash_scratch_[first - 1];
+    event.parent_hash = hashes[first - 1];
   }
-  event.block_hashes = absl::MakeConstSpan(hash_scratch_).subspan(first);
+  event.block_hashes = absl::MakeConstSpan(hashes).subspan(first);
   if (kind == TierEvent::Kind::kStored) {
+    AnnouncedPages(node);
     // Shared blocks are only ever in the first page.
     page_scratch_[0] = page_scratch_[0].subspan(first * announce_block_size_);
     event.tokens = page_scratch_;
@@ -203,22 +205,35 @@ void RadixTree::AnnounceTier(Node* node, Tier tier, TierEvent::Kind kind) {
   tier_listener_->OnTierEvent(event);
 }
 
-void RadixTree::CountFirstPage(Node* tail) {
-  const uint32_t page = options_.page_size;
-  if (tier_listener_ == nullptr || page == announce_block_size_ ||
+void RadixTree::SplitAnnounced(Node* head, Node* tail) {
+  // The head's blocks were announced with the node's.
+  head->device_announced = tail->device_announced;
+  head->host_announced = tail->host_announced;
+  if (tail->len() < options_.page_size) {
+    // A sub-page tail announces nothing: every announced block is the head's.
+    tail->device_announced = tail->host_announced = false;
+  }
+  if (!tail->chain_known) return;
+  // The cached hashes split with the pages (the split is at a page boundary).
+  const size_t head_blocks =
+      static_cast<size_t>(head->len() / announce_block_size_);
+  head->block_hashes.assign(tail->block_hashes.begin(),
+                            tail->block_hashes.begin() + head_blocks);
+  head->chain_known = true;
+  tail->block_hashes.erase(tail->block_hashes.begin(),
+                           tail->block_hashes.begin() + head_blocks);
+  if (tier_listener_ == nullptr || options_.page_size == announce_block_size_ ||
       (!tail->device_announced && !tail->host_announced)) {
     return;
   }
-  const uint64_t start = ChainStart(tail);
-  hash_scratch_.clear();
-  BlockHashes::Chain(start,
-                     absl::MakeConstSpan(tokens_.Data(tail->blocks[0]), page),
-                     announce_block_size_, &hash_scratch_);
-  for (uint64_t hash : hash_scratch_) {
+  // The tail's new first page was announced as the node's middle: count
+  // its blocks as a first page's (shared_blocks_).
+  const size_t per_page = options_.page_size / announce_block_size_;
+  for (size_t i = 0; i < per_page && i < tail->block_hashes.size(); ++i) {
     for (Tier tier : {Tier::kDevice, Tier::kHost}) {
       if (tier == Tier::kDevice ? tail->device_announced
                                 : tail->host_announced) {
-        ++shared_blocks_[{hash, tier}];
+        ++shared_blocks_[{tail->block_hashes[i], tier}];
       }
     }
   }
