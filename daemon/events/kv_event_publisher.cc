@@ -196,7 +196,6 @@ bool KvEventPublisher::EnqueueLocked(KvEvent event, bool bounded) {
     }
     return false;
   }
-  const bool was_empty = queue_.empty();
   if (!started_topics_.contains(event.topic)) {
     // A topic's first batch clears what an earlier daemon announced there.
     started_topics_.insert(event.topic);
@@ -210,7 +209,9 @@ bool KvEventPublisher::EnqueueLocked(KvEvent event, bool bounded) {
   queue_.push_back({std::move(event),
                     options_.now ? options_.now() : NowSeconds()});
   ++queued_ever_;
-  if (was_empty) work_cv_.Signal();
+  // A wake-up only for a waiting thread: a futex call per event would cost
+  // more than the event.
+  if (publisher_waiting_) work_cv_.Signal();
   return true;
 }
 
@@ -279,7 +280,9 @@ void KvEventPublisher::PublishLoop() {
     {
       MutexLock lock(&mu_);
       while (queue_.empty() && !stop_ && !(overflowed_ && resync_)) {
+        publisher_waiting_ = true;
         work_cv_.Wait(&mu_);
+        publisher_waiting_ = false;
       }
       if (queue_.empty() && stop_) return;
       taken.swap(queue_);

@@ -182,6 +182,8 @@ class KvEventPublisher final : public TierListener {
   int64_t queued_ever_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t sent_ever_ ABSL_GUARDED_BY(mu_) = 0;
   bool overflowed_ ABSL_GUARDED_BY(mu_) = false;
+  // The publisher thread waits on work_cv_ (queueing signals only then).
+  bool publisher_waiting_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   KvEventPublisherStats stats_ ABSL_GUARDED_BY(mu_);
   // The sending thread's own (publisher or background): each topic's next
