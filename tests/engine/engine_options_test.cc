@@ -71,6 +71,9 @@ constexpr const char* kDaemonOnlyFields[] = {
     "max_rpc_threads",
     "max_stream_backlog",
     "metrics_address",  // DaemonMetrics (daemon/metrics) serves it.
+    // KvEventPublisherOptionsFrom (daemon/events); main wires the publisher
+    // in as the engine's tier listener with its block size and hash seed.
+    "kv_events",
 };
 // EngineOptions fields that are process wiring, not configuration.
 constexpr const char* kWiringFields[] = {
@@ -81,6 +84,8 @@ constexpr const char* kWiringFields[] = {
     // A CP group's leader: the ranks with pools here, set by the group's
     // wiring (docs/cp-groups.md), not by a flag.
     "pool_ranks",
+    // KV events: the publisher main builds from DaemonConfig::kv_events.
+    "tier_listener", "tier_block_size", "tier_hash_seed",
 };
 
 TEST(EngineOptionsTest, EveryFieldIsClassified) {
