@@ -120,8 +120,9 @@ TEST_F(TierEventsTest, QueryTiersIsAPureLookup) {
   ASSERT_TRUE(engine_->EvictPages({1 << 20}, {}).ok());  // Host keeps 12.
   const int64_t matches = engine_->Stats().match_calls;
   const auto before = engine_->Dump({});
+  const std::vector<int32_t> shorter = Seq(0, 6);
   std::vector<HiCacheEngine::TierQuery> queries = {
-      {"", longer}, {"", Seq(0, 6)}, {"other", longer}, {"", {}}};
+      {"", longer}, {"", shorter}, {"other", longer}, {"", {}}};
   std::vector<HiCacheEngine::TierHit> hits = engine_->QueryTiers(queries);
   ASSERT_EQ(hits.size(), 4u);
   EXPECT_EQ(hits[0].device_tokens, 0);
