@@ -90,7 +90,7 @@ inline char* PutUnsigned(char* at, uint64_t v) {
 }
 
 void PackHashes(Packer& pk, StringWriter& writer,
-                const std::vector<uint64_t>& hashes) {
+                absl::Span<const uint64_t> hashes) {
   pk.pack_array(static_cast<uint32_t>(hashes.size()));
   char* const begin = writer.Reserve(9 * hashes.size());
   char* at = begin;
@@ -99,7 +99,7 @@ void PackHashes(Packer& pk, StringWriter& writer,
 }
 
 void PackTokens(Packer& pk, StringWriter& writer,
-                const std::vector<int32_t>& tokens) {
+                absl::Span<const int32_t> tokens) {
   pk.pack_array(static_cast<uint32_t>(tokens.size()));
   size_t i = 0;
   while (i < tokens.size()) {

@@ -186,7 +186,8 @@ absl::Status KvEventPublisher::Declare(absl::string_view ns,
   return absl::OkStatus();
 }
 
-bool KvEventPublisher::EnqueueLocked(KvEvent event, bool bounded) {
+bool KvEventPublisher::EnqueueLocked(KvEvent event, const TierEvent* tier,
+                                     bool bounded) {
   if (bounded && static_cast<int64_t>(queue_.size()) >=
                      options_.max_queued_events) {
     ++stats_.events_dropped;
@@ -206,8 +207,20 @@ bool KvEventPublisher::EnqueueLocked(KvEvent event, bool bounded) {
                                                      : NowSeconds()});
     ++queued_ever_;
   }
-  queue_.push_back({std::move(event),
-                    options_.now ? options_.now() : NowSeconds()});
+  Queued& queued = queue_.emplace_back();
+  queued.event = std::move(event);
+  queued.ts = options_.now ? options_.now() : NowSeconds();
+  if (tier != nullptr) {
+    queued.hashes_at = queue_hashes_.size();
+    queued.hashes = tier->block_hashes.size();
+    queue_hashes_.insert(queue_hashes_.end(), tier->block_hashes.begin(),
+                         tier->block_hashes.end());
+    queued.tokens_at = queue_tokens_.size();
+    for (absl::Span<const int32_t> piece : tier->tokens) {
+      queue_tokens_.insert(queue_tokens_.end(), piece.begin(), piece.end());
+    }
+    queued.tokens = queue_tokens_.size() - queued.tokens_at;
+  }
   ++queued_ever_;
   // A wake-up only for a waiting thread: a futex call per event would cost
   // more than the event.
@@ -222,11 +235,6 @@ void KvEventPublisher::OnTierEvent(const TierEvent& event) {
   out.tier = event.tier;
   out.has_parent = event.has_parent;
   out.parent_hash = event.parent_hash;
-  out.block_hashes.assign(event.block_hashes.begin(), event.block_hashes.end());
-  out.token_ids.reserve(static_cast<size_t>(event.TokenCount()));
-  for (absl::Span<const int32_t> piece : event.tokens) {
-    out.token_ids.insert(out.token_ids.end(), piece.begin(), piece.end());
-  }
   MutexLock lock(&mu_);
   out.topic = topics_.TopicOf(event.ns);
   // After a drop nothing more is queued until the resync (which starts with
@@ -235,7 +243,7 @@ void KvEventPublisher::OnTierEvent(const TierEvent& event) {
     ++stats_.events_dropped;
     return;
   }
-  EnqueueLocked(std::move(out), /*bounded=*/true);
+  EnqueueLocked(std::move(out), &event, /*bounded=*/true);
 }
 
 void KvEventPublisher::OnAllCleared() {
@@ -274,6 +282,8 @@ KvEventPublisherStats KvEventPublisher::stats() const {
 
 void KvEventPublisher::PublishLoop() {
   std::vector<Queued> taken;
+  std::vector<uint64_t> taken_hashes;
+  std::vector<int32_t> taken_tokens;
   while (true) {
     bool resync = false;
     Resync resync_fn;
@@ -286,8 +296,16 @@ void KvEventPublisher::PublishLoop() {
       }
       if (queue_.empty() && stop_) return;
       taken.swap(queue_);
+      taken_hashes.swap(queue_hashes_);
+      taken_tokens.swap(queue_tokens_);
       resync = overflowed_ && resync_ != nullptr;
       resync_fn = resync_;
+    }
+    for (Queued& q : taken) {
+      q.event.block_hashes =
+          absl::MakeConstSpan(taken_hashes).subspan(q.hashes_at, q.hashes);
+      q.event.token_ids =
+          absl::MakeConstSpan(taken_tokens).subspan(q.tokens_at, q.tokens);
     }
     if (options_.before_send) options_.before_send();
     KvEventPublisherStats tally;
@@ -319,6 +337,8 @@ void KvEventPublisher::PublishLoop() {
       sent_cv_.SignalAll();
     }
     taken.clear();
+    taken_hashes.clear();
+    taken_tokens.clear();
     if (resync) {
       // Clears every topic and announces the tree again (under the engine's
       // lock); the events arrive through OnAllCleared and OnTierEvent.

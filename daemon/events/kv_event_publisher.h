@@ -139,9 +139,13 @@ class KvEventPublisher final : public TierListener {
   const KvEventFormat& format() const { return encoder_.format(); }
 
  private:
+  // A queued event: its hashes and tokens at these offsets of the queue's
+  // buffers (event's views are set once the publisher has taken them).
   struct Queued {
     KvEvent event;
     double ts = 0;
+    size_t hashes_at = 0, hashes = 0;
+    size_t tokens_at = 0, tokens = 0;
   };
   struct Buffered {
     std::string topic;
@@ -151,9 +155,10 @@ class KvEventPublisher final : public TierListener {
 
   KvEventPublisher(KvEventPublisherOptions options, KvEventTopics topics);
   absl::Status Open();
-  // Queues `event` (its topic set); false if dropped. `bounded`: subject to
+  // Queues `event` (its topic set) with the hashes and tokens of `tier`
+  // (null for a clear); false if dropped. `bounded`: subject to
   // max_queued_events (a resync's events are not).
-  bool EnqueueLocked(KvEvent event, bool bounded)
+  bool EnqueueLocked(KvEvent event, const TierEvent* tier, bool bounded)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishLoop() ABSL_LOCKS_EXCLUDED(mu_);
   void ReplayLoop() ABSL_LOCKS_EXCLUDED(buffer_mu_);
@@ -179,6 +184,8 @@ class KvEventPublisher final : public TierListener {
   KvEventTopics topics_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> started_topics_ ABSL_GUARDED_BY(mu_);
   std::vector<Queued> queue_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> queue_hashes_ ABSL_GUARDED_BY(mu_);
+  std::vector<int32_t> queue_tokens_ ABSL_GUARDED_BY(mu_);
   int64_t queued_ever_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t sent_ever_ ABSL_GUARDED_BY(mu_) = 0;
   bool overflowed_ ABSL_GUARDED_BY(mu_) = false;

@@ -34,21 +34,28 @@ constexpr char kGoldenHex[] =
     "cfdab89baa7b5857c0a66d656469756da347505581a474797065b0416c6c426c6f636b"
     "73436c656172656400";
 
+// The events' hashes and tokens (KvEvent holds views of them).
+const std::vector<uint64_t> kHashes0 = {15760518052499183552ull, 5};
+const std::vector<int32_t> kTokens0 = {1, 200, 70000, 3};
+const std::vector<uint64_t> kHashes1 = {7};
+const std::vector<int32_t> kTokens1 = {9, 10};
+const std::vector<uint64_t> kHashes2 = {15760518052499183552ull};
+
 std::vector<KvEvent> GoldenEvents() {
   std::vector<KvEvent> events(4);
   events[0].kind = KvEvent::Kind::kStored;
   events[0].tier = Tier::kDevice;
-  events[0].block_hashes = {15760518052499183552ull, 5};
-  events[0].token_ids = {1, 200, 70000, 3};
+  events[0].block_hashes = kHashes0;
+  events[0].token_ids = kTokens0;
   events[1].kind = KvEvent::Kind::kStored;
   events[1].tier = Tier::kHost;
   events[1].has_parent = true;
   events[1].parent_hash = 5;
-  events[1].block_hashes = {7};
-  events[1].token_ids = {9, 10};
+  events[1].block_hashes = kHashes1;
+  events[1].token_ids = kTokens1;
   events[2].kind = KvEvent::Kind::kRemoved;
   events[2].tier = Tier::kDevice;
-  events[2].block_hashes = {15760518052499183552ull};
+  events[2].block_hashes = kHashes2;
   events[3].kind = KvEvent::Kind::kAllCleared;
   return events;
 }
@@ -76,12 +83,15 @@ TEST(KvEventEncoderTest, IntegersTakeMsgspecsWidths) {
   e.tier = Tier::kDevice;
   e.has_parent = true;
   e.parent_hash = uint64_t{1} << 32;
-  e.block_hashes = {0,     127,   128,         255,
-                    256,   65535, 65536,       0xffffffffull,
-                    uint64_t{1} << 32, 0xffffffffffffffffull};
-  e.token_ids = {0,          127,    128,    255,    256,
-                 65535,      65536,  INT32_MAX, -1,   -33,
-                 -129,       -32769, INT32_MIN};
+  const std::vector<uint64_t> hashes = {
+      0,     127,   128,         255,
+      256,   65535, 65536,       0xffffffffull,
+      uint64_t{1} << 32, 0xffffffffffffffffull};
+  const std::vector<int32_t> tokens = {0,          127,    128,    255,    256,
+                                       65535,      65536,  INT32_MAX, -1,   -33,
+                                       -129,       -32769, INT32_MIN};
+  e.block_hashes = hashes;
+  e.token_ids = tokens;
   std::vector<const KvEvent*> pointers = {&e};
   KvEventEncoder encoder({.block_size = 1});
   std::string out;
