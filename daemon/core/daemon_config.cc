@@ -318,10 +318,13 @@ absl::Status DaemonConfig::Validate() const {
   }
   if (kv_events.buffer_batches < 0 || kv_events.buffer_batches > 10000000 ||
       kv_events.hwm < 0 || kv_events.hwm > INT32_MAX / 4 ||
-      kv_events.max_queued_events < 1) {
+      kv_events.max_queued_events < 1024 ||
+      kv_events.max_queued_events > (int64_t{1} << 30)) {
+    // A queue smaller than a burst of events overflows on every burst, and
+    // each overflow re-announces the whole cache under the engine's lock.
     return absl::InvalidArgumentError(absl::StrCat(
         "kv_events_buffer must be in [0, 10000000], kv_events_hwm in [0, ",
-        INT32_MAX / 4, "] and kv_events_max_queue positive; got ",
+        INT32_MAX / 4, "] and kv_events_max_queue in [1024, 2^30]; got ",
         kv_events.buffer_batches, ", ", kv_events.hwm, ", ",
         kv_events.max_queued_events));
   }

@@ -252,8 +252,9 @@ ABSL_FLAG(int64_t, kv_events_buffer, 10000,
 ABSL_FLAG(int64_t, kv_events_hwm, 100000,
           "High-water mark of the PUB socket (messages per subscriber).");
 ABSL_FLAG(int64_t, kv_events_max_queue, 100000,
-          "Events waiting to be published at most; past it they are dropped "
-          "and every topic is cleared and announced again.");
+          "Events waiting to be published at most (1024 .. 2^30); past it "
+          "they are dropped and every topic is cleared and announced again "
+          "(a walk of the whole cache under the engine's lock).");
 ABSL_FLAG(std::string, log_level, "info",
           "Log level: trace, debug, info, warn, error, critical or off.");
 ABSL_FLAG(hicache::LogFormat, log_format, hicache::LogFormat::kText,
