@@ -557,6 +557,8 @@ class RadixTree {
   // deleted or detached, so it serves nothing.
   void Announce(Node* node, bool gone = false);
   void AnnounceTier(Node* node, Tier tier, TierEvent::Kind kind);
+  // Announce (or, `gone`, withdraw) every node of `ns` (nullopt: all).
+  void AnnounceEvery(std::optional<absl::string_view> ns, bool gone);
   // The hash of the last whole block before `node` / of its own last one.
   uint64_t ChainStart(Node* node);
   uint64_t ChainEnd(Node* node);

@@ -44,6 +44,14 @@ absl::Status RadixTree::SetTierListener(TierListener* listener,
 }
 
 void RadixTree::AnnounceAll(std::optional<absl::string_view> ns) {
+  AnnounceEvery(ns, /*gone=*/false);
+}
+
+void RadixTree::WithdrawAll(std::optional<absl::string_view> ns) {
+  AnnounceEvery(ns, /*gone=*/true);
+}
+
+void RadixTree::AnnounceEvery(std::optional<absl::string_view> ns, bool gone) {
   if (tier_listener_ == nullptr) return;
   for (auto& [name, root] : roots_) {
     if (ns.has_value() && name != *ns) continue;
@@ -52,21 +60,7 @@ void RadixTree::AnnounceAll(std::optional<absl::string_view> ns) {
     while (!stack.empty()) {
       Node* node = stack.back();
       stack.pop_back();
-      if (!node->is_root()) Announce(node);
-      for (auto& [token, child] : node->children) stack.push_back(child);
-    }
-  }
-}
-
-void RadixTree::WithdrawAll(std::optional<absl::string_view> ns) {
-  if (tier_listener_ == nullptr) return;
-  for (auto& [name, root] : roots_) {
-    if (ns.has_value() && name != *ns) continue;
-    std::vector<Node*> stack = {root.get()};
-    while (!stack.empty()) {
-      Node* node = stack.back();
-      stack.pop_back();
-      if (!node->is_root()) Announce(node, /*gone=*/true);
+      if (!node->is_root()) Announce(node, gone);
       for (auto& [token, child] : node->children) stack.push_back(child);
     }
   }
