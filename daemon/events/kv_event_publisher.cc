@@ -200,16 +200,11 @@ bool KvEventPublisher::EnqueueLocked(KvEvent event, const TierEvent* tier,
   if (!started_topics_.contains(event.topic)) {
     // A topic's first batch clears what an earlier daemon announced there.
     started_topics_.insert(event.topic);
-    KvEvent clear;
-    clear.kind = KvEvent::Kind::kAllCleared;
-    clear.topic = event.topic;
-    queue_.push_back({std::move(clear), options_.now ? options_.now()
-                                                     : NowSeconds()});
-    ++queued_ever_;
+    QueueClearLocked(event.topic);
   }
   Queued& queued = queue_.emplace_back();
   queued.event = std::move(event);
-  queued.ts = options_.now ? options_.now() : NowSeconds();
+  queued.ts = Now();
   if (tier != nullptr) {
     queued.hashes_at = queue_hashes_.size();
     queued.hashes = tier->block_hashes.size();
@@ -226,6 +221,18 @@ bool KvEventPublisher::EnqueueLocked(KvEvent event, const TierEvent* tier,
   // more than the event.
   if (publisher_waiting_) work_cv_.Signal();
   return true;
+}
+
+double KvEventPublisher::Now() const {
+  return options_.now ? options_.now() : NowSeconds();
+}
+
+void KvEventPublisher::QueueClearLocked(const std::string& topic) {
+  Queued& queued = queue_.emplace_back();
+  queued.event.kind = KvEvent::Kind::kAllCleared;
+  queued.event.topic = topic;
+  queued.ts = Now();
+  ++queued_ever_;
 }
 
 void KvEventPublisher::OnTierEvent(const TierEvent& event) {
@@ -249,14 +256,7 @@ void KvEventPublisher::OnTierEvent(const TierEvent& event) {
 void KvEventPublisher::OnAllCleared() {
   MutexLock lock(&mu_);
   overflowed_ = false;
-  for (const std::string& topic : started_topics_) {
-    KvEvent clear;
-    clear.kind = KvEvent::Kind::kAllCleared;
-    clear.topic = topic;
-    queue_.push_back({std::move(clear),
-                      options_.now ? options_.now() : NowSeconds()});
-    ++queued_ever_;
-  }
+  for (const std::string& topic : started_topics_) QueueClearLocked(topic);
   work_cv_.Signal();
 }
 

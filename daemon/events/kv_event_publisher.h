@@ -160,6 +160,10 @@ class KvEventPublisher final : public TierListener {
   // max_queued_events (a resync's events are not).
   bool EnqueueLocked(KvEvent event, const TierEvent* tier, bool bounded)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues an AllBlocksCleared for `topic`.
+  void QueueClearLocked(const std::string& topic)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  double Now() const;  // Seconds since the epoch (options_.now if set).
   void PublishLoop() ABSL_LOCKS_EXCLUDED(mu_);
   void ReplayLoop() ABSL_LOCKS_EXCLUDED(buffer_mu_);
   // Encodes and sends one topic's run of events; buffers it for replay;
