@@ -14,6 +14,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/cache_bound.h"
+#include "bench/kv_event_sink.h"
 #include "bench/mooncake_trace.h"
 #include "bench/percentile.h"
 #include "bench/replay_lib.h"
@@ -50,11 +52,15 @@ ABSL_FLAG(std::string, kv_preset, "micro",
 ABSL_FLAG(bool, kv_events, false,
           "Run every pair twice, side by side: without KV events and with "
           "them published (blocks of --kv_events_block_size tokens, to a "
-          "subscriber thread; docs/kv-events.md), and print the overhead.");
+          "subscriber in another process; docs/kv-events.md), and print the "
+          "overhead.");
 ABSL_FLAG(uint32_t, kv_events_block_size, 16, "--kv_events: tokens a block.");
-ABSL_FLAG(int, kv_events_runs, 3,
+ABSL_FLAG(int, kv_events_runs, 5,
           "--kv_events: pairs of runs (without, with), alternating; the "
-          "medians are compared.");
+          "median of the pairs' ratios is reported.");
+ABSL_FLAG(std::string, kv_event_sink, "",
+          "Internal (--kv_events): be the subscriber process for this "
+          "endpoint.");
 ABSL_FLAG(std::string, state_dir, "",
           "Journal the host tier into this directory (hot restart); empty: "
           "no journal.");
@@ -82,42 +88,112 @@ double CpuSeconds() {
   return secs(usage.ru_utime) + secs(usage.ru_stime);
 }
 
-// Without and with KV events, alternating, in this process: requests per
-// second (medians) and what was published.
+// CPU seconds (user + system) of this process's children that have been
+// waited for.
+double ChildCpuSeconds() {
+  rusage usage{};
+  if (getrusage(RUSAGE_CHILDREN, &usage) != 0) return 0;
+  auto secs = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+  return secs(usage.ru_utime) + secs(usage.ru_stime);
+}
+
+// Without and with KV events, alternating, in this process, with a
+// subscriber in a process of its own (bench/kv_event_sink.h): the median
+// of each pair's ratio of requests per second, the medians of CPU per
+// request, and what was published and received.
 bool CompareKvEvents(const std::vector<TraceRequest>& trace,
                      ReplayConfig config) {
   char dir[] = "/tmp/hicache-replay-events-XXXXXX";
   if (mkdtemp(dir) == nullptr) return false;
-  std::vector<double> off, on;
+  const std::string endpoint = absl::StrCat("ipc://", dir, "/events");
+  std::vector<double> ratios, off_rps, on_rps, off_cpu, on_cpu, sink_cpu;
+  std::vector<double> off_caller, on_caller;  // Of the requests' thread.
   ReplayOutcome last;
-  for (int run = 0; run < absl::GetFlag(FLAGS_kv_events_runs); ++run) {
-    for (bool events : {false, true}) {
-      config.kv_events_endpoint =
-          events ? absl::StrCat("ipc://", dir, "/events") : "";
+  bench::KvEventSinkCounts received;
+  bool ok = true;
+  for (int run = 0; ok && run < absl::GetFlag(FLAGS_kv_events_runs); ++run) {
+    // Alternating which goes first (ABBA), so that whatever one run
+    // leaves behind for the next weighs on both sides alike.
+    double rps_of[2] = {0, 0};
+    for (bool events : {run % 2 == 1, run % 2 == 0}) {
+      std::unique_ptr<bench::KvEventSink> sink;
+      if (events) {
+        auto started = bench::KvEventSink::Start("/proc/self/exe", endpoint);
+        if (!started.ok()) {
+          std::fprintf(stderr, "%s\n", started.status().ToString().c_str());
+          ok = false;
+          break;
+        }
+        sink = *std::move(started);
+      }
+      config.kv_events_endpoint = events ? endpoint : "";
       config.kv_events_block_size = absl::GetFlag(FLAGS_kv_events_block_size);
+      const double cpu_before = CpuSeconds();
       auto out = ReplayTrace(trace, config);
+      const double cpu = CpuSeconds() - cpu_before;
       if (!out.ok()) {
         std::fprintf(stderr, "replay failed: %s\n",
                      out.status().ToString().c_str());
-        return false;
+        ok = false;
+        break;
       }
-      (events ? on : off).push_back(out->requests / out->seconds);
-      if (events) last = *out;
+      const double rps = out->requests / out->seconds;
+      const double cpu_us = 1e6 * cpu / out->requests;
+      (events ? on_caller : off_caller)
+          .push_back(1e6 * out->caller_cpu_seconds / out->requests);
+      rps_of[events] = rps;
+      if (!events) {
+        off_rps.push_back(rps);
+        off_cpu.push_back(cpu_us);
+        continue;
+      }
+      const double children_before = ChildCpuSeconds();
+      auto counts = sink->Stop();
+      if (!counts.ok()) {
+        std::fprintf(stderr, "%s\n", counts.status().ToString().c_str());
+        ok = false;
+        break;
+      }
+      sink_cpu.push_back(1e6 * (ChildCpuSeconds() - children_before) /
+                         out->requests);
+      received = *counts;
+      on_rps.push_back(rps);
+      on_cpu.push_back(cpu_us);
+      last = *out;
+    }
+    if (ok) {
+      ratios.push_back(rps_of[1] / rps_of[0]);
+      if (getenv("HICACHE_REPLAY_VERBOSE") != nullptr) {
+        std::fprintf(stderr, "pair %d: %.0f without, %.0f with\n", run,
+                     rps_of[0], rps_of[1]);
+      }
     }
   }
-  const double base = Percentile(off, 0.5), with = Percentile(on, 0.5);
+  rmdir(dir);
+  if (!ok) return false;
   std::printf(
-      "  kv events: %.0f req/s without, %.0f with (median of %zu each): "
-      "%.1f%% slower; %lld events (%lld blocks) published, %lld dropped, "
-      "%lld batches received; the last sent %.0f ms after the last "
-      "request\n",
-      base, with, off.size(), 100 * (1 - with / base),
+      "  kv events (blocks of %u): %.0f req/s without, %.0f with (medians "
+      "of %zu); paired: %.1f%% fewer req/s with (median of the pairs' "
+      "ratios)\n"
+      "  CPU per request: the requests' thread %.1f us without, %.1f with "
+      "(%+.1f%%); the process %.0f us without, %.0f with; %.0f us in the "
+      "subscriber process\n"
+      "  published %lld events (%lld blocks) in %lld batches, %lld dropped; "
+      "the subscriber received %lld batches (%.1f MB); the last sent %.0f ms "
+      "after the last request\n",
+      config.kv_events_block_size, Percentile(off_rps, 0.5),
+      Percentile(on_rps, 0.5), off_rps.size(),
+      100 * (1 - Percentile(ratios, 0.5)), Percentile(off_caller, 0.5),
+      Percentile(on_caller, 0.5),
+      100 * (Percentile(on_caller, 0.5) / Percentile(off_caller, 0.5) - 1),
+      Percentile(off_cpu, 0.5),
+      Percentile(on_cpu, 0.5), Percentile(sink_cpu, 0.5),
       static_cast<long long>(last.kv_events),
       static_cast<long long>(last.kv_event_blocks),
+      static_cast<long long>(last.kv_event_batches),
       static_cast<long long>(last.kv_events_dropped),
-      static_cast<long long>(last.kv_batches_received),
+      static_cast<long long>(received.batches), received.bytes / 1e6,
       1e3 * last.kv_events_lag_seconds);
-  rmdir(dir);
   return true;
 }
 
@@ -238,5 +314,9 @@ int Main() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  if (const std::string sink = absl::GetFlag(FLAGS_kv_event_sink);
+      !sink.empty()) {
+    return hicache::bench::RunKvEventSink(sink);
+  }
   return hicache::Main();
 }

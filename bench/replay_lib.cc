@@ -1,14 +1,12 @@
 #include "bench/replay_lib.h"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <memory>
-#include <iterator>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -22,8 +20,6 @@
 #include "daemon/events/kv_event_options.h"
 #include "daemon/events/kv_event_publisher.h"
 #include "daemon/transfer/faulty_transfer_engine.h"
-#include "zmq.hpp"
-#include "zmq_addon.hpp"
 
 namespace hicache {
 namespace {
@@ -33,36 +29,12 @@ absl::StatusOr<ReplayOutcome> ReplayWith(const std::vector<TraceRequest>& trace,
                                          EngineOptions options,
                                          events::KvEventPublisher* events);
 
-// A router's subscriber in a thread of its own: reads every batch.
-class EventReader {
- public:
-  explicit EventReader(const std::string& endpoint)
-      : sub_(context_, zmq::socket_type::sub) {
-    sub_.set(zmq::sockopt::subscribe, "");
-    sub_.set(zmq::sockopt::rcvtimeo, 100);
-    sub_.connect(endpoint);
-    thread_ = std::thread([this] {
-      while (!stop_.load()) {
-        std::vector<zmq::message_t> frames;
-        if (zmq::recv_multipart(sub_, std::back_inserter(frames))) {
-          batches_.fetch_add(1);
-        }
-      }
-    });
-  }
-  ~EventReader() {
-    stop_.store(true);
-    thread_.join();
-  }
-  int64_t batches() const { return batches_.load(); }
-
- private:
-  zmq::context_t context_;
-  zmq::socket_t sub_;
-  std::atomic<bool> stop_{false};
-  std::atomic<int64_t> batches_{0};
-  std::thread thread_;
-};
+// CPU seconds the calling thread has used.
+double ThreadCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec + t.tv_nsec / 1e9;
+}
 
 }  // namespace
 
@@ -100,7 +72,6 @@ absl::StatusOr<ReplayOutcome> ReplayTrace(
     segments = absl::StrCat(options.shm_prefix, "-");
   }
   std::unique_ptr<events::KvEventPublisher> publisher;
-  std::unique_ptr<EventReader> reader;
   if (!config.kv_events_endpoint.empty()) {
     daemon.kv_events.endpoint = config.kv_events_endpoint;
     daemon.kv_events.block_size = config.kv_events_block_size;
@@ -109,15 +80,11 @@ absl::StatusOr<ReplayOutcome> ReplayTrace(
         events::KvEventPublisherOptionsFrom(daemon));
     if (!created.ok()) return created.status();
     publisher = *std::move(created);
-    if (getenv("NO_READER") == nullptr) reader = std::make_unique<EventReader>(publisher->endpoint());
     options.tier_listener = publisher.get();
     options.tier_block_size = config.kv_events_block_size;
   }
   absl::StatusOr<ReplayOutcome> out =
       ReplayWith(trace, config, options, publisher.get());
-  if (out.ok() && reader != nullptr) {
-    out->kv_batches_received = reader->batches();
-  }
   if (!segments.empty()) {
     if (absl::Status removed = RemoveShmSegments(segments); !removed.ok()) {
       return removed;
@@ -166,6 +133,7 @@ absl::StatusOr<ReplayOutcome> ReplayWith(const std::vector<TraceRequest>& trace,
   std::vector<double> admits;
   std::vector<int32_t> tokens;
   const auto start = std::chrono::steady_clock::now();
+  const double thread_cpu_start = ThreadCpuSeconds();
   for (const TraceRequest& request : trace) {
     const auto request_start = std::chrono::steady_clock::now();
     ++out.requests;
@@ -267,6 +235,7 @@ absl::StatusOr<ReplayOutcome> ReplayWith(const std::vector<TraceRequest>& trace,
   out.seconds = std::chrono::duration<double>(
                     std::chrono::steady_clock::now() - start)
                     .count();
+  out.caller_cpu_seconds = ThreadCpuSeconds() - thread_cpu_start;
   // KV events are published in the background; how long after the last
   // request the last of them was sent.
   if (events != nullptr) {
@@ -288,6 +257,7 @@ absl::StatusOr<ReplayOutcome> ReplayWith(const std::vector<TraceRequest>& trace,
     const events::KvEventPublisherStats s = events->stats();
     out.kv_events = s.events_published;
     out.kv_event_blocks = s.blocks_published;
+    out.kv_event_batches = s.batches_published;
     out.kv_events_dropped = s.events_dropped;
     e.DetachTierListener();
   }

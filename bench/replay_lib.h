@@ -51,7 +51,7 @@ struct ReplayConfig {
   std::string state_dir;
   // KV events (docs/kv-events.md): non-empty publishes them on this PUB
   // endpoint in blocks of `kv_events_block_size` tokens, as hicached
-  // --kv_events_endpoint does, to a subscriber thread that reads them all.
+  // --kv_events_endpoint does (subscribers are the caller's).
   std::string kv_events_endpoint;
   uint32_t kv_events_block_size = 16;
 };
@@ -71,6 +71,9 @@ struct ReplayOutcome {
   double seconds = 0;
   // Of `seconds`: the final FlushHostTier (the journal's backlog at the end).
   double flush_seconds = 0;
+  // CPU time of the thread that made the requests over `seconds` (the
+  // serving path's own work: background threads are not in it).
+  double caller_cpu_seconds = 0;
   double request_p50_us = 0;  // Wall time of one request's engine calls.
   double request_p99_us = 0;
   // Of a request, what Admit does after its match: allocating its new pages
@@ -79,11 +82,11 @@ struct ReplayOutcome {
   double admit_p50_us = 0;
   double admit_p99_us = 0;
   // With kv_events_endpoint: what the publisher sent (after a final flush,
-  // within `seconds`) and the batches its subscriber received.
+  // within `seconds`).
   int64_t kv_events = 0;
   int64_t kv_event_blocks = 0;
   int64_t kv_events_dropped = 0;
-  int64_t kv_batches_received = 0;
+  int64_t kv_event_batches = 0;
   // After `seconds`: until the last event was sent (publishing lags behind
   // the requests while they keep the CPUs busy).
   double kv_events_lag_seconds = 0;

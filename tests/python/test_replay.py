@@ -73,6 +73,35 @@ class ReplayTest(unittest.TestCase):
         self.assertEqual(summary["held_locks_at_end"], 0)
         self.assertEqual(summary["stream_errors"], 0)
 
+    def test_kv_event_overhead_report(self):
+        """bench/replay --kv_events: runs without and with KV events side by
+        side, a subscriber in its own process, and reports what it measured
+        (what the subscriber got depends on when it joined: not asserted)."""
+        out = subprocess.run(
+            [os.environ["HICACHE_REPLAY_BIN"], f"--trace={self.trace}",
+             f"--l1_blocks={L1_BLOCKS}", f"--l2_blocks={L2_BLOCKS}",
+             "--policies=tinylfu", "--kv_events", "--kv_events_runs=2",
+             "--kv_events_block_size=64"],
+            check=True, capture_output=True, text=True).stdout
+        rates = re.search(r"kv events \(blocks of 64\): (\d+) req/s without, "
+                          r"(\d+) with \(medians of 2\)", out)
+        self.assertIsNotNone(rates, out)
+        self.assertGreater(int(rates.group(1)), 0)
+        self.assertGreater(int(rates.group(2)), 0)
+        cpu = re.search(r"the requests' thread ([\d.]+) us without, ([\d.]+) "
+                        r"with", out)
+        self.assertIsNotNone(cpu, out)
+        self.assertGreater(float(cpu.group(1)), 0)
+        sent = re.search(r"published (\d+) events \((\d+) blocks\) in (\d+) "
+                         r"batches, (\d+) dropped; the subscriber received "
+                         r"(\d+) batches", out)
+        self.assertIsNotNone(sent, out)
+        events, blocks, batches, dropped, received = map(int, sent.groups())
+        self.assertGreater(events, 0)
+        self.assertGreaterEqual(blocks, events - batches)
+        self.assertEqual(dropped, 0)
+        self.assertLessEqual(received, batches)
+
     def test_human_report_and_csv(self):
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "series.csv")
