@@ -66,9 +66,26 @@ struct DaemonConfig {
   static constexpr uint32_t kMaxCpSize = 256;
   static constexpr uint64_t kMaxPagesPerRank = uint64_t{1} << 40;
 
+  // The defaults, in one table: the fields below and EngineOptions
+  // (daemon/engine/engine_options.h) both start from these, so an engine
+  // built without a DaemonConfig runs what the daemon ships
+  // (engine_options_test checks that they agree).
+  static constexpr uint32_t kDefaultPageSize = 64;
+  static constexpr uint32_t kDefaultCpSize = 1;
+  static constexpr uint64_t kDefaultDevicePagesPerRank = 4096;
+  static constexpr uint64_t kDefaultHostPagesPerRank = 16384;
+  static constexpr absl::string_view kDefaultKvPreset = "tiny";
+  static constexpr EvictionPolicy kDefaultEvictionPolicy =
+      EvictionPolicy::kTinyLfu;
+  static constexpr WritePolicy kDefaultWritePolicy = WritePolicy::kWriteAhead;
+  static constexpr uint32_t kDefaultWriteThroughThreshold = 2;
+  static constexpr int32_t kDefaultTransferWorkers = 2;
+  static constexpr int kDefaultRecoveryThreads = 2;
+  static constexpr int kDefaultJournalSettleMs = 20;
+
   BackendKind backend = BackendKind::kCpu;
-  uint32_t page_size = 64;  // Tokens per page, P.
-  uint32_t cp_size = 1;     // Context-parallel size, C (number of lanes).
+  uint32_t page_size = kDefaultPageSize;  // Tokens per page, P.
+  uint32_t cp_size = kDefaultCpSize;  // Context-parallel size, C (lanes).
   // Ranks whose pools this daemon owns, ascending. Empty means all C ranks.
   std::vector<uint32_t> served_ranks;
   // CUDA backend: the device ordinal of each served rank, in served-rank
@@ -85,27 +102,27 @@ struct DaemonConfig {
   // pinned memory).
   bool lock_host_memory = false;
   bool pin_host_memory = true;
-  uint64_t device_pages_per_rank = 4096;
+  uint64_t device_pages_per_rank = kDefaultDevicePagesPerRank;
   // The host (L2) tier of each rank, in pages or as one byte budget. A host
   // page holds the target *and* the draft payload of its tokens
   // (KvGeometry), so one budget sizes both: when host_bytes_per_rank is
   // non-zero it wins, and ResolveHostPages (daemon/pool/host_budget.h) sets
   // host_pages_per_rank to the pages it holds (--host_bytes_per_rank and
   // --host_pages_per_rank together are refused at flag parsing).
-  uint64_t host_pages_per_rank = 16384;
+  uint64_t host_pages_per_rank = kDefaultHostPagesPerRank;
   uint64_t host_bytes_per_rank = 0;
   HostLayout host_layout = HostLayout::kLayerFirst;
   // KV geometry preset (see KvGeometry::Preset); "tiny" keeps the embedded
   // default's pools at a few MB.
-  std::string kv_preset = "tiny";
+  std::string kv_preset = std::string(kDefaultKvPreset);
   // Engine policies, parsed once from their flags (core/policies.h).
   // The default pair (docs/eviction.md): write-ahead (a prefix-closed host
   // tier that survives a crash, no allocation waiting for a copy), TinyLFU
   // on the host tier.
-  NamedPolicy<EvictionPolicy> eviction_policy = EvictionPolicy::kTinyLfu;
-  NamedPolicy<WritePolicy> write_policy = WritePolicy::kWriteAhead;
+  NamedPolicy<EvictionPolicy> eviction_policy = kDefaultEvictionPolicy;
+  NamedPolicy<WritePolicy> write_policy = kDefaultWritePolicy;
   // Hits before a node is written through (write_through_selective).
-  uint32_t write_through_threshold = 2;
+  uint32_t write_through_threshold = kDefaultWriteThroughThreshold;
   // Loads of fewer tokens are reported as misses (not worth a transfer).
   int64_t load_back_threshold_tokens = 0;
   // After pressure, evict until this many pages are free per lane (L1) and
@@ -113,7 +130,7 @@ struct DaemonConfig {
   int64_t l1_free_room_pages = 0;
   int64_t l2_free_room_pages = 0;
   // CPU backend: memcpy threads.
-  int32_t transfer_workers = 2;
+  int32_t transfer_workers = kDefaultTransferWorkers;
   // Session lease when a client asks for none.
   uint32_t default_lease_ms = 10000;
   // Optional TCP listener ("host:port"), in addition to the unix socket.
@@ -137,11 +154,11 @@ struct DaemonConfig {
   // Hot restart (docs/hot-restart.md): where the host tier's journal lives
   // (created 0700 if absent); empty: the host tier dies with the daemon.
   std::string state_dir;
-  int recovery_threads = 2;  // Verifying host pages at start, 1..64.
+  int recovery_threads = kDefaultRecoveryThreads;  // Verifying host pages at start, 1..64.
   // How long a host commit waits before it is journaled (0..10000 ms): one
   // evicted within it is never recorded; a crash loses the commits of about
   // this long (their pages are free after the restart).
-  int journal_settle_ms = 20;
+  int journal_settle_ms = kDefaultJournalSettleMs;
   // KV events for cluster routers (docs/kv-events.md), in vLLM's ZMQ
   // format: off while kv_events_endpoint is empty.
   struct KvEvents {

@@ -23,16 +23,24 @@
 namespace hicache {
 
 struct EngineOptions {
-  uint32_t page_size = 64;
-  uint32_t cp_size = 1;
-  std::string kv_preset = "tiny";
-  int64_t device_pages_per_rank = 1024;  // Including the reserved page 0.
-  int64_t host_pages_per_rank = 4096;
+  // Configuration: the daemon's defaults (DaemonConfig::kDefault*), so an
+  // engine built from EngineOptions{} runs what hicached ships. A test that
+  // needs another configuration names it.
+  uint32_t page_size = DaemonConfig::kDefaultPageSize;
+  uint32_t cp_size = DaemonConfig::kDefaultCpSize;
+  std::string kv_preset = std::string(DaemonConfig::kDefaultKvPreset);
+  // Including the reserved page 0.
+  int64_t device_pages_per_rank =
+      static_cast<int64_t>(DaemonConfig::kDefaultDevicePagesPerRank);
+  int64_t host_pages_per_rank =
+      static_cast<int64_t>(DaemonConfig::kDefaultHostPagesPerRank);
   HostLayout host_layout = HostLayout::kLayerFirst;
   bool lock_host_memory = false;
-  WritePolicy write_policy = WritePolicy::kWriteThroughSelective;
-  uint32_t write_through_threshold = 2;  // For kWriteThroughSelective.
-  EvictionPolicy eviction_policy = EvictionPolicy::kLru;
+  WritePolicy write_policy = DaemonConfig::kDefaultWritePolicy;
+  // For kWriteThroughSelective.
+  uint32_t write_through_threshold =
+      DaemonConfig::kDefaultWriteThroughThreshold;
+  EvictionPolicy eviction_policy = DaemonConfig::kDefaultEvictionPolicy;
   // Loads of fewer tokens are not worth a transfer: reported as misses.
   int64_t load_back_threshold_tokens = 0;
   // After pressure, evict until this many pages are free per lane (L1) and
@@ -51,16 +59,18 @@ struct EngineOptions {
   // `wrap_transfer`. Must be a subset of the served ranks; a state_dir needs
   // them all.
   std::vector<Rank> pool_ranks;
-  int transfer_workers = 2;  // Default backend's copy threads.
+  // Default backend's copy threads.
+  int transfer_workers = DaemonConfig::kDefaultTransferWorkers;
   // Hot restart (docs/hot-restart.md): the directory of the host tier's
   // journal. Non-empty: the host pools outlive the daemon and the host tier
   // is recovered at start. Empty: the host tier dies with the daemon.
   std::string state_dir;
   // Threads that verify host pages at recovery.
-  int recovery_threads = 2;
+  int recovery_threads = DaemonConfig::kDefaultRecoveryThreads;
   // How long a host commit waits before it is journaled
   // (HostTierRecorder::Options::settle).
-  absl::Duration journal_settle = absl::Milliseconds(20);
+  absl::Duration journal_settle =
+      absl::Milliseconds(DaemonConfig::kDefaultJournalSettleMs);
 
   // Not configuration: what the process wires in (EngineOptionsFrom leaves
   // these at their defaults).

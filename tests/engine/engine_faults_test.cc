@@ -22,10 +22,10 @@
 namespace hicache {
 namespace {
 
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using ::testing::Not;
-using ::testing::Contains;
 using testing::VerifyKv;
 using testing::WriteKv;
 
@@ -131,10 +131,12 @@ class EngineFaultsTest : public ::testing::Test {
   void Make(EngineOptions options = {}) {
     options.page_size = kP;
     options.kv_preset = "tiny-draft";
-    if (options.device_pages_per_rank == 1024) {
+    if (options.device_pages_per_rank ==
+        EngineOptions{}.device_pages_per_rank) {
       options.device_pages_per_rank = 32;
     }
-    if (options.host_pages_per_rank == 4096) options.host_pages_per_rank = 64;
+    if (options.host_pages_per_rank == EngineOptions{}.host_pages_per_rank)
+      options.host_pages_per_rank = 64;
     options.wrap_transfer = [this](TransferListener* listener,
                                    const TransferEngineFactory& backend) {
       auto faults = std::make_unique<FaultyTransferEngine>(listener, backend);
@@ -175,10 +177,11 @@ class EngineFaultsTest : public ::testing::Test {
   }
 
   void EvictAllDevice() {
-    ASSERT_TRUE(engine_->EvictPages(std::vector<int64_t>(
-                                        engine_->layout().cp_size(), 1 << 20),
-                                    {})
-                    .ok());
+    ASSERT_TRUE(
+        engine_
+            ->EvictPages(
+                std::vector<int64_t>(engine_->layout().cp_size(), 1 << 20), {})
+            .ok());
   }
 
   // Load-back of `tokens` expected to succeed; verifies the bytes.
@@ -335,7 +338,7 @@ TEST_F(EngineFaultsTest, LateFailureOfAFailedBackupLeavesTheNextOneAlone) {
       {.times = 2});
   faults_->HoldWhen([](const TransferSite& s) { return s.rank == 1; });
   ASSERT_EQ(engine_->Match("", tokens)->device_len, 8);  // Starts A.
-  WaitForCompletions(3);                                  // A, rank 0.
+  WaitForCompletions(3);                                 // A, rank 0.
   while (faults_->held() < 3) std::this_thread::yield();
   EXPECT_EQ(engine_->Stats().backups_failed, 1);
   EXPECT_EQ(engine_->TreeStatistics().pending_backups, 0);

@@ -1,6 +1,7 @@
 #include "daemon/engine/engine_options.h"
 
 #include <string>
+#include <tuple>
 
 #include "daemon/core/clock.h"
 #include "daemon/core/daemon_config.h"
@@ -157,6 +158,18 @@ TEST(EngineOptionsTest, CarriesEveryConfigurationField) {
   EXPECT_FALSE(o.wrap_transfer);
 }
 
+// The configuration an EngineOptions carries, one element per entry of
+// kCarriedFields (checked below), comparable as a whole.
+auto Configuration(const EngineOptions& o) {
+  return std::make_tuple(
+      o.page_size, o.cp_size, o.served_ranks, o.kv_preset,
+      o.device_pages_per_rank, o.host_pages_per_rank, o.host_layout,
+      o.lock_host_memory, o.write_policy, o.write_through_threshold,
+      o.eviction_policy, o.load_back_threshold_tokens, o.l1_free_room_pages,
+      o.l2_free_room_pages, o.transfer_workers, o.state_dir,
+      o.recovery_threads, o.journal_settle);
+}
+
 TEST(EngineOptionsTest, DefaultsMatchTheDaemonsDefaults) {
   const DaemonConfig config;
   const EngineOptions o = EngineOptionsFrom(config);
@@ -165,6 +178,27 @@ TEST(EngineOptionsTest, DefaultsMatchTheDaemonsDefaults) {
   EXPECT_EQ(o.device_pages_per_rank, 4096);
   EXPECT_EQ(o.host_pages_per_rank, 16384);
   EXPECT_TRUE(o.served_ranks.empty());  // All ranks.
+}
+
+// One source of defaults: an engine built from EngineOptions{} (as most
+// engine tests build theirs) runs exactly the configuration hicached
+// ships, every carried field alike.
+TEST(EngineOptionsTest, EngineOptionsDefaultIsTheDaemonsDefaultConfiguration) {
+  static_assert(
+      std::tuple_size_v<decltype(Configuration(EngineOptions{}))> ==
+          std::size(kCarriedFields),
+      "Configuration() must compare every carried field");
+  DaemonConfig config;
+  ASSERT_TRUE(config.Validate().ok());
+  EXPECT_TRUE(Configuration(EngineOptions{}) ==
+              Configuration(EngineOptionsFrom(config)))
+      << "EngineOptions' defaults and DaemonConfig's differ: both take "
+         "theirs from DaemonConfig::kDefault*";
+  // The same values through the table itself.
+  const EngineOptions o;
+  EXPECT_EQ(o.write_policy, DaemonConfig::kDefaultWritePolicy);
+  EXPECT_EQ(o.eviction_policy, DaemonConfig::kDefaultEvictionPolicy);
+  EXPECT_EQ(o.kv_preset, DaemonConfig::kDefaultKvPreset);
 }
 
 TEST(EngineOptionsTest, PoolOptionsComeFromTheEngineOptions) {

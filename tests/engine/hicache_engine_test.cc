@@ -124,9 +124,10 @@ class EngineTest : public ::testing::Test {
   void Make(EngineOptions options = {}) {
     options.page_size = kP;
     options.kv_preset = "tiny-draft";
-    if (options.device_pages_per_rank == 1024)
+    if (options.device_pages_per_rank ==
+        EngineOptions{}.device_pages_per_rank)
       options.device_pages_per_rank = 32;
-    if (options.host_pages_per_rank == 4096) options.host_pages_per_rank = 64;
+    if (options.host_pages_per_rank == EngineOptions{}.host_pages_per_rank) options.host_pages_per_rank = 64;
     auto engine = HiCacheEngine::Create(options);
     ASSERT_TRUE(engine.ok()) << engine.status();
     engine_ = *std::move(engine);
@@ -603,8 +604,15 @@ TEST_F(EngineTest, ConcurrentLoadOfTheSameNodesIsAMiss) {
 // l2_free_room_pages free pages there (not just the deficit), oldest first,
 // and touches no other rank; EnforceFreeRoom applies a new target to every
 // rank.
+// LRU and write-through by name: the test counts which nodes go, oldest
+// first (the default pair orders host victims by frequency class, and drops
+// a redundant copy, such as the newest node's, before any host-only node).
 TEST_F(EngineTest, L2FreeRoomTargetIsReached) {
-  Make({.cp_size = 2, .host_pages_per_rank = 8, .l2_free_room_pages = 3});
+  Make({.cp_size = 2,
+        .host_pages_per_rank = 8,
+        .write_policy = WritePolicy::kWriteThroughSelective,
+        .eviction_policy = EvictionPolicy::kLru,
+        .l2_free_room_pages = 3});
   auto tokens_of = [](Rank r, int i) { return Seq(1000 * r + 10 * i, 4); };
   for (Rank r = 0; r < 2; ++r) {
     for (int i = 0; i < 8; ++i) Cache(tokens_of(r, i), {r});
