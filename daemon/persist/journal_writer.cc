@@ -295,6 +295,23 @@ JournalWriterStats JournalWriter::stats() const {
   return stats_;
 }
 
+absl::Status JournalWriter::CompactNow() {
+  MutexLock lock(&mu_);
+  if (!broken_.ok()) return BrokenError();
+  const int64_t done = stats_.compactions;
+  const int64_t failed = stats_.compaction_failures;
+  compact_wanted_ = true;
+  work_cv_.Signal();
+  while (broken_.ok() && stats_.compactions == done &&
+         stats_.compaction_failures == failed) {
+    durable_cv_.Wait(&mu_);
+  }
+  if (!broken_.ok()) return BrokenError();
+  if (stats_.compactions > done) return absl::OkStatus();
+  return absl::InternalError(
+      "the journal's compaction failed; the old journal is still in use");
+}
+
 bool JournalWriter::ShouldCompact() const {
   const uint64_t threshold = std::max<uint64_t>(
       {options_.compaction_floor_bytes, next_compaction_min_,
@@ -308,10 +325,19 @@ void JournalWriter::Run() {
   // Explicit Lock/Unlock: the lock is released around every write.
   mu_.Lock();
   while (true) {
-    while (broken_.ok() && !stop_ && pending_.empty()) work_cv_.Wait(&mu_);
+    while (broken_.ok() && !stop_ && pending_.empty() && !compact_wanted_) {
+      work_cv_.Wait(&mu_);
+    }
     if (!broken_.ok()) {
       while (!stop_) work_cv_.Wait(&mu_);  // Broken: idle until stopped.
       break;
+    }
+    if (compact_wanted_) {
+      compact_wanted_ = false;
+      Compact();  // Subsumes what is pending; holds mu_ again on return.
+      // A failed compaction signals nothing itself: wake CompactNow.
+      durable_cv_.SignalAll();
+      continue;
     }
     if (pending_.empty()) break;  // Stopped, and everything is written.
     // Gather a batch: until max_delay after its first record, unless it is

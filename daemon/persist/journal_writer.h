@@ -130,6 +130,12 @@ class JournalWriter {
   absl::Status Flush();
   // Appends a Clean record (the daemon stops on purpose), then Flush().
   absl::Status FlushClean();
+  // Compacts now, whatever the file's size (what is pending is subsumed),
+  // and returns once the compaction is done: OK; the compaction's error
+  // (the old journal is kept and stays in use); or FAILED_PRECONDITION when
+  // the journal is broken. For tests and tools that must count a
+  // compaction rather than wait for one.
+  absl::Status CompactNow();
 
   // OK, or the error that broke the journal.
   absl::Status status() const;
@@ -211,6 +217,7 @@ class JournalWriter {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
   uint64_t next_compaction_min_ ABSL_GUARDED_BY(mu_) = 0;
+  bool compact_wanted_ ABSL_GUARDED_BY(mu_) = false;  // CompactNow().
   JournalWriterStats stats_ ABSL_GUARDED_BY(mu_);
   // summary(): written under mu_ (PublishLocked), read without it.
   std::atomic<int64_t> published_live_puts_{0};
