@@ -12,12 +12,20 @@ namespace hicache {
 struct Caller {
   bool is_operator = false;
   std::string name;  // For logs and errors: "uid 1000 pid 4242", "cert CN=x".
+  // Who the caller is, stably across its connections: "uid 1000" (unix
+  // peer credentials), "cert CN=x" (a TLS client certificate), or empty
+  // when the transport proved nothing (plain TCP for testing, in-process
+  // servers). A session may be used only by callers of the principal that
+  // opened it, and by operators (SessionManager::CheckCaller).
+  std::string principal;
 
-  static Caller Operator(std::string name = "in-process operator") {
-    return {true, std::move(name)};
+  static Caller Operator(std::string name = "in-process operator",
+                         std::string principal = "") {
+    return {true, std::move(name), std::move(principal)};
   }
-  static Caller Client(std::string name = "client") {
-    return {false, std::move(name)};
+  static Caller Client(std::string name = "client",
+                       std::string principal = "") {
+    return {false, std::move(name), std::move(principal)};
   }
 };
 

@@ -37,15 +37,38 @@ SessionManager::SessionManager(HiCacheEngine* engine, const Clock* clock,
       default_lease_(default_lease),
       limits_(limits) {}
 
+namespace {
+
+absl::Status UnknownSession(const std::string& id) {
+  return absl::NotFoundError(absl::StrCat(
+      "session '", id.size() <= 64 ? id : id.substr(0, 64) + "...",
+      "' is unknown or its lease expired; open a new one"));
+}
+
+}  // namespace
+
 absl::StatusOr<SessionManager::Session*> SessionManager::Find(
     const std::string& id) {
   auto it = sessions_.find(id);
-  if (it == sessions_.end()) {
-    return absl::NotFoundError(absl::StrCat(
-        "session '", id.size() <= 64 ? id : id.substr(0, 64) + "...",
-        "' is unknown or its lease expired; open a new one"));
-  }
+  if (it == sessions_.end()) return UnknownSession(id);
   return &it->second;
+}
+
+absl::Status SessionManager::CheckCaller(const std::string& id,
+                                         const Caller& caller) const {
+  MutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return UnknownSession(id);
+  const SessionInfo& info = it->second.info;
+  if (caller.is_operator || info.owner == caller.principal) {
+    return absl::OkStatus();
+  }
+  spdlog::warn(
+      "session {} (opened by '{}') named by {} ({}): refused as unknown",
+      info.id, info.owner.empty() ? "an unidentified caller" : info.owner,
+      caller.name,
+      caller.principal.empty() ? "unidentified" : caller.principal);
+  return UnknownSession(id);
 }
 
 absl::StatusOr<SessionManager::Session*> SessionManager::FindScheduler(
@@ -83,7 +106,8 @@ absl::Status SessionManager::CheckItems(size_t count,
 absl::StatusOr<SessionInfo> SessionManager::Open(std::string client_name,
                                                  SessionRole role, Rank rank,
                                                  std::string ns,
-                                                 absl::Duration lease) {
+                                                 absl::Duration lease,
+                                                 std::string owner) {
   if (lease < absl::ZeroDuration() || lease > limits_.max_lease) {
     return absl::InvalidArgumentError(
         absl::StrCat("lease must be in [0, ", absl::FormatDuration(limits_.max_lease),
@@ -130,6 +154,7 @@ absl::StatusOr<SessionInfo> SessionManager::Open(std::string client_name,
   session.holder = next_session_++;
   session.info.id = absl::StrCat("s", session.holder, "-", RandomToken());
   session.info.client_name = std::move(client_name);
+  session.info.owner = std::move(owner);
   session.info.role = role;
   session.info.rank = rank;
   session.info.ns = std::move(ns);
@@ -139,9 +164,11 @@ absl::StatusOr<SessionInfo> SessionManager::Open(std::string client_name,
   ++namespaces_[info.ns];
   sessions_.emplace(info.id, std::move(session));
   if (observer_) observer_("session_opened", info.id);
-  spdlog::info("session {} opened by '{}' ({}, namespace '{}', lease {})",
-               info.id, info.client_name, RoleName(info.role), info.ns,
-               absl::FormatDuration(info.lease));
+  spdlog::info(
+      "session {} opened by '{}' ({}, namespace '{}', lease {}, owner {})",
+      info.id, info.client_name, RoleName(info.role), info.ns,
+      absl::FormatDuration(info.lease),
+      info.owner.empty() ? "unidentified" : info.owner);
   return info;
 }
 

@@ -45,6 +45,9 @@ struct SessionLimits {
 struct SessionInfo {
   std::string id;
   std::string client_name;
+  // The principal of the caller that opened it (Caller::principal; empty
+  // for one the transport did not identify).
+  std::string owner;
   SessionRole role = SessionRole::kScheduler;
   Rank rank = 0;
   std::string ns;
@@ -104,9 +107,18 @@ class SessionManager {
   // bounds; FAILED_PRECONDITION for a worker of a rank whose pools are not
   // in this engine (a CP group's other daemons hold them);
   // RESOURCE_EXHAUSTED past the session or namespace limits.
+  // `owner`: the opener's Caller::principal, which CheckCaller compares.
   absl::StatusOr<SessionInfo> Open(std::string client_name, SessionRole role,
                                    Rank rank, std::string ns,
-                                   absl::Duration lease)
+                                   absl::Duration lease,
+                                   std::string owner = "")
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // A session id is not a bearer token: OK if `caller` may use session
+  // `id` (an operator, or a caller of the principal that opened it);
+  // otherwise NOT_FOUND, the same answer as for an unknown id, so that a
+  // leaked or guessed id tells another principal nothing. The service
+  // checks this before every call that names a session.
+  absl::Status CheckCaller(const std::string& id, const Caller& caller) const
       ABSL_LOCKS_EXCLUDED(mu_);
   // NOT_FOUND for an unknown (or expired) session.
   absl::StatusOr<absl::Duration> KeepAlive(const std::string& id)

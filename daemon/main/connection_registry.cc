@@ -77,11 +77,13 @@ Caller ConnectionRegistry::ResolvePeer(
     const std::string& peer, const std::vector<std::string>& cert_names) const {
   for (const std::string& name : cert_names) {
     if (policy_.IsOperatorCert(name)) {
-      return Caller::Operator(absl::StrCat("certificate CN=", name));
+      return Caller::Operator(absl::StrCat("certificate CN=", name),
+                              absl::StrCat("cert CN=", name));
     }
   }
   if (!cert_names.empty()) {
-    return Caller::Client(absl::StrCat("certificate CN=", cert_names.front()));
+    return Caller::Client(absl::StrCat("certificate CN=", cert_names.front()),
+                          absl::StrCat("cert CN=", cert_names.front()));
   }
   int fd = -1;
   spdlog::debug("resolving peer '{}'", peer);
@@ -97,8 +99,10 @@ Caller ConnectionRegistry::ResolvePeer(
   }
   const PeerCredentials& creds = it->second.peer;
   std::string name = absl::StrCat("uid ", creds.uid, " pid ", creds.pid);
-  return policy_.IsOperator(creds) ? Caller::Operator(std::move(name))
-                                   : Caller::Client(std::move(name));
+  std::string principal = absl::StrCat("uid ", creds.uid);
+  return policy_.IsOperator(creds)
+             ? Caller::Operator(std::move(name), std::move(principal))
+             : Caller::Client(std::move(name), std::move(principal));
 }
 
 Caller ConnectionRegistry::Resolve(const grpc::ServerContext& context) const {

@@ -39,6 +39,11 @@ Caller HiCacheService::CallerOf(const grpc::ServerContext* context) const {
   return callers_->Resolve(*context);
 }
 
+grpc::Status HiCacheService::CheckSessionCaller(
+    const grpc::ServerContext* context, const std::string& session_id) const {
+  return ToGrpcStatus(sessions_->CheckCaller(session_id, CallerOf(context)));
+}
+
 StreamContext HiCacheService::StreamContextFor(
     grpc::ServerContext* context) const {
   return StreamContext{.sessions = sessions_,
@@ -146,7 +151,8 @@ grpc::Status HiCacheService::OpenSession(grpc::ServerContext* context,
                                      ? SessionRole::kWorker
                                      : SessionRole::kScheduler,
                                  request.rank(), request.namespace_(),
-                                 absl::Milliseconds(request.lease_ms()));
+                                 absl::Milliseconds(request.lease_ms()),
+                                 caller.principal);
   if (!session.ok()) return ToGrpcStatus(session.status());
   if (declares && kv_events_ != nullptr) {
     const absl::Status declared = kv_events_->Declare(
@@ -169,6 +175,10 @@ grpc::Status HiCacheService::OpenSession(grpc::ServerContext* context,
 grpc::Status HiCacheService::KeepAlive(grpc::ServerContext* context,
     const v1::KeepAliveRequest* request_in, v1::KeepAliveResponse* response) {
   const v1::KeepAliveRequest& request = *request_in;
+  if (grpc::Status s = CheckSessionCaller(context, request.session_id());
+      !s.ok()) {
+    return s;
+  }
   auto lease = sessions_->KeepAlive(request.session_id());
   if (!lease.ok()) return ToGrpcStatus(lease.status());
   response->set_lease_ms(absl::ToInt64Milliseconds(*lease));
@@ -178,6 +188,10 @@ grpc::Status HiCacheService::KeepAlive(grpc::ServerContext* context,
 grpc::Status HiCacheService::CloseSession(grpc::ServerContext* context,
     const v1::CloseSessionRequest* request_in, v1::CloseSessionResponse* response) {
   const v1::CloseSessionRequest& request = *request_in;
+  if (grpc::Status s = CheckSessionCaller(context, request.session_id());
+      !s.ok()) {
+    return s;
+  }
   auto summary = sessions_->Close(request.session_id());
   if (!summary.ok()) return ToGrpcStatus(summary.status());
   response->set_released_locks(summary->locks);
@@ -270,6 +284,10 @@ grpc::Status HiCacheService::GetLayout(grpc::ServerContext* context,
 grpc::Status HiCacheService::RegisterFence(grpc::ServerContext* context,
     const v1::RegisterFenceRequest* request_in, v1::RegisterFenceResponse* response) {
   const v1::RegisterFenceRequest& request = *request_in;
+  if (grpc::Status s = CheckSessionCaller(context, request.session_id());
+      !s.ok()) {
+    return s;
+  }
   if (request.event_handle().size() != kEventHandleBytes) {
     return Invalid(absl::StrCat("event_handle has ",
                                 request.event_handle().size(),
@@ -286,6 +304,10 @@ grpc::Status HiCacheService::RegisterFence(grpc::ServerContext* context,
 grpc::Status HiCacheService::ReleaseFence(grpc::ServerContext* context,
     const v1::ReleaseFenceRequest* request_in, v1::ReleaseFenceResponse* response) {
   const v1::ReleaseFenceRequest& request = *request_in;
+  if (grpc::Status s = CheckSessionCaller(context, request.session_id());
+      !s.ok()) {
+    return s;
+  }
   return ToGrpcStatus(
       sessions_->ReleaseFence(request.session_id(), request.fence_id()));
 }

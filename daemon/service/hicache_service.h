@@ -172,6 +172,12 @@ class HiCacheService final : public v1::HiCache::Service {
 
  private:
   Caller CallerOf(const grpc::ServerContext* context) const;
+  // OK if the caller may use session `session_id`; NOT_FOUND, as for an
+  // unknown session, if it belongs to another principal
+  // (SessionManager::CheckCaller). First thing (after the leader guard) of
+  // every call that names a session.
+  grpc::Status CheckSessionCaller(const grpc::ServerContext* context,
+                                  const std::string& session_id) const;
   // A stream's context: its mailbox's overflow cancels `context`'s RPC.
   StreamContext StreamContextFor(grpc::ServerContext* context) const;
 

@@ -70,6 +70,10 @@ grpc::Status LockOrUnlock(SessionManager* sessions,
 grpc::Status HiCacheService::Allocate(grpc::ServerContext* context,
     const v1::AllocateRequest* request_in, v1::AllocateResponse* response) {
   if (grpc::Status s = guard_.Check(context, "Allocate"); !s.ok()) return s;
+  if (grpc::Status s = CheckSessionCaller(context, request_in->session_id());
+      !s.ok()) {
+    return s;
+  }
   const v1::AllocateRequest& request = *request_in;
   const SessionLimits& limits = sessions_->limits();
   if (request.items_size() > limits.max_items_per_request) {
@@ -123,6 +127,10 @@ grpc::Status HiCacheService::Allocate(grpc::ServerContext* context,
 grpc::Status HiCacheService::Free(grpc::ServerContext* context,
     const v1::FreeRequest* request_in, v1::FreeResponse* response) {
   if (grpc::Status s = guard_.Check(context, "Free"); !s.ok()) return s;
+  if (grpc::Status s = CheckSessionCaller(context, request_in->session_id());
+      !s.ok()) {
+    return s;
+  }
   const v1::FreeRequest& request = *request_in;
   std::vector<LogicalPage> pages(request.pages().begin(),
                                  request.pages().end());
@@ -132,6 +140,10 @@ grpc::Status HiCacheService::Free(grpc::ServerContext* context,
 grpc::Status HiCacheService::MatchPrefix(grpc::ServerContext* context,
     const v1::MatchPrefixRequest* request_in, v1::MatchPrefixResponse* response) {
   if (grpc::Status s = guard_.Check(context, "MatchPrefix"); !s.ok()) return s;
+  if (grpc::Status s = CheckSessionCaller(context, request_in->session_id());
+      !s.ok()) {
+    return s;
+  }
   const v1::MatchPrefixRequest& request = *request_in;
   if (grpc::Status s = CheckTokenBudget(
           request.items(), sessions_->limits().max_tokens_per_request);
@@ -165,6 +177,10 @@ grpc::Status HiCacheService::MatchPrefix(grpc::ServerContext* context,
 grpc::Status HiCacheService::Insert(grpc::ServerContext* context,
     const v1::InsertRequest* request_in, v1::InsertResponse* response) {
   if (grpc::Status s = guard_.Check(context, "Insert"); !s.ok()) return s;
+  if (grpc::Status s = CheckSessionCaller(context, request_in->session_id());
+      !s.ok()) {
+    return s;
+  }
   const v1::InsertRequest& request = *request_in;
   if (grpc::Status s = CheckTokenBudget(
           request.items(), sessions_->limits().max_tokens_per_request);
@@ -195,6 +211,10 @@ grpc::Status HiCacheService::Lock(grpc::ServerContext* context,
                                   const v1::LockRequest* request,
                                   v1::LockResponse* response) {
   if (grpc::Status s = guard_.Check(context, "Lock"); !s.ok()) return s;
+  if (grpc::Status s = CheckSessionCaller(context, request->session_id());
+      !s.ok()) {
+    return s;
+  }
   return LockOrUnlock(sessions_, *request, /*lock=*/true, response);
 }
 
@@ -202,12 +222,20 @@ grpc::Status HiCacheService::Unlock(grpc::ServerContext* context,
                                     const v1::LockRequest* request,
                                     v1::LockResponse* response) {
   if (grpc::Status s = guard_.Check(context, "Unlock"); !s.ok()) return s;
+  if (grpc::Status s = CheckSessionCaller(context, request->session_id());
+      !s.ok()) {
+    return s;
+  }
   return LockOrUnlock(sessions_, *request, /*lock=*/false, response);
 }
 
 grpc::Status HiCacheService::Admit(grpc::ServerContext* context,
     const v1::AdmitRequest* request_in, v1::AdmitResponse* response) {
   if (grpc::Status s = guard_.Check(context, "Admit"); !s.ok()) return s;
+  if (grpc::Status s = CheckSessionCaller(context, request_in->session_id());
+      !s.ok()) {
+    return s;
+  }
   const v1::AdmitRequest& request = *request_in;
   if (grpc::Status s = CheckTokenBudget(
           request.items(), sessions_->limits().max_tokens_per_request);
@@ -265,6 +293,10 @@ grpc::Status HiCacheService::Admit(grpc::ServerContext* context,
 grpc::Status HiCacheService::Complete(grpc::ServerContext* context,
     const v1::CompleteRequest* request_in, v1::CompleteResponse* response) {
   if (grpc::Status s = guard_.Check(context, "Complete"); !s.ok()) return s;
+  if (grpc::Status s = CheckSessionCaller(context, request_in->session_id());
+      !s.ok()) {
+    return s;
+  }
   const v1::CompleteRequest& request = *request_in;
   if (grpc::Status s = CheckTokenBudget(
           request.items(), sessions_->limits().max_tokens_per_request);
@@ -300,6 +332,10 @@ grpc::Status HiCacheService::Complete(grpc::ServerContext* context,
 grpc::Status HiCacheService::FinishLoad(grpc::ServerContext* context,
     const v1::FinishLoadRequest* request_in, v1::FinishLoadResponse* response) {
   if (grpc::Status s = guard_.Check(context, "FinishLoad"); !s.ok()) return s;
+  if (grpc::Status s = CheckSessionCaller(context, request_in->session_id());
+      !s.ok()) {
+    return s;
+  }
   const v1::FinishLoadRequest& request = *request_in;
   return ToGrpcStatus(
       sessions_->FinishLoad(request.session_id(), request.load_id()));
@@ -308,6 +344,10 @@ grpc::Status HiCacheService::FinishLoad(grpc::ServerContext* context,
 grpc::Status HiCacheService::Pin(grpc::ServerContext* context,
     const v1::PinRequest* request_in, v1::PinResponse* response) {
   if (grpc::Status s = guard_.Check(context, "Pin"); !s.ok()) return s;
+  if (grpc::Status s = CheckSessionCaller(context, request_in->session_id());
+      !s.ok()) {
+    return s;
+  }
   const v1::PinRequest& request = *request_in;
   return ToGrpcStatus(sessions_->Pin(request.session_id(), request.node(),
                                      absl::Milliseconds(request.ttl_ms())));

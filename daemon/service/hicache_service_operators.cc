@@ -303,6 +303,10 @@ grpc::Status HiCacheService::QueryTiers(grpc::ServerContext* context,
   // With a session: confined to its namespace. Without: operators only.
   std::optional<std::string> session_ns;
   if (!request.session_id().empty()) {
+    if (grpc::Status s = CheckSessionCaller(context, request.session_id());
+        !s.ok()) {
+      return s;
+    }
     absl::StatusOr<SessionInfo> info = sessions_->Info(request.session_id());
     if (!info.ok()) return ToGrpcStatus(info.status());
     if (info->role != SessionRole::kScheduler) {

@@ -61,6 +61,10 @@ grpc::Status HiCacheService::LoadBack(
                                 limits.max_tokens_per_request,
                                 " (--max_tokens_per_request)"));
   }
+  if (grpc::Status s = CheckSessionCaller(context, request.session_id());
+      !s.ok()) {
+    return s;
+  }
   absl::StatusOr<std::unique_ptr<LoadStream>> stream =
       LoadStream::Open(StreamContextFor(context), request.session_id());
   if (!stream.ok()) return ToGrpcStatus(stream.status());
@@ -166,6 +170,10 @@ v1::WorkerEvent ToWorkerEvent(const OpEvent& event) {
 grpc::Status HiCacheService::Subscribe(
     grpc::ServerContext* context, const v1::SubscribeRequest* request,
     grpc::ServerWriter<v1::WorkerEvent>* writer) {
+  if (grpc::Status s = CheckSessionCaller(context, request->session_id());
+      !s.ok()) {
+    return s;
+  }
   absl::StatusOr<std::unique_ptr<WorkerSubscription>> subscription =
       WorkerSubscription::Open(StreamContextFor(context),
                                request->session_id());
@@ -236,6 +244,10 @@ grpc::Status HiCacheService::BackupSession(
     if (grpc::Status s = guard_.Check(context, "BackupSession"); !s.ok()) {
       return s;
     }
+  }
+  if (grpc::Status s = CheckSessionCaller(context, in.session_id());
+      !s.ok()) {
+    return s;
   }
   absl::StatusOr<std::unique_ptr<BackupStream>> backups =
       BackupStream::Open(StreamContextFor(context), in.session_id());

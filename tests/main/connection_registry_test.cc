@@ -39,9 +39,13 @@ TEST(ConnectionRegistryTest, ResolvesByDescriptorAndRefusesReuse) {
   const Caller op = registry.ResolvePeer(absl::StrCat("fd:", pair[0]), {});
   EXPECT_TRUE(op.is_operator);
   EXPECT_EQ(op.name, "uid 1000 pid 5");
-  EXPECT_FALSE(registry.ResolvePeer(absl::StrCat("fd:", pair[1]), {})
-                   .is_operator);
+  EXPECT_EQ(op.principal, "uid 1000");  // Stable across its processes.
+  const Caller client =
+      registry.ResolvePeer(absl::StrCat("fd:", pair[1]), {});
+  EXPECT_FALSE(client.is_operator);
+  EXPECT_EQ(client.principal, "uid 2000");
   EXPECT_FALSE(registry.ResolvePeer("unix:/x", {}).is_operator);
+  EXPECT_EQ(registry.ResolvePeer("unix:/x", {}).principal, "");
   EXPECT_FALSE(registry.ResolvePeer("fd:notanumber", {}).is_operator);
 
   // The operator's connection closes and its number is reused by another
@@ -67,6 +71,9 @@ TEST(ConnectionRegistryTest, TlsCertificateNames) {
   const Caller dev = registry.ResolvePeer("ipv4:1.2.3.4:5", {"dev"});
   EXPECT_FALSE(dev.is_operator);
   EXPECT_EQ(dev.name, "certificate CN=dev");
+  EXPECT_EQ(dev.principal, "cert CN=dev");
+  // Plain TCP proves no one: the empty principal.
+  EXPECT_EQ(registry.ResolvePeer("ipv4:1.2.3.4:5", {}).principal, "");
 }
 
 }  // namespace
