@@ -21,7 +21,7 @@
 #include "daemon/main/connection_registry.h"
 #include "daemon/main/cp_group_runtime.h"
 #include "daemon/main/grpc_support.h"
-#include "daemon/main/unix_listener.h"
+#include "daemon/main/socket_listener.h"
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/pool/host_budget.h"
 #include "daemon/pool/persistent_host_segment.h"
@@ -333,14 +333,26 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   // The unix socket is accepted by our own listener, which records each
   // peer's credentials for roles and bounds the connections.
   DaemonServer* const self = daemon.get();
-  absl::StatusOr<std::unique_ptr<UnixListener>> listener = UnixListener::Bind(
-      socket_path,
-      {.max_connections = static_cast<int>(
-           std::min<int64_t>(config.max_connections, 1 << 20)),
-       .on_fatal = [self](const absl::Status& status) { self->Fail(status); }},
-      daemon->connections_.get());
+  const SocketListener::Options listener_options{
+      .max_connections = static_cast<int>(
+          std::min<int64_t>(config.max_connections, 1 << 20)),
+      .on_fatal = [self](const absl::Status& status) { self->Fail(status); }};
+  absl::StatusOr<std::unique_ptr<SocketListener>> listener =
+      SocketListener::BindUnix(socket_path, listener_options,
+                               daemon->connections_.get());
   if (!listener.ok()) return listener.status();
   daemon->listener_ = *std::move(listener);
+  // TCP likewise: bound here (a taken port fails the start), accepted by
+  // our listener, the TLS handshake gRPC's.
+  if (!config.listen_tcp.empty()) {
+    daemon->tcp_connections_ =
+        std::make_unique<ConnectionRegistry>(OperatorPolicy{});
+    absl::StatusOr<std::unique_ptr<SocketListener>> tcp =
+        SocketListener::BindTcp(config.listen_tcp, listener_options,
+                                daemon->tcp_connections_.get());
+    if (!tcp.ok()) return tcp.status();
+    daemon->tcp_listener_ = *std::move(tcp);
+  }
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -355,11 +367,14 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
       std::min<int64_t>(config.max_rpc_threads, 1 << 20)));
   builder.SetResourceQuota(quota);
   int tcp_port = 0;
-  if (!config.listen_tcp.empty()) {
+  if (daemon->tcp_listener_ != nullptr) {
     absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
         TcpCredentials(config);
     if (!credentials.ok()) return credentials.status();
-    builder.AddListeningPort(config.listen_tcp, *credentials, &tcp_port);
+    daemon->tcp_acceptor_ = builder.experimental().AddExternalConnectionAcceptor(
+        grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
+        *credentials);
+    tcp_port = daemon->tcp_listener_->port();
   }
   builder.RegisterService(daemon->service_.get());
   if (daemon->group_ != nullptr && daemon->group_->service() != nullptr) {
@@ -405,6 +420,17 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
     }
   }
   daemon->listener_->Start(daemon->server_.get());
+  if (daemon->tcp_listener_ != nullptr) {
+    grpc::experimental::ExternalConnectionAcceptor* const acceptor =
+        daemon->tcp_acceptor_.get();
+    daemon->tcp_listener_->Start([acceptor](int listener_fd, int fd) {
+      grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters
+          connection;
+      connection.listener_fd = listener_fd;
+      connection.fd = fd;
+      acceptor->HandleNewConnection(&connection);
+    });
+  }
   if (daemon->group_ != nullptr) {
     if (absl::Status started =
             daemon->group_->Start(daemon->server_.get(), tcp_port);
@@ -482,6 +508,7 @@ void DaemonServer::Shutdown(absl::Duration grace) {
     reaper_cv_.SignalAll();
   }
   if (listener_ != nullptr) listener_->Stop();
+  if (tcp_listener_ != nullptr) tcp_listener_->Stop();
   if (server_ == nullptr) return;  // Start() failed half-way.
   server_->GetHealthCheckService()->SetServingStatus(false);
   // gRPC's shutdown waits for every connection to close, and a client that
@@ -492,6 +519,7 @@ void DaemonServer::Shutdown(absl::Duration grace) {
   std::thread closer([this, deadline] {
     calls_->WaitIdle(deadline);
     connections_->ShutdownAll();
+    if (tcp_connections_ != nullptr) tcp_connections_->ShutdownAll();
   });
   server_->Shutdown(absl::ToChronoTime(deadline));
   closer.join();

@@ -20,6 +20,7 @@
 #include "daemon/main/socket_guard.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
 
 namespace hicache {
 
@@ -27,7 +28,7 @@ class ConnectionRegistry;
 class CpGroupRuntime;
 class EventHub;
 class HiCacheEngine;
-class UnixListener;
+class SocketListener;
 class SessionManager;
 class ShmInstance;
 namespace metrics {
@@ -139,7 +140,16 @@ class DaemonServer {
   // Set once in Start(); Shutdown()/Wait() are thread-safe gRPC calls.
   std::unique_ptr<grpc::Server> server_;
   // Declared after server_: destroyed (stopped) before it.
-  std::unique_ptr<UnixListener> listener_;
+  std::unique_ptr<SocketListener> listener_;
+  // --listen_tcp: accepted by tcp_listener_ (the connection cap and
+  // descriptor exhaustion handled as on the unix socket), counted in
+  // tcp_connections_ (no credentials: a TCP peer is named by TLS), and
+  // handed to gRPC through tcp_acceptor_ with the TCP credentials. The
+  // acceptor after server_, the listener after it: stopped first.
+  std::unique_ptr<ConnectionRegistry> tcp_connections_;
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor>
+      tcp_acceptor_;
+  std::unique_ptr<SocketListener> tcp_listener_;
 
   mutable Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;

@@ -286,7 +286,8 @@ ABSL_FLAG(int64_t, max_pin_ttl_ms, 3600000, "Longest pin a client may ask.");
 ABSL_FLAG(int64_t, max_message_bytes, int64_t{64} << 20,
           "Largest gRPC message received.");
 ABSL_FLAG(int64_t, max_connections, 1024,
-          "Open unix-socket connections at most; more are closed at once.");
+          "Open connections at most, per listener (the unix socket and the "
+          "TCP one); more are closed at once.");
 ABSL_FLAG(int64_t, max_rpc_threads, 512,
           "RPCs served at once (gRPC resource quota); more get "
           "RESOURCE_EXHAUSTED.");

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/cpp/endpoint.h"
@@ -31,12 +32,16 @@ using testing::Subprocess;
 using testing::CtlPath;
 using testing::DaemonPath;
 
-// A channel with a connection of its own (no subchannel sharing).
-std::shared_ptr<grpc::Channel> OwnChannel(const std::string& socket) {
+// A channel with a connection of its own (no subchannel sharing) to a
+// gRPC target ("unix:...", "127.0.0.1:port").
+std::shared_ptr<grpc::Channel> OwnChannelTo(const std::string& target) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(client::UnixTarget(socket),
-                                   grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
+                                   args);
+}
+std::shared_ptr<grpc::Channel> OwnChannel(const std::string& socket) {
+  return OwnChannelTo(client::UnixTarget(socket));
 }
 
 bool Stats(grpc::Channel* channel, absl::Duration timeout) {
@@ -91,17 +96,17 @@ class HostileClientTest : public ::testing::Test {
   const std::string socket_ = dir_.Child("hicached.sock");
 };
 
-// Reproduction 9: after file-descriptor exhaustion, new connections failed
-// until the daemon restarted.
-TEST_F(HostileClientTest, DescriptorExhaustionDoesNotWedgeTheListener) {
-  Subprocess daemon = StartDaemon({"/usr/bin/prlimit", "--nofile=64:64"});
-  auto first = OwnChannel(socket_);
+// Floods `target` with far more connections than a daemon limited to 64
+// descriptors has, then checks that it refused some, kept serving the
+// connection made before, and serves new ones once the flood is gone.
+void ExpectSurvivesDescriptorExhaustion(Subprocess& daemon,
+                                        const std::string& target) {
+  auto first = OwnChannelTo(target);
   ASSERT_TRUE(Stats(first.get(), absl::Seconds(5)));
-  // Far more connections than the daemon has descriptors for.
   std::vector<std::shared_ptr<grpc::Channel>> flood;
   int refused = 0;
   for (int i = 0; i < 100; ++i) {
-    flood.push_back(OwnChannel(socket_));
+    flood.push_back(OwnChannelTo(target));
     if (!Stats(flood.back().get(), absl::Milliseconds(500))) ++refused;
   }
   EXPECT_GT(refused, 0) << "the flood never exhausted the daemon's fds";
@@ -109,14 +114,40 @@ TEST_F(HostileClientTest, DescriptorExhaustionDoesNotWedgeTheListener) {
   EXPECT_TRUE(Stats(first.get(), absl::Seconds(5)));
   flood.clear();  // Their connections close; the daemon's fds come back.
   bool recovered = false;
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
   while (!recovered && absl::Now() < deadline) {
-    auto fresh = OwnChannel(socket_);
+    auto fresh = OwnChannelTo(target);
     recovered = Stats(fresh.get(), absl::Seconds(1));
   }
   EXPECT_TRUE(recovered) << daemon.Stderr();
   EXPECT_THAT(daemon.Stderr(), HasSubstr("out of file descriptors"));
   EXPECT_TRUE(daemon.Running());
+}
+
+// Reproduction 9: after file-descriptor exhaustion, new connections failed
+// until the daemon restarted.
+TEST_F(HostileClientTest, DescriptorExhaustionDoesNotWedgeTheListener) {
+  Subprocess daemon = StartDaemon({"/usr/bin/prlimit", "--nofile=64:64"});
+  ExpectSurvivesDescriptorExhaustion(daemon, client::UnixTarget(socket_));
+}
+
+// The same over --listen_tcp (issue 26): gRPC's own TCP acceptor stopped
+// accepting for good after an EMFILE; the daemon's listener sheds instead.
+TEST_F(HostileClientTest, DescriptorExhaustionDoesNotWedgeTheTcpListener) {
+  Subprocess daemon = StartDaemon(
+      {"/usr/bin/prlimit", "--nofile=64:64"},
+      {"--listen_tcp=127.0.0.1:0", "--insecure_tcp_for_testing"});
+  // The port the daemon bound, from its start-up line.
+  int port = 0;
+  const std::string err = daemon.Stderr();
+  const size_t at = err.find("and TCP port ");
+  ASSERT_NE(at, std::string::npos) << err;
+  ASSERT_TRUE(absl::SimpleAtoi(
+      absl::string_view(err).substr(at + 13, err.find(':', at) - at - 13),
+      &port))
+      << err;
+  ExpectSurvivesDescriptorExhaustion(daemon,
+                                     absl::StrCat("127.0.0.1:", port));
 }
 
 TEST_F(HostileClientTest, OperatorRpcsNeedAnOperatorPeer) {
