@@ -9,6 +9,10 @@
 // Input format (see fuzz/corpus/make_seeds.py, which writes the seeds):
 //   byte 0  cp_size = 1 + (b & 3); write policy ((b >> 2) & 3) % 3 (through,
 //           selective, back); eviction policy (b >> 4) & 1 ? LFU : LRU;
+//           but with (b >> 7) & 1 ("extended"): write policy (b >> 2) & 3
+//           (through, selective, back, ahead) and eviction policy
+//           (b >> 4) & 1 ? TinyLFU : SLRU (ahead + TinyLFU: the daemon's
+//           default pair);
 //           (b >> 5) & 1: settle (wait for every copy) after each op;
 //           (b >> 6) & 1: "tiny-draft" preset (3 steps) instead of "tiny"
 //           (2 steps).
@@ -802,9 +806,21 @@ class Run {
     EngineOptions options;
     options.page_size = kPageSize;
     options.cp_size = 1 + (h0 & 3);
-    options.write_policy = static_cast<WritePolicy>(((h0 >> 2) & 3) % 3);
-    options.eviction_policy =
-        ((h0 >> 4) & 1) != 0 ? EvictionPolicy::kLfu : EvictionPolicy::kLru;
+    const bool extended = ((h0 >> 7) & 1) != 0;
+    if (extended) {
+      // Every write policy, and TinyLFU or SLRU: (3, TinyLFU) is the
+      // daemon's default pair.
+      options.write_policy = static_cast<WritePolicy>((h0 >> 2) & 3);
+      options.eviction_policy = ((h0 >> 4) & 1) != 0 ? EvictionPolicy::kTinyLfu
+                                                      : EvictionPolicy::kSlru;
+    } else {
+      options.write_policy = static_cast<WritePolicy>(((h0 >> 2) & 3) % 3);
+      options.eviction_policy =
+          ((h0 >> 4) & 1) != 0 ? EvictionPolicy::kLfu : EvictionPolicy::kLru;
+    }
+    // Write-ahead's rounds inside the calls that make them due:
+    // reproducible (the engine's own thread would run them at any time).
+    options.write_ahead_thread = false;
     settle_each_op_ = ((h0 >> 5) & 1) != 0;
     options.kv_preset = ((h0 >> 6) & 1) != 0 ? "tiny-draft" : "tiny";
     static constexpr int64_t kDevice[] = {8, 16, 32, 64};
@@ -844,6 +860,7 @@ class Run {
     };
     Trace("config: cp_size=", options.cp_size,
           " write_policy=", PolicyName(options.write_policy),
+          " eviction_policy=", PolicyName(options.eviction_policy),
           " preset=", options.kv_preset,
           " device/rank=", options.device_pages_per_rank,
           " host/rank=", options.host_pages_per_rank,

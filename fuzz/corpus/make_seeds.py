@@ -29,11 +29,14 @@ LOCK_HIT, ZIGZAG, ROUND_ROBIN, BACKUP, STORE_ALL_F, SKIP_LAST, WAIT, NO_INSERT =
 
 
 def header(cp=1, write_policy=1, lfu=False, settle=True, draft=False,
-           device=3, host=3, page_first=False, threshold=False, faults=0):
-    """cp 1..4; write_policy 0 through, 1 selective, 2 back; device/host are
-    indices into {8,16,32,64} / {8,32,64,128} pages per rank; faults 0..3:
+           device=3, host=3, page_first=False, threshold=False, faults=0,
+           extended=False):
+    """cp 1..4; write_policy 0 through, 1 selective, 2 back (extended: 3
+    ahead); lfu: LFU, or with extended TinyLFU (else LRU, or SLRU); device/host
+    are indices into {8,16,32,64} / {8,32,64,128} pages per rank; faults 0..3:
     copy failure probability {0, 5%, 20%, 50%}."""
-    h0 = (cp - 1) | (write_policy << 2) | (lfu << 4) | (settle << 5) | (draft << 6)
+    h0 = ((cp - 1) | (write_policy << 2) | (lfu << 4) | (settle << 5) |
+          (draft << 6) | (extended << 7))
     h1 = device | (host << 2) | (page_first << 4) | (threshold << 5) | (faults << 6)
     return bytes([h0, h1])
 
@@ -507,6 +510,20 @@ SEEDS = {
 # Reproducers of daemon bugs the fuzzer found and that are not fixed yet.
 # They fail (trap) on purpose, so they live in fuzz/corpus/crashes, which no
 # test replays; once the daemon is fixed, move the scenario to SEEDS.
+# The daemon's default pair (write_ahead + tinylfu: header(extended=True,
+# write_policy=3, lfu=True)) at C = 2 and 4, on the scenarios above that
+# press the tiers, so every build's corpus test runs the shipped
+# configuration under the fuzzer's checks (issue 26).
+DAEMON_DEFAULT = {"write_policy": 3, "lfu": True, "extended": True}
+for base in ("basic_flow", "cp4_zigzag", "load_back", "namespaces",
+             "pressure", "backup_stream", "copy_faults"):
+    body = SEEDS[base]
+    h1 = body[1]
+    for cp in (2, 4):
+        h0 = header(cp=cp, settle=bool(body[0] >> 5 & 1),
+                    draft=bool(body[0] >> 6 & 1), **DAEMON_DEFAULT)[0]
+        SEEDS[f"{base}_default_c{cp}"] = bytes([h0, h1]) + body[2:]
+
 REPRODUCERS = {
     # Complete is not all or nothing when a page it frees is busy: an Admit
     # of 3 tokens + 12 reserve gets pages [1,2,3,4] and backup 1 (page 1),

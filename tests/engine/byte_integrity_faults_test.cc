@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "daemon/core/daemon_config.h"
 #include "daemon/engine/hicache_engine.h"
 #include "daemon/transfer/faulty_transfer_engine.h"
 #include "gtest/gtest.h"
@@ -41,7 +42,9 @@ FaultyEngine MakeEngine(uint32_t cp, EvictionPolicy policy, WritePolicy write,
       .write_through_threshold = 2,
       .eviction_policy = policy,
       .l1_free_room_pages = 1,
-      .l2_free_room_pages = 1};
+      .l2_free_room_pages = 1,
+      // Rounds inside the calls that make them due: reproducible.
+      .write_ahead_thread = false};
   options.wrap_transfer = [&out, seed](TransferListener* listener,
                                        const TransferEngineFactory& backend) {
     auto faults = std::make_unique<FaultyTransferEngine>(listener, backend);
@@ -84,14 +87,13 @@ void Report(const char* name, const FaultyEngine& f,
                                   static_cast<int>(f.faults->injected()));
 }
 
-using Param = std::tuple<uint32_t, WritePolicy>;
+using Param = std::tuple<uint32_t, WritePolicy, EvictionPolicy>;
 
 class ByteIntegrityWithFaultsTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(ByteIntegrityWithFaultsTest, NoWrongByteAndNoLeakUnderFailures) {
-  const auto [cp, write] = GetParam();
-  FaultyEngine f =
-      MakeEngine(cp, static_cast<EvictionPolicy>(cp % 5), write, 500 + cp);
+  const auto [cp, write, eviction] = GetParam();
+  FaultyEngine f = MakeEngine(cp, eviction, write, 500 + cp);
   Driver driver(f.engine.get(), 2000 + cp, "");
   for (int step = 0; step < 3000; ++step) {
     ASSERT_NO_FATAL_FAILURE(driver.Request()) << "step " << step;
@@ -119,10 +121,16 @@ TEST_P(ByteIntegrityWithFaultsTest, NoWrongByteAndNoLeakUnderFailures) {
 
 INSTANTIATE_TEST_SUITE_P(
     CpAndWritePolicy, ByteIntegrityWithFaultsTest,
-    ::testing::Values(Param{1, WritePolicy::kWriteThrough},
-                      Param{2, WritePolicy::kWriteBack},
-                      Param{4, WritePolicy::kWriteThroughSelective},
-                      Param{8, WritePolicy::kWriteBack}));
+    ::testing::Values(
+        Param{1, WritePolicy::kWriteThrough, EvictionPolicy::kLfu},
+        Param{2, WritePolicy::kWriteBack, EvictionPolicy::kFifo},
+        Param{4, WritePolicy::kWriteThroughSelective, EvictionPolicy::kSlru},
+        Param{8, WritePolicy::kWriteBack, EvictionPolicy::kPriority},
+        // The daemon's default pair (issue 26), at C = 2 and 4.
+        Param{2, DaemonConfig::kDefaultWritePolicy,
+              DaemonConfig::kDefaultEvictionPolicy},
+        Param{4, DaemonConfig::kDefaultWritePolicy,
+              DaemonConfig::kDefaultEvictionPolicy}));
 
 // Several scheduler threads drive one engine while transfers, some of them
 // failing, complete on worker threads (run under --config=tsan too).
