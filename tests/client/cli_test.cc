@@ -1,5 +1,6 @@
 #include "client/ctl/cli.h"
 
+#include <atomic>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -28,7 +29,7 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 struct CliResult {
-  int code;
+  int code = 0;
   std::string out;
   std::string err;
 };
@@ -166,9 +167,10 @@ class CacheCliTest : public CliTest {
  protected:
   void SetUp() override {
     CliTest::SetUp();
-    auto stub = std::shared_ptr<v1::HiCache::Stub>(
+    stub_ = std::shared_ptr<v1::HiCache::Stub>(
         v1::HiCache::NewStub(grpc::CreateChannel(
             client::UnixTarget(socket_), grpc::InsecureChannelCredentials())));
+    std::shared_ptr<v1::HiCache::Stub> stub = stub_;
     session_ =
         *client::Session::Open(stub, "cli-test", v1::ROLE_SCHEDULER, 0, "");
     v1::AllocateItem item;
@@ -216,6 +218,9 @@ class CacheCliTest : public CliTest {
     return ids;
   }
 
+  std::shared_ptr<v1::HiCache::Stub> Stub() const { return stub_; }
+
+  std::shared_ptr<v1::HiCache::Stub> stub_;
   std::unique_ptr<client::Session> session_;
   uint64_t node_ = 0;
 };
@@ -331,13 +336,36 @@ TEST_F(CacheCliTest, PinAndUnpinALiveNode) {
               Not(HasSubstr(" pin=")));
 }
 
+// Until `watch` returns, a probe session is opened and closed again and
+// again: whenever the watch's stream subscribes, its next two events are a
+// close and an open, in some order (no guess at when it subscribes).
+class SessionProber {
+ public:
+  explicit SessionProber(std::shared_ptr<v1::HiCache::Stub> stub)
+      : thread_([this, stub] {
+          while (!done_.load()) {
+            auto probe = client::Session::Open(stub, "probe",
+                                               v1::ROLE_SCHEDULER, 0, "");
+            if (probe.ok()) (void)(*probe)->Close();
+            absl::SleepFor(absl::Milliseconds(20));  // Pacing only.
+          }
+        }) {}
+  ~SessionProber() {
+    done_.store(true);
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
 TEST_F(CacheCliTest, WatchPrintsLiveEvents) {
-  std::thread closer([this] {
-    absl::SleepFor(absl::Milliseconds(300));
-    (void)session_->Close();
-  });
-  CliResult r = Cli({"--socket=" + socket_, "watch", "--count", "1"});
-  closer.join();
+  CliResult r;
+  {
+    SessionProber prober(Stub());
+    r = Cli({"--socket=" + socket_, "watch", "--count", "2"});
+  }
   EXPECT_EQ(r.code, kExitOk) << r.err;
   EXPECT_THAT(r.out, HasSubstr("session_closed"));
 }
@@ -473,14 +501,18 @@ TEST_F(CacheCliTest, RpcErrorsNameTheirCode) {
 }
 
 TEST_F(CacheCliTest, WatchJsonIsOneObjectPerLine) {
-  std::thread closer([this] {
-    absl::SleepFor(absl::Milliseconds(300));
-    (void)session_->Close();
-  });
-  CliResult r = Cli({"--socket=" + socket_, "watch", "--count", "1", "--json"});
-  closer.join();
+  CliResult r;
+  {
+    SessionProber prober(Stub());
+    r = Cli({"--socket=" + socket_, "watch", "--count", "2", "--json"});
+  }
   EXPECT_EQ(r.code, kExitOk) << r.err;
-  EXPECT_EQ(ParseOneDocument(r.out)["kind"], "session_closed");
+  std::vector<std::string> kinds;
+  for (absl::string_view line : absl::StrSplit(r.out, '\n', absl::SkipEmpty())) {
+    kinds.push_back(ParseOneDocument(absl::StrCat(line, "\n"))["kind"]);
+  }
+  EXPECT_THAT(kinds, ::testing::UnorderedElementsAre("session_opened",
+                                                     "session_closed"));
 }
 
 TEST(CliUsageTest, HelpExitsZeroAndDocumentsExitCodes) {

@@ -478,7 +478,10 @@ TEST_F(SessionTest, DestroyingAnOpenBackupStreamRollsItsBackupsBack) {
     EXPECT_EQ(Stats().backups_started(), 1);
   }
   int64_t rolled_back = 0;
-  for (int i = 0; i < 200 && rolled_back == 0; ++i) {
+  // The rollback runs on the daemon's threads: a generous bound (a busy
+  // machine may take long), never a timing assumption.
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(60);
+       rolled_back == 0 && absl::Now() < deadline;) {
     rolled_back = Stats().backups_rolled_back();
     if (rolled_back == 0) absl::SleepFor(absl::Milliseconds(5));
   }
@@ -584,7 +587,8 @@ void StoreOnWorkers(
 // Waits until the daemon has committed `n` backups in all.
 void AwaitCommitted(const std::function<v1::CacheStats()>& stats, int64_t n) {
   int64_t committed = 0;
-  for (int i = 0; i < 400 && committed < n; ++i) {
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(60);
+       committed < n && absl::Now() < deadline;) {
     committed = stats().backups_committed();
     if (committed < n) absl::SleepFor(absl::Milliseconds(5));
   }

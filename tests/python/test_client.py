@@ -388,8 +388,10 @@ class ClientTest(unittest.TestCase):
 
     def test_keep_alive_holds_the_lease(self):
         import time
-        with self.client.session("py-lease", lease_ms=300) as s:
-            time.sleep(1.0)  # Three leases: the keep-alive thread renews it.
+        # Two and a half leases: the keep-alive thread (every lease / 3)
+        # renews it. A lease of 2 s leaves a busy machine's scheduler room.
+        with self.client.session("py-lease", lease_ms=2000) as s:
+            time.sleep(5.0)
             s.allocate(num_pages=1)
 
 

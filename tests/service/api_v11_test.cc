@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "client/cpp/endpoint.h"
 #include "daemon/engine/hicache_engine.h"
 #include "daemon/main/daemon_server.h"
@@ -239,7 +240,8 @@ TEST_F(ApiV11Test, FinishLoadAbandonsARunningLoad) {
     ASSERT_TRUE(UnlockHandles({hit.lock_handle()}).ok());
   }
   bool on_host = false;
-  for (int i = 0; i < 200 && !on_host; ++i) {
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(60);
+       !on_host && absl::Now() < deadline;) {
     grpc::ClientContext ctx;
     v1::MatchPrefixRequest request;
     request.set_session_id(session_);
