@@ -73,6 +73,11 @@ absl::StatusOr<LoadResult> HiCacheEngine::LoadBack(
   if (logical_len < options_.load_back_threshold_tokens) {
     return miss(LoadMissReason::kBelowThreshold);
   }
+  // The parent of the chain must stay on device while the copies run:
+  // locked first, so that the quota below no longer counts the request's
+  // own device prefix as room (seed 000: the quota plus the lock's delta).
+  const NodeId parent = match->last_device_node;
+  (void)tree_->Lock(parent);
   // Quota: free device pages plus what eviction could free must cover the
   // load and, when the caller says how long its extend is, the extend plus
   // one page (seed 000: the load must not starve its own request).
@@ -84,11 +89,9 @@ absl::StatusOr<LoadResult> HiCacheEngine::LoadBack(
           : 0;
   if (static_cast<int64_t>(owners.size()) + extend_pages >
       device_->available() + evictable_pages) {
+    (void)tree_->Unlock(parent);  // miss() locks the hit for the caller.
     return miss(LoadMissReason::kOverQuota);
   }
-  // The parent of the chain must stay on device while the copies run.
-  const NodeId parent = match->last_device_node;
-  (void)tree_->Lock(parent);
   // Protect the host copies before anything can evict.
   for (const auto& [node, count] : slices) (void)tree_->AddHostRef(node);
   // Exactly the recorded owners; owner-lane-targeted eviction on shortage;

@@ -217,7 +217,8 @@ class HiCacheEngine : public TransferListener {
   // FinishLoad. The quota keeps room for the request's own extend: with
   // extend_tokens > 0 the load is a miss (kOverQuota) unless free plus
   // evictable device pages cover the load and ceil(extend_tokens / P) + 1
-  // more pages.
+  // more pages. The request's own device prefix, which the load locks, is
+  // not counted as evictable (seed 000's lock delta).
   struct LoadBackOptions {
     int64_t extend_tokens = 0;
     bool exact_tail = true;  // See MatchOptions.

@@ -352,6 +352,36 @@ TEST_F(EngineTest, MemQuotaCountsEvictablePages) {
   EXPECT_EQ(load.loaded_len, 16);
 }
 
+// Seed 000: a load locks its own device prefix before it allocates, so the
+// quota must not count that prefix as room. Before the fix the quota passed
+// (2 free + 2 evictable = the 4 pages to load), the lock then pinned the 2
+// evictable ones, and the load failed later, at allocation, as
+// kNoDeviceMemory.
+TEST_F(EngineTest, QuotaExcludesTheLoadsOwnDevicePrefix) {
+  Make({.device_pages_per_rank = 8,
+        .write_policy = WritePolicy::kWriteThroughSelective,
+        .eviction_policy = EvictionPolicy::kLru});  // 7 usable pages.
+  Cache(Seq(0, 24));  // 6 pages, backed up.
+  auto head = engine_->Match("", Seq(0, 8), /*peek=*/false, /*lock=*/true);
+  ASSERT_TRUE(head.ok());  // Splits [0, 8) | [8, 24).
+  ASSERT_EQ(head->device_len, 8);
+  auto held = engine_->Allocate(5);  // Evicts only the unlocked 4-page tail.
+  ASSERT_TRUE(held.ok()) << held.status();
+  ASSERT_TRUE(engine_->Free(absl::MakeConstSpan(*held).first(2)).ok());
+  ASSERT_TRUE(engine_->Unlock(head->last_device_node).ok());
+  // 2 free + 2 evictable (the head) = the 4 pages to load, but the head is
+  // the load's own prefix.
+  auto load = engine_->LoadBack("", Seq(0, 24));
+  ASSERT_TRUE(load.ok()) << load.status();
+  EXPECT_EQ(load->miss, LoadMissReason::kOverQuota);
+  EXPECT_EQ(load->op_id, 0u);
+  EXPECT_EQ(load->device_len, 8);
+  ASSERT_TRUE(engine_->Unlock(load->node).ok());
+  ASSERT_TRUE(engine_->Free(absl::MakeConstSpan(*held).subspan(2)).ok());
+  EXPECT_EQ(LoadAndVerify(Seq(0, 24)).loaded_len, 16);  // 5 free: it fits.
+  EXPECT_TRUE(engine_->CheckInvariants().ok()) << engine_->CheckInvariants();
+}
+
 TEST_F(EngineTest, QuotaMissWhenNothingIsEvictable) {
   Make({.device_pages_per_rank = 8});
   Cache(Seq(0, 16));
