@@ -61,7 +61,11 @@ class CpHostMeta {
   // Splits at token k into [0, k) and [k, logical_len): page_owners are
   // split by page, host pages follow their pages, the child's positions are
   // rebased to 0. INVALID_ARGUMENT unless 0 < k < logical_len and k is a
-  // multiple of page_size (a padded tail page is never split).
+  // multiple of page_size (a padded tail page is never split). Unlike the
+  // seed, which splits at 0 into an empty head, 0 and logical_len are
+  // refused: an empty CpHostMeta cannot exist (Create refuses
+  // logical_len <= 0), and RadixTree never splits a node at its ends (each
+  // of its split sites needs at least one page on either side).
   absl::StatusOr<std::pair<CpHostMeta, CpHostMeta>> Split(int64_t k) const;
 
   bool operator==(const CpHostMeta&) const = default;

@@ -1,3 +1,4 @@
+#include "daemon/core/check.h"
 #include "daemon/radix/radix_tree.h"
 
 #include <algorithm>
@@ -255,6 +256,7 @@ Node* RadixTree::Split(Node* node, int64_t at) {
   if (node->host != nullptr) {
     // REQUIRES (callers): `at` is a page boundary inside the node.
     auto halves = node->host->Split(at);
+    HICACHE_CHECK(halves.ok(), "a host copy split outside its pages");
     head->host = std::make_unique<CpHostMeta>(std::move(halves->first));
     node->host = std::make_unique<CpHostMeta>(std::move(halves->second));
     if (node->persist_id != 0) {

@@ -352,6 +352,33 @@ TEST_F(EngineTest, MemQuotaCountsEvictablePages) {
   EXPECT_EQ(load.loaded_len, 16);
 }
 
+// A padded tail page is never handed out as if full (seeds 000 and 001: a
+// load returns the node's valid length, and a non-page hit is floored): the
+// scheduler's load (exact_tail = false) returns only pages whose tokens are
+// all valid, whether the host node ends in a padded page or the request
+// diverges inside one.
+TEST_F(EngineTest, LoadReturnsOnlyWholeValidPages) {
+  Make({.cp_size = 2});
+  Cache(Seq(0, 10), {0, 1, 0});  // Page 2: 2 valid tokens and 2 of padding.
+  Cache(Seq(100, 16), {0, 1, 0, 1});
+  EvictAllDevice();
+  std::vector<int32_t> diverging = Seq(100, 9);
+  diverging.push_back(999);  // Diverges inside page 2.
+  for (const std::vector<int32_t>& tokens : {Seq(0, 10), diverging}) {
+    auto load = engine_->LoadBack("", tokens, {.exact_tail = false});
+    ASSERT_TRUE(load.ok()) << load.status();
+    ASSERT_NE(load->op_id, 0u);
+    const int64_t valid = load->device_len + load->loaded_len;
+    EXPECT_EQ(load->loaded_len, 8);
+    EXPECT_EQ(static_cast<int64_t>(load->pages.size()) * kP, valid);
+    engine_->WaitForTransfers();
+    EXPECT_TRUE(*engine_->LoadDone(load->op_id));
+    EXPECT_TRUE(VerifyKv(*engine_, tokens, load->pages, valid).ok());
+    EXPECT_TRUE(engine_->FinishLoad(load->op_id).ok());
+  }
+  EXPECT_TRUE(engine_->CheckInvariants().ok()) << engine_->CheckInvariants();
+}
+
 // Seed 000: a load locks its own device prefix before it allocates, so the
 // quota must not count that prefix as room. Before the fix the quota passed
 // (2 free + 2 evictable = the 4 pages to load), the lock then pinned the 2

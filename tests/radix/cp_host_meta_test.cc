@@ -78,8 +78,10 @@ TEST(CpHostMetaTest, SplitRebasesAndSplitsOwnersByPage) {
 TEST(CpHostMetaTest, InvalidSplitIsAnError) {
   auto meta = *CpHostMeta::Create(14, 4, 1, {0, 0, 0, 0}, {{1, 2, 3, 4}});
   EXPECT_THAT(meta.Split(6).status().message(), HasSubstr("page boundary"));
-  EXPECT_FALSE(meta.Split(0).ok());
-  EXPECT_FALSE(meta.Split(14).ok());
+  // Not the seed's split at 0 into an empty head (cp_host_meta.h).
+  EXPECT_EQ(meta.Split(0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(meta.Split(14).status().code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(meta.Split(16).ok());  // Inside the padded tail page.
   EXPECT_TRUE(meta.Split(12).ok());
 }
