@@ -99,6 +99,26 @@ absl::StatusOr<std::vector<AdmitResult>> RequestFlow::Admit(
   const int64_t threshold =
       std::max<int64_t>(1, engine_->options().load_back_threshold_tokens);
   std::vector<AdmitResult> results(items.size());
+  // The backups the items want, prepared together once every item is
+  // placed: one host admission and eviction step for the batch (seed 001),
+  // not one an item.
+  std::vector<BackupSpec> specs;
+  std::vector<size_t> backed;        // The item of each spec.
+  std::vector<LogicalPage> claimed;  // The pages of the specs so far.
+  auto prepare_backups = [&]() -> absl::Status {
+    if (specs.empty()) return absl::OkStatus();
+    absl::StatusOr<std::vector<uint64_t>> ids =
+        sessions_->PrepareBackups(id, specs);
+    if (!ids.ok()) return ids.status();
+    absl::StatusOr<SessionInfo> info = sessions_->Info(id);
+    for (size_t k = 0; k < backed.size(); ++k) {
+      results[backed[k]].backup_id = (*ids)[k];
+      if (hub_ != nullptr && (*ids)[k] != 0 && info.ok()) {
+        hub_->Tag((*ids)[k], info->ns);
+      }
+    }
+    return absl::OkStatus();
+  };
   for (size_t i = 0; i < items.size(); ++i) {
     const AdmitItem& item = items[i];
     AdmitResult& result = results[i];
@@ -143,6 +163,10 @@ absl::StatusOr<std::vector<AdmitResult>> RequestFlow::Admit(
           }
         }
         for (size_t j = i; j < items.size(); ++j) results[j] = AdmitResult{};
+        if (absl::Status s = prepare_backups(); !s.ok()) {
+          Undo(id, results);
+          return s;
+        }
         return results;
       }
       result.pages = std::move(pages->front());
@@ -158,23 +182,22 @@ absl::StatusOr<std::vector<AdmitResult>> RequestFlow::Admit(
             .first(std::min<size_t>(result.pages.size(),
                                     CeilDiv(std::max<int64_t>(new_input, 0),
                                             page)));
-    if (new_input > 0 && !hit.tail_blocked &&
-        WantsBackup(item.backup, hit, new_pages)) {
-      BackupSpec spec;
-      spec.logical_len = new_input;
-      spec.pages.assign(new_pages.begin(), new_pages.end());
-      absl::StatusOr<std::vector<uint64_t>> backup =
-          sessions_->PrepareBackups(id, {spec});
-      if (!backup.ok()) {
-        Undo(id, results);
-        return AtItem(i, backup.status());
-      }
-      result.backup_id = backup->front();
-      if (hub_ != nullptr && result.backup_id != 0) {
-        absl::StatusOr<SessionInfo> info = sessions_->Info(id);
-        if (info.ok()) hub_->Tag(result.backup_id, info->ns);
-      }
+    if (new_input <= 0 || hit.tail_blocked) continue;
+    // Whether this item's copy fits is judged with the batch's earlier
+    // copies counted (write_ahead: a copy at Admit displaces nothing).
+    std::vector<LogicalPage> with = claimed;
+    with.insert(with.end(), new_pages.begin(), new_pages.end());
+    if (WantsBackup(item.backup, hit, with)) {
+      claimed = std::move(with);
+      specs.push_back(BackupSpec{
+          .pages = {new_pages.begin(), new_pages.end()},
+          .logical_len = new_input});
+      backed.push_back(i);
     }
+  }
+  if (absl::Status s = prepare_backups(); !s.ok()) {
+    Undo(id, results);
+    return s;
   }
   return results;
 }

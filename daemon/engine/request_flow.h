@@ -55,10 +55,14 @@ struct CompleteItem {
 // Admit, item by item in order: match (page-floored: every page the request
 // writes starts on a page boundary) and lock the device hit; unless the
 // host hit is worth loading, allocate the rest of the request and, per the
-// backup choice, prepare the backup of its new input pages (not when the
-// match reports tail_blocked: the insert would be deferred). The first item
-// that does not fit (RESOURCE_EXHAUSTED) and every item after it are not
-// admitted and hold nothing. Any other error undoes the whole call.
+// backup choice, choose to back up its new input pages (not when the match
+// reports tail_blocked: the insert would be deferred; under write_ahead,
+// only if they fit the free host pages with the batch's earlier copies
+// counted). The chosen backups are then prepared together: one host
+// admission and eviction step for the whole call (seed 001), never one an
+// item. The first item that does not fit (RESOURCE_EXHAUSTED) and every
+// item after it are not admitted and hold nothing. Any other error undoes
+// the whole call.
 //
 // Complete: first checks every item -- lock handles, pages to free, what
 // each insert would refuse (SessionManager::CheckInsert), a handle, page or

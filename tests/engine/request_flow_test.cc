@@ -35,13 +35,13 @@ std::vector<int32_t> Cat(std::vector<int32_t> a,
 class RequestFlowTest : public ::testing::Test {
  protected:
   void Make(WritePolicy policy, int64_t device_pages = 16,
-            int64_t load_threshold = 0) {
+            int64_t load_threshold = 0, int64_t host_pages = 64) {
     EngineOptions options;
     options.page_size = kP;
     options.cp_size = 2;
     options.kv_preset = "tiny";
     options.device_pages_per_rank = device_pages;
-    options.host_pages_per_rank = 64;
+    options.host_pages_per_rank = host_pages;
     options.write_policy = policy;
     options.load_back_threshold_tokens = load_threshold;
     auto engine = HiCacheEngine::Create(options);
@@ -110,6 +110,42 @@ class RequestFlowTest : public ::testing::Test {
   std::unique_ptr<RequestFlow> flow_;
   std::string id_;
 };
+
+// Seed 001: one Admit call (a batch) runs one host admission and eviction
+// step for all of its backups, not one an item (before: each item's
+// PrepareBackups evicted for itself, two steps here).
+TEST_F(RequestFlowTest, AdmitRunsOneHostEvictionStepPerBatch) {
+  Make(WritePolicy::kWriteThrough, /*device_pages=*/16, /*load_threshold=*/0,
+       /*host_pages=*/4);
+  // Fill both host pools with the copies of four finished requests.
+  for (int i = 0; i < 4; ++i) {
+    const auto tokens = Seq(1000 + 100 * i, 8);
+    const AdmitResult a = AdmitOne(tokens);
+    ASSERT_NE(a.backup_id, 0u);
+    StoreLayers(a.backup_id);
+    CompleteOne(tokens, a);
+  }
+  engine_->WaitForTransfers();
+  // Host-only now: what host eviction may take.
+  ASSERT_TRUE(engine_->EvictPages({100, 100}, {}).ok());
+  ASSERT_EQ(engine_->HostUsedPages(0) + engine_->HostUsedPages(1), 8);
+  const EngineStats before = engine_->Stats();
+  auto admitted = flow_->Admit(id_, {AdmitItem{.tokens = Seq(0, 8)},
+                                     AdmitItem{.tokens = Seq(200, 8)}});
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  const EngineStats after = engine_->Stats();
+  for (const AdmitResult& a : *admitted) {
+    EXPECT_TRUE(a.admitted);
+    EXPECT_NE(a.backup_id, 0u);
+  }
+  EXPECT_EQ(after.host_eviction_steps - before.host_eviction_steps, 1);
+  EXPECT_EQ(after.host_evicted_pages - before.host_evicted_pages, 4);
+  for (size_t k = 0; k < 2; ++k) {
+    StoreLayers((*admitted)[k].backup_id);
+    CompleteOne(k == 0 ? Seq(0, 8) : Seq(200, 8), (*admitted)[k]);
+  }
+  ExpectNothingHeld();
+}
 
 TEST_F(RequestFlowTest, ColdRequestIsOneAdmitAndOneComplete) {
   Make(WritePolicy::kWriteThrough);
