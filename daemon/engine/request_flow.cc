@@ -176,7 +176,10 @@ absl::StatusOr<std::vector<AdmitResult>> RequestFlow::Admit(
       }
     }
     result.admitted = true;
-    const int64_t new_input = tokens - hit.device_len;
+    // What the insert will cache: all of it, or a middle chunk's whole
+    // pages only (RadixTree keeps no partial page of an unfinished insert).
+    const int64_t cached = item.unfinished ? tokens / page * page : tokens;
+    const int64_t new_input = cached - hit.device_len;
     const absl::Span<const LogicalPage> new_pages =
         absl::MakeConstSpan(result.pages)
             .first(std::min<size_t>(result.pages.size(),

@@ -25,6 +25,11 @@ struct AdmitItem {
   int64_t reserve_tokens = 0;   // Output tokens to allocate pages for now.
   std::optional<ComputeOwnerMode> mode;  // Lanes of the new pages.
   BackupChoice backup = BackupChoice::kAuto;
+  // A middle chunk of a chunked prefill, which Complete will insert
+  // unfinished: the tree keeps only its whole pages, so its backup covers
+  // only those (a partial tail page could never attach); the next chunk,
+  // whose hit ends at that page boundary, backs up the rest.
+  bool unfinished = false;
 };
 
 struct AdmitResult {

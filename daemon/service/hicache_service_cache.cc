@@ -253,7 +253,8 @@ grpc::Status HiCacheService::Admit(grpc::ServerContext* context,
     if (!mode.ok()) return ToGrpcStatus(mode.status());
     AdmitItem item{.tokens = *std::move(tokens),
                    .reserve_tokens = in.reserve_tokens(),
-                   .mode = *mode};
+                   .mode = *mode,
+                   .unfinished = in.unfinished()};
     switch (in.backup()) {
       case v1::BACKUP_CHOICE_AUTO:
         item.backup = BackupChoice::kAuto;

@@ -111,6 +111,51 @@ class RequestFlowTest : public ::testing::Test {
   std::string id_;
 };
 
+// Seed 001, chunked prefill: a middle chunk that ends mid-page backs up
+// only its whole pages, the ones its unfinished insert keeps, and its
+// backup attaches. Before, the backup covered the partial tail page too,
+// could never match the node the insert made, and was rolled back.
+TEST_F(RequestFlowTest, MiddleChunkBacksUpOnlyItsWholePages) {
+  Make(WritePolicy::kWriteThrough);
+  const auto chunk1 = Seq(0, 10);
+  auto r1 = flow_->Admit(id_, {AdmitItem{.tokens = chunk1, .unfinished = true}});
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  const AdmitResult a1 = r1->front();
+  ASSERT_EQ(a1.pages.size(), 3u);
+  ASSERT_NE(a1.backup_id, 0u);
+  StoreLayers(a1.backup_id);
+  CompleteItem c1;
+  c1.insert = {.tokens = chunk1,
+               .pages = a1.pages,
+               .unfinished = true,
+               .backup_id = a1.backup_id};
+  auto d1 = flow_->Complete(id_, {c1});
+  ASSERT_TRUE(d1.ok()) << d1.status();
+  EXPECT_EQ(d1->front().insert.cached_len, 8);
+  EXPECT_TRUE(d1->front().backup_attached);
+  EXPECT_EQ(engine_->Stats().backups_rolled_back, 0);
+  engine_->WaitForTransfers();
+  EXPECT_EQ(engine_->TreeStatistics().host_tokens, 8);
+  // The final chunk: its hit ends at the page boundary; its backup covers
+  // the rest, the old partial page rewritten.
+  const auto all = Cat(chunk1, Seq(500, 9));
+  const AdmitResult a2 = AdmitOne(all);
+  EXPECT_EQ(a2.hit.match.device_len, 8);
+  ASSERT_NE(a2.backup_id, 0u);
+  StoreLayers(a2.backup_id);
+  const SessionInsertResult r = CompleteOne(all, a2, {a1.pages[2]});
+  EXPECT_EQ(r.insert.cached_len, 19);
+  EXPECT_TRUE(r.backup_attached);
+  // A middle chunk of less than a page backs up nothing.
+  const AdmitResult small = flow_->Admit(id_, {AdmitItem{
+      .tokens = Seq(900, 3), .unfinished = true}})->front();
+  EXPECT_TRUE(small.admitted);
+  EXPECT_EQ(small.backup_id, 0u);
+  ASSERT_TRUE(sessions_->Free(id_, small.pages).ok());
+  ExpectNothingHeld();
+  EXPECT_EQ(engine_->Stats().backups_committed, 2);
+}
+
 // Seed 001: one Admit call (a batch) runs one host admission and eviction
 // step for all of its backups, not one an item (before: each item's
 // PrepareBackups evicted for itself, two steps here).

@@ -293,11 +293,14 @@ class AdmitItem:
     bytes), `reserve_tokens` of output to allocate pages for now, the lanes
     of the new pages (`mode`: 'any', 'zigzag', 'round_robin') and whether to
     prepare a per-layer backup of the new input pages (`backup`: 'auto' --
-    per the daemon's write policy --, 'never', 'always')."""
+    per the daemon's write policy --, 'never', 'always'). `unfinished`: a
+    middle chunk of a chunked prefill (complete it with unfinished=True):
+    its backup covers only its whole pages."""
     tokens: Tokens
     reserve_tokens: int = 0
     mode: Union[str, int] = "any"
     backup: Union[str, int] = "auto"
+    unfinished: bool = False
 
 
 # The type of a protobuf repeated scalar field (C++, upb or pure Python).
@@ -870,7 +873,8 @@ class Session:
             if isinstance(item, AdmitItem):
                 add(tokens=pack_tokens(item.tokens), reserve_tokens=item.reserve_tokens,
                     mode=_enum(_MODES, item.mode, "mode"),
-                    backup=_enum(_BACKUPS, item.backup, "backup"))
+                    backup=_enum(_BACKUPS, item.backup, "backup"),
+                    unfinished=item.unfinished)
             else:
                 add(tokens=pack_tokens(item))
         results = []
