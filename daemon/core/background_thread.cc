@@ -8,7 +8,16 @@
 
 namespace hicache {
 
-void RunAsBackgroundThread(const char* who) {
+void RunAsBackgroundThread(const char* who, BackgroundClass cls) {
+  if (cls == BackgroundClass::kLow) {
+    if (setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 10) == 0) {
+      return;
+    }
+    spdlog::warn("{}: could not lower the thread's priority; it runs at the "
+                 "daemon's",
+                 who);
+    return;
+  }
   sched_param param{};
   if (sched_setscheduler(0, SCHED_IDLE, &param) == 0) return;
   if (setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19) == 0) return;
@@ -17,8 +26,8 @@ void RunAsBackgroundThread(const char* who) {
                who);
 }
 
-BackgroundWorker::BackgroundWorker(const char* who)
-    : thread_([this, who] { Loop(who); }) {}
+BackgroundWorker::BackgroundWorker(const char* who, BackgroundClass cls)
+    : thread_([this, who, cls] { Loop(who, cls); }) {}
 
 BackgroundWorker::~BackgroundWorker() {
   {
@@ -38,8 +47,8 @@ void BackgroundWorker::Run(absl::FunctionRef<void()> work) {
   work_ = nullptr;
 }
 
-void BackgroundWorker::Loop(const char* who) {
-  RunAsBackgroundThread(who);
+void BackgroundWorker::Loop(const char* who, BackgroundClass cls) {
+  RunAsBackgroundThread(who, cls);
   // Explicit Lock/Unlock: the lock is released around the work.
   mu_.Lock();
   while (true) {

@@ -2,14 +2,23 @@
 
 // Background work that must not slow the threads that serve.
 //
-// RunAsBackgroundThread: the calling thread asks the kernel to run it only
-// when a CPU would otherwise be idle (SCHED_IDLE). A waking serving thread
-// then preempts it at once, and it never competes with them for CPU time,
-// only for what they leave; under a CPU that stays saturated it gets very
-// little (the kernel still gives an idle-class thread a small share), so its
-// work must be bounded and droppable. Falls back to nice 19 where SCHED_IDLE
-// is refused (a seccomp or container policy); logs a warning naming `who`
-// when neither can be set. There is no way back for an unprivileged thread.
+// RunAsBackgroundThread lowers the calling thread's priority, in one of two
+// classes:
+// - kIdle (SCHED_IDLE): the kernel runs it only when a CPU would otherwise
+//   be idle. A waking serving thread preempts it at once, and it never
+//   competes with them, only for what they leave; under CPUs that stay
+//   saturated it gets almost nothing (measured: with every core busy the
+//   journal fell 5.5-9 s behind in a 1 s replay), so its work must be
+//   best-effort and droppable: KV events (an overflow resynchronizes).
+// - kLow (nice 10, SCHED_OTHER): a small fair share (about a tenth of a
+//   nice-0 thread's) even when every core is busy, so it keeps up with work
+//   that must not fall behind for good: the host-tier journal, whose
+//   recorder otherwise stops once its queue overruns and every later host
+//   copy is lost at a crash (measured under the same load: 14-57 ms behind;
+//   nice 19: 0.4-1.2 s).
+// Falls back to nice 19 where SCHED_IDLE is refused (a seccomp or container
+// policy); logs a warning naming `who` when nothing can be set. There is no
+// way back for an unprivileged thread.
 //
 // Such a thread must never hold a lock that a serving thread may wait for:
 // preempted while holding it, it could keep the serving thread waiting for
@@ -24,7 +33,10 @@
 
 namespace hicache {
 
-void RunAsBackgroundThread(const char* who);
+enum class BackgroundClass { kIdle, kLow };
+
+void RunAsBackgroundThread(const char* who,
+                           BackgroundClass cls = BackgroundClass::kIdle);
 
 // One background thread (RunAsBackgroundThread) that runs what it is handed
 // and lets the caller wait for it. The work handed over must not take locks
@@ -33,7 +45,8 @@ void RunAsBackgroundThread(const char* who);
 // Thread-safe; one Run at a time.
 class BackgroundWorker {
  public:
-  explicit BackgroundWorker(const char* who);
+  explicit BackgroundWorker(const char* who,
+                            BackgroundClass cls = BackgroundClass::kIdle);
   // Stops the thread (after the Run in progress, if any).
   ~BackgroundWorker() ABSL_LOCKS_EXCLUDED(mu_);
   BackgroundWorker(const BackgroundWorker&) = delete;
@@ -43,7 +56,7 @@ class BackgroundWorker {
   void Run(absl::FunctionRef<void()> work) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  void Loop(const char* who) ABSL_LOCKS_EXCLUDED(mu_);
+  void Loop(const char* who, BackgroundClass cls) ABSL_LOCKS_EXCLUDED(mu_);
 
   Mutex mu_;
   CondVar cv_;

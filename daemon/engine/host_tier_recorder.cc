@@ -34,7 +34,10 @@ namespace hicache {
 HostTierRecorder::HostTierRecorder(Options options)
     : options_(std::move(options)) {
   if (options_.background) {
-    hasher_ = std::make_unique<BackgroundWorker>("host-tier journal recorder");
+    // Low, not idle: the journal must keep up when every core is busy
+    // (daemon/core/background_thread.h).
+    hasher_ = std::make_unique<BackgroundWorker>("host-tier journal recorder",
+                                                 BackgroundClass::kLow);
   }
   worker_ = std::thread([this] { Run(); });
 }

@@ -321,7 +321,10 @@ bool JournalWriter::ShouldCompact() const {
 }
 
 void JournalWriter::Run() {
-  if (options_.background) RunAsBackgroundThread("host-tier journal writer");
+  if (options_.background) {
+    // Low, not idle: the journal must keep up when every core is busy.
+    RunAsBackgroundThread("host-tier journal writer", BackgroundClass::kLow);
+  }
   // Explicit Lock/Unlock: the lock is released around every write.
   mu_.Lock();
   while (true) {

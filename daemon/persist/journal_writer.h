@@ -62,8 +62,9 @@ struct JournalWriterOptions {
   uint64_t compaction_floor_bytes = uint64_t{64} << 20;
   double compaction_ratio = 2.0;
   JournalFs* fs = nullptr;  // nullptr: PosixJournalFs::Default().
-  // The writer thread runs as a background thread (RunAsBackgroundThread):
-  // its writes and syncs take only CPU time the serving threads leave.
+  // The writer thread runs as a low-priority background thread
+  // (RunAsBackgroundThread, BackgroundClass::kLow: nice 10): a small fair
+  // share of a busy CPU, so it keeps up when every core is busy.
   bool background = true;
 };
 

@@ -52,6 +52,27 @@ TEST(BackgroundWorkerTest, StopsWhenDestroyedUnused) {
   for (int i = 0; i < 20; ++i) BackgroundWorker worker("test");
 }
 
+// kLow: nice 10 in the normal class, a small fair share even when every
+// core is busy (what the journal needs to keep up).
+TEST(RunAsBackgroundThreadTest, LowClassIsNiceTen) {
+  std::atomic<int> nice{0};
+  std::atomic<int> policy{-1};
+  std::thread([&] {
+    RunAsBackgroundThread("test", BackgroundClass::kLow);
+    errno = 0;
+    nice = getpriority(PRIO_PROCESS, static_cast<id_t>(gettid()));
+    policy = sched_getscheduler(0);
+  }).join();
+  EXPECT_EQ(nice.load(), 10);
+  EXPECT_EQ(policy.load(), SCHED_OTHER);
+  BackgroundWorker worker("test", BackgroundClass::kLow);
+  int seen = 0;
+  worker.Run([&] {
+    seen = getpriority(PRIO_PROCESS, static_cast<id_t>(gettid()));
+  });
+  EXPECT_EQ(seen, 10);
+}
+
 TEST(RunAsBackgroundThreadTest, LowersTheCallingThreadOnly) {
   std::atomic<bool> lowered{false};
   std::thread([&] {

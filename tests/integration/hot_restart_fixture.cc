@@ -295,8 +295,8 @@ void HotRestartTest::WaitJournal(int64_t puts) {
         return stats.persistence().journal_puts() >= puts &&
                stats.persistence().journal_file_bytes() > journal_bytes_;
       },
-      // A generous bound: the journal writer runs at idle priority, and
-      // on a busy machine it catches up only when a core is free.
+      // A generous bound: the journal's threads run at low priority (nice
+      // 10), so on a busy machine they take a while.
       absl::Milliseconds(30), absl::Seconds(120), &journal_bytes_));
 }
 

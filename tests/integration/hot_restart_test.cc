@@ -122,7 +122,7 @@ TEST_P(SigkillTest, KillUnderConcurrentTrafficServesOnlyVerifiedKv) {
   });
   // Kill mid-traffic, once 80 backups committed (the host tier, 64 pages a
   // rank, has been evicting for a while) and some Puts are durable.
-  // (A generous bound: the journal writer runs at idle priority.)
+  // (A generous bound: the journal's threads run at low priority.)
   const absl::Time deadline = absl::Now() + absl::Seconds(120);
   while (absl::Now() < deadline && sent.load() < kRequests) {
     const v1::CacheStats stats = Stats();
