@@ -137,7 +137,9 @@ INSTANTIATE_TEST_SUITE_P(Transports, SocketListenerTest,
 TEST_P(SocketListenerTest, ServesConnections) {
   auto listener = Bind();
   ASSERT_TRUE(listener.ok()) << listener.status();
-  if (tcp()) EXPECT_GT((*listener)->port(), 0);
+  if (tcp()) {
+    EXPECT_GT((*listener)->port(), 0);
+  }
   Start(**listener);
   EXPECT_TRUE(Healthy());
   EXPECT_EQ(registry_.size(), 1u);
