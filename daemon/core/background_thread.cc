@@ -4,13 +4,24 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+
 #include "spdlog/spdlog.h"
 
 namespace hicache {
 
 void RunAsBackgroundThread(const char* who, BackgroundClass cls) {
   if (cls == BackgroundClass::kLow) {
-    if (setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 10) == 0) {
+    // Ten below the thread's priority now (the daemon's), in the normal
+    // class even if the thread inherited another.
+    sched_param normal{};
+    (void)sched_setscheduler(0, SCHED_OTHER, &normal);
+    errno = 0;
+    const int now = getpriority(PRIO_PROCESS, static_cast<id_t>(gettid()));
+    const int lowered = std::min(19, (errno == 0 ? now : 0) + 10);
+    if (setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), lowered) ==
+        0) {
       return;
     }
     spdlog::warn("{}: could not lower the thread's priority; it runs at the "

@@ -13,9 +13,9 @@ struct Caller {
   bool is_operator = false;
   std::string name;  // For logs and errors: "uid 1000 pid 4242", "cert CN=x".
   // Who the caller is, stably across its connections: "uid 1000" (unix
-  // peer credentials), "cert CN=x" (a TLS client certificate), or empty
-  // when the transport proved nothing (plain TCP for testing, in-process
-  // servers). A session may be used only by callers of the principal that
+  // peer credentials), "cert CN=x" (a TLS client certificate), "host
+  // ipv4:10.0.0.7" (a TCP peer no certificate names: its address), or
+  // empty when nothing identifies it (in-process servers). A session may be used only by callers of the principal that
   // opened it, and by operators (SessionManager::CheckCaller).
   std::string principal;
 

@@ -89,7 +89,17 @@ Caller ConnectionRegistry::ResolvePeer(
   spdlog::debug("resolving peer '{}'", peer);
   if (!absl::StartsWith(peer, "fd:") ||
       !absl::SimpleAtoi(absl::string_view(peer).substr(3), &fd)) {
-    return Caller::Client(absl::StrCat("peer ", peer));
+    // A TCP peer that no certificate names (TLS without client
+    // certificates, or one without a common name): its sessions are bound
+    // to its address, the port aside ("ipv4:10.0.0.7:5312" -> "host
+    // ipv4:10.0.0.7"), so that a reconnect keeps them and another machine
+    // cannot use them. Anything else proves nothing (empty principal).
+    std::string principal;
+    if (absl::StartsWith(peer, "ipv4:") || absl::StartsWith(peer, "ipv6:")) {
+      const size_t colon = peer.rfind(':');
+      if (colon > 5) principal = absl::StrCat("host ", peer.substr(0, colon));
+    }
+    return Caller::Client(absl::StrCat("peer ", peer), std::move(principal));
   }
   MutexLock lock(&mu_);
   auto it = entries_.find(fd);

@@ -371,6 +371,10 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
     absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
         TcpCredentials(config);
     if (!credentials.ok()) return credentials.status();
+    // A TCP connection holds one of --max_connections' slots from its
+    // accept: one that never finishes its TLS handshake gives it back
+    // after 10 s, not gRPC's default 120 s.
+    builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 10000);
     daemon->tcp_acceptor_ = builder.experimental().AddExternalConnectionAcceptor(
         grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
         *credentials);

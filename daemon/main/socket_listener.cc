@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -114,11 +115,15 @@ absl::StatusOr<std::unique_ptr<SocketListener>> SocketListener::BindTcp(
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* found = nullptr;
-  const std::string host_name(host);
+  // No host: every address, IPv6 and IPv4 alike ("::" dual-stack, as
+  // gRPC's own listener), else IPv4's.
+  const std::string host_name(host.empty() ? "::" : host);
   const std::string service = std::to_string(port);
-  if (const int rc = getaddrinfo(host_name.empty() ? nullptr : host_name.c_str(),
-                                 service.c_str(), &hints, &found);
-      rc != 0) {
+  int rc = getaddrinfo(host_name.c_str(), service.c_str(), &hints, &found);
+  if (rc != 0 && host.empty()) {
+    rc = getaddrinfo("0.0.0.0", service.c_str(), &hints, &found);
+  }
+  if (rc != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "TCP address '", host_port, "': ", gai_strerror(rc)));
   }
@@ -253,6 +258,15 @@ void SocketListener::AcceptLoop(HandOff hand_off) {
           errno == EPROTO) {
         continue;
       }
+      // accept(2): on TCP, network errors already pending on the new
+      // connection (and a firewall's EPERM) are the connection's, not the
+      // listener's: retry, as for EAGAIN.
+      if (!unix_socket_ &&
+          (errno == ENETDOWN || errno == ENOPROTOOPT || errno == EHOSTDOWN ||
+           errno == ENONET || errno == EHOSTUNREACH || errno == EOPNOTSUPP ||
+           errno == ENETUNREACH || errno == EPERM)) {
+        continue;
+      }
       if (errno == ENOBUFS || errno == ENOMEM) {
         // The kernel is short of socket memory: the pending connection
         // waits in the backlog, so retry shortly instead of giving up.
@@ -287,6 +301,11 @@ void SocketListener::AcceptLoop(HandOff hand_off) {
     if (fstat(fd, &st) != 0) {
       close(fd);
       continue;
+    }
+    if (!unix_socket_) {
+      // gRPC's own listener asks for low latency: no Nagle delay.
+      const int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     }
     // A TCP peer proves nothing by its socket (TLS names it later).
     registry_->Add(fd, st.st_ino,

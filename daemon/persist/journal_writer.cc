@@ -298,16 +298,13 @@ JournalWriterStats JournalWriter::stats() const {
 absl::Status JournalWriter::CompactNow() {
   MutexLock lock(&mu_);
   if (!broken_.ok()) return BrokenError();
-  const int64_t done = stats_.compactions;
-  const int64_t failed = stats_.compaction_failures;
-  compact_wanted_ = true;
+  // Served by a compaction that starts after this call (an automatic one
+  // already running may not subsume what this caller accepted).
+  const uint64_t mine = ++compact_asked_;
   work_cv_.Signal();
-  while (broken_.ok() && stats_.compactions == done &&
-         stats_.compaction_failures == failed) {
-    durable_cv_.Wait(&mu_);
-  }
+  while (broken_.ok() && compact_served_ < mine) durable_cv_.Wait(&mu_);
   if (!broken_.ok()) return BrokenError();
-  if (stats_.compactions > done) return absl::OkStatus();
+  if (compact_served_ok_) return absl::OkStatus();
   return absl::InternalError(
       "the journal's compaction failed; the old journal is still in use");
 }
@@ -328,16 +325,22 @@ void JournalWriter::Run() {
   // Explicit Lock/Unlock: the lock is released around every write.
   mu_.Lock();
   while (true) {
-    while (broken_.ok() && !stop_ && pending_.empty() && !compact_wanted_) {
+    while (broken_.ok() && !stop_ && pending_.empty() &&
+           compact_served_ == compact_asked_) {
       work_cv_.Wait(&mu_);
     }
     if (!broken_.ok()) {
       while (!stop_) work_cv_.Wait(&mu_);  // Broken: idle until stopped.
       break;
     }
-    if (compact_wanted_) {
-      compact_wanted_ = false;
-      Compact();  // Subsumes what is pending; holds mu_ again on return.
+    if (compact_served_ != compact_asked_) {
+      // This compaction starts after every CompactNow up to `asked` was
+      // called: it subsumes what they had accepted.
+      const uint64_t asked = compact_asked_;
+      const int64_t done = stats_.compactions;
+      Compact();  // Holds mu_ again on return.
+      compact_served_ = asked;
+      compact_served_ok_ = stats_.compactions > done;
       // A failed compaction signals nothing itself: wake CompactNow.
       durable_cv_.SignalAll();
       continue;

@@ -218,7 +218,11 @@ class JournalWriter {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
   uint64_t next_compaction_min_ ABSL_GUARDED_BY(mu_) = 0;
-  bool compact_wanted_ ABSL_GUARDED_BY(mu_) = false;  // CompactNow().
+  // CompactNow(): the generation asked for, the last one the writer ran a
+  // compaction for, and whether that compaction succeeded.
+  uint64_t compact_asked_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t compact_served_ ABSL_GUARDED_BY(mu_) = 0;
+  bool compact_served_ok_ ABSL_GUARDED_BY(mu_) = false;
   JournalWriterStats stats_ ABSL_GUARDED_BY(mu_);
   // summary(): written under mu_ (PublishLocked), read without it.
   std::atomic<int64_t> published_live_puts_{0};

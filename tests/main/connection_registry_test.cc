@@ -72,8 +72,15 @@ TEST(ConnectionRegistryTest, TlsCertificateNames) {
   EXPECT_FALSE(dev.is_operator);
   EXPECT_EQ(dev.name, "certificate CN=dev");
   EXPECT_EQ(dev.principal, "cert CN=dev");
-  // Plain TCP proves no one: the empty principal.
-  EXPECT_EQ(registry.ResolvePeer("ipv4:1.2.3.4:5", {}).principal, "");
+  // A TCP peer no certificate names: bound to its address, not its port.
+  EXPECT_EQ(registry.ResolvePeer("ipv4:1.2.3.4:5", {}).principal,
+            "host ipv4:1.2.3.4");
+  EXPECT_EQ(registry.ResolvePeer("ipv4:1.2.3.4:6", {}).principal,
+            "host ipv4:1.2.3.4");
+  EXPECT_EQ(registry.ResolvePeer("ipv6:[::1]:7", {}).principal,
+            "host ipv6:[::1]");
+  EXPECT_EQ(registry.ResolvePeer("ipv4:5.6.7.8:5", {}).principal,
+            "host ipv4:5.6.7.8");
 }
 
 }  // namespace
