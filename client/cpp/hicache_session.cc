@@ -97,12 +97,13 @@ std::string PackTokens(const std::vector<int32_t>& tokens) {
 
 v1::AdmitItem MakeAdmitItem(const std::vector<int32_t>& tokens,
                             int64_t reserve_tokens, v1::ComputeOwnerMode mode,
-                            v1::BackupChoice backup) {
+                            v1::BackupChoice backup, bool unfinished) {
   v1::AdmitItem item;
   item.set_tokens(PackTokens(tokens));
   item.set_reserve_tokens(reserve_tokens);
   item.set_mode(mode);
   item.set_backup(backup);
+  item.set_unfinished(unfinished);
   return item;
 }
 

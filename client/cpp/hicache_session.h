@@ -70,11 +70,13 @@ uint64_t DeviceBlockOffset(const v1::GetLayoutResponse& layout,
 uint64_t BlockBytes(const v1::GetLayoutResponse& layout, int family);
 
 // An Admit item: the request's input `tokens`, `reserve_tokens` of output to
-// allocate pages for now, the lanes of the new pages and the backup choice.
+// allocate pages for now, the lanes of the new pages, the backup choice,
+// and whether it is a middle chunk of a chunked prefill (`unfinished`: its
+// backup covers only its whole pages, as its unfinished Complete keeps).
 v1::AdmitItem MakeAdmitItem(
     const std::vector<int32_t>& tokens, int64_t reserve_tokens = 0,
     v1::ComputeOwnerMode mode = v1::COMPUTE_OWNER_MODE_UNSPECIFIED,
-    v1::BackupChoice backup = v1::BACKUP_CHOICE_AUTO);
+    v1::BackupChoice backup = v1::BACKUP_CHOICE_AUTO, bool unfinished = false);
 
 // The Complete item that caches `tokens` (a prefix of what the request
 // computed: its input, or input plus output) for an admitted request:

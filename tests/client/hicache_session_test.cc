@@ -595,6 +595,27 @@ void AwaitCommitted(const std::function<v1::CacheStats()>& stats, int64_t n) {
   EXPECT_EQ(committed, n);
 }
 
+// A middle chunk of a chunked prefill, through the service: its backup
+// covers only its whole pages and attaches to what its unfinished Complete
+// keeps (the last partial page is the next chunk's).
+TEST_F(SessionTest, MiddleChunkBackupAttachesOverTheWire) {
+  const std::vector<int32_t> chunk = Seq(5000, 2 * kPageSize + 1);
+  auto admitted = session_->Admit({client::MakeAdmitItem(
+      chunk, 0, v1::COMPUTE_OWNER_MODE_UNSPECIFIED, v1::BACKUP_CHOICE_ALWAYS,
+      /*unfinished=*/true)});
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  const v1::AdmitResult& a = admitted->results(0);
+  ASSERT_TRUE(a.admitted());
+  ASSERT_NE(a.backup_id(), 0u);
+  auto stream = session_->OpenBackupStream();
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  ASSERT_TRUE((*stream)->StoreAll(a.backup_id()).ok());
+  auto completed = session_->Complete({client::MakeCompleteItem(
+      a, chunk, kPageSize, /*unfinished=*/true)});
+  ASSERT_TRUE(completed.ok()) << completed.status();
+  EXPECT_TRUE(completed->results(0).backup_attached());
+}
+
 // Under the default write policy (write_ahead) the host tier is
 // prefix-closed: BACKUP_CHOICE_ALWAYS below a device hit without a host copy
 // prepares nothing (backup_id 0; it could never attach), and the request
