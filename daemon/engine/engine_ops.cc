@@ -360,6 +360,7 @@ void HiCacheEngine::OnStepDone(StepDone done) {
     ++stats_.steps_completed;
     stats_.step_latency_ns_total += NowNs() - op.submit_ns;
     if (options_.observer != nullptr) {
+      ++observer_calls_;
       const int64_t now = NowNs();
       const int64_t submitted =
           step < op.step_submit_ns.size() && op.step_submit_ns[step] != 0
@@ -407,7 +408,11 @@ void HiCacheEngine::OnStepDone(StepDone done) {
     ReapDroppedLocked();  // A failed load may release dropped nodes.
     event_queue_.insert(event_queue_.end(), events.begin(), events.end());
   }
-  if (observed.has_value()) options_.observer->OnLayerCopy(*observed);
+  if (observed.has_value()) {
+    options_.observer->OnLayerCopy(*observed);
+    MutexLock lock(&mu_);
+    if (--observer_calls_ == 0) idle_cv_.SignalAll();
+  }
   DispatchPending();
 }
 

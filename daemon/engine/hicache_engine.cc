@@ -704,8 +704,11 @@ absl::StatusOr<NodeInfo> HiCacheEngine::Inspect(NodeId node) const {
 void HiCacheEngine::WaitForTransfers() {
   {
     MutexLock lock(&mu_);
-    // A due write-ahead round starts copies too.
-    while (outstanding_steps_ > 0 || write_ahead_due_) idle_cv_.Wait(&mu_);
+    // A due write-ahead round starts copies too; the observer hears of a
+    // completed step after the step stops counting as outstanding.
+    while (outstanding_steps_ > 0 || write_ahead_due_ || observer_calls_ > 0) {
+      idle_cv_.Wait(&mu_);
+    }
   }
   // The completions' events may still be on their way to the listener
   // (dispatched after mu_ is released): deliver them, waiting for a

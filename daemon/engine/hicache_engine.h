@@ -593,6 +593,9 @@ class HiCacheEngine : public TransferListener {
   std::thread write_ahead_thread_;
   uint64_t next_op_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t outstanding_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  // Completed steps whose EngineObserver call (made without mu_) has not
+  // returned yet: WaitForTransfers waits for them too.
+  int64_t observer_calls_ ABSL_GUARDED_BY(mu_) = 0;
   EngineStats stats_ ABSL_GUARDED_BY(mu_);
   // Lanes of a dead CP member: unavailable lanes (sized C on first use) and
   // their count, and request pages on dropped lanes (never cached).
