@@ -188,15 +188,15 @@ absl::StatusOr<std::vector<AdmitResult>> RequestFlow::Admit(
     if (new_input <= 0 || hit.tail_blocked) continue;
     // Whether this item's copy fits is judged with the batch's earlier
     // copies counted (write_ahead: a copy at Admit displaces nothing).
-    std::vector<LogicalPage> with = claimed;
-    with.insert(with.end(), new_pages.begin(), new_pages.end());
-    if (WantsBackup(item.backup, hit, with)) {
-      claimed = std::move(with);
-      specs.push_back(BackupSpec{
-          .pages = {new_pages.begin(), new_pages.end()},
-          .logical_len = new_input});
-      backed.push_back(i);
+    const size_t claimed_before = claimed.size();
+    claimed.insert(claimed.end(), new_pages.begin(), new_pages.end());
+    if (!WantsBackup(item.backup, hit, claimed)) {
+      claimed.resize(claimed_before);
+      continue;
     }
+    specs.push_back(BackupSpec{.pages = {new_pages.begin(), new_pages.end()},
+                               .logical_len = new_input});
+    backed.push_back(i);
   }
   if (absl::Status s = prepare_backups(); !s.ok()) {
     Undo(id, results);
