@@ -122,16 +122,21 @@ class SessionOwnerTest : public ::testing::Test {
   // Every call of the API that names a session, made with `session`.
   using Call =
       std::function<grpc::Status(v1::HiCache::Stub&, const std::string&)>;
+  // A unary call of `method` with `request`, its session_id set per call.
+  template <typename Request, typename Response>
+  static Call Unary(grpc::Status (v1::HiCache::Stub::*method)(
+                        grpc::ClientContext*, const Request&, Response*),
+                    Request request) {
+    return [method, request](v1::HiCache::Stub& stub, const std::string& id) {
+      Request named = request;
+      named.set_session_id(id);
+      grpc::ClientContext ctx;
+      Response response;
+      return (stub.*method)(&ctx, named, &response);
+    };
+  }
   std::vector<std::pair<std::string, Call>> SessionCalls(
       std::vector<int64_t> pages, int64_t node) {
-    auto unary = [](auto method, auto fill) -> Call {
-      return [method, fill](v1::HiCache::Stub& stub, const std::string& id) {
-        grpc::ClientContext ctx;
-        typename decltype(fill(id))::first_type request = fill(id).first;
-        typename decltype(fill(id))::second_type response;
-        return (stub.*method)(&ctx, request, &response);
-      };
-    };
     std::vector<std::pair<std::string, Call>> calls;
     calls.emplace_back("KeepAlive", [](auto& stub, const std::string& id) {
       return KeepAlive(stub, id);
@@ -139,94 +144,52 @@ class SessionOwnerTest : public ::testing::Test {
     calls.emplace_back("Allocate", [](auto& stub, const std::string& id) {
       return Allocate(stub, id);
     });
-    calls.emplace_back("Free", unary(&v1::HiCache::Stub::Free,
-                                     [pages](const std::string& id) {
-      v1::FreeRequest r;
-      r.set_session_id(id);
-      r.mutable_pages()->Add(pages.begin(), pages.end());
-      return std::pair<v1::FreeRequest, v1::FreeResponse>{r, {}};
-    }));
-    calls.emplace_back("MatchPrefix", unary(&v1::HiCache::Stub::MatchPrefix,
-                                            [](const std::string& id) {
-      v1::MatchPrefixRequest r;
-      r.set_session_id(id);
-      r.add_items()->set_tokens(Pack(Seq(100, 8)));
-      return std::pair<v1::MatchPrefixRequest, v1::MatchPrefixResponse>{r, {}};
-    }));
-    calls.emplace_back("Insert", unary(&v1::HiCache::Stub::Insert,
-                                       [pages](const std::string& id) {
-      v1::InsertRequest r;
-      r.set_session_id(id);
-      v1::InsertItem* item = r.add_items();
-      item->set_tokens(Pack(Seq(500, 8)));
-      item->mutable_pages()->Add(pages.begin(), pages.end());
-      return std::pair<v1::InsertRequest, v1::InsertResponse>{r, {}};
-    }));
-    for (auto [name, method] :
-         {std::pair{"Lock", &v1::HiCache::Stub::Lock},
-          std::pair{"Unlock", &v1::HiCache::Stub::Unlock}}) {
-      calls.emplace_back(name, unary(method, [node](const std::string& id) {
-        v1::LockRequest r;
-        r.set_session_id(id);
-        r.add_nodes(node);
-        return std::pair<v1::LockRequest, v1::LockResponse>{r, {}};
-      }));
-    }
-    calls.emplace_back("Admit", unary(&v1::HiCache::Stub::Admit,
-                                      [](const std::string& id) {
-      v1::AdmitRequest r;
-      r.set_session_id(id);
-      r.add_items()->set_tokens(Pack(Seq(900, 8)));
-      return std::pair<v1::AdmitRequest, v1::AdmitResponse>{r, {}};
-    }));
-    calls.emplace_back("Complete", unary(&v1::HiCache::Stub::Complete,
-                                         [](const std::string& id) {
-      v1::CompleteRequest r;
-      r.set_session_id(id);
-      v1::CompleteItem* item = r.add_items();
-      item->set_tokens(Pack(Seq(900, 8)));
-      item->add_pages(1);
-      item->add_pages(2);
-      return std::pair<v1::CompleteRequest, v1::CompleteResponse>{r, {}};
-    }));
-    calls.emplace_back("FinishLoad", unary(&v1::HiCache::Stub::FinishLoad,
-                                           [](const std::string& id) {
-      v1::FinishLoadRequest r;
-      r.set_session_id(id);
-      r.set_load_id(1);
-      return std::pair<v1::FinishLoadRequest, v1::FinishLoadResponse>{r, {}};
-    }));
-    calls.emplace_back("Pin", unary(&v1::HiCache::Stub::Pin,
-                                    [node](const std::string& id) {
-      v1::PinRequest r;
-      r.set_session_id(id);
-      r.set_node(node);
-      r.set_ttl_ms(1000);
-      return std::pair<v1::PinRequest, v1::PinResponse>{r, {}};
-    }));
-    calls.emplace_back("QueryTiers", unary(&v1::HiCache::Stub::QueryTiers,
-                                           [](const std::string& id) {
-      v1::QueryTiersRequest r;
-      r.set_session_id(id);
-      r.add_queries()->set_tokens(Pack(Seq(500, 8)));
-      return std::pair<v1::QueryTiersRequest, v1::QueryTiersResponse>{r, {}};
-    }));
-    calls.emplace_back("RegisterFence", unary(
-        &v1::HiCache::Stub::RegisterFence, [](const std::string& id) {
-          v1::RegisterFenceRequest r;
-          r.set_session_id(id);
-          r.set_event_handle(std::string(64, '\0'));
-          return std::pair<v1::RegisterFenceRequest,
-                           v1::RegisterFenceResponse>{r, {}};
-        }));
-    calls.emplace_back("ReleaseFence", unary(
-        &v1::HiCache::Stub::ReleaseFence, [](const std::string& id) {
-          v1::ReleaseFenceRequest r;
-          r.set_session_id(id);
-          r.set_fence_id(1);
-          return std::pair<v1::ReleaseFenceRequest,
-                           v1::ReleaseFenceResponse>{r, {}};
-        }));
+    v1::FreeRequest free;
+    free.mutable_pages()->Add(pages.begin(), pages.end());
+    calls.emplace_back("Free", Unary(&v1::HiCache::Stub::Free, free));
+    v1::MatchPrefixRequest match;
+    match.add_items()->set_tokens(Pack(Seq(100, 8)));
+    calls.emplace_back("MatchPrefix",
+                       Unary(&v1::HiCache::Stub::MatchPrefix, match));
+    v1::InsertRequest insert;
+    v1::InsertItem* inserted = insert.add_items();
+    inserted->set_tokens(Pack(Seq(500, 8)));
+    inserted->mutable_pages()->Add(pages.begin(), pages.end());
+    calls.emplace_back("Insert", Unary(&v1::HiCache::Stub::Insert, insert));
+    v1::LockRequest lock;
+    lock.add_nodes(node);
+    calls.emplace_back("Lock", Unary(&v1::HiCache::Stub::Lock, lock));
+    calls.emplace_back("Unlock", Unary(&v1::HiCache::Stub::Unlock, lock));
+    v1::AdmitRequest admit;
+    admit.add_items()->set_tokens(Pack(Seq(900, 8)));
+    calls.emplace_back("Admit", Unary(&v1::HiCache::Stub::Admit, admit));
+    v1::CompleteRequest complete;
+    v1::CompleteItem* completed = complete.add_items();
+    completed->set_tokens(Pack(Seq(900, 8)));
+    completed->add_pages(1);
+    completed->add_pages(2);
+    calls.emplace_back("Complete",
+                       Unary(&v1::HiCache::Stub::Complete, complete));
+    v1::FinishLoadRequest finish;
+    finish.set_load_id(1);
+    calls.emplace_back("FinishLoad",
+                       Unary(&v1::HiCache::Stub::FinishLoad, finish));
+    v1::PinRequest pin;
+    pin.set_node(node);
+    pin.set_ttl_ms(1000);
+    calls.emplace_back("Pin", Unary(&v1::HiCache::Stub::Pin, pin));
+    v1::QueryTiersRequest tiers;
+    tiers.add_queries()->set_tokens(Pack(Seq(500, 8)));
+    calls.emplace_back("QueryTiers",
+                       Unary(&v1::HiCache::Stub::QueryTiers, tiers));
+    v1::RegisterFenceRequest fence;
+    fence.set_event_handle(std::string(64, '\0'));
+    calls.emplace_back("RegisterFence",
+                       Unary(&v1::HiCache::Stub::RegisterFence, fence));
+    v1::ReleaseFenceRequest release;
+    release.set_fence_id(1);
+    calls.emplace_back("ReleaseFence",
+                       Unary(&v1::HiCache::Stub::ReleaseFence, release));
     calls.emplace_back("LoadBack", [](auto& stub, const std::string& id) {
       grpc::ClientContext ctx;
       v1::LoadBackRequest r;
