@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -189,6 +190,31 @@ absl::Status DaemonConfig::Validate() const {
     return absl::InvalidArgumentError(
         "free room must be below the pool size (l1_free_room_pages < "
         "device_pages_per_rank, l2_free_room_pages <= host_pages_per_rank)");
+  }
+  {
+    // Quotas: each valid, one per namespace, guarantees that fit the pools.
+    absl::flat_hash_set<std::string> seen;
+    int64_t device_guaranteed = 0;
+    int64_t host_guaranteed = 0;
+    for (const NamespaceQuota& quota : namespace_quotas) {
+      if (absl::Status s = ValidateNamespaceQuota(quota); !s.ok()) return s;
+      if (!seen.insert(quota.ns).second) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "namespace '", quota.ns, "' has two quotas"));
+      }
+      device_guaranteed += quota.device_guaranteed;
+      host_guaranteed += quota.host_guaranteed;
+    }
+    const int64_t device_pages =
+        (static_cast<int64_t>(device_pages_per_rank) - 1) * cp_size;
+    const int64_t host_pages =
+        static_cast<int64_t>(host_pages_per_rank) * cp_size;
+    if (device_guaranteed > device_pages || host_guaranteed > host_pages) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "namespace guarantees (", device_guaranteed, " device, ",
+          host_guaranteed, " host pages) exceed the pools (", device_pages,
+          " device, ", host_pages, " host pages)"));
+    }
   }
   if (transfer_workers < 1 || transfer_workers > 64) {
     return absl::InvalidArgumentError(absl::StrCat(

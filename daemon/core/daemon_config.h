@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "daemon/core/cp_group_config.h"
+#include "daemon/core/namespace_quota.h"
 #include "daemon/core/policies.h"
 
 namespace hicache {
@@ -129,6 +130,9 @@ struct DaemonConfig {
   // per rank (L2); SetFreeRoom changes them at run time.
   int64_t l1_free_room_pages = 0;
   int64_t l2_free_room_pages = 0;
+  // Per-namespace page quotas at start (--namespace_quota; docs/quotas.md);
+  // the SetQuota RPC changes them at run time. None by default.
+  std::vector<NamespaceQuota> namespace_quotas;
   // CPU backend: memcpy threads.
   int32_t transfer_workers = kDefaultTransferWorkers;
   // Session lease when a client asks for none.

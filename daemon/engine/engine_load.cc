@@ -94,6 +94,14 @@ absl::StatusOr<LoadResult> HiCacheEngine::LoadBack(
   }
   // Protect the host copies before anything can evict.
   for (const auto& [node, count] : slices) (void)tree_->AddHostRef(node);
+  // The namespace's device limit (docs/quotas.md): room under it comes
+  // from the namespace's own unlocked nodes, else the load is a miss.
+  if (!FitDeviceQuotaLocked(ns, static_cast<int64_t>(owners.size())).ok()) {
+    for (const auto& [node, count] : slices) (void)tree_->ReleaseHostRef(node);
+    (void)tree_->Unlock(parent);
+    ReapDroppedLocked();
+    return miss(LoadMissReason::kNamespaceQuota);
+  }
   // Exactly the recorded owners; owner-lane-targeted eviction on shortage;
   // never a plain allocation. Under write-back the allocation may wait (mu_
   // released) for the victims it writes back -- else it would evict other,
@@ -102,7 +110,8 @@ absl::StatusOr<LoadResult> HiCacheEngine::LoadBack(
   // evicted, dropped or split meanwhile) and the device hit is locked.
   const uint64_t op_id = next_op_++;
   absl::StatusOr<std::vector<LogicalPage>> pages =
-      AllocateLocked(owners, -1, PageHolder::Load(op_id), /*may_wait=*/true);
+      AllocateLocked(owners, -1, PageHolder::Load(op_id), /*may_wait=*/true,
+                     ns);
   // The allocation may have waited (mu_ released) while lanes went down.
   bool lanes_lost = AnyLaneDownLocked() || tree_->IsDetached(parent);
   for (const auto& [node, count] : slices) {

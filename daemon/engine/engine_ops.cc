@@ -166,8 +166,10 @@ absl::StatusOr<std::vector<uint64_t>> HiCacheEngine::PrepareBackups(
       ++need[layout_.LaneOf(p)];
     }
   }
-  // Batch admission: one host eviction step for the whole forward.
-  EvictHostLocked(need);
+  // Batch admission: one host eviction step for the whole forward; for the
+  // holder's namespace, which may lose its own copies below its guarantee.
+  const std::optional<std::string> ns(HolderNamespaceLocked(holder));
+  EvictHostLocked(need, {.requester = ns});
   std::vector<uint64_t> ids;
   for (const BackupSpec& spec : specs) {
     auto op = std::make_unique<Op>();
@@ -178,6 +180,18 @@ absl::StatusOr<std::vector<uint64_t>> HiCacheEngine::PrepareBackups(
     if (BackupBlockedByLanesLocked(op->pages)) {  // engine_lanes.cc
       ids.push_back(0);
       continue;
+    }
+    if (ns.has_value()) {
+      // The namespace's host limit. Backups prepared and not yet attached
+      // are not in the tree's tally: a limit can be passed by one forward's
+      // backups, and the namespace's next backup evicts back under it.
+      std::vector<int64_t> per_rank(layout_.cp_size(), 0);
+      for (Rank owner : op->owners) ++per_rank[owner];
+      if (!FitHostQuotaLocked(*ns, per_rank).ok()) {
+        ++stats_.backups_skipped_quota;
+        ids.push_back(0);
+        continue;
+      }
     }
     if (!ReserveHostLocked(op->owners, &op->host).ok()) {
       ++stats_.backups_skipped_no_host;

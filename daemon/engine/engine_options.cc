@@ -24,6 +24,7 @@ EngineOptions EngineOptionsFrom(const DaemonConfig& config) {
   options.load_back_threshold_tokens = config.load_back_threshold_tokens;
   options.l1_free_room_pages = config.l1_free_room_pages;
   options.l2_free_room_pages = config.l2_free_room_pages;
+  options.namespace_quotas = config.namespace_quotas;
   options.served_ranks.assign(config.served_ranks.begin(),
                               config.served_ranks.end());
   options.transfer_workers = config.transfer_workers;

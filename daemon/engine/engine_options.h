@@ -47,6 +47,9 @@ struct EngineOptions {
   // per rank (L2), not just the deficit.
   int64_t l1_free_room_pages = 0;
   int64_t l2_free_room_pages = 0;
+  // Per-namespace page quotas at start (docs/quotas.md);
+  // HiCacheEngine::SetNamespaceQuota changes them.
+  std::vector<NamespaceQuota> namespace_quotas;
   // Ranks whose pools and copies this engine owns (ascending; empty: all
   // C). The tree, the allocators and the host metadata always cover all C
   // lanes (one logical page space); pools exist and copies run only for

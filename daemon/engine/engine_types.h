@@ -16,6 +16,7 @@
 #include "daemon/engine/engine_options.h"
 #include "daemon/layout/cp_layout.h"
 #include "daemon/radix/eviction_policy.h"
+#include "daemon/core/namespace_quota.h"
 #include "daemon/radix/radix_tree.h"
 #include "daemon/transfer/transfer_engine.h"
 
@@ -43,6 +44,8 @@ enum class LoadMissReason {
   kNoDeviceMemory,  // Owner lanes short even after targeted eviction.
   kLoadInFlight,    // Another load of these nodes is running.
   kLaneUnavailable, // A lane is unavailable (its CP member died).
+  kNamespaceQuota,  // Over its namespace's device limit, even after
+                    // evicting the namespace's own pages.
 };
 absl::string_view LoadMissReasonName(LoadMissReason reason);
 
@@ -129,6 +132,12 @@ struct EngineStats {
   int64_t device_evicted_pages = 0;
   int64_t host_evicted_pages = 0;
   int64_t device_alloc_failures = 0;
+  // Namespace quotas (docs/quotas.md): allocations and loads refused by a
+  // device limit, backups not started by a host limit, and the pages
+  // evicted to keep namespaces under their limits.
+  int64_t quota_refusals = 0;
+  int64_t backups_skipped_quota = 0;
+  int64_t quota_evicted_pages = 0;
   uint64_t bytes_to_host = 0;
   uint64_t bytes_to_device = 0;
   int64_t step_latency_ns_total = 0;  // Submit to completion, all steps.
@@ -152,6 +161,15 @@ struct EngineStats {
   int64_t lane_device_copies_dropped = 0;
   int64_t lane_host_copies_dropped = 0;
   int64_t lane_ops_failed = 0;
+};
+
+// A namespace's quota and what it holds (HiCacheEngine::NamespaceQuotas),
+// in logical pages.
+struct NamespaceQuotaUsage {
+  NamespaceQuota quota;  // Every limit 0: none set.
+  int64_t device_cached_pages = 0;   // Its nodes' device pages.
+  int64_t device_request_pages = 0;  // Its sessions' request pages.
+  int64_t host_pages = 0;  // Its host copies and backups in flight.
 };
 
 // What one HiCacheEngine::DropLanes call did.

@@ -31,7 +31,14 @@ uint64_t HiCacheEngine::StartBackupOfNodeLocked(NodeId node,
   op->logical_len = info->len;
   std::vector<int64_t> need(layout_.cp_size(), 0);
   for (Rank owner : op->owners) ++need[owner];
-  EvictHostLocked(need);
+  // Its namespace's host limit first (quotas only): room under it comes
+  // from the namespace's own copies.
+  const std::optional<std::string> ns = QuotaNamespaceOfLocked(node);
+  if (ns.has_value() && !FitHostQuotaLocked(*ns, need).ok()) {
+    ++stats_.backups_skipped_quota;
+    return 0;
+  }
+  EvictHostLocked(need, {.requester = ns});
   if (!ReserveHostLocked(op->owners, &op->host).ok()) {
     ++stats_.backups_skipped_no_host;
     return 0;
@@ -89,7 +96,8 @@ void HiCacheEngine::ReleaseHostRefsLocked(absl::Span<const NodeId> held) {
 }
 
 std::vector<uint64_t> HiCacheEngine::StageWriteBackLocked(
-    absl::Span<const int64_t> need, std::vector<NodeId>* held) {
+    absl::Span<const int64_t> need, std::vector<NodeId>* held,
+    const EvictionScope& scope) {
   std::vector<uint64_t> staged;
   std::vector<int64_t> covered(layout_.cp_size(), 0);
   auto short_lane = [&] {
@@ -113,7 +121,8 @@ std::vector<uint64_t> HiCacheEngine::StageWriteBackLocked(
   std::vector<NodeId> to_copy;
   std::vector<int64_t> host_need(layout_.cp_size(), 0);
   for (NodeId node : tree_->DeviceEvictionOrder(
-           1 << 20, total_need * static_cast<int64_t>(layout_.cp_size()))) {
+           1 << 20, total_need * static_cast<int64_t>(layout_.cp_size()),
+           scope)) {
     if (!short_lane()) break;
     absl::StatusOr<NodeInfo> info = tree_->Inspect(node);
     if (!info.ok()) continue;

@@ -21,6 +21,8 @@ absl::string_view LoadMissReasonName(LoadMissReason reason) {
       return "below_threshold";
     case LoadMissReason::kOverQuota:
       return "over_quota";
+    case LoadMissReason::kNamespaceQuota:
+      return "namespace_quota";
     case LoadMissReason::kNoDeviceMemory:
       return "no_device_memory";
     case LoadMissReason::kLoadInFlight:
@@ -129,6 +131,9 @@ absl::StatusOr<std::unique_ptr<HiCacheEngine>> HiCacheEngine::Create(
   if (engine->transfer_ == nullptr) {
     return absl::InvalidArgumentError("wrap_transfer returned no engine");
   }
+  for (const NamespaceQuota& quota : options.namespace_quotas) {
+    if (absl::Status s = engine->SetNamespaceQuota(quota); !s.ok()) return s;
+  }
   if (absl::Status host_tier = engine->OpenHostTier(); !host_tier.ok()) {
     return host_tier;
   }
@@ -213,7 +218,8 @@ absl::StatusOr<MatchResult> HiCacheEngine::CountedMatchLocked(
 }
 
 DeviceEvictResult HiCacheEngine::EvictDeviceLocked(
-    absl::Span<const int64_t> need, bool may_wait) {
+    absl::Span<const int64_t> need, bool may_wait,
+    const EvictionScope& scope) {
   std::vector<int64_t> target(layout_.cp_size(), 0);
   for (Rank l = 0; l < layout_.cp_size(); ++l) {
     const int64_t available = device_->Counts(l).available();
@@ -221,22 +227,24 @@ DeviceEvictResult HiCacheEngine::EvictDeviceLocked(
       target[l] = need[l] - available + l1_free_room_;
     }
   }
-  return EvictDeviceTargetsLocked(target, may_wait);
+  return EvictDeviceTargetsLocked(target, may_wait, scope);
 }
 
 DeviceEvictResult HiCacheEngine::EvictDeviceTargetsLocked(
-    absl::Span<const int64_t> target, bool may_wait) {
+    absl::Span<const int64_t> target, bool may_wait,
+    const EvictionScope& scope) {
   if (std::all_of(target.begin(), target.end(),
                   [](int64_t t) { return t <= 0; })) {
     return DeviceEvictResult{};
   }
   std::vector<NodeId> held;
   if (options_.write_policy == WritePolicy::kWriteBack) {
-    const std::vector<uint64_t> staged = StageWriteBackLocked(target, &held);
+    const std::vector<uint64_t> staged =
+        StageWriteBackLocked(target, &held, scope);
     if (may_wait) AwaitOpsLocked(staged);
   }
   DeviceEvictResult result =
-      ApplyDeviceEvictionLocked(tree_->EvictDevice(target));
+      ApplyDeviceEvictionLocked(tree_->EvictDevice(target, scope));
   ReleaseHostRefsLocked(held);
   WriteAheadDueLocked();
   return result;
@@ -260,7 +268,8 @@ DeviceEvictResult HiCacheEngine::ApplyDeviceEvictionLocked(
   return result;
 }
 
-void HiCacheEngine::EvictHostLocked(absl::Span<const int64_t> need) {
+void HiCacheEngine::EvictHostLocked(absl::Span<const int64_t> need,
+                                    const EvictionScope& scope) {
   std::vector<int64_t> target(layout_.cp_size(), 0);
   for (Rank r = 0; r < layout_.cp_size(); ++r) {
     const int64_t free = host_[r]->free_pages();
@@ -269,11 +278,11 @@ void HiCacheEngine::EvictHostLocked(absl::Span<const int64_t> need) {
       target[r] = need[r] - free + l2_free_room_;
     }
   }
-  EvictHostTargetsLocked(target);
+  EvictHostTargetsLocked(target, scope);
 }
 
 int64_t HiCacheEngine::EvictHostTargetsLocked(
-    absl::Span<const int64_t> target) {
+    absl::Span<const int64_t> target, const EvictionScope& scope) {
   if (std::all_of(target.begin(), target.end(),
                   [](int64_t t) { return t <= 0; })) {
     return 0;
@@ -287,7 +296,7 @@ int64_t HiCacheEngine::EvictHostTargetsLocked(
   const bool ahead = options_.write_policy == WritePolicy::kWriteAhead;
   HostEvictResult result = tree_->EvictHost(
       target, options_.write_policy == WritePolicy::kWriteBack || ahead,
-      ahead ? write_ahead_boundary_ns_ : INT64_MIN);
+      ahead ? write_ahead_boundary_ns_ : INT64_MIN, scope);
   stats_.host_copies_dropped += result.nodes_dropped;
   int64_t freed = 0;
   for (Rank r = 0; r < layout_.cp_size(); ++r) {
@@ -302,7 +311,7 @@ int64_t HiCacheEngine::EvictHostTargetsLocked(
 
 absl::StatusOr<std::vector<LogicalPage>> HiCacheEngine::AllocateLocked(
     absl::Span<const Rank> owners, int64_t any_lanes, PageHolder holder,
-    bool may_wait) {
+    bool may_wait, std::optional<absl::string_view> ns) {
   // More than the pool holds can never succeed: refuse before any work.
   const int64_t wanted =
       any_lanes >= 0 ? any_lanes : static_cast<int64_t>(owners.size());
@@ -311,6 +320,13 @@ absl::StatusOr<std::vector<LogicalPage>> HiCacheEngine::AllocateLocked(
         absl::StrCat(wanted, " device pages requested; the pool has ",
                      DevicePageCapacity(), " usable pages in all lanes"));
   }
+  // The namespace's limit first: room under it comes from its own pages.
+  if (ns.has_value()) {
+    if (absl::Status s = FitDeviceQuotaLocked(*ns, wanted); !s.ok()) return s;
+  }
+  // Eviction for this allocation may take the namespace's own pages below
+  // its guarantee, nobody else's.
+  const EvictionScope scope{.requester = ns};
   auto attempt = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     absl::StatusOr<std::vector<LogicalPage>> got =
         any_lanes >= 0 ? device_->Allocate(any_lanes)
@@ -336,17 +352,18 @@ absl::StatusOr<std::vector<LogicalPage>> HiCacheEngine::AllocateLocked(
     std::vector<NodeId> held;
     if (options_.write_policy == WritePolicy::kWriteBack) {
       std::vector<int64_t> all(layout_.cp_size(), missing);
-      const std::vector<uint64_t> staged = StageWriteBackLocked(all, &held);
+      const std::vector<uint64_t> staged =
+          StageWriteBackLocked(all, &held, scope);
       if (may_wait) AwaitOpsLocked(staged);
     }
     evicted = ApplyDeviceEvictionLocked(
-        tree_->EvictDeviceTokens(missing * layout_.page_size()));
+        tree_->EvictDeviceTokens(missing * layout_.page_size(), scope));
     ReleaseHostRefsLocked(held);
     WriteAheadDueLocked();
   } else {
     std::vector<int64_t> need(layout_.cp_size(), 0);
     for (Rank owner : owners) ++need[owner];
-    evicted = EvictDeviceLocked(need, may_wait);
+    evicted = EvictDeviceLocked(need, may_wait, scope);
   }
   pages = attempt();
   if (!pages.ok()) {
@@ -370,15 +387,18 @@ absl::StatusOr<std::vector<LogicalPage>> HiCacheEngine::Allocate(
         absl::StrCat("num_pages must be >= 0, got ", num_pages));
   }
   MutexLock lock(&mu_);
+  // A copy: the allocation may release mu_ (write-back waits).
+  const std::optional<std::string> ns(HolderNamespaceLocked(holder));
   return AllocateLocked({}, num_pages, PageHolder::Request(holder),
-                        /*may_wait=*/true);
+                        /*may_wait=*/true, ns);
 }
 
 absl::StatusOr<std::vector<LogicalPage>> HiCacheEngine::AllocateWithOwners(
     absl::Span<const Rank> owners, uint64_t holder) {
   MutexLock lock(&mu_);
+  const std::optional<std::string> ns(HolderNamespaceLocked(holder));
   return AllocateLocked(owners, -1, PageHolder::Request(holder),
-                        /*may_wait=*/true);
+                        /*may_wait=*/true, ns);
 }
 
 int64_t HiCacheEngine::DevicePageCapacity() const {

@@ -301,6 +301,25 @@ class HiCacheEngine : public TransferListener {
   absl::StatusOr<LaneDropCounts> DropLanes(absl::Span<const Rank> lanes)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // --- Namespace quotas (engine_quotas.cc; docs/quotas.md) ---------------
+  // Sets the quota of quota.ns (every field 0: removes it). INVALID_ARGUMENT
+  // (nothing changes) for an invalid quota, or guarantees of every
+  // namespace together above a pool. Pages held over a lowered limit are
+  // evicted by the namespace's next allocation, load or backup, not now.
+  absl::Status SetNamespaceQuota(const NamespaceQuota& quota)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Every namespace with a quota, cached pages or request pages, by name.
+  // O(namespaces + bound holders).
+  std::vector<NamespaceQuotaUsage> NamespaceQuotas() const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The namespace whose device limit a request holder's pages count
+  // against (a session's). An unbound holder (0, in-process users) counts
+  // against none and its allocations are limited by none. Rebinding moves
+  // the holder.
+  void BindHolder(uint64_t holder, absl::string_view ns)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void UnbindHolder(uint64_t holder) ABSL_LOCKS_EXCLUDED(mu_);
+
   EngineStats Stats() const ABSL_LOCKS_EXCLUDED(mu_);
   // Hot restart (EngineOptions::state_dir): what recovery found at start,
   // and how the journal is doing. enabled = false without a state_dir.
@@ -373,21 +392,48 @@ class HiCacheEngine : public TransferListener {
   // Allocation for `holder` (kRequest or kLoad), recorded in the ledger.
   // `may_wait`: under write-back, wait (mu_ released) for the victims it
   // stages; only where no state read before the call is used after it.
+  // `ns`: the namespace the pages count against (nullopt: none); its device
+  // limit applies (FitDeviceQuotaLocked) and eviction for it may take its
+  // own pages below its guarantee.
   absl::StatusOr<std::vector<LogicalPage>> AllocateLocked(
       absl::Span<const Rank> owners, int64_t any_lanes, PageHolder holder,
-      bool may_wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      bool may_wait, std::optional<absl::string_view> ns = std::nullopt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evicts device leaves until each lane has need[lane] + L1 free room free.
   DeviceEvictResult EvictDeviceLocked(absl::Span<const int64_t> need,
-                                      bool may_wait)
+                                      bool may_wait,
+                                      const EvictionScope& scope = {})
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EvictHostLocked(absl::Span<const int64_t> need)
+  void EvictHostLocked(absl::Span<const int64_t> need,
+                       const EvictionScope& scope = {})
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evict exactly target[lane] device pages / target[rank] host pages.
   DeviceEvictResult EvictDeviceTargetsLocked(absl::Span<const int64_t> target,
-                                             bool may_wait)
+                                             bool may_wait,
+                                             const EvictionScope& scope = {})
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Returns the host pages freed.
-  int64_t EvictHostTargetsLocked(absl::Span<const int64_t> target)
+  int64_t EvictHostTargetsLocked(absl::Span<const int64_t> target,
+                                 const EvictionScope& scope = {})
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Namespace quotas (engine_quotas.cc). The namespace a request holder's
+  // pages count against (nullopt: unbound), and that of a node (computed
+  // only while some quota is set: nullopt otherwise).
+  std::optional<absl::string_view> HolderNamespaceLocked(uint64_t holder) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::optional<std::string> QuotaNamespaceOfLocked(NodeId node) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Device pages the requests of `ns`'s holders hold.
+  int64_t RequestPagesOfLocked(absl::string_view ns) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes room under `ns`'s device (host) limit for `pages` more pages by
+  // evicting the namespace's own nodes (host: spread over the ranks as
+  // `per_rank`, the new pages' ranks); RESOURCE_EXHAUSTED (counted) when
+  // that is not enough. OK at once without a limit.
+  absl::Status FitDeviceQuotaLocked(absl::string_view ns, int64_t pages)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status FitHostQuotaLocked(absl::string_view ns,
+                                  absl::Span<const int64_t> per_rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees what a tree eviction released and counts it.
   DeviceEvictResult ApplyDeviceEvictionLocked(DeviceEvictResult result)
@@ -403,7 +449,8 @@ class HiCacheEngine : public TransferListener {
   // eviction that relies on it; the caller releases them after it
   // (ReleaseHostRefsLocked).
   std::vector<uint64_t> StageWriteBackLocked(absl::Span<const int64_t> need,
-                                             std::vector<NodeId>* held)
+                                             std::vector<NodeId>* held,
+                                             const EvictionScope& scope = {})
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseHostRefsLocked(absl::Span<const NodeId> held)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -606,6 +653,13 @@ class HiCacheEngine : public TransferListener {
   absl::flat_hash_set<LogicalPage> tainted_pages_ ABSL_GUARDED_BY(mu_);
   int64_t l1_free_room_ ABSL_GUARDED_BY(mu_);
   int64_t l2_free_room_ ABSL_GUARDED_BY(mu_);
+  // Namespace quotas (engine_quotas.cc): the quota of each namespace that
+  // has one, and the namespace of each bound request holder (both ways).
+  absl::flat_hash_map<std::string, NamespaceQuota> quotas_
+      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::string> holder_ns_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, absl::flat_hash_set<uint64_t>> ns_holders_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace hicache

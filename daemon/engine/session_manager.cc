@@ -161,6 +161,8 @@ absl::StatusOr<SessionInfo> SessionManager::Open(std::string client_name,
   session.info.lease = lease == absl::ZeroDuration() ? default_lease_ : lease;
   session.deadline = clock_->Now() + session.info.lease;
   SessionInfo info = session.info;
+  // Its request pages count against its namespace's device limit.
+  engine_->BindHolder(session.holder, info.ns);
   ++namespaces_[info.ns];
   sessions_.emplace(info.id, std::move(session));
   if (observer_) observer_("session_opened", info.id);
@@ -214,6 +216,7 @@ ReleaseSummary SessionManager::ReleaseLocked(Session& s) {
 void SessionManager::EraseLocked(const std::string& id) {
   auto it = sessions_.find(id);
   const std::string ns = it->second.info.ns;
+  engine_->UnbindHolder(it->second.holder);
   sessions_.erase(it);
   auto used = namespaces_.find(ns);
   if (--used->second == 0) {

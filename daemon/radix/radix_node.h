@@ -17,6 +17,10 @@ struct Node {
   uint64_t id = 0;
   Node* parent = nullptr;           // nullptr only for roots.
   const std::string* ns = nullptr;  // Roots only: the namespace.
+  // Roots only: the pages the namespace's nodes hold (NamespacePages):
+  // device pages, and host pages of committed copies and backups in flight.
+  int64_t ns_device_pages = 0;
+  int64_t ns_host_pages = 0;
   // This node's token segment: `length` tokens in TokenStore blocks (the
   // last one partial for a valid tail).
   std::vector<TokenStore::BlockId> blocks;

@@ -198,6 +198,7 @@ Node* RadixTree::BestChild(const Node* node, absl::Span<const int32_t> rest,
 
 void RadixTree::SetDevicePages(Node* node, std::vector<LogicalPage> pages) {
   node->device_pages = std::move(pages);
+  TallyDevice(node, static_cast<int64_t>(node->device_pages.size()));
   device_tokens_ += node->len();
   if (node->lock_ref > 0) protected_tokens_ += node->len();
   Announce(node);
@@ -209,6 +210,7 @@ void RadixTree::ClearDevicePages(Node* node,
   for (LogicalPage page : node->device_pages) {
     (*out)[page % options_.cp_size].push_back(page);
   }
+  TallyDevice(node, -static_cast<int64_t>(node->device_pages.size()));
   node->device_pages.clear();
   node->device_pages.shrink_to_fit();
   device_tokens_ -= node->len();
@@ -507,6 +509,7 @@ absl::StatusOr<InsertResult> RadixTree::InsertImpl(
         // Drop the stale tail page, then continue with the aligned part.
         result.released_pages.push_back(child->device_pages.back());
         child->device_pages.pop_back();
+        TallyDevice(child, -1);
         device_tokens_ -= child->len() - aligned;
         if (aligned == 0) {
           RemoveLeaf(child);

@@ -212,6 +212,28 @@ struct NamespaceUsage {
   int64_t host_tokens = 0;    // Tokens of nodes with a committed host copy.
 };
 
+// Pages one namespace holds in the tree, in logical pages (one page of one
+// lane): RadixTree::PagesOf. Also a namespace's guaranteed pages per tier
+// (RadixTree::SetGuarantee).
+struct NamespacePages {
+  int64_t device = 0;  // Device pages of its nodes.
+  int64_t host = 0;    // Host pages of its committed copies and backups in
+                       // flight.
+  bool operator==(const NamespacePages&) const = default;
+};
+
+// Whose eviction a call is (docs/quotas.md). The default scope takes any
+// node, except from a namespace at its guaranteed pages.
+struct EvictionScope {
+  // Only this namespace's nodes are taken (a namespace making room under its
+  // own limit); guarantees do not apply.
+  std::optional<absl::string_view> only_ns;
+  // The namespace whose allocation, load or backup needs the room: its own
+  // nodes may be taken below its guarantee. nullopt: nobody's (operator
+  // eviction, free-room targets, batches of several namespaces).
+  std::optional<absl::string_view> requester;
+};
+
 // The logical radix tree over token ids: page-granular prefix matching and
 // insertion, device and host tiers under CP shared KV, locks, pins and
 // eviction planning. It only decides; the engine moves bytes and frees pages.
@@ -294,15 +316,22 @@ class RadixTree {
   // docs/radix-tree.md, "Ancestor unlocking"). Locked nodes and nodes at or
   // above a backup in flight are never taken. Backed victims become
   // host-only; unbacked ones are removed.
+  //
+  // Namespace guarantees (SetGuarantee): a node is taken only if `scope`
+  // allows it (EvictionScope), and never when that would leave its
+  // namespace, other than scope.requester, below its guaranteed device
+  // pages. The same holds for every eviction below, per tier.
   DeviceEvictResult EvictDevice(
-      absl::Span<const int64_t> pages_needed_per_lane);
+      absl::Span<const int64_t> pages_needed_per_lane,
+      const EvictionScope& scope = {});
   // The device nodes eviction would take now, in policy order, if it took
   // them all: leaves, and each parent once its last device child is taken
   // (read-only; write-back stages its copies in this order). Stops after
   // max_nodes nodes or once the listed nodes hold max_pages device pages.
   std::vector<NodeId> DeviceEvictionOrder(
       int64_t max_nodes,
-      int64_t max_pages = std::numeric_limits<int64_t>::max()) const;
+      int64_t max_pages = std::numeric_limits<int64_t>::max(),
+      const EvictionScope& scope = {}) const;
   // DeviceEvictionOrder up to max_pages device pages, each node with what
   // write-ahead needs (ColdNode); O(depth) per node, no copy of pages or
   // tokens (Inspect copies both).
@@ -310,7 +339,8 @@ class RadixTree {
   // A node's device pages per lane (cp_size entries); NOT_FOUND if absent.
   absl::StatusOr<std::vector<int64_t>> DevicePagesPerLane(NodeId id) const;
   // Evicts until `tokens` device tokens are freed, any lanes.
-  DeviceEvictResult EvictDeviceTokens(int64_t tokens);
+  DeviceEvictResult EvictDeviceTokens(int64_t tokens,
+                                      const EvictionScope& scope = {});
   // Removes host-only, unprotected, unpinned leaves in policy order until
   // each rank has freed host_pages_needed_per_rank[rank] host pages. A parent
   // becomes eligible once its last child is gone.
@@ -332,7 +362,8 @@ class RadixTree {
   // the device tier's cold end, which eviction is about to demote).
   HostEvictResult EvictHost(absl::Span<const int64_t> host_pages_needed_per_rank,
                             bool redundant_first = false,
-                            int64_t redundant_after_ns = INT64_MIN);
+                            int64_t redundant_after_ns = INT64_MIN,
+                            const EvictionScope& scope = {});
 
   // Write-back admission: whether the device victim `node` may take host
   // room from what EvictHost would evict next (redundant copies first when
@@ -385,6 +416,15 @@ class RadixTree {
   // locks or pins it; returns whether it did. Keeps an idle tenant's name from
   // holding memory after its last node is gone.
   bool DropNamespaceIfEmpty(absl::string_view ns);
+
+  // --- Namespace shares (docs/quotas.md) -----------------------------------
+  // The pages namespace `ns` holds ({} for an unknown one). O(1): kept up to
+  // date at every change (CheckInvariants recounts them).
+  NamespacePages PagesOf(absl::string_view ns) const;
+  // Eviction for another namespace's need (or nobody's) leaves `ns` at
+  // least `guaranteed` pages per tier (0: no guarantee in that tier);
+  // {} removes the guarantee. Outlives the namespace's root.
+  void SetGuarantee(absl::string_view ns, NamespacePages guaranteed);
 
   TreeStats Stats() const;
   // One entry per namespace the tree knows, in no particular order; walks
@@ -516,7 +556,26 @@ class RadixTree {
                                           const InsertOptions& options,
                                           bool dry_run);
   DeviceEvictResult EvictDeviceImpl(absl::Span<const int64_t> per_lane,
-                                    int64_t tokens);
+                                    int64_t tokens,
+                                    const EvictionScope& scope);
+  // Namespace tallies: the root of a linked node, and the pages added to
+  // (or, negative, taken from) its namespace's tier.
+  static Node* RootOf(Node* node);
+  static const Node* RootOf(const Node* node);
+  static void TallyDevice(Node* node, int64_t pages) {
+    RootOf(node)->ns_device_pages += pages;
+  }
+  static void TallyHost(Node* node, int64_t pages) {
+    RootOf(node)->ns_host_pages += pages;
+  }
+  // Whether `scope` lets eviction take `node`'s pages of `tier`, its
+  // namespace having already lost `taken` pages of that tier in a
+  // simulation (DeviceEvictionOrder).
+  bool InScope(const Node* node, EvictionTier tier, const EvictionScope& scope,
+               int64_t taken = 0) const;
+  // CheckInvariants' part: every root's tallies against a recount.
+  absl::Status CheckTallies() const;
+  absl::flat_hash_map<std::string, NamespacePages> guarantees_;
   NodeInfo Describe(const Node* node, int depth, int64_t start) const;
   absl::Status CheckNode(const Node* node, int64_t start,
                          TreeStats* totals) const;

@@ -18,13 +18,20 @@ using radix_internal::Node;
 void RadixTree::RemoveLeaf(Node* node) {
   Announce(node, /*gone=*/true);
   ReportHostDropped(node);
-  EraseChildLink(node->parent, node);
   if (node->on_device()) {
+    TallyDevice(node, -static_cast<int64_t>(node->device_pages.size()));
     device_tokens_ -= node->len();
     if (node->lock_ref > 0) protected_tokens_ -= node->len();
   }
-  if (node->host != nullptr) host_tokens_ -= node->len();
-  if (node->pending != nullptr) --pending_backups_;
+  if (node->host != nullptr) {
+    TallyHost(node, -node->host->num_pages());
+    host_tokens_ -= node->len();
+  }
+  if (node->pending != nullptr) {
+    TallyHost(node, -node->pending->num_pages());
+    --pending_backups_;
+  }
+  EraseChildLink(node->parent, node);
   FreeKeyBlocks(node, node->blocks);
   nodes_.erase(node->id);
   delete node;
@@ -161,8 +168,8 @@ bool RadixTree::AdmitToHost(NodeId id, int host_victim_class) const {
          host_victim_class == std::numeric_limits<int>::max();
 }
 
-std::vector<NodeId> RadixTree::DeviceEvictionOrder(int64_t max_nodes,
-                                                   int64_t max_pages) const {
+std::vector<NodeId> RadixTree::DeviceEvictionOrder(
+    int64_t max_nodes, int64_t max_pages, const EvictionScope& scope) const {
   // EvictDevice's first phase, simulated: leaves in policy order, and a
   // parent joins once its last device child has been taken.
   absl::flat_hash_map<const Node*, int64_t> device_children;
@@ -186,10 +193,18 @@ std::vector<NodeId> RadixTree::DeviceEvictionOrder(int64_t max_nodes,
   }
   std::vector<NodeId> order;
   int64_t pages = 0;
+  // Device pages each namespace (by root) has lost in the simulation.
+  absl::flat_hash_map<const Node*, int64_t> taken;
+  const bool scoped = scope.only_ns.has_value() || !guarantees_.empty();
   while (!heap.empty() && static_cast<int64_t>(order.size()) < max_nodes &&
          pages < max_pages) {
     const Node* node = heap.top().second;
     heap.pop();
+    if (scoped) {
+      int64_t& lost = taken[RootOf(node)];
+      if (!InScope(node, EvictionTier::kDevice, scope, lost)) continue;
+      lost += static_cast<int64_t>(node->device_pages.size());
+    }
     order.push_back(node->id);
     pages += static_cast<int64_t>(node->device_pages.size());
     const Node* parent = node->parent;
@@ -202,12 +217,14 @@ std::vector<NodeId> RadixTree::DeviceEvictionOrder(int64_t max_nodes,
 }
 
 DeviceEvictResult RadixTree::EvictDevice(
-    absl::Span<const int64_t> pages_needed_per_lane) {
-  return EvictDeviceImpl(pages_needed_per_lane, 0);
+    absl::Span<const int64_t> pages_needed_per_lane,
+    const EvictionScope& scope) {
+  return EvictDeviceImpl(pages_needed_per_lane, 0, scope);
 }
 
-DeviceEvictResult RadixTree::EvictDeviceTokens(int64_t tokens) {
-  return EvictDeviceImpl({}, tokens);
+DeviceEvictResult RadixTree::EvictDeviceTokens(int64_t tokens,
+                                               const EvictionScope& scope) {
+  return EvictDeviceImpl({}, tokens, scope);
 }
 
 // Owner-lane eviction (per_lane targets) runs in two phases:
@@ -229,7 +246,8 @@ DeviceEvictResult RadixTree::EvictDeviceTokens(int64_t tokens) {
 // so its ancestors are never targets. Short lanes only shrink during a call,
 // so a deferred leaf that leads nowhere is dropped for good.
 DeviceEvictResult RadixTree::EvictDeviceImpl(absl::Span<const int64_t> per_lane,
-                                             int64_t tokens) {
+                                             int64_t tokens,
+                                             const EvictionScope& scope) {
   const uint32_t lanes = options_.cp_size;
   const bool by_lane = !per_lane.empty();
   DeviceEvictResult result;
@@ -355,6 +373,9 @@ DeviceEvictResult RadixTree::EvictDeviceImpl(absl::Span<const int64_t> per_lane,
       Node* victim = heap.top().node;
       const EvictionKey key = heap.top().key;
       heap.pop();
+      // Out of scope stays out for the call: a namespace's pages only
+      // shrink during it.
+      if (!InScope(victim, EvictionTier::kDevice, scope)) continue;
       if (!helps(victim)) {
         if (by_lane) deferred.push(key);
         continue;
@@ -390,6 +411,8 @@ DeviceEvictResult RadixTree::EvictDeviceImpl(absl::Span<const int64_t> per_lane,
       subtree.pop();
       const bool reached = victim == target;
       if (stuck(victim)) continue;  // Held below (see evict).
+      // Out of scope: it stays, so `target` is never reached.
+      if (!InScope(victim, EvictionTier::kDevice, scope)) continue;
       Node* parent = evict(victim);  // May delete `victim`.
       if (parent == nullptr) continue;  // Kept: its ancestors are stuck now.
       if (reached) {
@@ -404,7 +427,8 @@ DeviceEvictResult RadixTree::EvictDeviceImpl(absl::Span<const int64_t> per_lane,
 
 HostEvictResult RadixTree::EvictHost(
     absl::Span<const int64_t> host_pages_needed_per_rank,
-    bool redundant_first, int64_t redundant_after_ns) {
+    bool redundant_first, int64_t redundant_after_ns,
+    const EvictionScope& scope) {
   const uint32_t ranks = options_.cp_size;
   HostEvictResult result;
   result.freed_host_pages.resize(ranks);
@@ -460,8 +484,9 @@ HostEvictResult RadixTree::EvictHost(
   while (!redundant.empty() && !satisfied()) {
     Node* node = redundant.top().node;
     redundant.pop();
-    if (!helps(node)) continue;
+    if (!helps(node) || !InScope(node, EvictionTier::kHost, scope)) continue;
     take_host_pages(node);
+    TallyHost(node, -node->host->num_pages());
     host_tokens_ -= node->len();
     ReportHostDropped(node);
     node->host.reset();
@@ -473,7 +498,7 @@ HostEvictResult RadixTree::EvictHost(
   while (!ends.empty() && !satisfied()) {
     Node* end = ends.top().node;
     ends.pop();
-    if (!helps(end)) continue;
+    if (!helps(end) || !InScope(end, EvictionTier::kHost, scope)) continue;
     const int64_t pages =
         (end->len() + options_.page_size - 1) / options_.page_size;
     if (pages > tail_pages) {
@@ -493,7 +518,9 @@ HostEvictResult RadixTree::EvictHost(
     const NodeId id = std::get<2>(heap.top().key);
     heap.pop();
     if (Find(id) != victim || !HostEvictable(victim, now)) continue;
-    if (!helps(victim)) continue;
+    if (!helps(victim) || !InScope(victim, EvictionTier::kHost, scope)) {
+      continue;
+    }
     Node* parent = victim->parent;
     take_host_pages(victim);
     RemoveLeaf(victim);
@@ -577,6 +604,7 @@ absl::Status RadixTree::BeginBackup(NodeId id, CpHostMeta reserved) {
     }
   }
   node->pending = std::make_unique<CpHostMeta>(std::move(reserved));
+  TallyHost(node, node->pending->num_pages());
   ++pending_backups_;
   return absl::OkStatus();
 }
@@ -611,6 +639,7 @@ absl::StatusOr<CpHostMeta> RadixTree::AbortBackup(NodeId id) {
         absl::StrCat("node ", id, " has no backup in flight"));
   }
   CpHostMeta reserved = std::move(*(*node)->pending);
+  TallyHost(*node, -reserved.num_pages());
   (*node)->pending.reset();
   --pending_backups_;
   return reserved;

@@ -295,6 +295,7 @@ absl::Status RadixTree::CheckInvariants() const {
   if (absl::Status s = CheckDetached(&device_pages, &host_pages); !s.ok()) {
     return s;
   }
+  if (absl::Status s = CheckTallies(); !s.ok()) return s;
   visited += static_cast<int64_t>(detached_.size());
   if (visited != static_cast<int64_t>(nodes_.size())) {
     return absl::InternalError(absl::StrCat("id index holds ", nodes_.size(),

@@ -71,6 +71,7 @@ bool RadixTree::IsDetached(NodeId id) const {
 
 void RadixTree::AbortPendingForLanes(Node* node, LaneDropResult* result) {
   if (node->pending == nullptr) return;
+  TallyHost(node, -node->pending->num_pages());
   node->pending.reset();
   --pending_backups_;
   result->aborted_backups.push_back(node->id);
@@ -101,10 +102,12 @@ void RadixTree::DetachSubtree(Node* top, LaneDropResult* result) {
     // Detached: out of every counter, its pages kept for ReapDetached.
     if (n->host != nullptr) {
       ReportHostDropped(n);
+      TallyHost(n, -n->host->num_pages());
       host_tokens_ -= n->len();
       n->detached_host = std::move(n->host);
     }
     if (n->on_device()) {
+      TallyDevice(n, -static_cast<int64_t>(n->device_pages.size()));
       device_tokens_ -= n->len();
       if (n->lock_ref > 0) protected_tokens_ -= n->len();
       n->detached_pages = std::move(n->device_pages);
@@ -145,6 +148,7 @@ LaneDropResult RadixTree::DropLanes(const std::vector<bool>& dead) {
           // Its host copy had pages there; the device copy stays.
           TakeHostPages(*child->host, lanes, &result.freed_host_pages);
           ReportHostDropped(child);
+          TallyHost(child, -child->host->num_pages());
           host_tokens_ -= child->len();
           child->host.reset();
           Announce(child);

@@ -150,6 +150,7 @@ absl::StatusOr<NodeId> RadixTree::RestoreHostNode(
   Node* node = NewNode(parent, key);
   node->host = std::make_unique<CpHostMeta>(std::move(host));
   node->persist_id = persist_id;
+  TallyHost(node, node->host->num_pages());
   host_tokens_ += node->len();
   restored_persist_ids_.insert(persist_id);
   Announce(node);

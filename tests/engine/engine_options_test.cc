@@ -36,6 +36,7 @@ constexpr const char* kCarriedFields[] = {
     "load_back_threshold_tokens",
     "l1_free_room_pages",
     "l2_free_room_pages",
+    "namespace_quotas",
     "transfer_workers",
     "state_dir",
     "recovery_threads",
@@ -119,6 +120,11 @@ DaemonConfig NonDefaultConfig() {
   config.load_back_threshold_tokens = 48;
   config.l1_free_room_pages = 11;
   config.l2_free_room_pages = 13;
+  config.namespace_quotas = {{.ns = "tenant-a",
+                              .device_limit = 100,
+                              .device_guaranteed = 40,
+                              .host_limit = 900,
+                              .host_guaranteed = 300}};
   config.transfer_workers = 7;
   config.state_dir = "/var/lib/hicached";
   config.recovery_threads = 5;
@@ -144,6 +150,7 @@ TEST(EngineOptionsTest, CarriesEveryConfigurationField) {
   EXPECT_EQ(o.load_back_threshold_tokens, 48);
   EXPECT_EQ(o.l1_free_room_pages, 11);
   EXPECT_EQ(o.l2_free_room_pages, 13);
+  EXPECT_EQ(o.namespace_quotas, config.namespace_quotas);
   EXPECT_EQ(o.transfer_workers, 7);
   EXPECT_EQ(o.state_dir, "/var/lib/hicached");
   EXPECT_EQ(o.recovery_threads, 5);
@@ -166,7 +173,8 @@ auto Configuration(const EngineOptions& o) {
       o.device_pages_per_rank, o.host_pages_per_rank, o.host_layout,
       o.lock_host_memory, o.write_policy, o.write_through_threshold,
       o.eviction_policy, o.load_back_threshold_tokens, o.l1_free_room_pages,
-      o.l2_free_room_pages, o.transfer_workers, o.state_dir,
+      o.l2_free_room_pages, o.namespace_quotas, o.transfer_workers,
+      o.state_dir,
       o.recovery_threads, o.journal_settle);
 }
 
