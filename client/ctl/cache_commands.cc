@@ -16,6 +16,7 @@
 #include "client/cpp/hicache_client.h"
 #include "client/cpp/leader_redirect.h"
 #include "client/ctl/cli.h"
+#include "client/ctl/command_support.h"
 #include "client/ctl/output_format.h"
 #include "client/ctl/rpc_error.h"
 #include "grpcpp/client_context.h"
@@ -40,48 +41,14 @@ std::string Pack(const std::vector<int32_t>& tokens) {
                      tokens.size() * 4);
 }
 
-void Deadline(grpc::ClientContext* ctx, absl::Duration timeout) {
-  ctx->set_deadline(std::chrono::system_clock::now() +
-                    absl::ToChronoMilliseconds(timeout));
-}
-
-// `leader`: the CP group leader the call named (LeaderOfCall), or "".
-int RpcError(const grpc::Status& status, const CommandContext& c,
-             const std::string& leader = "") {
-  *c.err << "hicachectl: "
-         << DescribeRpcError(status, c.target, c.socket_path, c.timeout,
-                             leader)
-         << "\n";
-  return kExitFailure;
-}
-
-// A raw stub call's error, with the leader its trailers named.
-int RpcError(const grpc::Status& status, const grpc::ClientContext& ctx,
-             const CommandContext& c) {
-  return RpcError(status, c, LeaderOfCall(status, ctx));
-}
-
 int AbslError(const absl::Status& status, const CommandContext& c) {
   return RpcError(grpc::Status(static_cast<grpc::StatusCode>(status.code()),
                                std::string(status.message())),
                   c, client::LeaderOf(status).value_or(""));
 }
 
-int Usage(const CommandContext& c, const std::string& message) {
-  *c.err << "hicachectl: " << message << "; run 'hicachectl --help'\n";
-  return kExitUsage;
-}
-
-void PrintJson(const Json& value, const CommandContext& c) {
-  *c.out << JsonLine(value) << "\n";
-}
-
 std::string Tokens(const google::protobuf::RepeatedField<int32_t>& tokens) {
   return absl::StrJoin(tokens, ",");
-}
-
-std::unique_ptr<v1::HiCache::Stub> Stub(const CommandContext& c) {
-  return v1::HiCache::NewStub(c.channel);
 }
 
 // A short-lived scheduler session for commands that need one.

@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "client/cpp/endpoint.h"
 #include "client/ctl/cache_commands.h"
+#include "client/ctl/quota_command.h"
 #include "client/ctl/connection.h"
 #include "version/version.h"
 
@@ -38,6 +39,8 @@ constexpr char kFooter[] =
     "  hicachectl tiers --file sequences.txt --json\n"
     "  hicachectl free-room                  # show the targets\n"
     "  hicachectl free-room --l1 64          # change L1, keep L2\n"
+    "  hicachectl quota                      # pages against quotas\n"
+    "  hicachectl quota --ns tenant-a --device-limit 2048\n"
     "  hicachectl watch --count 10 --json\n"
     "  hicachectl --target=node7:50051 --tls_ca_file=ca.pem health\n";
 
@@ -99,6 +102,10 @@ struct Commands {
   PinOptions pin;
   PinOptions unpin;
   int64_t l1 = 0, l2 = 0;
+  std::string quota_ns;
+  int64_t device_limit = 0, device_guaranteed = 0, host_limit = 0,
+          host_guaranteed = 0;
+  bool quota_clear = false;
   WatchOptions watch;
   std::string help_topic;
 };
@@ -267,6 +274,31 @@ void AddCommands(CLI::App& app, Commands& c) {
       ->type_name("PAGES")
       ->check(IntRange(0, kInt64Max));
 
+  CLI::App* quota = AddCommand(
+      app, "quota",
+      "Per-namespace page quotas. Without options: each namespace's pages "
+      "against its quota; with --ns and page options: set them (options not "
+      "given keep their values)");
+  quota->add_option("--ns", c.quota_ns, "The namespace to set (\"\": default)")
+      ->type_name("NS");
+  quota->add_option("--device-limit", c.device_limit,
+                    "Device pages it may hold, cached and requests (0: none)")
+      ->type_name("PAGES")
+      ->check(IntRange(0, kInt64Max));
+  quota->add_option("--device-guaranteed", c.device_guaranteed,
+                    "Device pages eviction for others leaves it")
+      ->type_name("PAGES")
+      ->check(IntRange(0, kInt64Max));
+  quota->add_option("--host-limit", c.host_limit,
+                    "Host pages it may hold (0: none)")
+      ->type_name("PAGES")
+      ->check(IntRange(0, kInt64Max));
+  quota->add_option("--host-guaranteed", c.host_guaranteed,
+                    "Host pages eviction for others leaves it")
+      ->type_name("PAGES")
+      ->check(IntRange(0, kInt64Max));
+  quota->add_flag("--clear", c.quota_clear, "Remove the namespace's quota");
+
   CLI::App* watch =
       AddCommand(app, "watch",
                  "Live cache events (with --json: one JSON object per line)");
@@ -355,6 +387,21 @@ int Dispatch(CLI::App& app, const Globals& g, Commands& cmds, std::ostream& out,
     if (chosen.front()->count("--l1") > 0) options.l1 = cmds.l1;
     if (chosen.front()->count("--l2") > 0) options.l2 = cmds.l2;
     return RunFreeRoom(options, c);
+  }
+  if (name == "quota") {
+    const CLI::App& q = *chosen.front();
+    QuotaOptions options;
+    if (q.count("--ns") > 0) options.ns = cmds.quota_ns;
+    if (q.count("--device-limit") > 0) options.device_limit = cmds.device_limit;
+    if (q.count("--device-guaranteed") > 0) {
+      options.device_guaranteed = cmds.device_guaranteed;
+    }
+    if (q.count("--host-limit") > 0) options.host_limit = cmds.host_limit;
+    if (q.count("--host-guaranteed") > 0) {
+      options.host_guaranteed = cmds.host_guaranteed;
+    }
+    options.clear = cmds.quota_clear;
+    return RunQuota(options, c);
   }
   if (name == "watch") return RunWatch(cmds.watch, c);
   err << "hicachectl: unknown command '" << name << "'\n";

@@ -45,9 +45,7 @@ std::vector<NamespaceQuotaUsage> HiCacheEngine::NamespaceQuotas() const {
   absl::flat_hash_set<std::string> names;
   for (const auto& [ns, quota] : quotas_) names.insert(ns);
   for (const auto& [ns, holders] : ns_holders_) names.insert(ns);
-  for (const NamespaceUsage& usage : tree_->UsageByNamespace()) {
-    names.insert(usage.ns);
-  }
+  for (std::string& ns : tree_->Namespaces()) names.insert(std::move(ns));
   std::vector<NamespaceQuotaUsage> out;
   out.reserve(names.size());
   for (const std::string& ns : names) {

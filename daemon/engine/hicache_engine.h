@@ -308,8 +308,8 @@ class HiCacheEngine : public TransferListener {
   // evicted by the namespace's next allocation, load or backup, not now.
   absl::Status SetNamespaceQuota(const NamespaceQuota& quota)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Every namespace with a quota, cached pages or request pages, by name.
-  // O(namespaces + bound holders).
+  // Every namespace with a quota, a root in the tree or bound holders, by
+  // name. O(namespaces + bound holders).
   std::vector<NamespaceQuotaUsage> NamespaceQuotas() const
       ABSL_LOCKS_EXCLUDED(mu_);
   // The namespace whose device limit a request holder's pages count

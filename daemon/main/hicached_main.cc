@@ -30,6 +30,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/ascii.h"
 #include "client/cpp/endpoint.h"
 #include "daemon/core/build_info.h"
 #include "daemon/core/check.h"
@@ -92,6 +95,12 @@ ABSL_FLAG(int64_t, l1_free_room_pages, 0,
 ABSL_FLAG(int64_t, l2_free_room_pages, 0,
           "After host pressure, evict until this many pages are free per "
           "rank.");
+ABSL_FLAG(std::string, namespace_quotas, "",
+          "Per-namespace page quotas at start, ';'-separated entries "
+          "NS:KEY=PAGES[,KEY=PAGES...] with keys device_limit, "
+          "device_guaranteed, host_limit and host_guaranteed (logical "
+          "pages over all lanes; docs/quotas.md). hicachectl quota set "
+          "changes them at run time.");
 ABSL_FLAG(int32_t, transfer_workers, 2, "CPU backend: memcpy threads.");
 ABSL_FLAG(uint64_t, device_pages_per_rank, 4096,
           "Physical device (L1) pages in each rank's lane.");
@@ -328,6 +337,17 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
       absl::GetFlag(FLAGS_load_back_threshold_tokens);
   config.l1_free_room_pages = absl::GetFlag(FLAGS_l1_free_room_pages);
   config.l2_free_room_pages = absl::GetFlag(FLAGS_l2_free_room_pages);
+  for (absl::string_view entry :
+       absl::StrSplit(absl::GetFlag(FLAGS_namespace_quotas), ';',
+                      absl::SkipWhitespace())) {
+    absl::StatusOr<NamespaceQuota> quota =
+        ParseNamespaceQuota(absl::StripAsciiWhitespace(entry));
+    if (!quota.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--namespace_quotas: ", quota.status().message()));
+    }
+    config.namespace_quotas.push_back(*std::move(quota));
+  }
   config.transfer_workers = absl::GetFlag(FLAGS_transfer_workers);
   config.copy_max_blocks = absl::GetFlag(FLAGS_copy_max_blocks);
   config.lock_host_memory = absl::GetFlag(FLAGS_lock_host_memory);

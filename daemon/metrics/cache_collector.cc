@@ -100,6 +100,45 @@ void AddEngine(const EngineStats& s, FamilyBuilder& f) {
   f.Counter("hicache_device_alloc_failures_total",
             "Device allocations refused (RESOURCE_EXHAUSTED).")
       .Sample(s.device_alloc_failures);
+  f.Counter("hicache_quota_refusals_total",
+            "Allocations and loads refused by a namespace's device limit.")
+      .Sample(s.quota_refusals);
+  f.Counter("hicache_backups_skipped_quota_total",
+            "Backups not started: over the namespace's host limit.")
+      .Sample(s.backups_skipped_quota);
+  f.Counter("hicache_quota_evicted_pages_total",
+            "Pages evicted to keep namespaces under their limits.")
+      .Sample(s.quota_evicted_pages);
+}
+
+// Namespaces with a quota: the quota and what each holds against it.
+void AddQuotas(const std::vector<NamespaceQuotaUsage>& usage,
+               FamilyBuilder& f) {
+  std::vector<const NamespaceQuotaUsage*> with_quota;
+  for (const NamespaceQuotaUsage& u : usage) {
+    if (!u.quota.empty()) with_quota.push_back(&u);
+  }
+  f.Gauge("hicache_namespace_quota_pages",
+          "A namespace's quota (docs/quotas.md), in logical pages; 0 = none.");
+  for (const NamespaceQuotaUsage* u : with_quota) {
+    const NamespaceQuota& q = u->quota;
+    f.Sample(q.device_limit,
+             {{"namespace", q.ns}, {"tier", "device"}, {"kind", "limit"}})
+        .Sample(q.device_guaranteed,
+                {{"namespace", q.ns}, {"tier", "device"}, {"kind", "guaranteed"}})
+        .Sample(q.host_limit,
+                {{"namespace", q.ns}, {"tier", "host"}, {"kind", "limit"}})
+        .Sample(q.host_guaranteed,
+                {{"namespace", q.ns}, {"tier", "host"}, {"kind", "guaranteed"}});
+  }
+  f.Gauge("hicache_namespace_quota_used_pages",
+          "What a namespace with a quota holds against it: device (cached and "
+          "requests) and host pages.");
+  for (const NamespaceQuotaUsage* u : with_quota) {
+    f.Sample(u->device_cached_pages + u->device_request_pages,
+             {{"namespace", u->quota.ns}, {"tier", "device"}})
+        .Sample(u->host_pages, {{"namespace", u->quota.ns}, {"tier", "host"}});
+  }
 }
 
 void AddPools(const HiCacheEngine& engine, FamilyBuilder& f) {
@@ -239,6 +278,7 @@ std::vector<MetricFamily> CacheCollector::Collect() const {
   AddPools(*engine_, f);
   AddPersistence(engine_->Persistence(), f);
   AddTree(engine_->TreeStatistics(), f);
+  AddQuotas(engine_->NamespaceQuotas(), f);
   const SessionManager::Census census = sessions_->TakeCensus();
   AddSessions(census, f);
   absl::flat_hash_map<std::string, NamespaceRow> rows;

@@ -421,6 +421,8 @@ class RadixTree {
   // The pages namespace `ns` holds ({} for an unknown one). O(1): kept up to
   // date at every change (CheckInvariants recounts them).
   NamespacePages PagesOf(absl::string_view ns) const;
+  // Every namespace the tree has a root for. O(namespaces).
+  std::vector<std::string> Namespaces() const;
   // Eviction for another namespace's need (or nobody's) leaves `ns` at
   // least `guaranteed` pages per tier (0: no guarantee in that tier);
   // {} removes the guarantee. Outlives the namespace's root.

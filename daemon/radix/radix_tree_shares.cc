@@ -23,6 +23,13 @@ NamespacePages RadixTree::PagesOf(absl::string_view ns) const {
   return {it->second->ns_device_pages, it->second->ns_host_pages};
 }
 
+std::vector<std::string> RadixTree::Namespaces() const {
+  std::vector<std::string> names;
+  names.reserve(roots_.size());
+  for (const auto& [name, root] : roots_) names.push_back(name);
+  return names;
+}
+
 void RadixTree::SetGuarantee(absl::string_view ns,
                              NamespacePages guaranteed) {
   if (guaranteed.device <= 0 && guaranteed.host <= 0) {

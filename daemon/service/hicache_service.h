@@ -139,6 +139,12 @@ class HiCacheService final : public v1::HiCache::Service {
   grpc::Status SetFreeRoom(grpc::ServerContext* context,
                            const v1::SetFreeRoomRequest* request,
                            v1::SetFreeRoomResponse* response) override;
+  grpc::Status SetQuota(grpc::ServerContext* context,
+                        const v1::SetQuotaRequest* request,
+                        v1::SetQuotaResponse* response) override;
+  grpc::Status ListQuotas(grpc::ServerContext* context,
+                          const v1::ListQuotasRequest* request,
+                          v1::ListQuotasResponse* response) override;
   grpc::Status Stats(grpc::ServerContext* context,
                      const v1::GetStatsRequest* request,
                      v1::CacheStats* response) override;

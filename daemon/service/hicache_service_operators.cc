@@ -11,6 +11,7 @@
 #include "daemon/service/hicache_service.h"
 #include "daemon/service/proto_convert.h"
 #include "daemon/service/rpc_util.h"
+#include "spdlog/spdlog.h"
 
 namespace hicache::service {
 namespace {
@@ -219,6 +220,76 @@ grpc::Status HiCacheService::SetFreeRoom(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+void ToProto(const NamespaceQuota& q, v1::NamespaceQuota* out) {
+  out->set_namespace_(q.ns);
+  out->set_device_limit_pages(q.device_limit);
+  out->set_device_guaranteed_pages(q.device_guaranteed);
+  out->set_host_limit_pages(q.host_limit);
+  out->set_host_guaranteed_pages(q.host_guaranteed);
+}
+
+grpc::Status HiCacheService::SetQuota(grpc::ServerContext* context,
+    const v1::SetQuotaRequest* request, v1::SetQuotaResponse* response) {
+  if (grpc::Status s = guard_.Check(context, "SetQuota"); !s.ok()) return s;
+  const Caller caller = CallerOf(context);
+  if (grpc::Status s = RequireOperator(caller, "SetQuota"); !s.ok()) return s;
+  const v1::NamespaceQuota& in = request->quota();
+  const NamespaceQuota quota{.ns = in.namespace_(),
+                             .device_limit = in.device_limit_pages(),
+                             .device_guaranteed = in.device_guaranteed_pages(),
+                             .host_limit = in.host_limit_pages(),
+                             .host_guaranteed = in.host_guaranteed_pages()};
+  const SessionLimits& limits = sessions_->limits();
+  if (static_cast<int64_t>(quota.ns.size()) > limits.max_name_bytes) {
+    return Invalid(absl::StrCat("quota.namespace has ", quota.ns.size(),
+                                " bytes; the limit is ",
+                                limits.max_name_bytes));
+  }
+  if (!quota.empty()) {
+    // One quota per namespace, at most --max_namespaces of them.
+    int64_t set = 0;
+    bool known = false;
+    for (const NamespaceQuotaUsage& usage : engine_->NamespaceQuotas()) {
+      if (usage.quota.device_limit == 0 && usage.quota.device_guaranteed == 0 &&
+          usage.quota.host_limit == 0 && usage.quota.host_guaranteed == 0) {
+        continue;
+      }
+      ++set;
+      known |= usage.quota.ns == quota.ns;
+    }
+    if (!known && set >= limits.max_namespaces) {
+      return grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat(set, " namespaces have quotas, the limit "
+                            "(--max_namespaces)"));
+    }
+  }
+  if (absl::Status s = engine_->SetNamespaceQuota(quota); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  spdlog::info("quota of namespace '{}' set by {}: {}", quota.ns, caller.name,
+               FormatNamespaceQuota(quota));
+  ToProto(quota, response->mutable_quota());
+  return grpc::Status::OK;
+}
+
+grpc::Status HiCacheService::ListQuotas(grpc::ServerContext* context,
+    const v1::ListQuotasRequest*, v1::ListQuotasResponse* response) {
+  if (grpc::Status s = guard_.Check(context, "ListQuotas"); !s.ok()) return s;
+  const Caller caller = CallerOf(context);
+  if (grpc::Status s = RequireOperator(caller, "ListQuotas"); !s.ok()) {
+    return s;
+  }
+  for (const NamespaceQuotaUsage& usage : engine_->NamespaceQuotas()) {
+    v1::NamespaceQuotaUsage* out = response->add_namespaces();
+    ToProto(usage.quota, out->mutable_quota());
+    out->set_device_cached_pages(usage.device_cached_pages);
+    out->set_device_request_pages(usage.device_request_pages);
+    out->set_host_pages(usage.host_pages);
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status HiCacheService::Stats(grpc::ServerContext* context,
     const v1::GetStatsRequest* request_in, v1::CacheStats* out) {
   if (grpc::Status s = guard_.Check(context, "Stats"); !s.ok()) return s;
@@ -249,6 +320,9 @@ grpc::Status HiCacheService::Stats(grpc::ServerContext* context,
   out->set_copy_waits(s.copy_waits);
   out->set_write_ahead_backups(s.write_ahead_backups);
   out->set_device_alloc_failures(s.device_alloc_failures);
+  out->set_quota_refusals(s.quota_refusals);
+  out->set_backups_skipped_quota(s.backups_skipped_quota);
+  out->set_quota_evicted_pages(s.quota_evicted_pages);
   out->set_bytes_to_host(s.bytes_to_host);
   out->set_bytes_to_device(s.bytes_to_device);
   for (Rank r = 0; r < engine_->layout().cp_size(); ++r) {

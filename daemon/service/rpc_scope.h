@@ -59,6 +59,8 @@ inline constexpr std::array kHiCacheRpcScopes = {
     // Operators: the tree's contents, counters and events.
     RpcScopeEntry{"Evict", RpcScope::kTree},
     RpcScopeEntry{"SetFreeRoom", RpcScope::kTree},
+    RpcScopeEntry{"SetQuota", RpcScope::kTree},
+    RpcScopeEntry{"ListQuotas", RpcScope::kTree},
     RpcScopeEntry{"Stats", RpcScope::kTree},
     RpcScopeEntry{"DumpTree", RpcScope::kTree},
     RpcScopeEntry{"InspectNode", RpcScope::kTree},
