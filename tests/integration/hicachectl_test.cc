@@ -48,7 +48,9 @@ class HicachectlTest : public ::testing::Test {
     chmod(dir_.path().c_str(), 0755);  // Another user may reach the socket.
     absl::StatusOr<Subprocess> daemon =
         Subprocess::Start({DaemonPath(), "--socket=" + socket_,
-                           "--l1_free_room_pages=7", "--l2_free_room_pages=9"});
+                           "--l1_free_room_pages=7", "--l2_free_room_pages=9",
+                           "--namespace_quotas=tenant-a:device_limit=64,"
+                           "device_guaranteed=16"});
     ASSERT_TRUE(daemon.ok()) << daemon.status();
     daemon_.emplace(*std::move(daemon));
     const absl::Time deadline = absl::Now() + absl::Seconds(20);
@@ -137,6 +139,63 @@ TEST_F(HicachectlTest, ExitCodesAndMessages) {
   EXPECT_THAT(r.err, HasSubstr("is hicached running? check --socket"));
 }
 
+// Namespace quotas (docs/quotas.md): the flag's quota is listed, set keeps
+// what it is not told, --clear removes, and bad values say what is wrong.
+TEST_F(HicachectlTest, QuotaListsAndSetsNamespaceQuotas) {
+  RunResult r = Ctl({"quota", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json list = OneDocument(r.out);
+  ASSERT_EQ(list["namespaces"].size(), 1u) << r.out;
+  EXPECT_EQ(list["namespaces"][0]["quota"]["namespace"], "tenant-a");
+  EXPECT_EQ(list["namespaces"][0]["quota"]["device_limit_pages"], 64);
+  EXPECT_EQ(list["namespaces"][0]["quota"]["device_guaranteed_pages"], 16);
+  r = Ctl({"quota"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("'tenant-a'"));
+  EXPECT_THAT(r.out, HasSubstr("0 / 64 (16)"));
+  // A new option keeps the others.
+  r = Ctl({"quota", "--ns", "tenant-a", "--host-limit", "128"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "quota of namespace 'tenant-a': device limit 64, guaranteed 16; "
+            "host limit 128, guaranteed 0 (pages; 0 = none)\n");
+  r = Ctl({"quota", "--ns", "", "--device-guaranteed", "8"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = Ctl({"quota", "--json"});
+  list = OneDocument(r.out);
+  ASSERT_EQ(list["namespaces"].size(), 2u) << r.out;
+  EXPECT_EQ(list["namespaces"][0]["quota"]["namespace"], "");
+  EXPECT_EQ(list["namespaces"][1]["quota"]["host_limit_pages"], 128);
+  // Refusals: the daemon's words, nothing changed.
+  r = Ctl({"quota", "--ns", "tenant-a", "--device-guaranteed", "65"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("INVALID_ARGUMENT"));
+  EXPECT_THAT(r.err, HasSubstr("device_guaranteed (65) is above device_limit"));
+  r = Ctl({"quota", "--device-limit", "5"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--ns NS"));
+  r = Ctl({"quota", "--ns", "tenant-a", "--device-limit", "-5"});
+  EXPECT_EQ(r.exit_code, 2);
+  r = Ctl({"quota", "--ns", "tenant-a", "--clear", "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = Ctl({"quota", "--json"});
+  list = OneDocument(r.out);
+  ASSERT_EQ(list["namespaces"].size(), 1u) << r.out;
+  EXPECT_EQ(list["namespaces"][0]["quota"]["namespace"], "");
+}
+
+TEST(HicachedFlagsTest, BadNamespaceQuotaFlagRefusesToStart) {
+  testing::TempDir dir;
+  for (const char* bad : {"tenant-a", "tenant-a:device_limit=x",
+                          "tenant-a:colour=3", "a:device_limit=4;a:host_limit=4",
+                          "a:device_limit=4,device_guaranteed=5"}) {
+    RunResult r = RunBinary({DaemonPath(), "--socket=" + dir.Child("s.sock"),
+                             absl::StrCat("--namespace_quotas=", bad)});
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr("quota")) << bad;
+  }
+}
+
 // A non-operator's operator RPC: the code in words and where to look.
 TEST_F(HicachectlTest, PermissionDeniedSaysWhatToDo) {
   if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0) {
@@ -151,6 +210,21 @@ TEST_F(HicachectlTest, PermissionDeniedSaysWhatToDo) {
                                "operator RPC"));
   EXPECT_THAT(r.err, HasSubstr("--operator_uids"));
   EXPECT_THAT(r.err, HasSubstr("docs/security.md"));
+  // Quotas are operators' too, to read and to set.
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"quota"},
+        {"quota", "--ns", "tenant-a", "--device-limit", "1000000"}}) {
+    std::vector<std::string> argv = {"/usr/bin/setpriv", "--reuid=65534",
+                                     "--regid=65534", "--clear-groups",
+                                     CtlPath(), "--socket=" + socket_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    r = RunBinary(argv);
+    EXPECT_EQ(r.exit_code, 1) << r.out;
+    EXPECT_THAT(r.err, HasSubstr("ListQuotas is an operator RPC"));
+  }
+  r = Ctl({"quota", "--json"});
+  EXPECT_EQ(OneDocument(r.out)["namespaces"][0]["quota"]["device_limit_pages"],
+            64);
 }
 
 }  // namespace

@@ -459,6 +459,47 @@ TEST_F(CacheServiceTest, BadInputGetsTheRightCode) {
          return stub_->SetFreeRoom(&ctx, r, &out);
        },
        grpc::StatusCode::INVALID_ARGUMENT, "free-room"},
+      {"negative quota",
+       [&] {
+         grpc::ClientContext ctx;
+         v1::SetQuotaRequest r;
+         r.mutable_quota()->set_namespace_("t");
+         r.mutable_quota()->set_device_limit_pages(-1);
+         v1::SetQuotaResponse out;
+         return stub_->SetQuota(&ctx, r, &out);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, ">= 0"},
+      {"quota guarantee above its limit",
+       [&] {
+         grpc::ClientContext ctx;
+         v1::SetQuotaRequest r;
+         r.mutable_quota()->set_namespace_("t");
+         r.mutable_quota()->set_host_limit_pages(4);
+         r.mutable_quota()->set_host_guaranteed_pages(5);
+         v1::SetQuotaResponse out;
+         return stub_->SetQuota(&ctx, r, &out);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "host_guaranteed"},
+      {"quota guarantees above the pool",
+       [&] {
+         grpc::ClientContext ctx;
+         v1::SetQuotaRequest r;
+         r.mutable_quota()->set_namespace_("t");
+         r.mutable_quota()->set_device_guaranteed_pages(int64_t{1} << 40);
+         v1::SetQuotaResponse out;
+         return stub_->SetQuota(&ctx, r, &out);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "guarantees"},
+      {"quota of an over-long namespace",
+       [&] {
+         grpc::ClientContext ctx;
+         v1::SetQuotaRequest r;
+         r.mutable_quota()->set_namespace_(std::string(100000, 'n'));
+         r.mutable_quota()->set_device_limit_pages(1);
+         v1::SetQuotaResponse out;
+         return stub_->SetQuota(&ctx, r, &out);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "bytes"},
       {"evict more lanes than C",
        [&] {
          grpc::ClientContext ctx;

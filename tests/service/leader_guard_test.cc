@@ -84,7 +84,7 @@ TEST(RpcScopeTest, TreeAndWorkerRpcsAreWhereTheIssueSays) {
   for (const char* tree :
        {"Allocate", "Free", "MatchPrefix", "Insert", "Lock", "Unlock", "Admit",
         "Complete", "LoadBack", "FinishLoad", "Pin", "Evict", "SetFreeRoom",
-        "DumpTree", "InspectNode", "Stats", "Watch"}) {
+        "SetQuota", "ListQuotas", "DumpTree", "InspectNode", "Stats", "Watch"}) {
     EXPECT_EQ(ScopeOfRpc(tree), RpcScope::kTree) << tree;
   }
   for (const char* local : {"GetStats", "GetLayout", "KeepAlive",
