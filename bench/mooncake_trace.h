@@ -16,6 +16,8 @@ struct TraceRequest {
   int64_t input_length = 0;
   int64_t output_length = 0;
   std::vector<int64_t> hash_ids;
+  // The tenant (replays only; not in the trace format): "" by default.
+  std::string ns;
 };
 
 // `flag` if non-empty, else the shared trace next to the workspace

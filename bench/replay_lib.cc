@@ -58,6 +58,7 @@ absl::StatusOr<ReplayOutcome> ReplayTrace(
   daemon.write_through_threshold = config.write_through_threshold;
   daemon.eviction_policy = config.eviction_policy;
   daemon.transfer_workers = 1;
+  daemon.namespace_quotas = config.namespace_quotas;
   if (absl::Status valid = daemon.Validate(); !valid.ok()) return valid;
   EngineOptions options = EngineOptionsFrom(daemon);
   // Reproducible: write-ahead's rounds inside the allocations that make
@@ -128,6 +129,54 @@ absl::StatusOr<ReplayOutcome> ReplayWith(const std::vector<TraceRequest>& trace,
     hold_backups();
   };
   ReplayOutcome out;
+  // Each namespace's requests run as one bound holder (a session's).
+  std::map<std::string, uint64_t> holders;
+  auto holder_of = [&](const std::string& ns) {
+    auto [it, added] = holders.emplace(ns, holders.size() + 1);
+    if (added) e.BindHolder(it->second, ns);
+    return it->second;
+  };
+  // Guarantees: what each guaranteed namespace held before a request.
+  std::map<std::string, NamespaceQuota> guaranteed;
+  for (const NamespaceQuota& q : options.namespace_quotas) {
+    if (q.device_guaranteed > 0 || q.host_guaranteed > 0) guaranteed[q.ns] = q;
+  }
+  auto pages_now = [&] {
+    std::map<std::string, std::pair<int64_t, int64_t>> now;
+    if (guaranteed.empty()) return now;
+    for (const NamespaceQuotaUsage& u : e.NamespaceQuotas()) {
+      now[u.quota.ns] = {u.device_cached_pages, u.host_pages};
+    }
+    return now;
+  };
+  auto check_guarantees = [&](const std::string& requester,
+                              std::map<std::string, std::pair<int64_t, int64_t>>
+                                  before) {
+    if (guaranteed.empty()) return;
+    auto after = pages_now();
+    for (const auto& [ns, q] : guaranteed) {
+      if (ns == requester) continue;
+      NamespaceOutcome& o = out.namespaces[ns];
+      const auto [dev0, host0] = before[ns];
+      const auto [dev1, host1] = after[ns];
+      if (dev1 < std::min(dev0, q.device_guaranteed) ||
+          host1 < std::min(host0, q.host_guaranteed)) {
+        ++o.guarantee_breaches;
+      }
+      if (dev0 >= q.device_guaranteed && q.device_guaranteed > 0) {
+        o.min_device_pages_once_guaranteed =
+            o.min_device_pages_once_guaranteed < 0
+                ? dev1
+                : std::min(o.min_device_pages_once_guaranteed, dev1);
+      }
+      if (host0 >= q.host_guaranteed && q.host_guaranteed > 0) {
+        o.min_host_pages_once_guaranteed =
+            o.min_host_pages_once_guaranteed < 0
+                ? host1
+                : std::min(o.min_host_pages_once_guaranteed, host1);
+      }
+    }
+  };
   std::vector<double> latencies;
   latencies.reserve(trace.size());
   std::vector<double> admits;
@@ -142,7 +191,10 @@ absl::StatusOr<ReplayOutcome> ReplayWith(const std::vector<TraceRequest>& trace,
     }
     TraceTokensInto(request, block, &tokens);
     const int64_t n = static_cast<int64_t>(tokens.size());
-    absl::StatusOr<LoadResult> load = e.LoadBack("", tokens);
+    const std::string& ns = request.ns;
+    const uint64_t holder = holder_of(ns);
+    const auto before = pages_now();
+    absl::StatusOr<LoadResult> load = e.LoadBack(ns, tokens);
     if (!load.ok()) return load.status();
     int64_t loaded = load->loaded_len;
     if (load->op_id != 0) {
@@ -153,13 +205,18 @@ absl::StatusOr<ReplayOutcome> ReplayWith(const std::vector<TraceRequest>& trace,
     out.blocks += static_cast<int64_t>(request.hash_ids.size());
     out.l1_hit_blocks += load->device_len / block;
     out.l12_hit_blocks += (load->device_len + loaded) / block;
+    NamespaceOutcome& mine = out.namespaces[ns];
+    ++mine.requests;
+    mine.blocks += static_cast<int64_t>(request.hash_ids.size());
+    mine.l1_hit_blocks += load->device_len / block;
+    mine.l12_hit_blocks += (load->device_len + loaded) / block;
     const int64_t reuse = (load->device_len + loaded) / page;
     std::vector<LogicalPage> pages(load->pages.begin(),
                                    load->pages.begin() + reuse);
     const int64_t need = (n + page - 1) / page - reuse;
     const auto admit_start = std::chrono::steady_clock::now();
     absl::StatusOr<std::vector<LogicalPage>> fresh =
-        need > 0 ? e.Allocate(need) : std::vector<LogicalPage>{};
+        need > 0 ? e.Allocate(need, holder) : std::vector<LogicalPage>{};
     if (!fresh.ok()) {
       ++out.failed_allocations;
     } else {
@@ -168,7 +225,8 @@ absl::StatusOr<ReplayOutcome> ReplayWith(const std::vector<TraceRequest>& trace,
       // What BACKUP_CHOICE_AUTO does: per-layer write-through of the new
       // pages while the forward runs, where the write policy asks for it.
       if (need > 0 && e.BacksUpAtAdmit(load->node, *fresh)) {
-        auto ops = e.PrepareBackups({BackupSpec{*fresh, n - reuse * page}});
+        auto ops =
+            e.PrepareBackups({BackupSpec{*fresh, n - reuse * page}}, holder);
         if (ops.ok() && (*ops)[0] != 0) op = (*ops)[0];
       }
       if (need > 0) {
@@ -180,14 +238,15 @@ absl::StatusOr<ReplayOutcome> ReplayWith(const std::vector<TraceRequest>& trace,
       if (op != 0) {
         if (absl::Status s = e.StoreAllLayers(op); !s.ok()) return s;
       }
-      absl::StatusOr<InsertResult> inserted = e.Insert("", tokens, pages);
+      absl::StatusOr<InsertResult> inserted =
+          e.Insert(ns, tokens, pages, {}, holder);
       if (!inserted.ok()) return inserted.status();
       if (inserted->deferred) ++out.deferred_inserts;
       // Deferred: wait for the conflicting backup to settle, then retry.
       for (int retry = 0; inserted->deferred && retry < config.defer_retries;
            ++retry) {
         settle();
-        inserted = e.Insert("", tokens, pages);
+        inserted = e.Insert(ns, tokens, pages, {}, holder);
         if (!inserted.ok()) return inserted.status();
         if (!inserted->deferred) ++out.deferred_retried;
       }
@@ -197,7 +256,7 @@ absl::StatusOr<ReplayOutcome> ReplayWith(const std::vector<TraceRequest>& trace,
         if (op != 0) {
           if (absl::Status s = e.RollbackBackup(op); !s.ok()) return s;
         }
-        if (absl::Status s = e.Free(*fresh); !s.ok()) return s;
+        if (absl::Status s = e.Free(*fresh, holder); !s.ok()) return s;
       } else {
         if (op != 0) {
           if (absl::Status s = e.AttachBackup(op, inserted->node); !s.ok()) {
@@ -208,7 +267,7 @@ absl::StatusOr<ReplayOutcome> ReplayWith(const std::vector<TraceRequest>& trace,
              {&inserted->duplicate_pages, &inserted->uncached_pages,
               &inserted->released_pages}) {
           if (list->empty()) continue;
-          if (absl::Status s = e.Free(*list); !s.ok()) return s;
+          if (absl::Status s = e.Free(*list, holder); !s.ok()) return s;
         }
       }
     }
@@ -218,6 +277,7 @@ absl::StatusOr<ReplayOutcome> ReplayWith(const std::vector<TraceRequest>& trace,
       return s;
     }
     if (config.deterministic && slow == nullptr) e.WaitForTransfers();
+    check_guarantees(ns, before);
     latencies.push_back(std::chrono::duration<double, std::micro>(
                             std::chrono::steady_clock::now() - request_start)
                             .count());

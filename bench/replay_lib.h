@@ -13,6 +13,7 @@
 // holds is ever leaked. `leaked_pages` checks this at the end.
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,29 @@ struct ReplayConfig {
   // --kv_events_endpoint does (subscribers are the caller's).
   std::string kv_events_endpoint;
   uint32_t kv_events_block_size = 16;
+  // Per-namespace quotas (docs/quotas.md), in pages (a block is
+  // block_tokens / page_size pages). Requests of each namespace run as one
+  // session's holder bound to it.
+  std::vector<NamespaceQuota> namespace_quotas;
+};
+
+// One namespace's share of a replay.
+struct NamespaceOutcome {
+  int64_t requests = 0;
+  int64_t blocks = 0;
+  int64_t l1_hit_blocks = 0;
+  int64_t l12_hit_blocks = 0;
+  // With a guarantee: requests of another namespace after which this one
+  // held fewer pages of a tier than both its guarantee and what it held
+  // before that request (the guarantee broken). Must be 0.
+  int64_t guarantee_breaches = 0;
+  // Least pages held after another namespace's request, once it had
+  // reached its guarantee (-1: never reached it).
+  int64_t min_device_pages_once_guaranteed = -1;
+  int64_t min_host_pages_once_guaranteed = -1;
+  double l12_rate() const {
+    return blocks ? 1.0 * l12_hit_blocks / blocks : 0;
+  }
 };
 
 struct ReplayOutcome {
@@ -90,6 +114,9 @@ struct ReplayOutcome {
   // After `seconds`: until the last event was sent (publishing lags behind
   // the requests while they keep the CPUs busy).
   double kv_events_lag_seconds = 0;
+
+  // By namespace (TraceRequest::ns).
+  std::map<std::string, NamespaceOutcome> namespaces;
 
   double l1_rate() const { return blocks ? 1.0 * l1_hit_blocks / blocks : 0; }
   double l12_rate() const {

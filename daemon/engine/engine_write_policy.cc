@@ -109,7 +109,7 @@ std::vector<uint64_t> HiCacheEngine::StageWriteBackLocked(
   // Admission: a victim is demoted only if it would not displace a more
   // frequent host node; read once for the batch, and only when a victim
   // does not fit the free host pages.
-  std::optional<int> host_victim_class;
+  absl::flat_hash_map<std::string, int> host_victim_classes;
   std::vector<int64_t> host_free(layout_.cp_size());
   for (Rank r = 0; r < layout_.cp_size(); ++r) {
     host_free[r] = host_[r]->free_pages();
@@ -119,7 +119,7 @@ std::vector<uint64_t> HiCacheEngine::StageWriteBackLocked(
   int64_t total_need = 0;
   for (int64_t n : need) total_need += std::max<int64_t>(n, 0);
   std::vector<NodeId> to_copy;
-  std::vector<int64_t> host_need(layout_.cp_size(), 0);
+  std::map<std::string, std::vector<int64_t>> host_need;
   for (NodeId node : tree_->DeviceEvictionOrder(
            1 << 20, total_need * static_cast<int64_t>(layout_.cp_size()),
            scope)) {
@@ -147,17 +147,17 @@ std::vector<uint64_t> HiCacheEngine::StageWriteBackLocked(
       }
       continue;
     }
-    if (!AdmitVictimLocked(node, pages, host_free, &host_victim_class)) {
+    if (!AdmitVictimLocked(node, pages, host_free, &host_victim_classes)) {
       continue;  // Evicted without a copy.
     }
     for (Rank r = 0; r < layout_.cp_size(); ++r) {
       host_free[r] = std::max<int64_t>(0, host_free[r] - pages[r]);
-      host_need[r] += pages[r];
     }
+    AddHostNeedLocked(node, pages, &host_need);
     to_copy.push_back(node);
   }
   // One host eviction for the batch (each backup then finds its room).
-  EvictHostLocked(host_need);
+  EvictHostForBatchLocked(host_need);
   for (NodeId node : to_copy) {
     if (const uint64_t id = StartBackupOfNodeLocked(node, /*write_back=*/true);
         id != 0) {
@@ -167,21 +167,51 @@ std::vector<uint64_t> HiCacheEngine::StageWriteBackLocked(
   return staged;
 }
 
-bool HiCacheEngine::AdmitVictimLocked(NodeId node,
-                                     absl::Span<const int64_t> pages,
-                                     absl::Span<const int64_t> host_free,
-                                     std::optional<int>* host_victim_class) {
+bool HiCacheEngine::AdmitVictimLocked(
+    NodeId node, absl::Span<const int64_t> pages,
+    absl::Span<const int64_t> host_free,
+    absl::flat_hash_map<std::string, int>* host_victim_classes) {
   bool fits = true;
   for (Rank r = 0; r < layout_.cp_size(); ++r) {
     fits &= pages[r] <= host_free[r];
   }
   if (fits) return true;
-  if (!*host_victim_class) {
-    *host_victim_class = tree_->HostVictimClass(/*redundant_first=*/true);
+  // With quotas: what eviction for the node's namespace could take.
+  const std::optional<std::string> ns = QuotaNamespaceOfLocked(node);
+  auto [it, added] = host_victim_classes->try_emplace(ns.value_or(""), 0);
+  if (added) {
+    it->second = tree_->HostVictimClass(/*redundant_first=*/true,
+                                        {.requester = ns});
   }
-  if (tree_->AdmitToHost(node, **host_victim_class)) return true;
+  if (tree_->AdmitToHost(node, it->second)) return true;
   ++stats_.write_back_rejected;
   return false;
+}
+
+void HiCacheEngine::AddHostNeedLocked(
+    NodeId node, absl::Span<const int64_t> need,
+    std::map<std::string, std::vector<int64_t>>* by_ns) {
+  std::vector<int64_t>& mine =
+      (*by_ns)[QuotaNamespaceOfLocked(node).value_or("")];
+  mine.resize(layout_.cp_size(), 0);
+  for (Rank r = 0; r < layout_.cp_size(); ++r) mine[r] += need[r];
+}
+
+void HiCacheEngine::EvictHostForBatchLocked(
+    const std::map<std::string, std::vector<int64_t>>& by_ns) {
+  if (by_ns.empty()) return;
+  if (quotas_.empty()) {  // One entry: "".
+    EvictHostLocked(by_ns.begin()->second);
+    return;
+  }
+  // Each namespace in turn makes room for its own copies on top of those
+  // before it, as their requester (so a guarantee spares only what others
+  // need: docs/quotas.md).
+  std::vector<int64_t> cumulative(layout_.cp_size(), 0);
+  for (const auto& [ns, need] : by_ns) {
+    for (Rank r = 0; r < layout_.cp_size(); ++r) cumulative[r] += need[r];
+    EvictHostLocked(cumulative, {.requester = ns});
+  }
 }
 
 bool HiCacheEngine::HostCopyCanJoin(NodeId parent) const {
@@ -254,11 +284,11 @@ void HiCacheEngine::WriteAheadLocked() {
   write_ahead_scanned_ = true;
   write_ahead_allocated_ = 0;
   write_ahead_boundary_ns_ = INT64_MIN;
-  std::optional<int> host_victim_class;
+  absl::flat_hash_map<std::string, int> host_victim_classes;
   int64_t covered = 0;
   absl::flat_hash_set<NodeId> started;
   std::vector<NodeId> to_copy;
-  std::vector<int64_t> host_need(layout_.cp_size(), 0);
+  std::map<std::string, std::vector<int64_t>> host_need;
   std::vector<int64_t> host_free(layout_.cp_size());
   for (Rank r = 0; r < layout_.cp_size(); ++r) {
     host_free[r] = host_[r]->free_pages();
@@ -276,17 +306,17 @@ void HiCacheEngine::WriteAheadLocked() {
     // Admission, for a leaf of the cold end (an ancestor is admitted: the
     // closure needs it).
     if (target == cold.node &&
-        !AdmitVictimLocked(target, *pages, host_free, &host_victim_class)) {
+        !AdmitVictimLocked(target, *pages, host_free, &host_victim_classes)) {
       continue;
     }
     for (Rank r = 0; r < layout_.cp_size(); ++r) {
       host_free[r] = std::max<int64_t>(0, host_free[r] - (*pages)[r]);
-      host_need[r] += (*pages)[r];
     }
+    AddHostNeedLocked(target, *pages, &host_need);
     to_copy.push_back(target);
   }
   // One host eviction for the round (each backup then finds its room).
-  EvictHostLocked(host_need);
+  EvictHostForBatchLocked(host_need);
   for (NodeId node : to_copy) {
     if (StartBackupOfNodeLocked(node, /*write_back=*/true) != 0) {
       ++stats_.write_ahead_backups;

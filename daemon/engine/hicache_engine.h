@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -477,11 +478,24 @@ class HiCacheEngine : public TransferListener {
   // Admission of a device victim to the host tier (write_back's staging and
   // write_ahead's leaves): true when its pages (per rank) fit `host_free`,
   // or when it would displace no more frequent host node
-  // (RadixTree::AdmitToHost; the victim class is read once per batch into
-  // `host_victim_class`). A refusal counts in write_back_rejected.
+  // (RadixTree::AdmitToHost; the victim class is read once per batch and
+  // namespace into `host_victim_classes`: with quotas, what eviction for
+  // the node's namespace could take). A refusal counts in
+  // write_back_rejected.
   bool AdmitVictimLocked(NodeId node, absl::Span<const int64_t> pages,
                          absl::Span<const int64_t> host_free,
-                         std::optional<int>* host_victim_class)
+                         absl::flat_hash_map<std::string, int>*
+                             host_victim_classes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A batch's host eviction (write-back staging, a write-ahead round):
+  // `need` per rank of copies of `node` added to `by_ns` (by namespace with
+  // quotas, else all under ""), then one eviction making the batch's room,
+  // run for each namespace in turn as its requester.
+  void AddHostNeedLocked(NodeId node, absl::Span<const int64_t> need,
+                         std::map<std::string, std::vector<int64_t>>* by_ns)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EvictHostForBatchLocked(
+      const std::map<std::string, std::vector<int64_t>>& by_ns)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits (mu_ released) until each op has committed, failed or ended, or
   // options_.write_back_wait has passed.

@@ -223,7 +223,10 @@ struct NamespacePages {
 };
 
 // Whose eviction a call is (docs/quotas.md). The default scope takes any
-// node, except from a namespace at its guaranteed pages.
+// node, except from a namespace at its guaranteed pages. Eviction spares
+// every namespace within its guarantee first, the requester's too, so that
+// a namespace over its share loses its pages first; only if that is not
+// enough does the requester lose its own pages below its guarantee.
 struct EvictionScope {
   // Only this namespace's nodes are taken (a namespace making room under its
   // own limit); guarantees do not apply.
@@ -375,7 +378,10 @@ class RadixTree {
   bool AdmitToHost(NodeId node, int host_victim_class) const;
   // FrequencyClass of the host tier's first victim; -1 when a redundant copy
   // can be dropped (redundant_first), INT_MAX when nothing is evictable.
-  int HostVictimClass(bool redundant_first) const;
+  // Copies a namespace's guarantee keeps (the default EvictionScope) are no
+  // victims.
+  int HostVictimClass(bool redundant_first,
+                      const EvictionScope& scope = {}) const;
   // The sketch's estimate for a node (0 without a sketch or unknown node).
   uint32_t Frequency(NodeId node) const;
 
@@ -560,6 +566,21 @@ class RadixTree {
   DeviceEvictResult EvictDeviceImpl(absl::Span<const int64_t> per_lane,
                                     int64_t tokens,
                                     const EvictionScope& scope);
+  // Eviction in two passes (radix_tree_shares.cc): first every namespace at
+  // its guarantee is spared, the requester's too; then, if still short, the
+  // requester's own pages below its guarantee. One pass of each kind:
+  DeviceEvictResult EvictDevicePass(absl::Span<const int64_t> per_lane,
+                                    int64_t tokens,
+                                    const EvictionScope& scope);
+  HostEvictResult EvictHostPass(absl::Span<const int64_t> per_rank,
+                                bool redundant_first,
+                                int64_t redundant_after_ns,
+                                const EvictionScope& scope);
+  std::vector<NodeId> DeviceEvictionOrderPass(int64_t max_nodes,
+                                              int64_t max_pages,
+                                              const EvictionScope& scope) const;
+  // Whether `scope`'s requester has a guarantee (a second pass may run).
+  bool RequesterGuaranteed(const EvictionScope& scope) const;
   // Namespace tallies: the root of a linked node, and the pages added to
   // (or, negative, taken from) its namespace's tier.
   static Node* RootOf(Node* node);

@@ -143,7 +143,8 @@ uint32_t RadixTree::Frequency(NodeId id) const {
   return node == nullptr ? 0 : FactsOf(node).frequency;
 }
 
-int RadixTree::HostVictimClass(bool redundant_first) const {
+int RadixTree::HostVictimClass(bool redundant_first,
+                               const EvictionScope& scope) const {
   const int64_t now = NowNs();
   int lowest = std::numeric_limits<int>::max();
   std::vector<const Node*> stack;
@@ -151,8 +152,12 @@ int RadixTree::HostVictimClass(bool redundant_first) const {
   while (!stack.empty()) {
     const Node* node = stack.back();
     stack.pop_back();
-    if (redundant_first && HostRedundant(node, now)) return -1;
-    if (HostEvictable(node, now)) {
+    // Only what eviction may take: not a namespace's guaranteed pages.
+    if (redundant_first && HostRedundant(node, now) &&
+        InScope(node, EvictionTier::kHost, scope)) {
+      return -1;
+    }
+    if (HostEvictable(node, now) && InScope(node, EvictionTier::kHost, scope)) {
       lowest = std::min(lowest, FrequencyClass(FactsOf(node).frequency));
     }
     for (const auto& [token, child] : node->children) stack.push_back(child);
@@ -168,7 +173,7 @@ bool RadixTree::AdmitToHost(NodeId id, int host_victim_class) const {
          host_victim_class == std::numeric_limits<int>::max();
 }
 
-std::vector<NodeId> RadixTree::DeviceEvictionOrder(
+std::vector<NodeId> RadixTree::DeviceEvictionOrderPass(
     int64_t max_nodes, int64_t max_pages, const EvictionScope& scope) const {
   // EvictDevice's first phase, simulated: leaves in policy order, and a
   // parent joins once its last device child has been taken.
@@ -245,7 +250,7 @@ DeviceEvictResult RadixTree::EvictDeviceTokens(int64_t tokens,
 // or above a backup in flight, is ever taken: such a subtree can never empty,
 // so its ancestors are never targets. Short lanes only shrink during a call,
 // so a deferred leaf that leads nowhere is dropped for good.
-DeviceEvictResult RadixTree::EvictDeviceImpl(absl::Span<const int64_t> per_lane,
+DeviceEvictResult RadixTree::EvictDevicePass(absl::Span<const int64_t> per_lane,
                                              int64_t tokens,
                                              const EvictionScope& scope) {
   const uint32_t lanes = options_.cp_size;
@@ -425,7 +430,7 @@ DeviceEvictResult RadixTree::EvictDeviceImpl(absl::Span<const int64_t> per_lane,
   return result;
 }
 
-HostEvictResult RadixTree::EvictHost(
+HostEvictResult RadixTree::EvictHostPass(
     absl::Span<const int64_t> host_pages_needed_per_rank,
     bool redundant_first, int64_t redundant_after_ns,
     const EvictionScope& scope) {

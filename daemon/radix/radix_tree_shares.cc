@@ -1,5 +1,6 @@
 // RadixTree: namespace shares -- the pages each namespace holds, and the
 // guarantees eviction keeps (docs/quotas.md).
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/radix/radix_tree.h"
 
@@ -57,6 +58,109 @@ bool RadixTree::InScope(const Node* node, EvictionTier tier,
       device ? static_cast<int64_t>(node->device_pages.size())
              : (node->host != nullptr ? node->host->num_pages() : 0);
   return held - pages >= floor;
+}
+
+bool RadixTree::RequesterGuaranteed(const EvictionScope& scope) const {
+  return scope.requester.has_value() && !scope.only_ns.has_value() &&
+         guarantees_.contains(*scope.requester);
+}
+
+namespace {
+
+EvictionScope WithoutRequester(const EvictionScope& scope) {
+  EvictionScope first = scope;
+  first.requester.reset();
+  return first;
+}
+
+template <typename T>
+void Append(std::vector<std::vector<T>>& to,
+            std::vector<std::vector<T>>& from) {
+  for (size_t i = 0; i < to.size() && i < from.size(); ++i) {
+    to[i].insert(to[i].end(), from[i].begin(), from[i].end());
+  }
+}
+
+}  // namespace
+
+DeviceEvictResult RadixTree::EvictDeviceImpl(absl::Span<const int64_t> per_lane,
+                                             int64_t tokens,
+                                             const EvictionScope& scope) {
+  if (!RequesterGuaranteed(scope)) {
+    return EvictDevicePass(per_lane, tokens, scope);
+  }
+  DeviceEvictResult result =
+      EvictDevicePass(per_lane, tokens, WithoutRequester(scope));
+  // Still short: what is left, from the requester's own pages too.
+  std::vector<int64_t> rest(per_lane.begin(), per_lane.end());
+  bool short_now = false;
+  for (size_t l = 0; l < rest.size() && l < result.freed_pages.size(); ++l) {
+    rest[l] -= static_cast<int64_t>(result.freed_pages[l].size());
+    short_now |= rest[l] > 0;
+  }
+  const int64_t rest_tokens = tokens - result.evicted_tokens;
+  if (per_lane.empty() ? rest_tokens <= 0 : !short_now) return result;
+  DeviceEvictResult more = EvictDevicePass(rest, rest_tokens, scope);
+  Append(result.freed_pages, more.freed_pages);
+  Append(result.freed_host_pages, more.freed_host_pages);
+  result.evicted_tokens += more.evicted_tokens;
+  result.nodes_to_host += more.nodes_to_host;
+  result.nodes_removed += more.nodes_removed;
+  result.victims_held_by_host_refs += more.victims_held_by_host_refs;
+  return result;
+}
+
+HostEvictResult RadixTree::EvictHost(absl::Span<const int64_t> per_rank,
+                                     bool redundant_first,
+                                     int64_t redundant_after_ns,
+                                     const EvictionScope& scope) {
+  if (!RequesterGuaranteed(scope)) {
+    return EvictHostPass(per_rank, redundant_first, redundant_after_ns, scope);
+  }
+  HostEvictResult result = EvictHostPass(
+      per_rank, redundant_first, redundant_after_ns, WithoutRequester(scope));
+  std::vector<int64_t> rest(per_rank.begin(), per_rank.end());
+  bool short_now = false;
+  for (size_t r = 0; r < rest.size() && r < result.freed_host_pages.size();
+       ++r) {
+    rest[r] -= static_cast<int64_t>(result.freed_host_pages[r].size());
+    short_now |= rest[r] > 0;
+  }
+  if (!short_now) return result;
+  HostEvictResult more =
+      EvictHostPass(rest, redundant_first, redundant_after_ns, scope);
+  Append(result.freed_host_pages, more.freed_host_pages);
+  result.nodes_removed += more.nodes_removed;
+  result.nodes_dropped += more.nodes_dropped;
+  return result;
+}
+
+std::vector<NodeId> RadixTree::DeviceEvictionOrder(
+    int64_t max_nodes, int64_t max_pages, const EvictionScope& scope) const {
+  if (!RequesterGuaranteed(scope)) {
+    return DeviceEvictionOrderPass(max_nodes, max_pages, scope);
+  }
+  std::vector<NodeId> order =
+      DeviceEvictionOrderPass(max_nodes, max_pages, WithoutRequester(scope));
+  int64_t pages = 0;
+  for (NodeId id : order) {
+    pages += static_cast<int64_t>(Find(id)->device_pages.size());
+  }
+  if (pages >= max_pages || static_cast<int64_t>(order.size()) >= max_nodes) {
+    return order;
+  }
+  // Then the requester's own, in the order a second pass would take them.
+  absl::flat_hash_set<NodeId> listed(order.begin(), order.end());
+  for (NodeId id : DeviceEvictionOrderPass(max_nodes, max_pages, scope)) {
+    if (pages >= max_pages ||
+        static_cast<int64_t>(order.size()) >= max_nodes) {
+      break;
+    }
+    if (!listed.insert(id).second) continue;
+    order.push_back(id);
+    pages += static_cast<int64_t>(Find(id)->device_pages.size());
+  }
+  return order;
 }
 
 absl::Status RadixTree::CheckTallies() const {

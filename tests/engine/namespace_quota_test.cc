@@ -219,6 +219,32 @@ TEST(NamespaceQuotaTest, HostLimitKeepsTheNamespacesCopiesUnderIt) {
   EXPECT_TRUE(engine->CheckInvariants().ok()) << engine->CheckInvariants();
 }
 
+// Isolated eviction: a namespace within its guarantee makes room from the
+// namespaces over theirs first, even though its own nodes are older; only
+// when nothing else is left does it lose its own.
+TEST(NamespaceQuotaTest, ANamespaceOverItsShareLosesItsPagesFirst) {
+  auto engine = MakeEngine({.device_pages_per_rank = 33,  // 32 usable.
+                            .eviction_policy = EvictionPolicy::kLru});
+  ASSERT_NE(engine, nullptr);
+  ASSERT_TRUE(
+      engine->SetNamespaceQuota({.ns = "b", .device_guaranteed = 16}).ok());
+  for (int i = 0; i < 3; ++i) {  // b: 12 pages, the oldest.
+    ASSERT_TRUE(CacheAs(*engine, kHolderB, "b", Seq(1000 * (i + 1), 16)).ok());
+  }
+  for (int i = 0; i < 4; ++i) {  // a: 16 pages, newer.
+    ASSERT_TRUE(CacheAs(*engine, kHolderA, "a", Seq(100 * i, 16)).ok());
+  }
+  // 8 pages for b: 4 are free, 4 come from a, none from b.
+  ASSERT_TRUE(engine->Allocate(8, kHolderB).ok());
+  EXPECT_EQ(UsageOf(*engine, "b").device_cached_pages, 12);
+  EXPECT_EQ(UsageOf(*engine, "a").device_cached_pages, 12);
+  // 20 more: a's 12 go first, then 8 of b's own.
+  ASSERT_TRUE(engine->Allocate(20, kHolderB).ok());
+  EXPECT_EQ(UsageOf(*engine, "a").device_cached_pages, 0);
+  EXPECT_EQ(UsageOf(*engine, "b").device_cached_pages, 4);
+  EXPECT_TRUE(engine->CheckInvariants().ok()) << engine->CheckInvariants();
+}
+
 // The adversarial case: tenant "a" floods the pool with new sequences; "b"
 // has a device guarantee. Every write policy, C = 1, 2, 4.
 class FloodTest : public ::testing::TestWithParam<
