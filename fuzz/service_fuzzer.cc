@@ -478,6 +478,14 @@ class Service {
     return Call(as, &service::HiCacheService::SetFreeRoom, &request,
                 &response);
   }
+  grpc::Status SetQuota(const Caller& as, const v1::SetQuotaRequest& request) {
+    v1::SetQuotaResponse response;
+    return Call(as, &service::HiCacheService::SetQuota, &request, &response);
+  }
+  grpc::Status ListQuotas(const Caller& as, v1::ListQuotasResponse* response) {
+    return Call(as, &service::HiCacheService::ListQuotas,
+                &v1::ListQuotasRequest::default_instance(), response);
+  }
   grpc::Status DumpTree(const Caller& as, const v1::DumpTreeRequest& request) {
     v1::DumpTreeResponse response;
     return Call(as, &service::HiCacheService::DumpTree, &request, &response);
@@ -746,6 +754,7 @@ enum Op : uint8_t {
   kBackupOpen,      // A BackupSession with a chosen mailbox bound.
   kFlow,            // A whole v1.1 request: Admit, layers, Complete.
   kHold,            // Copies are held in flight for the next few ops.
+  kQuota,           // SetQuota (operator or not), then ListQuotas.
   kNumOps,
 };
 
@@ -759,7 +768,7 @@ const char* OpName(int op) {
       "Inspect",     "Request",     "Admit",       "Complete",
       "UnlockHandles", "MatchExact", "LoadBatch",  "FinishLoadRpc",
       "WorkerStore", "Subscribe",   "Unsubscribe", "Fence",
-      "BackupOpen",  "Flow",        "Hold"};
+      "BackupOpen",  "Flow",        "Hold",        "Quota"};
   static_assert(std::size(kNames) == kNumOps);
   return kNames[op];
 }
@@ -1550,6 +1559,8 @@ class Run {
         return FlowOp();
       case kHold:
         return HoldOp();
+      case kQuota:
+        return QuotaOp();
     }
   }
 
@@ -1908,6 +1919,54 @@ class Run {
     request.set_l1_pages_per_lane(l1);
     request.set_l2_pages_per_rank(l2);
     Check("SetFreeRoom", service_->SetFreeRoom(Service::Operator(), request));
+  }
+
+  // A namespace quota: set (a client is refused), then read back. A refused
+  // quota changes nothing; an accepted one is what the listing says. Small
+  // counts (`b` bit 4) make limits and guarantees bite within the fuzzer's
+  // pools.
+  void QuotaOp() {
+    const uint8_t b = in_.Byte();
+    static constexpr const char* kNamespaces[] = {"", "a", "b", "c"};
+    const bool client = (b & 0xC0) == 0xC0;
+    v1::SetQuotaRequest request;
+    v1::NamespaceQuota* q = request.mutable_quota();
+    q->set_namespace_(kNamespaces[b & 3]);
+    auto count = [&]() -> int64_t {
+      return (b & 0x10) != 0 ? in_.Byte() % 24 : in_.Count();
+    };
+    if ((b & 0x04) != 0) q->set_device_limit_pages(count());
+    if ((b & 0x08) != 0) q->set_device_guaranteed_pages(count());
+    if ((b & 0x20) != 0) q->set_host_limit_pages(count());
+    if ((b & 0x40) != 0 && !client) q->set_host_guaranteed_pages(count());
+    v1::ListQuotasResponse before;
+    Check("ListQuotas", service_->ListQuotas(Service::Operator(), &before));
+    const grpc::Status set = service_->SetQuota(
+        client ? Service::Client() : Service::Operator(), request);
+    Check("SetQuota", set);
+    if (client && set.error_code() != grpc::StatusCode::PERMISSION_DENIED) {
+      Fail(absl::StrCat("a client's SetQuota answered ", set.error_code()),
+           engine_.get());
+    }
+    v1::ListQuotasResponse after;
+    Check("ListQuotas", service_->ListQuotas(Service::Operator(), &after));
+    auto quota_of = [](const v1::ListQuotasResponse& list,
+                       const std::string& ns) {
+      for (const v1::NamespaceQuotaUsage& u : list.namespaces()) {
+        if (u.quota().namespace_() == ns) return u.quota().SerializeAsString();
+      }
+      v1::NamespaceQuota none;
+      none.set_namespace_(ns);
+      return none.SerializeAsString();
+    };
+    const std::string& ns = q->namespace_();
+    const std::string expected =
+        set.ok() ? request.quota().SerializeAsString() : quota_of(before, ns);
+    if (quota_of(after, ns) != expected) {
+      Fail(absl::StrCat("SetQuota of '", ns, "' answered ", set.error_code(),
+                        " but ListQuotas lists another quota"),
+           engine_.get());
+    }
   }
 
   // BackupSession messages. Each session slot has one stream (streams_); a
@@ -2948,12 +3007,55 @@ class Run {
     }
   }
 
+  // Guarantees hold against operators too (docs/quotas.md): an eviction of
+  // everything in one tier leaves each guaranteed namespace at least what
+  // it held there or its guarantee, whichever is less. Then the quotas go,
+  // as an operator removes them to empty a daemon.
+  void CheckGuaranteesThenClear(const std::vector<int64_t>& device,
+                                const std::vector<int64_t>& host) {
+    for (int tier = 0; tier < 2; ++tier) {
+      const std::vector<NamespaceQuotaUsage> before =
+          engine_->NamespaceQuotas();
+      absl::StatusOr<std::pair<int64_t, int64_t>> freed =
+          tier == 0 ? engine_->EvictPages(device, {})
+                    : engine_->EvictPages({}, host);
+      Check("guarantees: EvictPages", freed.status());
+      Settle();
+      for (const NamespaceQuotaUsage& was : before) {
+        const int64_t floor = tier == 0 ? was.quota.device_guaranteed
+                                        : was.quota.host_guaranteed;
+        const int64_t held =
+            tier == 0 ? was.device_cached_pages : was.host_pages;
+        for (const NamespaceQuotaUsage& now : engine_->NamespaceQuotas()) {
+          if (now.quota.ns != was.quota.ns) continue;
+          const int64_t kept =
+              tier == 0 ? now.device_cached_pages : now.host_pages;
+          if (kept < std::min(held, floor)) {
+            Fail(absl::StrCat("an operator eviction took namespace '",
+                              was.quota.ns, "' from ", held, " to ", kept,
+                              tier == 0 ? " device" : " host",
+                              " pages, below its guarantee of ", floor),
+                 engine_.get());
+          }
+        }
+      }
+    }
+    for (const NamespaceQuotaUsage& usage : engine_->NamespaceQuotas()) {
+      if (usage.quota.empty()) continue;
+      Check("clear quota", engine_->SetNamespaceQuota({.ns = usage.quota.ns}));
+    }
+  }
+
   // Unpins every node and evicts everything: both pools must end empty.
   void Drain() {
     const std::vector<int64_t> device(cp_,
                                       engine_->options().device_pages_per_rank);
     const std::vector<int64_t> host(cp_,
                                     engine_->options().host_pages_per_rank);
+    for (const NodeInfo& n : engine_->Dump(DumpFilter{})) {
+      (void)engine_->Pin(n.id, absl::ZeroDuration());
+    }
+    CheckGuaranteesThenClear(device, host);
     for (int round = 0; round < 4; ++round) {
       for (const NodeInfo& n : engine_->Dump(DumpFilter{})) {
         (void)engine_->Pin(n.id, absl::ZeroDuration());
