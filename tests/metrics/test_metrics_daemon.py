@@ -89,13 +89,16 @@ class MetricsDaemonTest(unittest.TestCase):
         tokens = list(range(500, 512))
         with self.client.session("metrics-cache", namespace="metrics-ns") as s, \
                 s.backup_stream() as stream:
+            pages = s.allocate(num_pages=3, mode="zigzag")
+            (backup,) = stream.prepare([(pages, len(tokens))])
+            self.assertNotEqual(backup, 0)
+            # The stream's first answer came back, so the daemon is serving
+            # it (opening a stream does not wait for the server: scraping
+            # before that was a race a sanitizer build lost).
             open_, _ = self.daemon.scrape()
             self.assertGreaterEqual(value(open_, "hicache_sessions", role="scheduler"), 1)
             self.assertGreaterEqual(value(open_, "hicache_rpcs_in_flight", service=HICACHE,
                                           method="BackupSession"), 1)
-            pages = s.allocate(num_pages=3, mode="zigzag")
-            (backup,) = stream.prepare([(pages, len(tokens))])
-            self.assertNotEqual(backup, 0)
             for step in range(3):
                 stream.layer_stored([backup], step)
             result = s.insert(tokens, pages, backup_id=backup)
