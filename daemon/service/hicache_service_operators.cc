@@ -250,10 +250,7 @@ grpc::Status HiCacheService::SetQuota(grpc::ServerContext* context,
     int64_t set = 0;
     bool known = false;
     for (const NamespaceQuotaUsage& usage : engine_->NamespaceQuotas()) {
-      if (usage.quota.device_limit == 0 && usage.quota.device_guaranteed == 0 &&
-          usage.quota.host_limit == 0 && usage.quota.host_guaranteed == 0) {
-        continue;
-      }
+      if (usage.quota.empty()) continue;
       ++set;
       known |= usage.quota.ns == quota.ns;
     }
