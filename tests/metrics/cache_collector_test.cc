@@ -192,6 +192,47 @@ TEST_F(CacheCollectorTest, SessionsAndStreamsByRoleAndNamespace) {
   EXPECT_EQ(Value("hicache_namespace_session_pages", {{"namespace", "a"}}), 0);
 }
 
+// Namespace quotas (docs/quotas.md): each namespace with one reports it and
+// what it holds against it; refusals count.
+TEST_F(CacheCollectorTest, QuotasAndWhatNamespacesHoldAgainstThem) {
+  ASSERT_TRUE(rig_.engine()
+                  .SetNamespaceQuota({.ns = "a",
+                                      .device_limit = 8,
+                                      .device_guaranteed = 2})
+                  .ok());
+  auto a = rig_.sessions().Open("s", SessionRole::kScheduler, 0, "a",
+                                absl::Minutes(1));
+  ASSERT_TRUE(a.ok());
+  auto b = rig_.sessions().Open("s", SessionRole::kScheduler, 0, "b",
+                                absl::Minutes(1));
+  ASSERT_TRUE(b.ok());
+  ASSERT_TRUE(
+      rig_.sessions().Allocate(a->id, {AllocationItem{.num_pages = 3}}).ok());
+  EXPECT_EQ(
+      rig_.sessions().Allocate(a->id, {AllocationItem{.num_pages = 6}})
+          .status()
+          .code(),
+      absl::StatusCode::kResourceExhausted);
+  Scrape();
+  const auto quota = [&](const char* tier, const char* kind) {
+    return Value("hicache_namespace_quota_pages",
+                 {{"namespace", "a"}, {"tier", tier}, {"kind", kind}});
+  };
+  EXPECT_EQ(quota("device", "limit"), 8);
+  EXPECT_EQ(quota("device", "guaranteed"), 2);
+  EXPECT_EQ(quota("host", "limit"), 0);
+  EXPECT_EQ(Value("hicache_namespace_quota_used_pages",
+                  {{"namespace", "a"}, {"tier", "device"}}),
+            3);
+  EXPECT_EQ(Value("hicache_quota_refusals_total"), 1);
+  // "b" has no quota: no quota series.
+  for (const auto& [key, value] : samples_) {
+    if (key.first.rfind("hicache_namespace_quota", 0) == 0) {
+      EXPECT_EQ(key.second.at("namespace"), "a") << key.first;
+    }
+  }
+}
+
 TEST_F(CacheCollectorTest, ManyNamespacesAreCappedAndSummed) {
   for (int i = 0; i < 8; ++i) {
     auto pages = rig_.engine().Allocate(1);
