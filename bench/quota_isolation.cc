@@ -23,6 +23,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/mooncake_trace.h"
 #include "bench/replay_lib.h"
+#include "daemon/core/policies.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, trace, "", "Mooncake-format trace (tenant b).");
@@ -31,6 +32,8 @@ ABSL_FLAG(int64_t, l1_blocks, 6000, "Device (L1) capacity in blocks.");
 ABSL_FLAG(int64_t, l2_blocks, 12000, "Host (L2) capacity in blocks.");
 ABSL_FLAG(int64_t, flood_blocks, 40,
           "Blocks of each flood request (fresh, never repeated).");
+ABSL_FLAG(std::string, write_policy, "",
+          "Write policy (default: the daemon's).");
 ABSL_FLAG(double, host_share, -1,
           "b's guaranteed share of the host tier (-1: --share).");
 ABSL_FLAG(double, share, 0.75,
@@ -69,6 +72,16 @@ int Main() {
   ReplayConfig config;
   config.l1_blocks = absl::GetFlag(FLAGS_l1_blocks);
   config.l2_blocks = absl::GetFlag(FLAGS_l2_blocks);
+  if (!absl::GetFlag(FLAGS_write_policy).empty()) {
+    absl::StatusOr<WritePolicy> policy =
+        ParsePolicy<WritePolicy>(absl::GetFlag(FLAGS_write_policy));
+    if (!policy.ok()) {
+      std::fprintf(stderr, "quota_isolation: %s\n",
+                   policy.status().ToString().c_str());
+      return 2;
+    }
+    config.write_policy = *policy;
+  }
   const int64_t pages_per_block = config.block_tokens / config.page_size;
   const double share = absl::GetFlag(FLAGS_share);
   const int64_t device = config.l1_blocks * pages_per_block;
