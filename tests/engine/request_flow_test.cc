@@ -210,6 +210,33 @@ TEST_F(RequestFlowTest, ColdRequestIsOneAdmitAndOneComplete) {
   EXPECT_EQ(engine_->Stats().backups_committed, 1);
 }
 
+// Namespace quotas (docs/quotas.md) at Admit, under the daemon's write
+// policy at C = 2: a request its namespace's device limit cannot hold waits,
+// as one the pool cannot hold does (not admitted, nothing held); once the
+// namespace's own cache makes room under the limit, it is admitted.
+TEST_F(RequestFlowTest, AdmitWaitsAtTheNamespacesDeviceLimit) {
+  Make(EngineOptions{}.write_policy, /*device_pages=*/33);
+  ASSERT_TRUE(engine_->SetNamespaceQuota({.ns = "", .device_limit = 6}).ok());
+  // 7 pages: more than the limit allows.
+  AdmitResult too_big = AdmitOne(Seq(0, 28));
+  EXPECT_FALSE(too_big.admitted);
+  ExpectNothingHeld();
+  EXPECT_EQ(engine_->Stats().quota_refusals, 1);
+  // 4 pages, cached; then 4 more: the first request's pages make room.
+  const std::vector<int32_t> first = Seq(100, 16);
+  AdmitResult a = AdmitOne(first);
+  ASSERT_TRUE(a.admitted);
+  if (a.backup_id != 0) StoreLayers(a.backup_id);
+  CompleteOne(first, a);
+  engine_->WaitForTransfers();
+  AdmitResult b = AdmitOne(Seq(200, 16));
+  ASSERT_TRUE(b.admitted);
+  const auto usage = engine_->NamespaceQuotas();
+  ASSERT_EQ(usage.size(), 1u);
+  EXPECT_LE(usage[0].device_cached_pages + usage[0].device_request_pages, 6);
+  EXPECT_EQ(usage[0].device_request_pages, 4);
+}
+
 // Nobody streams an Admit backup, so its namespace's workers hear it.
 TEST_F(RequestFlowTest, WorkersHearTheBackupsAdmitPrepares) {
   Make(WritePolicy::kWriteThrough);
