@@ -196,19 +196,20 @@ absl::Status DaemonConfig::Validate() const {
     absl::flat_hash_set<std::string> seen;
     int64_t device_guaranteed = 0;
     int64_t host_guaranteed = 0;
+    const int64_t device_pages =
+        (static_cast<int64_t>(device_pages_per_rank) - 1) * cp_size;
+    const int64_t host_pages =
+        static_cast<int64_t>(host_pages_per_rank) * cp_size;
     for (const NamespaceQuota& quota : namespace_quotas) {
       if (absl::Status s = ValidateNamespaceQuota(quota); !s.ok()) return s;
       if (!seen.insert(quota.ns).second) {
         return absl::InvalidArgumentError(absl::StrCat(
             "namespace '", quota.ns, "' has two quotas"));
       }
-      device_guaranteed += quota.device_guaranteed;
-      host_guaranteed += quota.host_guaranteed;
+      // Each within the pools (so the sums cannot overflow).
+      device_guaranteed += std::min(quota.device_guaranteed, device_pages + 1);
+      host_guaranteed += std::min(quota.host_guaranteed, host_pages + 1);
     }
-    const int64_t device_pages =
-        (static_cast<int64_t>(device_pages_per_rank) - 1) * cp_size;
-    const int64_t host_pages =
-        static_cast<int64_t>(host_pages_per_rank) * cp_size;
     if (device_guaranteed > device_pages || host_guaranteed > host_pages) {
       return absl::InvalidArgumentError(absl::StrCat(
           "namespace guarantees (", device_guaranteed, " device, ",

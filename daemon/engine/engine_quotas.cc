@@ -13,7 +13,18 @@ namespace hicache {
 absl::Status HiCacheEngine::SetNamespaceQuota(const NamespaceQuota& quota) {
   if (absl::Status s = ValidateNamespaceQuota(quota); !s.ok()) return s;
   MutexLock lock(&mu_);
-  // Guarantees must fit the pools together, or none could be honoured.
+  const int64_t host_capacity =
+      options_.host_pages_per_rank * static_cast<int64_t>(layout_.cp_size());
+  // Guarantees must fit the pools together, or none could be honoured. Each
+  // accepted one fits alone, so the sums below cannot overflow.
+  if (quota.device_guaranteed > DevicePageCapacity() ||
+      quota.host_guaranteed > host_capacity) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "quota of namespace '", quota.ns, "': guarantees of ",
+        quota.device_guaranteed, " device and ", quota.host_guaranteed,
+        " host pages exceed the pools (", DevicePageCapacity(), " and ",
+        host_capacity, ")"));
+  }
   int64_t device = quota.device_guaranteed;
   int64_t host = quota.host_guaranteed;
   for (const auto& [ns, other] : quotas_) {
@@ -21,8 +32,6 @@ absl::Status HiCacheEngine::SetNamespaceQuota(const NamespaceQuota& quota) {
     device += other.device_guaranteed;
     host += other.host_guaranteed;
   }
-  const int64_t host_capacity =
-      options_.host_pages_per_rank * static_cast<int64_t>(layout_.cp_size());
   if (device > DevicePageCapacity() || host > host_capacity) {
     return absl::InvalidArgumentError(absl::StrCat(
         "namespace guarantees would total ", device, " device and ", host,

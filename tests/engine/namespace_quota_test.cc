@@ -2,6 +2,7 @@
 // the namespace's own pages first and then refuse; guarantees hold against
 // a flooding tenant. Run under the daemon's defaults (EngineOptions{}),
 // at C = 1, 2 and 4, and under every write policy for the flood.
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -116,6 +117,11 @@ TEST(NamespaceQuotaTest, SetQuotaRefusesBadQuotasAndChangesNothing) {
   for (const NamespaceQuota& bad : {
            NamespaceQuota{.ns = "b", .device_guaranteed = 13},  // 33 > 32.
            NamespaceQuota{.ns = "b", .host_guaranteed = 41},
+           // Reproduction: summed with a's 20, INT64_MAX overflowed to a
+           // negative total and was accepted.
+           NamespaceQuota{.ns = "b",
+                          .device_guaranteed =
+                              std::numeric_limits<int64_t>::max()},
            NamespaceQuota{.ns = "b", .device_limit = -1},
            NamespaceQuota{.ns = "b", .device_limit = 4,
                           .device_guaranteed = 5},
