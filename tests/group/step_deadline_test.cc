@@ -19,6 +19,7 @@
 #include "daemon/group/member_health.h"
 #include "daemon/group/remote_transfer_engine.h"
 #include "daemon/group/wire_link.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/group/group_test_util.h"
 
@@ -325,7 +326,12 @@ TEST_F(StepDeadlineTest, DigestResultWithNoDigestOutstandingIsAProtocolError) {
   ASSERT_TRUE(peer_->link().Send(DigestResult{.match = true}).ok());
   ASSERT_TRUE(ProbeFailed());
   EXPECT_FALSE(peer_->WaitFailure().ok());
-  EXPECT_EQ(remote_->failure().code(), absl::StatusCode::kDataLoss);
+  // The protocol error (DATA_LOSS) or the link's failure it caused
+  // (UNAVAILABLE, naming it) is recorded first, whichever thread gets there:
+  // under load both orders happen (tools/dev test --under-load).
+  EXPECT_THAT(remote_->failure().code(),
+              ::testing::AnyOf(absl::StatusCode::kDataLoss,
+                               absl::StatusCode::kUnavailable));
   EXPECT_NE(remote_->failure().message().find("no digest outstanding"),
             std::string::npos)
       << remote_->failure();
