@@ -100,6 +100,9 @@ void HiCacheEngine::UnbindHolder(uint64_t holder) {
 
 std::optional<absl::string_view> HiCacheEngine::HolderNamespaceLocked(
     uint64_t holder) const {
+  // Without any quota no limit applies and no guarantee is kept: skip the
+  // lookup (and the callers' copy) on the allocation path.
+  if (quotas_.empty()) return std::nullopt;
   auto it = holder_ns_.find(holder);
   if (it == holder_ns_.end()) return std::nullopt;
   return absl::string_view(it->second);

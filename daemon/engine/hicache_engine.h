@@ -418,8 +418,8 @@ class HiCacheEngine : public TransferListener {
                                  const EvictionScope& scope = {})
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Namespace quotas (engine_quotas.cc). The namespace a request holder's
-  // pages count against (nullopt: unbound), and that of a node (computed
-  // only while some quota is set: nullopt otherwise).
+  // pages count against (nullopt: unbound), and that of a node; both
+  // computed only while some quota is set (nullopt otherwise).
   std::optional<absl::string_view> HolderNamespaceLocked(uint64_t holder) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::optional<std::string> QuotaNamespaceOfLocked(NodeId node) const
