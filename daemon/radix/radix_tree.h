@@ -566,12 +566,17 @@ class RadixTree {
   DeviceEvictResult EvictDeviceImpl(absl::Span<const int64_t> per_lane,
                                     int64_t tokens,
                                     const EvictionScope& scope);
-  // Eviction in two passes (radix_tree_shares.cc): first every namespace at
+  // Eviction in passes (radix_tree_shares.cc): first every namespace at
   // its guarantee is spared, the requester's too; then, if still short, the
-  // requester's own pages below its guarantee. One pass of each kind:
+  // requester's own pages below its guarantee. On the device tier the first
+  // pass only demotes another guaranteed namespace's nodes (those with a host
+  // copy), and a second takes its unbacked ones. One pass of each kind;
+  // with `demote_only`, a node of a guaranteed namespace other than the
+  // scope's requester is taken only if it has a host copy:
   DeviceEvictResult EvictDevicePass(absl::Span<const int64_t> per_lane,
                                     int64_t tokens,
-                                    const EvictionScope& scope);
+                                    const EvictionScope& scope,
+                                    bool demote_only);
   HostEvictResult EvictHostPass(absl::Span<const int64_t> per_rank,
                                 bool redundant_first,
                                 int64_t redundant_after_ns,
@@ -593,9 +598,13 @@ class RadixTree {
   }
   // Whether `scope` lets eviction take `node`'s pages of `tier`, its
   // namespace having already lost `taken` pages of that tier in a
-  // simulation (DeviceEvictionOrder).
+  // simulation (DeviceEvictionOrder). With `closed`, one pass's set of
+  // roots: a namespace whose next victim in the pass's order would take it
+  // below its guarantee is closed for the rest of the pass, so it loses
+  // only its coldest pages, never hotter smaller ones found after them.
   bool InScope(const Node* node, EvictionTier tier, const EvictionScope& scope,
-               int64_t taken = 0) const;
+               int64_t taken = 0,
+               absl::flat_hash_set<const Node*>* closed = nullptr) const;
   // CheckInvariants' part: every root's tallies against a recount.
   absl::Status CheckTallies() const;
   absl::flat_hash_map<std::string, NamespacePages> guarantees_;

@@ -200,6 +200,7 @@ std::vector<NodeId> RadixTree::DeviceEvictionOrderPass(
   int64_t pages = 0;
   // Device pages each namespace (by root) has lost in the simulation.
   absl::flat_hash_map<const Node*, int64_t> taken;
+  absl::flat_hash_set<const Node*> closed;  // See InScope.
   const bool scoped = scope.only_ns.has_value() || !guarantees_.empty();
   while (!heap.empty() && static_cast<int64_t>(order.size()) < max_nodes &&
          pages < max_pages) {
@@ -207,7 +208,9 @@ std::vector<NodeId> RadixTree::DeviceEvictionOrderPass(
     heap.pop();
     if (scoped) {
       int64_t& lost = taken[RootOf(node)];
-      if (!InScope(node, EvictionTier::kDevice, scope, lost)) continue;
+      if (!InScope(node, EvictionTier::kDevice, scope, lost, &closed)) {
+        continue;
+      }
       lost += static_cast<int64_t>(node->device_pages.size());
     }
     order.push_back(node->id);
@@ -252,7 +255,8 @@ DeviceEvictResult RadixTree::EvictDeviceTokens(int64_t tokens,
 // so a deferred leaf that leads nowhere is dropped for good.
 DeviceEvictResult RadixTree::EvictDevicePass(absl::Span<const int64_t> per_lane,
                                              int64_t tokens,
-                                             const EvictionScope& scope) {
+                                             const EvictionScope& scope,
+                                             bool demote_only) {
   const uint32_t lanes = options_.cp_size;
   const bool by_lane = !per_lane.empty();
   DeviceEvictResult result;
@@ -282,6 +286,18 @@ DeviceEvictResult RadixTree::EvictDevicePass(absl::Span<const int64_t> per_lane,
   };
   auto key_of = [&](const Node* node) {
     return KeyOf(node, EvictionTier::kDevice);
+  };
+  // Out of this pass: out of scope, or (demote_only) an unbacked node of
+  // another namespace's guarantee, which would be lost rather than demoted.
+  // Either stays out for the call: a namespace's pages only shrink, and a
+  // node gains no host copy, during it.
+  absl::flat_hash_set<const Node*> closed;  // See InScope.
+  auto passed_over = [&](const Node* node) {
+    if (!InScope(node, EvictionTier::kDevice, scope, 0, &closed)) return true;
+    if (!demote_only || node->host != nullptr) return false;
+    const std::string& ns = *RootOf(node)->ns;
+    return guarantees_.contains(ns) &&
+           !(scope.requester.has_value() && ns == *scope.requester);
   };
   if (satisfied()) return result;
 
@@ -378,9 +394,7 @@ DeviceEvictResult RadixTree::EvictDevicePass(absl::Span<const int64_t> per_lane,
       Node* victim = heap.top().node;
       const EvictionKey key = heap.top().key;
       heap.pop();
-      // Out of scope stays out for the call: a namespace's pages only
-      // shrink during it.
-      if (!InScope(victim, EvictionTier::kDevice, scope)) continue;
+      if (passed_over(victim)) continue;
       if (!helps(victim)) {
         if (by_lane) deferred.push(key);
         continue;
@@ -416,9 +430,9 @@ DeviceEvictResult RadixTree::EvictDevicePass(absl::Span<const int64_t> per_lane,
       subtree.pop();
       const bool reached = victim == target;
       if (stuck(victim)) continue;  // Held below (see evict).
-      // Out of scope: it stays, so `target` is never reached.
-      if (!InScope(victim, EvictionTier::kDevice, scope)) continue;
-      Node* parent = evict(victim);  // May delete `victim`.
+      // Passed over: it stays, so `target` is never reached.
+      if (passed_over(victim)) continue;
+      Node* parent = evict(victim);     // May delete `victim`.
       if (parent == nullptr) continue;  // Kept: its ancestors are stuck now.
       if (reached) {
         if (DeviceEvictable(parent)) heap.push({key_of(parent), parent});
@@ -431,9 +445,8 @@ DeviceEvictResult RadixTree::EvictDevicePass(absl::Span<const int64_t> per_lane,
 }
 
 HostEvictResult RadixTree::EvictHostPass(
-    absl::Span<const int64_t> host_pages_needed_per_rank,
-    bool redundant_first, int64_t redundant_after_ns,
-    const EvictionScope& scope) {
+    absl::Span<const int64_t> host_pages_needed_per_rank, bool redundant_first,
+    int64_t redundant_after_ns, const EvictionScope& scope) {
   const uint32_t ranks = options_.cp_size;
   HostEvictResult result;
   result.freed_host_pages.resize(ranks);
@@ -455,6 +468,7 @@ HostEvictResult RadixTree::EvictHostPass(
   CandidateHeap heap;
   CandidateHeap redundant;  // Device nodes' host copies, MRU first.
   CandidateHeap ends;       // Insert-end leaves (learned tails), LRU first.
+  absl::flat_hash_set<const Node*> closed;  // See InScope.
   const int64_t tail_pages = sketch_ != nullptr ? tails_.TailPages() : 0;
   std::vector<Node*> stack;
   for (auto& [name, root] : roots_) stack.push_back(root.get());
@@ -489,7 +503,8 @@ HostEvictResult RadixTree::EvictHostPass(
   while (!redundant.empty() && !satisfied()) {
     Node* node = redundant.top().node;
     redundant.pop();
-    if (!helps(node) || !InScope(node, EvictionTier::kHost, scope)) continue;
+    if (!helps(node) || !InScope(node, EvictionTier::kHost, scope, 0, &closed))
+      continue;
     take_host_pages(node);
     TallyHost(node, -node->host->num_pages());
     host_tokens_ -= node->len();
@@ -503,7 +518,8 @@ HostEvictResult RadixTree::EvictHostPass(
   while (!ends.empty() && !satisfied()) {
     Node* end = ends.top().node;
     ends.pop();
-    if (!helps(end) || !InScope(end, EvictionTier::kHost, scope)) continue;
+    if (!helps(end) || !InScope(end, EvictionTier::kHost, scope, 0, &closed))
+      continue;
     const int64_t pages =
         (end->len() + options_.page_size - 1) / options_.page_size;
     if (pages > tail_pages) {
@@ -523,7 +539,8 @@ HostEvictResult RadixTree::EvictHostPass(
     const NodeId id = std::get<2>(heap.top().key);
     heap.pop();
     if (Find(id) != victim || !HostEvictable(victim, now)) continue;
-    if (!helps(victim) || !InScope(victim, EvictionTier::kHost, scope)) {
+    if (!helps(victim) ||
+        !InScope(victim, EvictionTier::kHost, scope, 0, &closed)) {
       continue;
     }
     Node* parent = victim->parent;
@@ -547,8 +564,8 @@ std::vector<ColdNode> RadixTree::DeviceColdEnd(int64_t max_pages) const {
                .last_access_ns = node->last_access_ns};
     if (node->host == nullptr && node->pending == nullptr) {
       c.copy_target = id;
-      for (const Node* up = node->parent; !up->is_root() && up->on_device() &&
-                                          up->host == nullptr;
+      for (const Node* up = node->parent;
+           !up->is_root() && up->on_device() && up->host == nullptr;
            up = up->parent) {
         if (up->pending != nullptr) {  // Its commit comes first.
           c.copy_target = kNoNode;
@@ -587,9 +604,10 @@ absl::Status RadixTree::BeginBackup(NodeId id, CpHostMeta reserved) {
   }
   if (options_.prefix_closed_host && !node->parent->is_root() &&
       node->parent->host == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "node ", id, "'s parent has no host copy (the host tier is "
-        "prefix-closed)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", id,
+                     "'s parent has no host copy (the host tier is "
+                     "prefix-closed)"));
   }
   if (reserved.logical_len() != node->len() ||
       reserved.page_size() != options_.page_size ||

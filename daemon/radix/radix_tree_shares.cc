@@ -31,8 +31,7 @@ std::vector<std::string> RadixTree::Namespaces() const {
   return names;
 }
 
-void RadixTree::SetGuarantee(absl::string_view ns,
-                             NamespacePages guaranteed) {
+void RadixTree::SetGuarantee(absl::string_view ns, NamespacePages guaranteed) {
   if (guaranteed.device <= 0 && guaranteed.host <= 0) {
     guarantees_.erase(ns);
     return;
@@ -41,9 +40,11 @@ void RadixTree::SetGuarantee(absl::string_view ns,
 }
 
 bool RadixTree::InScope(const Node* node, EvictionTier tier,
-                        const EvictionScope& scope, int64_t taken) const {
+                        const EvictionScope& scope, int64_t taken,
+                        absl::flat_hash_set<const Node*>* closed) const {
   if (!scope.only_ns.has_value() && guarantees_.empty()) return true;
   const Node* root = RootOf(node);
+  if (closed != nullptr && closed->contains(root)) return false;
   const std::string& ns = *root->ns;
   if (scope.only_ns.has_value()) return ns == *scope.only_ns;
   if (scope.requester.has_value() && ns == *scope.requester) return true;
@@ -57,7 +58,9 @@ bool RadixTree::InScope(const Node* node, EvictionTier tier,
   const int64_t pages =
       device ? static_cast<int64_t>(node->device_pages.size())
              : (node->host != nullptr ? node->host->num_pages() : 0);
-  return held - pages >= floor;
+  if (held - pages >= floor) return true;
+  if (closed != nullptr) closed->insert(root);
+  return false;
 }
 
 bool RadixTree::RequesterGuaranteed(const EvictionScope& scope) const {
@@ -86,27 +89,48 @@ void Append(std::vector<std::vector<T>>& to,
 DeviceEvictResult RadixTree::EvictDeviceImpl(absl::Span<const int64_t> per_lane,
                                              int64_t tokens,
                                              const EvictionScope& scope) {
-  if (!RequesterGuaranteed(scope)) {
-    return EvictDevicePass(per_lane, tokens, scope);
+  if (scope.only_ns.has_value() || guarantees_.empty()) {
+    return EvictDevicePass(per_lane, tokens, scope, /*demote_only=*/false);
   }
-  DeviceEvictResult result =
-      EvictDevicePass(per_lane, tokens, WithoutRequester(scope));
-  // Still short: what is left, from the requester's own pages too.
+  // Passes, each only for what the ones before left short: (1) another
+  // guaranteed namespace's nodes only demoted to their host copies, never
+  // lost, and every namespace within its guarantee spared; (2) unbacked
+  // nodes too; (3) the requester's own pages below its guarantee.
+  struct Pass {
+    EvictionScope scope;
+    bool demote_only;
+  };
+  const bool own_pass = RequesterGuaranteed(scope);
+  const EvictionScope others = own_pass ? WithoutRequester(scope) : scope;
+  std::vector<Pass> passes = {{others, true}, {others, false}};
+  if (own_pass) passes.push_back({scope, false});
+  DeviceEvictResult result;
   std::vector<int64_t> rest(per_lane.begin(), per_lane.end());
-  bool short_now = false;
-  for (size_t l = 0; l < rest.size() && l < result.freed_pages.size(); ++l) {
-    rest[l] -= static_cast<int64_t>(result.freed_pages[l].size());
-    short_now |= rest[l] > 0;
+  int64_t rest_tokens = tokens;
+  for (const Pass& pass : passes) {
+    DeviceEvictResult more =
+        EvictDevicePass(rest, rest_tokens, pass.scope, pass.demote_only);
+    if (result.freed_pages.empty()) {
+      result = std::move(more);
+    } else {
+      Append(result.freed_pages, more.freed_pages);
+      Append(result.freed_host_pages, more.freed_host_pages);
+      result.evicted_tokens += more.evicted_tokens;
+      result.nodes_to_host += more.nodes_to_host;
+      result.nodes_removed += more.nodes_removed;
+      result.victims_held_by_host_refs += more.victims_held_by_host_refs;
+    }
+    bool short_now = false;
+    for (size_t l = 0; l < rest.size(); ++l) {
+      rest[l] = per_lane[l] -
+                (l < result.freed_pages.size()
+                     ? static_cast<int64_t>(result.freed_pages[l].size())
+                     : 0);
+      short_now |= rest[l] > 0;
+    }
+    rest_tokens = tokens - result.evicted_tokens;
+    if (per_lane.empty() ? rest_tokens <= 0 : !short_now) break;
   }
-  const int64_t rest_tokens = tokens - result.evicted_tokens;
-  if (per_lane.empty() ? rest_tokens <= 0 : !short_now) return result;
-  DeviceEvictResult more = EvictDevicePass(rest, rest_tokens, scope);
-  Append(result.freed_pages, more.freed_pages);
-  Append(result.freed_host_pages, more.freed_host_pages);
-  result.evicted_tokens += more.evicted_tokens;
-  result.nodes_to_host += more.nodes_to_host;
-  result.nodes_removed += more.nodes_removed;
-  result.victims_held_by_host_refs += more.victims_held_by_host_refs;
   return result;
 }
 
@@ -152,8 +176,7 @@ std::vector<NodeId> RadixTree::DeviceEvictionOrder(
   // Then the requester's own, in the order a second pass would take them.
   absl::flat_hash_set<NodeId> listed(order.begin(), order.end());
   for (NodeId id : DeviceEvictionOrderPass(max_nodes, max_pages, scope)) {
-    if (pages >= max_pages ||
-        static_cast<int64_t>(order.size()) >= max_nodes) {
+    if (pages >= max_pages || static_cast<int64_t>(order.size()) >= max_nodes) {
       break;
     }
     if (!listed.insert(id).second) continue;
@@ -180,10 +203,10 @@ absl::Status RadixTree::CheckTallies() const {
     }
     const NamespacePages kept{root->ns_device_pages, root->ns_host_pages};
     if (!(counted == kept)) {
-      return absl::InternalError(absl::StrCat(
-          "namespace '", name, "' is tallied at ", kept.device,
-          " device and ", kept.host, " host pages but holds ", counted.device,
-          " and ", counted.host));
+      return absl::InternalError(
+          absl::StrCat("namespace '", name, "' is tallied at ", kept.device,
+                       " device and ", kept.host, " host pages but holds ",
+                       counted.device, " and ", counted.host));
     }
   }
   return absl::OkStatus();

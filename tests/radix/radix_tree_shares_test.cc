@@ -1,7 +1,8 @@
 // RadixTree's namespace shares (docs/quotas.md): per-namespace page tallies
 // kept at every change, guarantees that eviction for another namespace (or
-// nobody) never crosses, the requester's own pages taken only in a second
-// pass, and host admission that compares a victim only with copies eviction
+// nobody) never crosses, another guaranteed namespace's device nodes demoted
+// before any is lost, the requester's own pages taken only in a later pass,
+// and host admission that compares a victim only with copies eviction
 // could take. TinyLFU (the daemon's policy), P = 4, C = 2.
 #include <climits>
 #include <string>
@@ -49,11 +50,11 @@ class SharesTest : public ::testing::Test {
     auto info = *tree_->Inspect(node);
     std::vector<std::vector<int64_t>> host(kC);
     for (Rank owner : info.page_owners) host[owner].push_back(next_host_++);
-    ASSERT_TRUE(tree_
-                    ->BeginBackup(node, *CpHostMeta::Create(
-                                            info.len, kP, kC,
-                                            info.page_owners, host))
-                    .ok());
+    ASSERT_TRUE(
+        tree_
+            ->BeginBackup(node, *CpHostMeta::Create(info.len, kP, kC,
+                                                    info.page_owners, host))
+            .ok());
     ASSERT_TRUE(tree_->CommitBackup(node).ok());
   }
   bool OnDevice(NodeId node) {
@@ -106,8 +107,7 @@ TEST_F(SharesTest, AGuaranteeSparesANamespaceFromOthersAndFromNobody) {
   EXPECT_EQ(tree_->EvictDevice({4, 4}, {.requester = "a"}).evicted_tokens, 0);
   EXPECT_TRUE(tree_->DeviceEvictionOrder(100).empty());
   // b itself may go below it (second pass); only_ns ignores guarantees.
-  EXPECT_EQ(tree_->EvictDeviceTokens(4, {.requester = "b"}).evicted_tokens,
-            8);
+  EXPECT_EQ(tree_->EvictDeviceTokens(4, {.requester = "b"}).evicted_tokens, 8);
   EXPECT_EQ(tree_->EvictDeviceTokens(4, {.only_ns = "b"}).evicted_tokens, 8);
   EXPECT_EQ(tree_->PagesOf("b").device, 0);
 }
@@ -129,6 +129,58 @@ TEST_F(SharesTest, TheRequesterLosesItsOwnPagesOnlyInTheSecondPass) {
   EXPECT_THAT(tree_->DeviceEvictionOrder(10, 1 << 20, {.requester = "b"}),
               ::testing::ElementsAre(b1));
   EXPECT_EQ(tree_->EvictDeviceTokens(4, {.requester = "b"}).evicted_tokens, 8);
+}
+
+// Reproduction (bench/quota_isolation, write_ahead, b guaranteed 75% of each
+// tier): a flood's eviction took b's device nodes in policy order, the
+// unbacked ones too, which lost them (1,059 nodes a run against 51 alone)
+// where a backed one would only have moved to the host tier; b fell 9
+// points below running alone, below even no quota at all (7).
+TEST_F(SharesTest, OthersDemoteAGuaranteedNamespacesPagesBeforeLosingAny) {
+  tree_->SetGuarantee("b", {.device = 2});
+  const NodeId b1 = Insert("b", Seq(0, 8));  // The coldest, unbacked.
+  const NodeId b2 = Insert("b", Seq(100, 8));
+  Backup(b2);
+  const NodeId b3 = Insert("b", Seq(200, 8));  // Unbacked: b holds 6.
+  const NodeId a1 = Insert("a", Seq(300, 8));
+  // a's need: b's backed node is demoted, though b1 is colder.
+  EXPECT_EQ(tree_->EvictDeviceTokens(8, {.requester = "a"}).evicted_tokens, 8);
+  EXPECT_TRUE(OnDevice(b1));
+  ASSERT_TRUE(tree_->Inspect(b2).ok());
+  EXPECT_EQ(tree_->Inspect(b2)->tier, NodeTier::kHost);
+  EXPECT_TRUE(OnDevice(b3));
+  EXPECT_TRUE(OnDevice(a1));
+  EXPECT_EQ(tree_->PagesOf("b"), (NamespacePages{.device = 4, .host = 2}));
+  // Nothing of b's left to demote: a's own pages go first, and only then,
+  // when still short, an unbacked node of b's above its guarantee (so a
+  // guarantee never reserves more than itself).
+  DeviceEvictResult r = tree_->EvictDeviceTokens(16, {.requester = "a"});
+  EXPECT_EQ(r.evicted_tokens, 16);
+  EXPECT_EQ(r.nodes_removed, 2);
+  EXPECT_FALSE(OnDevice(a1));
+  EXPECT_FALSE(tree_->Inspect(b1).ok());  // The coldest of b's: lost.
+  EXPECT_TRUE(OnDevice(b3));
+  EXPECT_EQ(tree_->PagesOf("b").device, 2);
+  // b's own need may still lose them, below its guarantee (the last pass).
+  const NodeId b4 = Insert("b", Seq(400, 8));
+  tree_->SetGuarantee("b", {.device = 4});
+  EXPECT_EQ(tree_->EvictDeviceTokens(8, {.requester = "b"}).evicted_tokens, 8);
+  EXPECT_FALSE(tree_->Inspect(b3).ok());
+  EXPECT_TRUE(OnDevice(b4));
+}
+
+TEST_F(SharesTest, AGuaranteedNamespaceLosesOnlyItsColdestNodes) {
+  tree_->SetGuarantee("b", {.device = 3});
+  const NodeId b1 = Insert("b", Seq(0, 16));   // The coldest: 4 pages.
+  const NodeId b2 = Insert("b", Seq(100, 4));  // 1 page: b holds 5.
+  const NodeId a1 = Insert("a", Seq(200, 8));
+  // b1 would take b below 3 pages: b is done for the call, and the hotter
+  // b2, small enough to fit above the guarantee, is not taken in its place.
+  EXPECT_EQ(tree_->EvictDeviceTokens(12, {.requester = "a"}).evicted_tokens, 8);
+  EXPECT_FALSE(OnDevice(a1));
+  EXPECT_TRUE(OnDevice(b1));
+  EXPECT_TRUE(OnDevice(b2));
+  EXPECT_TRUE(tree_->DeviceEvictionOrder(10).empty());
 }
 
 TEST_F(SharesTest, HostGuaranteesHoldAgainstHostEviction) {
