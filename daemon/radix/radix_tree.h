@@ -572,7 +572,11 @@ class RadixTree {
   // pass only demotes another guaranteed namespace's nodes (those with a host
   // copy), and a second takes its unbacked ones. One pass of each kind;
   // with `demote_only`, a node of a guaranteed namespace other than the
-  // scope's requester is taken only if it has a host copy:
+  // scope's requester that holds at most kUncopiedSparedUpTo times its
+  // device guarantee is taken only if it has a host copy (the bound keeps
+  // uncopied pages, such as those host admission refused, from reserving
+  // the pool beyond the guarantee):
+  static constexpr int64_t kUncopiedSparedUpTo = 2;
   DeviceEvictResult EvictDevicePass(absl::Span<const int64_t> per_lane,
                                     int64_t tokens,
                                     const EvictionScope& scope,

@@ -288,16 +288,21 @@ DeviceEvictResult RadixTree::EvictDevicePass(absl::Span<const int64_t> per_lane,
     return KeyOf(node, EvictionTier::kDevice);
   };
   // Out of this pass: out of scope, or (demote_only) an unbacked node of
-  // another namespace's guarantee, which would be lost rather than demoted.
-  // Either stays out for the call: a namespace's pages only shrink, and a
-  // node gains no host copy, during it.
+  // another guaranteed namespace holding at most kUncopiedSparedUpTo times
+  // its device guarantee, which would be lost rather than demoted. Either
+  // stays out for the call: a namespace's pages only shrink, and a node
+  // gains no host copy, during it.
   absl::flat_hash_set<const Node*> closed;  // See InScope.
   auto passed_over = [&](const Node* node) {
     if (!InScope(node, EvictionTier::kDevice, scope, 0, &closed)) return true;
     if (!demote_only || node->host != nullptr) return false;
-    const std::string& ns = *RootOf(node)->ns;
-    return guarantees_.contains(ns) &&
-           !(scope.requester.has_value() && ns == *scope.requester);
+    const Node* root = RootOf(node);
+    if (scope.requester.has_value() && *root->ns == *scope.requester) {
+      return false;
+    }
+    auto it = guarantees_.find(*root->ns);
+    return it != guarantees_.end() &&
+           root->ns_device_pages <= kUncopiedSparedUpTo * it->second.device;
   };
   if (satisfied()) return result;
 

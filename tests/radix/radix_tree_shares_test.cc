@@ -138,35 +138,51 @@ TEST_F(SharesTest, TheRequesterLosesItsOwnPagesOnlyInTheSecondPass) {
 // points below running alone, below even no quota at all (7).
 TEST_F(SharesTest, OthersDemoteAGuaranteedNamespacesPagesBeforeLosingAny) {
   tree_->SetGuarantee("b", {.device = 2});
-  const NodeId b1 = Insert("b", Seq(0, 8));  // The coldest, unbacked.
-  const NodeId b2 = Insert("b", Seq(100, 8));
+  const NodeId b1 = Insert("b", Seq(0, 4));  // The coldest, unbacked.
+  const NodeId b2 = Insert("b", Seq(100, 4));
   Backup(b2);
-  const NodeId b3 = Insert("b", Seq(200, 8));  // Unbacked: b holds 6.
-  const NodeId a1 = Insert("a", Seq(300, 8));
+  const NodeId b3 = Insert("b", Seq(200, 4));
+  const NodeId b4 = Insert("b", Seq(300, 4));  // b holds 4 pages.
+  const NodeId a1 = Insert("a", Seq(400, 8));
   // a's need: b's backed node is demoted, though b1 is colder.
-  EXPECT_EQ(tree_->EvictDeviceTokens(8, {.requester = "a"}).evicted_tokens, 8);
+  EXPECT_EQ(tree_->EvictDeviceTokens(4, {.requester = "a"}).evicted_tokens, 4);
   EXPECT_TRUE(OnDevice(b1));
   ASSERT_TRUE(tree_->Inspect(b2).ok());
   EXPECT_EQ(tree_->Inspect(b2)->tier, NodeTier::kHost);
-  EXPECT_TRUE(OnDevice(b3));
   EXPECT_TRUE(OnDevice(a1));
-  EXPECT_EQ(tree_->PagesOf("b"), (NamespacePages{.device = 4, .host = 2}));
+  EXPECT_EQ(tree_->PagesOf("b"), (NamespacePages{.device = 3, .host = 1}));
   // Nothing of b's left to demote: a's own pages go first, and only then,
-  // when still short, an unbacked node of b's above its guarantee (so a
-  // guarantee never reserves more than itself).
-  DeviceEvictResult r = tree_->EvictDeviceTokens(16, {.requester = "a"});
-  EXPECT_EQ(r.evicted_tokens, 16);
+  // when still short, b's coldest unbacked node above its guarantee.
+  DeviceEvictResult r = tree_->EvictDeviceTokens(12, {.requester = "a"});
+  EXPECT_EQ(r.evicted_tokens, 12);
   EXPECT_EQ(r.nodes_removed, 2);
   EXPECT_FALSE(OnDevice(a1));
-  EXPECT_FALSE(tree_->Inspect(b1).ok());  // The coldest of b's: lost.
+  EXPECT_FALSE(tree_->Inspect(b1).ok());  // Lost: it had no host copy.
   EXPECT_TRUE(OnDevice(b3));
+  EXPECT_TRUE(OnDevice(b4));
   EXPECT_EQ(tree_->PagesOf("b").device, 2);
   // b's own need may still lose them, below its guarantee (the last pass).
-  const NodeId b4 = Insert("b", Seq(400, 8));
-  tree_->SetGuarantee("b", {.device = 4});
-  EXPECT_EQ(tree_->EvictDeviceTokens(8, {.requester = "b"}).evicted_tokens, 8);
+  EXPECT_EQ(tree_->EvictDeviceTokens(4, {.requester = "b"}).evicted_tokens, 4);
   EXPECT_FALSE(tree_->Inspect(b3).ok());
   EXPECT_TRUE(OnDevice(b4));
+}
+
+// Uncopied pages are spared only up to twice the guarantee, so that pages
+// host admission refused cannot reserve the device pool for a namespace.
+TEST_F(SharesTest, UncopiedPagesAreSparedOnlyUpToTwiceTheGuarantee) {
+  tree_->SetGuarantee("b", {.device = 1});
+  const NodeId b1 = Insert("b", Seq(0, 4));
+  const NodeId b2 = Insert("b", Seq(100, 4));
+  const NodeId b3 = Insert("b", Seq(200, 4));  // b holds 3 > 2 x 1.
+  const NodeId a1 = Insert("a", Seq(300, 8));
+  EXPECT_EQ(tree_->EvictDeviceTokens(4, {.requester = "a"}).evicted_tokens, 4);
+  EXPECT_FALSE(tree_->Inspect(b1).ok());  // Policy order.
+  EXPECT_TRUE(OnDevice(a1));
+  // At twice its guarantee: a's own pages go instead.
+  EXPECT_EQ(tree_->EvictDeviceTokens(4, {.requester = "a"}).evicted_tokens, 8);
+  EXPECT_TRUE(OnDevice(b2));
+  EXPECT_TRUE(OnDevice(b3));
+  EXPECT_FALSE(OnDevice(a1));
 }
 
 TEST_F(SharesTest, AGuaranteedNamespaceLosesOnlyItsColdestNodes) {
