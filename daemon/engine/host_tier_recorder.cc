@@ -175,26 +175,91 @@ bool HostTierRecorder::EnqueueLocked(Event event) {
 
 void HostTierRecorder::Track(const Event& event) {
   switch (event.kind) {
-    case Event::Kind::kPut:
-      pending_[event.put.record.persist_id] = event.put.record.persist_id;
+    case Event::Kind::kPut: {
+      const uint64_t id = event.put.record.persist_id;
+      pending_[id] = {.root = id, .end = event.put.record.logical_len};
       return;
+    }
     case Event::Kind::kSplit:
-      // The head takes some of the node's pages: dropping it frees pages
-      // that a pending commit of the node covers.
+      // The head takes the node's first `at` tokens, and some of the pages
+      // of a pending commit: dropping it frees them.
       if (auto it = pending_.find(event.id); it != pending_.end()) {
-        const uint64_t root = it->second;
-        pending_[event.other] = root;
-        heads_[root].push_back(event.other);
+        Segment& tail = it->second;
+        const Segment head{.root = tail.root,
+                           .start = tail.start,
+                           .end = tail.start + event.at};
+        tail.start = head.end;
+        heads_[head.root].push_back(event.other);
+        pending_[event.other] = head;  // May rehash: `tail` is not used.
       }
       return;
     case Event::Kind::kDrop:
       if (auto it = pending_.find(event.id); it != pending_.end()) {
-        dropped_.insert(it->second);
+        dropped_.insert(it->second.root);
+        dropped_parts_.insert(event.id);
       }
       return;
     case Event::Kind::kReparent:
       return;
   }
+}
+
+std::vector<HostTierRecorder::Part> HostTierRecorder::SurvivingParts(
+    uint64_t root) const {
+  std::vector<Part> parts;
+  auto add = [&](uint64_t id) {
+    if (auto it = pending_.find(id); it != pending_.end()) {
+      parts.push_back({.id = id, .start = it->second.start,
+                       .end = it->second.end});
+    }
+  };
+  add(root);
+  if (auto heads = heads_.find(root); heads != heads_.end()) {
+    for (uint64_t head : heads->second) add(head);
+  }
+  std::sort(parts.begin(), parts.end(),
+            [](const Part& a, const Part& b) { return a.start < b.start; });
+  // Parts after a dropped one would be orphans at recovery: not recorded.
+  size_t kept = 0;
+  int64_t next = 0;
+  while (kept < parts.size() && parts[kept].start == next &&
+         !dropped_parts_.contains(parts[kept].id)) {
+    next = parts[kept++].end;
+  }
+  parts.resize(kept);
+  return parts;
+}
+
+std::vector<persist::PutRecord> HostTierRecorder::CutIntoParts(
+    const persist::PutRecord& whole, const std::vector<Part>& parts,
+    int64_t page_size) {
+  std::vector<persist::PutRecord> out;
+  out.reserve(parts.size());
+  const size_t ranks = whole.host_pages.size();
+  std::vector<size_t> next(ranks, 0);  // Per rank: the next page's index.
+  size_t position = 0;
+  uint64_t parent = whole.parent_persist_id;
+  for (const Part& part : parts) {
+    persist::PutRecord& record = out.emplace_back();
+    record.persist_id = part.id;
+    record.parent_persist_id = parent;
+    record.name_space = whole.name_space;
+    record.logical_len = part.end - part.start;
+    record.host_pages.resize(ranks);
+    record.checksums.resize(ranks);
+    const size_t end_position =
+        static_cast<size_t>((part.end + page_size - 1) / page_size);
+    for (; position < end_position && position < whole.page_owners.size();
+         ++position) {
+      const Rank r = whole.page_owners[position];
+      record.page_owners.push_back(r);
+      record.host_pages[r].push_back(whole.host_pages[r][next[r]]);
+      record.checksums[r].push_back(whole.checksums[r][next[r]]);
+      ++next[r];
+    }
+    parent = part.id;
+  }
+  return out;
 }
 
 void HostTierRecorder::InBackground(absl::FunctionRef<void()> work) {
@@ -282,13 +347,14 @@ void HostTierRecorder::Run() {
 }
 
 void HostTierRecorder::HandleBatch(absl::Span<Event> batch) {
-  // 0. A Put with a part dropped already would be discarded in step 2
-  //    whatever its checksums: its key is not copied and it is not hashed
-  //    (on a churning host tier, most commits).
+  // 0. A Put whose first part is dropped already would be discarded in
+  //    step 2 whatever its checksums: its key is not copied and it is not
+  //    hashed (on a churning host tier, most commits).
   for (Event& event : batch) {
     event.recordable =
         event.kind == Event::Kind::kPut &&
-        !dropped_.contains(event.put.record.persist_id);
+        (!dropped_.contains(event.put.record.persist_id) ||
+         !SurvivingParts(event.put.record.persist_id).empty());
   }
   // 1. Keys into their slots and checksums, no lock held. Each Put's pages'
   //    KV bytes may be another node's by now, if a part of it was dropped
@@ -303,21 +369,45 @@ void HostTierRecorder::HandleBatch(absl::Span<Event> batch) {
   // 2. What was reported meanwhile. The tree reports a drop before the
   //    engine frees its pages, so a Put none of whose parts is dropped by
   //    this take had its pages while it was hashed (before the take); one
-  //    with a part dropped may have hashed reused bytes, and is discarded.
+  //    with a part dropped may have hashed reused bytes there: only its
+  //    parts before the first dropped one are recorded (those pages were
+  //    never freed), as records of their own, and the splits that made
+  //    them are not journaled; with none, it is discarded.
   const bool overrun = TakeQueue(&arrived_);
   Tally tally;
   for (Event& event : batch) {
+    if (event.kind == Event::Kind::kSplit) {
+      event.recorded_as_part = recorded_heads_.erase(event.other) > 0;
+      continue;
+    }
     if (event.kind != Event::Kind::kPut) continue;
     const uint64_t id = event.put.record.persist_id;
     tally.pages += static_cast<int64_t>(event.put.record.page_owners.size());
     tally.hashed_bytes += event.hashed_bytes;
-    if (dropped_.erase(id) > 0 || !event.recordable || overrun) {
+    if (dropped_.erase(id) > 0 && event.recordable && !overrun) {
+      const std::vector<Part> parts = SurvivingParts(id);
+      if (parts.empty()) {
+        event.recordable = false;
+      } else {
+        event.put.parts = CutIntoParts(event.put.record, parts,
+                                       options_.geometry.page_size());
+        for (const Part& part : parts) {
+          if (part.id != id) recorded_heads_.insert(part.id);
+        }
+        ++tally.puts_cut;
+      }
+    }
+    if (!event.recordable || overrun) {
       event.recordable = false;
       ++tally.puts_discarded;
     }
+    dropped_parts_.erase(id);
     pending_.erase(id);
     if (auto heads = heads_.find(id); heads != heads_.end()) {
-      for (uint64_t head : heads->second) pending_.erase(head);
+      for (uint64_t head : heads->second) {
+        pending_.erase(head);
+        dropped_parts_.erase(head);
+      }
       heads_.erase(heads);
     }
     event.put.key_blocks.clear();
@@ -333,6 +423,7 @@ void HostTierRecorder::HandleBatch(absl::Span<Event> batch) {
     if (event.kind != Event::Kind::kPut) continue;
     if (spares_.size() >= kMaxSparePuts) break;
     event.put.record.checksums.clear();  // Recomputed for every record.
+    event.put.parts.clear();
     spares_.push_back(std::move(event.put));
   }
   // 4. Counted, and the records handed back: O(1) under the lock.
@@ -344,6 +435,7 @@ void HostTierRecorder::HandleBatch(absl::Span<Event> batch) {
   }
   stats_.puts += tally.puts;
   stats_.puts_discarded += tally.puts_discarded;
+  stats_.puts_cut += tally.puts_cut;
   stats_.puts_refused += tally.puts_refused;
   stats_.journal_errors += tally.journal_errors;
   stats_.hashed_bytes += tally.hashed_bytes;
@@ -405,14 +497,19 @@ void HostTierRecorder::Handle(const Event& event, Tally* tally) const {
   persist::JournalWriter* journal = options_.journal;
   switch (event.kind) {
     case Event::Kind::kPut:
-      if (event.recordable) {
+      if (!event.recordable) return;
+      if (event.put.parts.empty()) {
         Count(journal->Put(event.put.record), /*put=*/true, tally);
+      }
+      for (const persist::PutRecord& part : event.put.parts) {
+        Count(journal->Put(part), /*put=*/true, tally);
       }
       return;
     case Event::Kind::kDrop:
       Count(journal->Drop(event.id), /*put=*/false, tally);
       return;
     case Event::Kind::kSplit:
+      if (event.recorded_as_part) return;
       Count(journal->Split(event.id, event.at, event.other), /*put=*/false,
             tally);
       return;

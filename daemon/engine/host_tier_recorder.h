@@ -67,6 +67,9 @@ namespace hicache {
 struct HostTierRecorderStats {
   int64_t puts = 0;            // Handed to the journal.
   int64_t puts_discarded = 0;  // Dropped before their checksums were taken.
+  // A part dropped before their checksums were taken: recorded as the parts
+  // before it (one record each, counted in puts).
+  int64_t puts_cut = 0;
   // Not recorded: the recorder's queue (max_queued_pages) or the journal's
   // was full.
   int64_t puts_refused = 0;
@@ -152,6 +155,11 @@ class HostTierRecorder final : public HostTierListener {
     persist::PutRecord record;  // Everything but the checksums.
     std::vector<TokenStore::BlockId> key_blocks;
     const TokenStore* tokens = nullptr;
+    // Set by the worker when a part of the commit (split off it since) was
+    // dropped before it was recorded: the parts from its first token up to
+    // the first dropped one, each a record of its own, recorded instead of
+    // `record` (their pages were never freed; the rest may have been).
+    std::vector<persist::PutRecord> parts;
   };
   struct Event {
     enum class Kind { kPut, kDrop, kSplit, kReparent } kind = Kind::kPut;
@@ -162,6 +170,9 @@ class HostTierRecorder final : public HostTierListener {
     // dropped meanwhile (else it is discarded); the bytes hashed.
     bool recordable = false;
     uint64_t hashed_bytes = 0;
+    // kSplit, set by the worker: its head was recorded as a part of the
+    // commit it was split off (Put::parts), so the split is not journaled.
+    bool recorded_as_part = false;
     uint64_t id = 0;         // kDrop, kSplit: the node; kReparent: the child.
     uint64_t other = 0;      // kSplit: the head; kReparent: the parent.
     int64_t at = 0;          // kSplit: the token it split at.
@@ -181,6 +192,7 @@ class HostTierRecorder final : public HostTierListener {
   struct Tally {
     int64_t puts = 0;
     int64_t puts_discarded = 0;
+    int64_t puts_cut = 0;
     int64_t puts_refused = 0;
     int64_t journal_errors = 0;
     uint64_t hashed_bytes = 0;
@@ -197,6 +209,19 @@ class HostTierRecorder final : public HostTierListener {
   bool TakeQueue(std::vector<Event>* arrived) ABSL_LOCKS_EXCLUDED(mu_);
   // Worker only: what one taken event says about the pending Puts.
   void Track(const Event& event);
+  // Worker only: the parts of pending commit `root` (itself and the heads
+  // split off it), by first token, up to the first one dropped.
+  struct Part {
+    uint64_t id = 0;
+    int64_t start = 0;  // Tokens of the commit's record.
+    int64_t end = 0;
+  };
+  std::vector<Part> SurvivingParts(uint64_t root) const;
+  // `whole` (checksums taken) cut into records of `parts`, each the child
+  // of the one before (the first keeps whole's parent).
+  static std::vector<persist::PutRecord> CutIntoParts(
+      const persist::PutRecord& whole, const std::vector<Part>& parts,
+      int64_t page_size);
   // Runs `work` on hasher_ (in the background) if there is one, else here.
   void InBackground(absl::FunctionRef<void()> work);
   // The journal call for one event (a Put only if recordable).
@@ -237,13 +262,23 @@ class HostTierRecorder final : public HostTierListener {
 
   // The worker thread's own (no lock). Every taken Put not handled yet, and
   // the heads split off it since (their pages are some of its pages), each
-  // mapped to that Put's id; the Puts of which some part was dropped since
-  // their commit (their pages may be reused, so their checksums cannot be
-  // trusted); what the worker took while a batch was being handled; and
-  // what it hands back to the engine's threads in one swap.
-  absl::flat_hash_map<uint64_t, uint64_t> pending_;
+  // mapped to that Put's id and its tokens there; the Puts of which some
+  // part was dropped since their commit (those pages may be reused, so
+  // their checksums cannot be trusted: only the parts before the first
+  // dropped one are recorded), and the parts dropped; what the worker took
+  // while a batch was being handled; and what it hands back to the
+  // engine's threads in one swap.
+  struct Segment {
+    uint64_t root = 0;  // The Put it is a part of.
+    int64_t start = 0;  // Its tokens in that Put's record.
+    int64_t end = 0;
+  };
+  absl::flat_hash_map<uint64_t, Segment> pending_;
   absl::flat_hash_map<uint64_t, std::vector<uint64_t>> heads_;
   absl::flat_hash_set<uint64_t> dropped_;
+  absl::flat_hash_set<uint64_t> dropped_parts_;  // Ids, of pending_'s.
+  // Heads recorded as parts whose split event is not handled yet.
+  absl::flat_hash_set<uint64_t> recorded_heads_;
   std::vector<Event> arrived_;
   std::vector<Event> taken_;  // Swapped with the queue; keeps a capacity.
   std::vector<Put> spares_;

@@ -353,6 +353,53 @@ TEST_F(RecorderTest, ADroppedHeadSplitOffAPendingCommitDiscardsIt) {
   EXPECT_EQ(recorder_->KeysReadThrough(), 3u);
 }
 
+// Reproduction (crash_survival_test WriteThrough under --under-load: a
+// system prompt's subtree lost at restart, 9 or 30 of 33 nodes orphaned):
+// a commit whose tail was dropped after a head was split off it was
+// discarded whole while its worker was behind, so the head -- a shared
+// prefix, still on the host tier -- was never recorded and every later
+// commit below it was an orphan at recovery. The head is recorded now, from
+// the commit's record (its pages were never freed), and its split is not
+// journaled; a child committed below it survives a restart.
+TEST_F(RecorderTest, ADroppedTailKeepsTheHeadSplitOffItsPendingCommit) {
+  StartRecorder({}, int64_t{1} << 22, absl::Hours(1));
+  const std::unique_ptr<ManualCommit> manual = TwoPageCommit();
+  recorder_->OnHostCommitted(manual->commit);
+  recorder_->OnHostSplit(1000, kP, 1001);  // 1001 takes page 7.
+  // A child of the head: host pages 9 and 10.
+  const std::unique_ptr<ManualCommit> child = TwoPageCommit();
+  auto host = CpHostMeta::Create(2 * kP, kP, 1, {0, 0}, {{9, 10}});
+  ASSERT_TRUE(host.ok()) << host.status();
+  child->host = *std::move(host);
+  child->commit.persist_id = 1002;
+  child->commit.parent_persist_id = 1001;
+  recorder_->OnHostCommitted(child->commit);
+  recorder_->OnHostDropped(1000);  // The tail: page 8.
+  Free({{8}});  // Reused: its bytes change.
+  const persist::LoadedJournal loaded = Load();
+  ASSERT_EQ(loaded.puts.size(), 2u);
+  std::map<uint64_t, persist::PutRecord> puts;
+  for (const persist::PutRecord& put : loaded.puts) puts[put.persist_id] = put;
+  ASSERT_TRUE(puts.contains(1001));
+  ASSERT_TRUE(puts.contains(1002));
+  const persist::PutRecord& head = puts[1001];
+  EXPECT_EQ(head.parent_persist_id, kRootParent);
+  EXPECT_EQ(head.logical_len, kP);
+  EXPECT_EQ(head.host_pages[0], std::vector<int64_t>({7}));
+  auto sums = HostPageChecksums(geometry_, HostLayout::kLayerFirst,
+                                kHostPages, bytes_, {7});
+  ASSERT_TRUE(sums.ok());
+  EXPECT_EQ(head.checksums[0],
+            std::vector<uint64_t>({PageRecordChecksum((*sums)[0],
+                                                      Seq(0, kP))}));
+  EXPECT_EQ(puts[1002].parent_persist_id, 1001u);
+  const HostTierRecorderStats stats = recorder_->stats();
+  EXPECT_EQ(stats.puts, 2);
+  EXPECT_EQ(stats.puts_cut, 1);
+  EXPECT_EQ(stats.puts_discarded, 0);
+  EXPECT_EQ(stats.journal_errors, 0);  // The split was not journaled.
+}
+
 // A split of a pending commit whose head survives is recorded whole: the
 // journal then holds the head and the tail.
 TEST_F(RecorderTest, ASplitOfAPendingCommitWithNoDropIsRecorded) {

@@ -183,7 +183,8 @@ TEST_P(CrashSurvivalTest, SigkillUnderConversationTrafficAtCp2) {
   if (c.prefix_closed) {
     EXPECT_GE(host_after * 100, host_before * 95)
         << host_after << " of " << host_before << " host tokens; "
-        << p.DebugString();
+        << p.DebugString() << "before the kill:\n"
+        << before.persistence().DebugString();
     EXPECT_EQ(p.dropped_orphan(), 0) << p.DebugString();
   } else {
     // Whatever an exclusive tier loses is reported, not silently gone.
