@@ -186,10 +186,13 @@ HostTierPersistence HiCacheEngine::Persistence() const {
   out.journal_puts = recorded.puts;
   out.journal_puts_refused = recorded.puts_refused;
   out.journal_stopped = recorded.events_refused > 0;
+  out.journal_backlog_events = recorded.backlog_events;
   // Without the journal's lock: its writer runs in the background.
   const persist::JournalWriter::Summary written = journal_->summary();
   out.journal_live = written.live_puts;
   out.journal_file_bytes = written.file_bytes;
+  out.journal_not_durable_records =
+      static_cast<int64_t>(written.not_durable_records);
   // A broken journal's writer is idle: its status is read at once.
   const absl::Status status =
       written.broken ? journal_->status() : absl::OkStatus();

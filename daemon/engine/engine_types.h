@@ -99,6 +99,11 @@ struct HostTierPersistence {
   std::string journal_status;     // "OK" or why it broke.
   int64_t journal_puts_refused = 0;  // Committed, not recorded (behind).
   bool journal_stopped = false;      // The recorder stopped (overrun).
+  // Not durable yet: host-tier changes the recorder has not handled
+  // (settling or behind), and records the journal has not synced. Both 0:
+  // everything reported so far would survive a crash.
+  int64_t journal_backlog_events = 0;
+  int64_t journal_not_durable_records = 0;
 };
 
 struct EngineStats {

@@ -548,7 +548,9 @@ absl::Status HostTierRecorder::Flush(bool clean) {
 
 HostTierRecorderStats HostTierRecorder::stats() const {
   MutexLock lock(&mu_);
-  return stats_;
+  HostTierRecorderStats stats = stats_;
+  stats.backlog_events = enqueued_ - handled_;
+  return stats;
 }
 
 }  // namespace hicache

@@ -78,6 +78,8 @@ struct HostTierRecorderStats {
   // Not queued: the recorder had overrun max_queued_events.
   int64_t events_refused = 0;
   uint64_t hashed_bytes = 0;   // Host page bytes checksummed.
+  // Reported and not handled yet (settling, or waiting for the worker).
+  int64_t backlog_events = 0;
 };
 
 class HostTierRecorder final : public HostTierListener {

@@ -200,6 +200,13 @@ void AddPersistence(const HostTierPersistence& p, FamilyBuilder& f) {
             "Host copies committed but not recorded: the journal's recorder "
             "was too far behind (they will not survive a restart).")
       .Sample(static_cast<double>(p.journal_puts_refused));
+  f.Gauge("hicache_journal_backlog_events",
+          "Host-tier changes the journal's recorder has not handled yet "
+          "(settling or behind): not durable.")
+      .Sample(static_cast<double>(p.journal_backlog_events));
+  f.Gauge("hicache_journal_not_durable_records",
+          "Journal records accepted but not synced yet.")
+      .Sample(static_cast<double>(p.journal_not_durable_records));
 }
 
 void AddTree(const TreeStats& tree, FamilyBuilder& f) {

@@ -184,13 +184,20 @@ void JournalWriter::PublishLocked() {
   published_live_puts_.store(stats_.live_puts, std::memory_order_relaxed);
   published_file_bytes_.store(stats_.file_bytes, std::memory_order_relaxed);
   published_broken_.store(!broken_.ok(), std::memory_order_relaxed);
+  published_not_durable_.store(
+      broken_.ok() && appended_seq_ > durable_seq_
+          ? appended_seq_ - durable_seq_
+          : 0,
+      std::memory_order_relaxed);
 }
 
 JournalWriter::Summary JournalWriter::summary() const {
   return Summary{
       .live_puts = published_live_puts_.load(std::memory_order_relaxed),
       .file_bytes = published_file_bytes_.load(std::memory_order_relaxed),
-      .broken = published_broken_.load(std::memory_order_relaxed)};
+      .broken = published_broken_.load(std::memory_order_relaxed),
+      .not_durable_records =
+          published_not_durable_.load(std::memory_order_relaxed)};
 }
 
 absl::Status JournalWriter::Put(const PutRecord& put) {
@@ -231,6 +238,7 @@ void JournalWriter::EnqueueLocked(std::shared_ptr<const std::string> frame) {
   ++appended_seq_;
   clean_ = false;
   stats_.queued_bytes = pending_bytes_;
+  PublishLocked();
   // The writer needs a wake-up only for a batch's first record (it may be
   // idle) and when the batch reaches batch_bytes; in between, it is waiting
   // for max_delay to pass anyway. One futex wake a batch, not one a record.
@@ -431,6 +439,7 @@ void JournalWriter::Compact() {
   PublishLocked();
   next_compaction_min_ = 0;
   durable_seq_ = std::max(durable_seq_, snapshot_seq);
+  PublishLocked();
   durable_cv_.SignalAll();
 }
 

@@ -143,11 +143,14 @@ class JournalWriter {
   JournalWriterStats stats() const;
   // What GetStats and the metrics show, read without the journal's lock
   // (the writer may run in the background and be preempted holding it):
-  // the live records, the durable file size, and whether it broke.
+  // the live records, the durable file size, whether it broke, and the
+  // records accepted that are not durable yet (0: everything accepted so
+  // far is on disk).
   struct Summary {
     int64_t live_puts = 0;
     uint64_t file_bytes = 0;
     bool broken = false;
+    uint64_t not_durable_records = 0;
   };
   Summary summary() const;
   const JournalGeometry& geometry() const { return geometry_; }
@@ -228,6 +231,7 @@ class JournalWriter {
   std::atomic<int64_t> published_live_puts_{0};
   std::atomic<uint64_t> published_file_bytes_{0};
   std::atomic<bool> published_broken_{false};
+  std::atomic<uint64_t> published_not_durable_{0};
 
   std::thread thread_;
 };

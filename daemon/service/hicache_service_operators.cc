@@ -355,6 +355,9 @@ grpc::Status HiCacheService::Stats(grpc::ServerContext* context,
     persistence->set_journal_puts(p.journal_puts);
     persistence->set_journal_puts_refused(p.journal_puts_refused);
     persistence->set_journal_stopped(p.journal_stopped);
+    persistence->set_journal_backlog_events(p.journal_backlog_events);
+    persistence->set_journal_not_durable_records(
+        p.journal_not_durable_records);
     persistence->set_journal_live(p.journal_live);
     persistence->set_journal_file_bytes(p.journal_file_bytes);
     persistence->set_journal_status(p.journal_status);

@@ -376,6 +376,7 @@ TEST_F(RecorderTest, ADroppedTailKeepsTheHeadSplitOffItsPendingCommit) {
   recorder_->OnHostCommitted(child->commit);
   recorder_->OnHostDropped(1000);  // The tail: page 8.
   Free({{8}});  // Reused: its bytes change.
+  EXPECT_EQ(recorder_->stats().backlog_events, 4);  // Settling for an hour.
   const persist::LoadedJournal loaded = Load();
   ASSERT_EQ(loaded.puts.size(), 2u);
   std::map<uint64_t, persist::PutRecord> puts;
@@ -394,6 +395,7 @@ TEST_F(RecorderTest, ADroppedTailKeepsTheHeadSplitOffItsPendingCommit) {
                                                       Seq(0, kP))}));
   EXPECT_EQ(puts[1002].parent_persist_id, 1001u);
   const HostTierRecorderStats stats = recorder_->stats();
+  EXPECT_EQ(stats.backlog_events, 0);  // Flushed.
   EXPECT_EQ(stats.puts, 2);
   EXPECT_EQ(stats.puts_cut, 1);
   EXPECT_EQ(stats.puts_discarded, 0);

@@ -81,13 +81,15 @@ class CrashSurvivalTest : public HotRestartTest,
     ASSERT_TRUE(completed.ok()) << completed.status();
   }
 
-  // Waits until no attached backup is in flight and the journal file holds
-  // everything written, unchanged over 3 reads 50 ms apart (commits are
-  // journaled once they lived --journal_settle_ms, 20 ms by default).
+  // Waits until no attached backup is in flight and every host-tier change
+  // reported is durable (the recorder has handled it and the journal has
+  // synced it: a condition, not a time), and the journal file holds it.
   void Quiesce() {
     ASSERT_NO_FATAL_FAILURE(WaitJournalSettled(
         [](const v1::CacheStats& stats) {
-          return stats.pending_backups() == 0;
+          return stats.pending_backups() == 0 &&
+                 stats.persistence().journal_backlog_events() == 0 &&
+                 stats.persistence().journal_not_durable_records() == 0;
         },
         absl::Milliseconds(50), absl::Seconds(30)));
   }

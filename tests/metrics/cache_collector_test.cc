@@ -113,6 +113,10 @@ TEST_F(CacheCollectorTest, HotRestartReportsRecoveryAndTheJournal) {
     EXPECT_EQ(Value("hicache_journal_puts_refused_total"), 0);
     EXPECT_EQ(types_["hicache_journal_puts_refused_total"],
               prometheus::MetricType::Counter);
+    EXPECT_EQ(types_["hicache_journal_backlog_events"],
+              prometheus::MetricType::Gauge);
+    EXPECT_EQ(types_["hicache_journal_not_durable_records"],
+              prometheus::MetricType::Gauge);
     EXPECT_EQ(Value("hicache_host_tier_recovered", {{"unit", "nodes"}}), 0);
   }
   {
