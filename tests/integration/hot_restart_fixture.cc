@@ -310,8 +310,12 @@ void HotRestartTest::WaitJournalSettled(
   while (absl::Now() < deadline) {
     const v1::CacheStats stats = Stats();
     const uint64_t bytes = stats.persistence().journal_file_bytes();
-    if (ready(stats) && static_cast<int64_t>(bytes) == FileSize(journal) &&
-        bytes == last) {
+    // Everything reported is durable: handled by the recorder and synced.
+    const bool durable =
+        stats.persistence().journal_backlog_events() == 0 &&
+        stats.persistence().journal_not_durable_records() == 0;
+    if (ready(stats) && durable &&
+        static_cast<int64_t>(bytes) == FileSize(journal) && bytes == last) {
       if (++stable >= 3) {
         if (settled_bytes != nullptr) *settled_bytes = bytes;
         return;

@@ -105,9 +105,11 @@ class HotRestartTest : public ::testing::Test {
   // == file size, 3 reads 30 ms apart: the writer batches every 10 ms).
   void WaitJournal(int64_t puts);
 
-  // Waits until `ready(stats)` holds and the journal file holds everything
-  // written (durable size == file size), unchanged over 3 reads `period`
-  // apart, within `timeout` (fails the test otherwise). The settled journal
+  // Waits until `ready(stats)` holds, every host-tier change reported is
+  // durable (journal_backlog_events and journal_not_durable_records 0: a
+  // condition, not a time) and the journal file holds everything written
+  // (durable size == file size), unchanged over 3 reads `period` apart,
+  // within `timeout` (fails the test otherwise). The settled journal
   // size goes to *settled_bytes when given.
   void WaitJournalSettled(
       const std::function<bool(const v1::CacheStats&)>& ready,
