@@ -444,6 +444,12 @@ int RunCacheStats(const CommandContext& c) {
           "behind\n",
           p.journal_puts_refused());
     }
+    if (p.journal_backlog_events() > 0 || p.journal_not_durable_records() > 0) {
+      *c.out << absl::StrFormat(
+          "journal    not durable yet: %d host-tier changes the recorder has "
+          "not handled, %d records not synced\n",
+          p.journal_backlog_events(), p.journal_not_durable_records());
+    }
   }
   *c.out << "lane  device free  release  used   host free  used\n";
   for (const v1::LaneStats& l : s.lanes()) {
