@@ -287,6 +287,20 @@ int Main() {
             out->persistence.journal_status.c_str(),
             out->flush_seconds * 1e3, out->requests / out->seconds, cpu,
             written);
+        const HostTierPersistence& p = out->persistence;
+        std::printf(
+            "  journal lag: recorder (report to journal, settle included) "
+            "p50 %.1f ms, p99 %.1f ms, max %.1f ms; writer (record to sync) "
+            "p50 %.1f ms, p99 %.1f ms, max %.1f ms; refused %lld, stopped "
+            "%s\n",
+            absl::ToDoubleMilliseconds(p.recorder_lag_p50),
+            absl::ToDoubleMilliseconds(p.recorder_lag_p99),
+            absl::ToDoubleMilliseconds(p.recorder_lag_max),
+            absl::ToDoubleMilliseconds(p.writer_lag_p50),
+            absl::ToDoubleMilliseconds(p.writer_lag_p99),
+            absl::ToDoubleMilliseconds(p.writer_lag_max),
+            static_cast<long long>(p.journal_puts_refused),
+            p.journal_stopped ? "yes" : "no");
       } else {
         std::printf("  %.0f req/s, %.2f CPU s\n", out->requests / out->seconds,
                     cpu);

@@ -187,6 +187,14 @@ HostTierPersistence HiCacheEngine::Persistence() const {
   out.journal_puts_refused = recorded.puts_refused;
   out.journal_stopped = recorded.events_refused > 0;
   out.journal_backlog_events = recorded.backlog_events;
+  out.recorder_lag_p50 = absl::Nanoseconds(recorded.lag.QuantileNs(0.5));
+  out.recorder_lag_p99 = absl::Nanoseconds(recorded.lag.QuantileNs(0.99));
+  out.recorder_lag_max = absl::Nanoseconds(recorded.lag.max_ns());
+  // The writer's figures without its lock (see summary() below).
+  const persist::JournalWriter::Summary lagged = journal_->summary();
+  out.writer_lag_p50 = absl::Nanoseconds(lagged.batch_lag_p50_ns);
+  out.writer_lag_p99 = absl::Nanoseconds(lagged.batch_lag_p99_ns);
+  out.writer_lag_max = absl::Nanoseconds(lagged.batch_lag_max_ns);
   // Without the journal's lock: its writer runs in the background.
   const persist::JournalWriter::Summary written = journal_->summary();
   out.journal_live = written.live_puts;

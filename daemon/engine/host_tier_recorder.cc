@@ -419,6 +419,8 @@ void HostTierRecorder::HandleBatch(absl::Span<Event> batch) {
   InBackground([&] {
     for (const Event& event : batch) Handle(event, &tally);
   });
+  const int64_t handed_ns = SteadyNowNs();
+  for (const Event& event : batch) tally.lag.Add(handed_ns - event.queued_ns);
   for (Event& event : batch) {
     if (event.kind != Event::Kind::kPut) continue;
     if (spares_.size() >= kMaxSparePuts) break;
@@ -436,6 +438,7 @@ void HostTierRecorder::HandleBatch(absl::Span<Event> batch) {
   stats_.puts += tally.puts;
   stats_.puts_discarded += tally.puts_discarded;
   stats_.puts_cut += tally.puts_cut;
+  stats_.lag.Merge(tally.lag);
   stats_.puts_refused += tally.puts_refused;
   stats_.journal_errors += tally.journal_errors;
   stats_.hashed_bytes += tally.hashed_bytes;

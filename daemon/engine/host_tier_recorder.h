@@ -57,6 +57,7 @@
 #include "absl/types/span.h"
 #include "daemon/core/background_thread.h"
 #include "daemon/core/mutex.h"
+#include "daemon/core/lag_histogram.h"
 #include "daemon/persist/journal_writer.h"
 #include "daemon/pool/kv_geometry.h"
 #include "daemon/pool/page_key_store.h"
@@ -80,6 +81,9 @@ struct HostTierRecorderStats {
   uint64_t hashed_bytes = 0;   // Host page bytes checksummed.
   // Reported and not handled yet (settling, or waiting for the worker).
   int64_t backlog_events = 0;
+  // Each event's time from its report to its hand-over to the journal
+  // (the settle window included).
+  LagHistogram lag;
 };
 
 class HostTierRecorder final : public HostTierListener {
@@ -195,6 +199,7 @@ class HostTierRecorder final : public HostTierListener {
     int64_t puts = 0;
     int64_t puts_discarded = 0;
     int64_t puts_cut = 0;
+    LagHistogram lag;
     int64_t puts_refused = 0;
     int64_t journal_errors = 0;
     uint64_t hashed_bytes = 0;

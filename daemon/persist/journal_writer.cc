@@ -197,7 +197,11 @@ JournalWriter::Summary JournalWriter::summary() const {
       .file_bytes = published_file_bytes_.load(std::memory_order_relaxed),
       .broken = published_broken_.load(std::memory_order_relaxed),
       .not_durable_records =
-          published_not_durable_.load(std::memory_order_relaxed)};
+          published_not_durable_.load(std::memory_order_relaxed),
+      .batch_lag_p50_ns = published_lag_p50_ns_.load(std::memory_order_relaxed),
+      .batch_lag_p99_ns = published_lag_p99_ns_.load(std::memory_order_relaxed),
+      .batch_lag_max_ns =
+          published_lag_max_ns_.load(std::memory_order_relaxed)};
 }
 
 absl::Status JournalWriter::Put(const PutRecord& put) {
@@ -369,6 +373,7 @@ void JournalWriter::Run() {
     pending_bytes_ = 0;
     stats_.queued_bytes = 0;
     const uint64_t batch_seq = appended_seq_;
+    const absl::Time batch_first = first_pending_;
     mu_.Unlock();
     // One contiguous buffer: one write, then one fdatasync.
     write_buffer_.clear();
@@ -386,6 +391,13 @@ void JournalWriter::Run() {
       continue;
     }
     durable_seq_ = batch_seq;
+    stats_.batch_lag.Add(absl::ToInt64Nanoseconds(absl::Now() - batch_first));
+    published_lag_p50_ns_.store(stats_.batch_lag.QuantileNs(0.5),
+                                std::memory_order_relaxed);
+    published_lag_p99_ns_.store(stats_.batch_lag.QuantileNs(0.99),
+                                std::memory_order_relaxed);
+    published_lag_max_ns_.store(stats_.batch_lag.max_ns(),
+                                std::memory_order_relaxed);
     ++stats_.batches;
     stats_.bytes_written += batch_bytes;
     stats_.file_bytes += batch_bytes;

@@ -50,6 +50,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "daemon/core/mutex.h"
+#include "daemon/core/lag_histogram.h"
 #include "daemon/persist/journal_format.h"
 #include "daemon/persist/journal_fs.h"
 
@@ -81,6 +82,8 @@ struct JournalWriterStats {
   uint64_t live_bytes = 0;    // Encoded size of the live Puts.
   uint64_t file_bytes = 0;    // The journal's durable size.
   uint64_t queued_bytes = 0;  // Pending, not yet durable.
+  // Per batch written: from its oldest record's acceptance to its sync.
+  LagHistogram batch_lag;
 };
 
 class JournalWriter {
@@ -151,6 +154,10 @@ class JournalWriter {
     uint64_t file_bytes = 0;
     bool broken = false;
     uint64_t not_durable_records = 0;
+    // JournalWriterStats::batch_lag's p50, p99 and max.
+    int64_t batch_lag_p50_ns = 0;
+    int64_t batch_lag_p99_ns = 0;
+    int64_t batch_lag_max_ns = 0;
   };
   Summary summary() const;
   const JournalGeometry& geometry() const { return geometry_; }
@@ -232,6 +239,9 @@ class JournalWriter {
   std::atomic<uint64_t> published_file_bytes_{0};
   std::atomic<bool> published_broken_{false};
   std::atomic<uint64_t> published_not_durable_{0};
+  std::atomic<int64_t> published_lag_p50_ns_{0};  // After each batch.
+  std::atomic<int64_t> published_lag_p99_ns_{0};
+  std::atomic<int64_t> published_lag_max_ns_{0};
 
   std::thread thread_;
 };

@@ -396,6 +396,7 @@ TEST_F(RecorderTest, ADroppedTailKeepsTheHeadSplitOffItsPendingCommit) {
   EXPECT_EQ(puts[1002].parent_persist_id, 1001u);
   const HostTierRecorderStats stats = recorder_->stats();
   EXPECT_EQ(stats.backlog_events, 0);  // Flushed.
+  EXPECT_EQ(stats.lag.count(), 4);     // Each event's lag, once.
   EXPECT_EQ(stats.puts, 2);
   EXPECT_EQ(stats.puts_cut, 1);
   EXPECT_EQ(stats.puts_discarded, 0);
