@@ -292,17 +292,23 @@ DeviceEvictResult RadixTree::EvictDevicePass(absl::Span<const int64_t> per_lane,
   // its device guarantee, which would be lost rather than demoted. Either
   // stays out for the call: a namespace's pages only shrink, and a node
   // gains no host copy, during it.
+  // The demote-only exclusion comes first, so that a node the pass would
+  // never take does not close its namespace; `may_close` false asks without
+  // closing (a leaf deferred in phase 1 is not taken yet).
   absl::flat_hash_set<const Node*> closed;  // See InScope.
-  auto passed_over = [&](const Node* node) {
-    if (!InScope(node, EvictionTier::kDevice, scope, 0, &closed)) return true;
-    if (!demote_only || node->host != nullptr) return false;
-    const Node* root = RootOf(node);
-    if (scope.requester.has_value() && *root->ns == *scope.requester) {
-      return false;
+  auto passed_over = [&](const Node* node, bool may_close = true) {
+    if (demote_only && node->host == nullptr) {
+      const Node* root = RootOf(node);
+      const bool requester =
+          scope.requester.has_value() && *root->ns == *scope.requester;
+      auto it = guarantees_.find(*root->ns);
+      if (!requester && it != guarantees_.end() &&
+          root->ns_device_pages <= kUncopiedSparedUpTo * it->second.device) {
+        return true;
+      }
     }
-    auto it = guarantees_.find(*root->ns);
-    return it != guarantees_.end() &&
-           root->ns_device_pages <= kUncopiedSparedUpTo * it->second.device;
+    return !InScope(node, EvictionTier::kDevice, scope, 0,
+                    may_close ? &closed : nullptr);
   };
   if (satisfied()) return result;
 
@@ -399,11 +405,14 @@ DeviceEvictResult RadixTree::EvictDevicePass(absl::Span<const int64_t> per_lane,
       Node* victim = heap.top().node;
       const EvictionKey key = heap.top().key;
       heap.pop();
-      if (passed_over(victim)) continue;
+      // A node that does not help is deferred (and closes nothing).
       if (!helps(victim)) {
-        if (by_lane) deferred.push(key);
+        if (by_lane && !passed_over(victim, /*may_close=*/false)) {
+          deferred.push(key);
+        }
         continue;
       }
+      if (passed_over(victim)) continue;
       Node* parent = evict(victim);
       if (parent != nullptr && DeviceEvictable(parent)) {
         heap.push({key_of(parent), parent});
@@ -430,6 +439,7 @@ DeviceEvictResult RadixTree::EvictDevicePass(absl::Span<const int64_t> per_lane,
         if (child->on_device()) stack.push_back(child);
       }
     }
+    bool progress = false;
     while (!subtree.empty() && !satisfied()) {
       Node* victim = subtree.top().node;
       subtree.pop();
@@ -439,12 +449,17 @@ DeviceEvictResult RadixTree::EvictDevicePass(absl::Span<const int64_t> per_lane,
       if (passed_over(victim)) continue;
       Node* parent = evict(victim);     // May delete `victim`.
       if (parent == nullptr) continue;  // Kept: its ancestors are stuck now.
+      progress = true;
       if (reached) {
         if (DeviceEvictable(parent)) heap.push({key_of(parent), parent});
         break;
       }
       if (DeviceEvictable(parent)) subtree.push({key_of(parent), parent});
     }
+    // Nothing in the target's subtree could be taken (passed over or held):
+    // the leaf that led there leads nowhere for this call. Each round thus
+    // evicts something or drops a deferred leaf, so the call ends.
+    if (!progress && !deferred.empty()) deferred.pop();
   }
   return result;
 }

@@ -199,6 +199,25 @@ TEST_F(SharesTest, AGuaranteedNamespaceLosesOnlyItsColdestNodes) {
   EXPECT_TRUE(tree_->DeviceEvictionOrder(10).empty());
 }
 
+// Reproduction (review of the passes): CP eviction for a short lane defers a
+// leaf that holds no page of it and later walks the subtree of the
+// leaf's nearest ancestor that does. When nothing in that subtree could be
+// taken (here b closes at its guarantee), the same leaf led to the same
+// ancestor again, forever, under the tree's lock. Now such a leaf is dropped
+// and the call ends short.
+TEST_F(SharesTest, AShortLaneWhoseSubtreeIsSparedEnds) {
+  tree_->SetGuarantee("b", {.device = 4});
+  const NodeId t = Insert("b", Seq(0, 8));  // Pages 2, 3: lanes 0 and 1.
+  const NodeId l = Insert("b", ::hicache::testing::Cat(Seq(0, 8), Seq(100, 4)));  // Lane 0.
+  const NodeId m = Insert("b", Seq(200, 12));  // 3 pages: b holds 6.
+  const DeviceEvictResult r = tree_->EvictDevice({0, 1});
+  EXPECT_EQ(r.evicted_tokens, 0);
+  EXPECT_TRUE(OnDevice(t));
+  EXPECT_TRUE(OnDevice(l));
+  EXPECT_TRUE(OnDevice(m));
+  EXPECT_EQ(tree_->PagesOf("b").device, 6);
+}
+
 TEST_F(SharesTest, HostGuaranteesHoldAgainstHostEviction) {
   tree_->SetGuarantee("b", {.host = 2});
   const NodeId b1 = Insert("b", Seq(0, 8));
