@@ -190,17 +190,15 @@ HostTierPersistence HiCacheEngine::Persistence() const {
   out.recorder_lag_p50 = absl::Nanoseconds(recorded.lag.QuantileNs(0.5));
   out.recorder_lag_p99 = absl::Nanoseconds(recorded.lag.QuantileNs(0.99));
   out.recorder_lag_max = absl::Nanoseconds(recorded.lag.max_ns());
-  // The writer's figures without its lock (see summary() below).
-  const persist::JournalWriter::Summary lagged = journal_->summary();
-  out.writer_lag_p50 = absl::Nanoseconds(lagged.batch_lag_p50_ns);
-  out.writer_lag_p99 = absl::Nanoseconds(lagged.batch_lag_p99_ns);
-  out.writer_lag_max = absl::Nanoseconds(lagged.batch_lag_max_ns);
   // Without the journal's lock: its writer runs in the background.
   const persist::JournalWriter::Summary written = journal_->summary();
   out.journal_live = written.live_puts;
   out.journal_file_bytes = written.file_bytes;
   out.journal_not_durable_records =
       static_cast<int64_t>(written.not_durable_records);
+  out.writer_lag_p50 = absl::Nanoseconds(written.batch_lag_p50_ns);
+  out.writer_lag_p99 = absl::Nanoseconds(written.batch_lag_p99_ns);
+  out.writer_lag_max = absl::Nanoseconds(written.batch_lag_max_ns);
   // A broken journal's writer is idle: its status is read at once.
   const absl::Status status =
       written.broken ? journal_->status() : absl::OkStatus();

@@ -200,6 +200,12 @@ void HostTierRecorder::Track(const Event& event) {
       }
       return;
     case Event::Kind::kReparent:
+      // Only a first part's parent can change (every other part's parent
+      // is the part before it).
+      if (auto it = pending_.find(event.id);
+          it != pending_.end() && it->second.start == 0) {
+        first_parent_[it->second.root] = event.other;
+      }
       return;
   }
 }
@@ -231,14 +237,14 @@ std::vector<HostTierRecorder::Part> HostTierRecorder::SurvivingParts(
 }
 
 std::vector<persist::PutRecord> HostTierRecorder::CutIntoParts(
-    const persist::PutRecord& whole, const std::vector<Part>& parts,
-    int64_t page_size) {
+    const persist::PutRecord& whole, uint64_t first_parent,
+    const std::vector<Part>& parts, int64_t page_size) {
   std::vector<persist::PutRecord> out;
   out.reserve(parts.size());
   const size_t ranks = whole.host_pages.size();
   std::vector<size_t> next(ranks, 0);  // Per rank: the next page's index.
   size_t position = 0;
-  uint64_t parent = whole.parent_persist_id;
+  uint64_t parent = first_parent;
   for (const Part& part : parts) {
     persist::PutRecord& record = out.emplace_back();
     record.persist_id = part.id;
@@ -389,8 +395,12 @@ void HostTierRecorder::HandleBatch(absl::Span<Event> batch) {
       if (parts.empty()) {
         event.recordable = false;
       } else {
-        event.put.parts = CutIntoParts(event.put.record, parts,
-                                       options_.geometry.page_size());
+        auto reparented = first_parent_.find(id);
+        event.put.parts = CutIntoParts(
+            event.put.record,
+            reparented != first_parent_.end() ? reparented->second
+                                              : event.put.record.parent_persist_id,
+            parts, options_.geometry.page_size());
         for (const Part& part : parts) {
           if (part.id != id) recorded_heads_.insert(part.id);
         }
@@ -402,6 +412,7 @@ void HostTierRecorder::HandleBatch(absl::Span<Event> batch) {
       ++tally.puts_discarded;
     }
     dropped_parts_.erase(id);
+    first_parent_.erase(id);
     pending_.erase(id);
     if (auto heads = heads_.find(id); heads != heads_.end()) {
       for (uint64_t head : heads->second) {
@@ -505,7 +516,11 @@ void HostTierRecorder::Handle(const Event& event, Tally* tally) const {
         Count(journal->Put(event.put.record), /*put=*/true, tally);
       }
       for (const persist::PutRecord& part : event.put.parts) {
-        Count(journal->Put(part), /*put=*/true, tally);
+        // A part the journal refuses ends the record: the next would name a
+        // parent it does not hold.
+        const absl::Status status = journal->Put(part);
+        Count(status, /*put=*/true, tally);
+        if (!status.ok()) break;
       }
       return;
     case Event::Kind::kDrop:

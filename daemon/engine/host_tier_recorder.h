@@ -21,9 +21,10 @@
 // before the engine frees the pages. So the worker hashes first, then takes
 // what was queued meanwhile and checks whether the node, or a head split off
 // it since (a head holds some of its pages), was dropped since its commit
-// was queued: if so, the hash may cover reused bytes and the Put is
-// discarded; if not, the hash was taken while the pages were still the
-// node's. A page reused by another node can never verify for this one.
+// was queued: if so, the hash may cover reused bytes there, and only the
+// parts before the first dropped one are recorded (their pages were never
+// freed), each as a record of its own, or nothing; if not, the hash was
+// taken while the pages were still the node's. A page reused by another node can never verify for this one.
 // That check needs no lock shared with the engine's threads: the worker
 // reads the drops from the queue itself.
 // Keys: only the worker writes slots, in the tree's order (a commit that
@@ -227,8 +228,8 @@ class HostTierRecorder final : public HostTierListener {
   // `whole` (checksums taken) cut into records of `parts`, each the child
   // of the one before (the first keeps whole's parent).
   static std::vector<persist::PutRecord> CutIntoParts(
-      const persist::PutRecord& whole, const std::vector<Part>& parts,
-      int64_t page_size);
+      const persist::PutRecord& whole, uint64_t first_parent,
+      const std::vector<Part>& parts, int64_t page_size);
   // Runs `work` on hasher_ (in the background) if there is one, else here.
   void InBackground(absl::FunctionRef<void()> work);
   // The journal call for one event (a Put only if recordable).
@@ -284,6 +285,10 @@ class HostTierRecorder final : public HostTierListener {
   absl::flat_hash_map<uint64_t, std::vector<uint64_t>> heads_;
   absl::flat_hash_set<uint64_t> dropped_;
   absl::flat_hash_set<uint64_t> dropped_parts_;  // Ids, of pending_'s.
+  // A pending Put's first part reparented since its commit: its new parent
+  // (a cut records that part with it; the journal would ignore the
+  // Reparent of an id it does not hold).
+  absl::flat_hash_map<uint64_t, uint64_t> first_parent_;
   // Heads recorded as parts whose split event is not handled yet.
   absl::flat_hash_set<uint64_t> recorded_heads_;
   std::vector<Event> arrived_;

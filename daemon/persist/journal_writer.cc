@@ -184,10 +184,9 @@ void JournalWriter::PublishLocked() {
   published_live_puts_.store(stats_.live_puts, std::memory_order_relaxed);
   published_file_bytes_.store(stats_.file_bytes, std::memory_order_relaxed);
   published_broken_.store(!broken_.ok(), std::memory_order_relaxed);
+  // A broken journal's records are never durable: they stay counted.
   published_not_durable_.store(
-      broken_.ok() && appended_seq_ > durable_seq_
-          ? appended_seq_ - durable_seq_
-          : 0,
+      appended_seq_ > durable_seq_ ? appended_seq_ - durable_seq_ : 0,
       std::memory_order_relaxed);
 }
 

@@ -403,6 +403,32 @@ TEST_F(RecorderTest, ADroppedTailKeepsTheHeadSplitOffItsPendingCommit) {
   EXPECT_EQ(stats.journal_errors, 0);  // The split was not journaled.
 }
 
+// A cut commit's first part takes the parent it was reparented to since its
+// commit (the journal ignores a Reparent of the dropped id).
+TEST_F(RecorderTest, ACutCommitsFirstPartKeepsItsNewParent) {
+  StartRecorder({}, int64_t{1} << 22, absl::Hours(1));
+  const std::unique_ptr<ManualCommit> parent = TwoPageCommit();
+  auto host = CpHostMeta::Create(2 * kP, kP, 1, {0, 0}, {{11, 12}});
+  ASSERT_TRUE(host.ok()) << host.status();
+  parent->host = *std::move(host);
+  parent->commit.persist_id = 900;
+  const std::unique_ptr<ManualCommit> manual = TwoPageCommit();
+  manual->commit.parent_persist_id = kDetachedParent;
+  recorder_->OnHostCommitted(manual->commit);  // 1000, detached.
+  recorder_->OnHostCommitted(parent->commit);  // 900, a root.
+  recorder_->OnHostReparented(1000, 900);
+  recorder_->OnHostSplit(1000, kP, 1001);
+  recorder_->OnHostDropped(1000);
+  Free({{8}});
+  const persist::LoadedJournal loaded = Load();
+  std::map<uint64_t, persist::PutRecord> puts;
+  for (const persist::PutRecord& put : loaded.puts) puts[put.persist_id] = put;
+  ASSERT_EQ(puts.size(), 2u);
+  ASSERT_TRUE(puts.contains(1001));
+  EXPECT_EQ(puts[1001].parent_persist_id, 900u);
+  EXPECT_EQ(recorder_->stats().journal_errors, 0);
+}
+
 // A split of a pending commit whose head survives is recorded whole: the
 // journal then holds the head and the tail.
 TEST_F(RecorderTest, ASplitOfAPendingCommitWithNoDropIsRecorded) {
