@@ -63,10 +63,16 @@ grpc::ChannelArguments HiCacheClient::ChannelArgs(bool wait_for_ready) {
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 1);
   args.SetServiceConfigJSON(ServiceConfigJson(wait_for_ready));
   // Reconnect within about a second of a daemon coming back (gRPC's default
-  // backoff grows to 120 s); calls waiting for ready wait for this too. As
-  // RECONNECT_BACKOFF in the Python client.
+  // backoff grows to 120 s); calls waiting for ready wait for this too. The
+  // "min reconnect backoff" is gRPC's minimum connect timeout (how long one
+  // attempt may take to finish its handshake), not a delay: it stays at
+  // gRPC's 20 s. At 100 ms, a daemon on a busy node that took longer to
+  // answer failed the connection (leader_redirect_test under
+  // tools/dev test --under-load: "connection attempt timed out before
+  // receiving SETTINGS frame"). A refused connection still fails at once and
+  // is retried after the backoff. As RECONNECT_BACKOFF in the Python client.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 20000);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   return args;
 }

@@ -195,10 +195,16 @@ RETRY_POLICY = {
 # Reconnect within about a second of a daemon coming back (gRPC's default
 # backoff grows to 120 s): calls that wait for ready wait for this too. The
 # daemon is local or one per node with few clients, so retrying often is
-# cheap. The same as the C++ client's HiCacheClient::ChannelArgs().
+# cheap. "min_reconnect_backoff_ms" is gRPC's minimum *connect timeout*
+# (how long one attempt may take to finish its handshake), not a delay: it
+# stays at gRPC's 20 s, because at 100 ms a daemon on a busy node that took
+# longer to answer failed the connection (UNAVAILABLE "connection attempt
+# timed out before receiving SETTINGS frame"). A refused connection still
+# fails at once and is retried after the backoff. The same as the C++
+# client's HiCacheClient::ChannelArgs().
 RECONNECT_BACKOFF = {
     "grpc.initial_reconnect_backoff_ms": 100,
-    "grpc.min_reconnect_backoff_ms": 100,
+    "grpc.min_reconnect_backoff_ms": 20000,
     "grpc.max_reconnect_backoff_ms": 1000,
 }
 
