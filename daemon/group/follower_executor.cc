@@ -92,13 +92,9 @@ absl::Status FollowerExecutor::HandleDigest(const Digest& digest) {
   const std::string diff = DescribeDivergence(
       digest.tasks_frames, digest.ranks, mine.tasks_frames, mine.ranks);
   const bool match = diff.empty();
-  absl::Status sent = link_->Send(DigestResult{
-      .tasks_frames = mine.tasks_frames, .match = match, .ranks = mine.ranks});
-  if (!sent.ok()) {
-    // The link failed: on_failure follows (or ran).
-    spdlog::debug("CP group: digest result to {} not sent: {}", scope_.leader,
-                  sent);
-  }
+  // Counted before the answer goes out: whoever sees the answer sees it
+  // counted (follower_executor_test read the stats after the result and,
+  // under ASan, found 0).
   {
     MutexLock lock(&mu_);
     ++stats_.digests_checked;
@@ -109,6 +105,13 @@ absl::Status FollowerExecutor::HandleDigest(const Digest& digest) {
       diverged_ = true;
       stats_.diverged = true;
     }
+  }
+  absl::Status sent = link_->Send(DigestResult{
+      .tasks_frames = mine.tasks_frames, .match = match, .ranks = mine.ranks});
+  if (!sent.ok()) {
+    // The link failed: on_failure follows (or ran).
+    spdlog::debug("CP group: digest result to {} not sent: {}", scope_.leader,
+                  sent);
   }
   if (match) return absl::OkStatus();
   spdlog::error(
