@@ -210,6 +210,22 @@ void HostTierRecorder::Track(const Event& event) {
   }
 }
 
+bool HostTierRecorder::FirstPartSurvives(uint64_t root) const {
+  auto first = [&](uint64_t id) {
+    auto it = pending_.find(id);
+    return it != pending_.end() && it->second.start == 0;
+  };
+  uint64_t id = root;
+  if (!first(root)) {
+    auto heads = heads_.find(root);
+    if (heads == heads_.end()) return false;
+    auto head = std::find_if(heads->second.begin(), heads->second.end(), first);
+    if (head == heads->second.end()) return false;
+    id = *head;
+  }
+  return !dropped_parts_.contains(id);
+}
+
 std::vector<HostTierRecorder::Part> HostTierRecorder::SurvivingParts(
     uint64_t root) const {
   std::vector<Part> parts;
@@ -360,7 +376,7 @@ void HostTierRecorder::HandleBatch(absl::Span<Event> batch) {
     event.recordable =
         event.kind == Event::Kind::kPut &&
         (!dropped_.contains(event.put.record.persist_id) ||
-         !SurvivingParts(event.put.record.persist_id).empty());
+         FirstPartSurvives(event.put.record.persist_id));
   }
   // 1. Keys into their slots and checksums, no lock held. Each Put's pages'
   //    KV bytes may be another node's by now, if a part of it was dropped

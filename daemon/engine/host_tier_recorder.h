@@ -24,7 +24,8 @@
 // was queued: if so, the hash may cover reused bytes there, and only the
 // parts before the first dropped one are recorded (their pages were never
 // freed), each as a record of its own, or nothing; if not, the hash was
-// taken while the pages were still the node's. A page reused by another node can never verify for this one.
+// taken while the pages were still the node's. A page reused by another
+// node can never verify for this one.
 // That check needs no lock shared with the engine's threads: the worker
 // reads the drops from the queue itself.
 // Keys: only the worker writes slots, in the tree's order (a commit that
@@ -225,6 +226,9 @@ class HostTierRecorder final : public HostTierListener {
     int64_t end = 0;
   };
   std::vector<Part> SurvivingParts(uint64_t root) const;
+  // SurvivingParts(root) is not empty: its part at token 0 is not dropped
+  // (no allocation: most dropped commits have nothing to record).
+  bool FirstPartSurvives(uint64_t root) const;
   // `whole` (checksums taken) cut into records of `parts`, each the child
   // of the one before (the first keeps whole's parent).
   static std::vector<persist::PutRecord> CutIntoParts(

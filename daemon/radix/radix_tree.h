@@ -609,6 +609,11 @@ class RadixTree {
   bool InScope(const Node* node, EvictionTier tier, const EvictionScope& scope,
                int64_t taken = 0,
                absl::flat_hash_set<const Node*>* closed = nullptr) const;
+  // Whether a demote-only device pass passes `node` over: it has no host
+  // copy (taking it would lose it), and its namespace is guaranteed, not
+  // the scope's requester, and holds at most kUncopiedSparedUpTo times its
+  // device guarantee.
+  bool SparedAsUncopied(const Node* node, const EvictionScope& scope) const;
   // CheckInvariants' part: every root's tallies against a recount.
   absl::Status CheckTallies() const;
   absl::flat_hash_map<std::string, NamespacePages> guarantees_;

@@ -288,26 +288,15 @@ DeviceEvictResult RadixTree::EvictDevicePass(absl::Span<const int64_t> per_lane,
   auto key_of = [&](const Node* node) {
     return KeyOf(node, EvictionTier::kDevice);
   };
-  // Out of this pass: out of scope, or (demote_only) an unbacked node of
-  // another guaranteed namespace holding at most kUncopiedSparedUpTo times
-  // its device guarantee, which would be lost rather than demoted. Either
-  // stays out for the call: a namespace's pages only shrink, and a node
-  // gains no host copy, during it.
-  // The demote-only exclusion comes first, so that a node the pass would
-  // never take does not close its namespace; `may_close` false asks without
-  // closing (a leaf deferred in phase 1 is not taken yet).
+  // Out of this pass: spared as uncopied (demote_only), or out of scope.
+  // Either stays out for the call: a namespace's pages only shrink, and a
+  // node gains no host copy, during it. The uncopied test comes first, so
+  // that a node the pass would never take does not close its namespace;
+  // `may_close` false asks without closing (a leaf deferred in phase 1 is
+  // not taken yet).
   absl::flat_hash_set<const Node*> closed;  // See InScope.
   auto passed_over = [&](const Node* node, bool may_close = true) {
-    if (demote_only && node->host == nullptr) {
-      const Node* root = RootOf(node);
-      const bool requester =
-          scope.requester.has_value() && *root->ns == *scope.requester;
-      auto it = guarantees_.find(*root->ns);
-      if (!requester && it != guarantees_.end() &&
-          root->ns_device_pages <= kUncopiedSparedUpTo * it->second.device) {
-        return true;
-      }
-    }
+    if (demote_only && SparedAsUncopied(node, scope)) return true;
     return !InScope(node, EvictionTier::kDevice, scope, 0,
                     may_close ? &closed : nullptr);
   };

@@ -63,6 +63,18 @@ bool RadixTree::InScope(const Node* node, EvictionTier tier,
   return false;
 }
 
+bool RadixTree::SparedAsUncopied(const Node* node,
+                                 const EvictionScope& scope) const {
+  if (node->host != nullptr) return false;  // Demoted, not lost.
+  const Node* root = RootOf(node);
+  if (scope.requester.has_value() && *root->ns == *scope.requester) {
+    return false;
+  }
+  auto it = guarantees_.find(*root->ns);
+  return it != guarantees_.end() &&
+         root->ns_device_pages <= kUncopiedSparedUpTo * it->second.device;
+}
+
 bool RadixTree::RequesterGuaranteed(const EvictionScope& scope) const {
   return scope.requester.has_value() && !scope.only_ns.has_value() &&
          guarantees_.contains(*scope.requester);
