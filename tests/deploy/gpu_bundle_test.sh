@@ -48,6 +48,16 @@ bytes="$(du -sb "$root/gpu_bundle" | cut -f1)"
 echo "bundle: $bytes bytes"
 ((bytes <= 52 << 20)) || fail "the bundle is $bytes bytes, over 52 MiB"
 [[ -x "$root/gpu_bundle/run" ]] || fail "no gpu_bundle/run"
+# The manifest marks every test that links NCCL (the runner skips those where
+# no NCCL library is found). `ldd | grep -q` under pipefail once left
+# nccl_communicator_test unmarked now and then, and it failed in the bare
+# root with exit 127.
+manifest="$(cat "$root/gpu_bundle/manifest.json")"
+nccl_deps="$(ldd "$(readlink -f "$ws/tests/cuda/nccl_communicator_test")")"
+want=false
+[[ "$nccl_deps" == *libnccl.so* ]] && want=true
+[[ "$manifest" == *"\"name\": \"nccl_communicator_test\", \"path\": \"bin/nccl_communicator_test\", \"limit_s\": 90, \"needs_nccl\": $want"* ]] ||
+  fail "manifest.json does not say needs_nccl: $want for nccl_communicator_test"
 head -n 1 "$root/gpu_bundle/run" | grep -qx '#!/bin/sh' ||
   fail "gpu_bundle/run is not a POSIX sh script"
 

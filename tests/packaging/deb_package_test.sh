@@ -150,7 +150,11 @@ health="$("${root}/usr/bin/hicachectl" --socket="${sock}" --timeout=10 health)" 
   fail "hicachectl health failed"
 }
 [[ "${health}" == SERVING ]] || fail "health printed '${health}'"
-"${root}/usr/bin/hicachectl" --socket="${sock}" stats | grep -q "${daemon_version}" ||
+# Read whole, then searched (`stats | grep -q` under pipefail can fail when
+# grep exits at its match and hicachectl, still writing, gets SIGPIPE).
+stats="$("${root}/usr/bin/hicachectl" --socket="${sock}" stats)" ||
+  fail "hicachectl stats failed"
+[[ "${stats}" == *"${daemon_version}"* ]] ||
   fail "stats does not show version ${daemon_version}"
 mode="$(stat -c %a "${sock}")"
 [[ "${mode}" == 660 ]] || fail "socket mode ${mode}, want 660"
