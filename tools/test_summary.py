@@ -3,7 +3,8 @@
 
 Usage: test_summary.py TESTLOGS_DIR TARGET...
 
-Each target's bazel-testlogs/<package>/<name>/test.xml is read. GoogleTest
+Each target's bazel-testlogs/<package>/<name>/test.xml is read (a sharded
+target's shard_K_of_N/test.xml, every one of them). GoogleTest
 writes one <testcase> per test; for tests that write no XML (shell tests, or a
 binary that crashed) Bazel writes one <testcase> for the whole target, with a
 <failure> or <error> when it failed. A target without any test.xml (it failed
@@ -37,6 +38,24 @@ def count_target(xml_path):
     return passed, failed, skipped, failures
 
 
+def xml_files(target_dir):
+    """The target's test.xml, or each shard's (shard_K_of_N/test.xml),
+    whichever the latest run wrote (a target may have been sharded since)."""
+    whole = os.path.join(target_dir, "test.xml")
+    shards = []
+    if os.path.isdir(target_dir):
+        for entry in sorted(os.listdir(target_dir)):
+            path = os.path.join(target_dir, entry, "test.xml")
+            if entry.startswith("shard_") and os.path.exists(path):
+                shards.append(path)
+    if not os.path.exists(whole):
+        return shards
+    if shards and max(os.path.getmtime(p) for p in shards) > os.path.getmtime(
+            whole):
+        return shards
+    return [whole]
+
+
 def main(argv):
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
@@ -45,18 +64,22 @@ def main(argv):
     passed = failed = skipped = 0
     for target in targets:
         package, _, name = target.lstrip("/").partition(":")
-        xml_path = os.path.join(testlogs, package, name, "test.xml")
-        if not os.path.exists(xml_path):
+        xml_paths = xml_files(os.path.join(testlogs, package, name))
+        if not xml_paths:
             print("FAILED: %s (no results: did it build?)" % target,
                   file=sys.stderr)
             failed += 1
             continue
-        try:
-            p, f, s, names = count_target(xml_path)
-        except ET.ParseError as e:
-            print("unreadable %s: %s" % (xml_path, e), file=sys.stderr)
-            failed += 1
-            continue
+        p = f = s = 0
+        names = []
+        for xml_path in xml_paths:
+            try:
+                tp, tf, ts, tnames = count_target(xml_path)
+            except ET.ParseError as e:
+                print("unreadable %s: %s" % (xml_path, e), file=sys.stderr)
+                tf, tnames = 1, []
+                tp = ts = 0
+            p, f, s, names = p + tp, f + tf, s + ts, names + tnames
         for n in names:
             print("FAILED: %s %s" % (target, n), file=sys.stderr)
         if names:
