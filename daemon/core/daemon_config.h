@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "daemon/core/cp_group_config.h"
+#include "daemon/core/kv_layout.h"
 #include "daemon/core/namespace_quota.h"
 #include "daemon/core/policies.h"
 
@@ -113,9 +114,13 @@ struct DaemonConfig {
   uint64_t host_pages_per_rank = kDefaultHostPagesPerRank;
   uint64_t host_bytes_per_rank = 0;
   HostLayout host_layout = HostLayout::kLayerFirst;
-  // KV geometry preset (see KvGeometry::Preset); "tiny" keeps the embedded
-  // default's pools at a few MB.
+  // The KV layout: a preset (see KvGeometry::Preset; "tiny" keeps the
+  // embedded default's pools at a few MB), or, when kv_families is not
+  // empty, those families under the name kv_preset (read from
+  // kv_layout_file, --kv_layout_file; docs/kv-layouts.md).
   std::string kv_preset = std::string(kDefaultKvPreset);
+  std::vector<KvFamily> kv_families;
+  std::string kv_layout_file;  // Where kv_families came from, for logs.
   // Engine policies, parsed once from their flags (core/policies.h).
   // The default pair (docs/eviction.md): write-ahead (a prefix-closed host
   // tier that survives a crash, no allocation waiting for a copy), TinyLFU

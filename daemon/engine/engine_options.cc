@@ -9,6 +9,7 @@ EngineOptions EngineOptionsFrom(const DaemonConfig& config) {
   options.page_size = config.page_size;
   options.cp_size = config.cp_size;
   options.kv_preset = config.kv_preset;
+  options.kv_families = config.kv_families;
   options.state_dir = config.state_dir;
   options.recovery_threads = config.recovery_threads;
   options.journal_settle = absl::Milliseconds(config.journal_settle_ms);

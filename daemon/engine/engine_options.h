@@ -29,6 +29,9 @@ struct EngineOptions {
   uint32_t page_size = DaemonConfig::kDefaultPageSize;
   uint32_t cp_size = DaemonConfig::kDefaultCpSize;
   std::string kv_preset = std::string(DaemonConfig::kDefaultKvPreset);
+  // Not empty: the KV layout's families, named kv_preset (a layout file;
+  // KvGeometry::Resolve).
+  std::vector<KvFamily> kv_families;
   // Including the reserved page 0.
   int64_t device_pages_per_rank =
       static_cast<int64_t>(DaemonConfig::kDefaultDevicePagesPerRank);

@@ -57,8 +57,8 @@ absl::StatusOr<std::unique_ptr<HiCacheEngine>> HiCacheEngine::Create(
         "state_dir needs every rank's pools in this engine: the host tier of "
         "a multi-daemon CP group does not persist yet");
   }
-  absl::StatusOr<KvGeometry> geometry =
-      KvGeometry::Preset(options.kv_preset, options.page_size);
+  absl::StatusOr<KvGeometry> geometry = KvGeometry::Resolve(
+      options.kv_preset, options.kv_families, options.page_size);
   if (!geometry.ok()) return geometry.status();
   if (options.host_pages_per_rank < 1) {
     return absl::InvalidArgumentError(

@@ -38,6 +38,7 @@
 #include "daemon/core/check.h"
 #include "daemon/core/clock.h"
 #include "daemon/core/daemon_config.h"
+#include "daemon/core/kv_layout.h"
 #include "daemon/core/log_format.h"
 #include "daemon/core/log_setup.h"
 #include "daemon/core/policies.h"
@@ -116,9 +117,17 @@ ABSL_FLAG(std::optional<uint64_t>, host_bytes_per_rank, std::nullopt,
           "the start-up log prints the split).");
 ABSL_FLAG(hicache::HostLayout, host_layout, hicache::HostLayout::kLayerFirst,
           "Host pool byte order: 'layer_first' or 'page_first'.");
-ABSL_FLAG(std::string, kv_preset, "tiny",
-          "KV geometry: deepseek-v3.2, deepseek-v3.2-fp8, micro, tiny or "
-          "tiny-draft.");
+ABSL_FLAG(std::optional<std::string>, kv_preset, std::nullopt,
+          "KV layout preset (default tiny): deepseek-v3.2, deepseek-v3.2-fp8, "
+          "llama-3-8b, llama-3-70b, qwen3-8b, qwen3-32b, qwen3-30b-a3b, "
+          "qwen3-235b-a22b, glm-4-9b, glm-4.5, mistral-7b (one worker's bf16 "
+          "K and V at TP 1), micro, tiny or tiny-draft. Not with "
+          "--kv_layout_file.");
+ABSL_FLAG(std::string, kv_layout_file, "",
+          "A JSON file describing the KV layout (docs/kv-layouts.md): a name "
+          "and either 'attention' (layers, kv_heads, head_dim, dtype, "
+          "tp_size) or row-by-row 'families'. For models, dtypes or tensor "
+          "parallelism the presets do not cover. Not with --kv_preset.");
 ABSL_FLAG(hicache::EvictionPolicy, eviction_policy,
           hicache::EvictionPolicy::kTinyLfu,
           "Eviction order: lru, lfu, fifo, priority, slru or tinylfu. "
@@ -370,7 +379,21 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
     config.host_bytes_per_rank = *host_bytes;
   }
   config.host_layout = absl::GetFlag(FLAGS_host_layout);
-  config.kv_preset = absl::GetFlag(FLAGS_kv_preset);
+  const std::optional<std::string> kv_preset = absl::GetFlag(FLAGS_kv_preset);
+  config.kv_layout_file = absl::GetFlag(FLAGS_kv_layout_file);
+  if (!config.kv_layout_file.empty()) {
+    if (kv_preset.has_value()) {
+      return absl::InvalidArgumentError(
+          "--kv_preset and --kv_layout_file both name the KV layout; give one "
+          "of them (a flagfile may set --kv_preset)");
+    }
+    absl::StatusOr<KvLayout> layout = ReadKvLayoutFile(config.kv_layout_file);
+    if (!layout.ok()) return layout.status();
+    config.kv_preset = layout->name;
+    config.kv_families = std::move(layout->families);
+  } else if (kv_preset.has_value()) {
+    config.kv_preset = *kv_preset;
+  }
   config.default_lease_ms = absl::GetFlag(FLAGS_default_lease_ms);
   config.eviction_policy = absl::GetFlag(FLAGS_eviction_policy);
   config.write_policy = absl::GetFlag(FLAGS_write_policy);

@@ -5,8 +5,7 @@
 namespace hicache {
 
 absl::StatusOr<HostBudget> HostBudgetOf(const DaemonConfig& config) {
-  absl::StatusOr<KvGeometry> geometry =
-      KvGeometry::Preset(config.kv_preset, config.page_size);
+  absl::StatusOr<KvGeometry> geometry = KvGeometry::OfConfig(config);
   if (!geometry.ok()) return geometry.status();
   if (config.host_bytes_per_rank == 0) {
     if (config.host_pages_per_rank > DaemonConfig::kMaxPagesPerRank) {

@@ -88,6 +88,23 @@ absl::StatusOr<KvGeometry> KvGeometry::Preset(absl::string_view name,
   };
   if (name == "deepseek-v3.2") return deepseek(kMlaBf16RowBytes, "mla_bf16");
   if (name == "deepseek-v3.2-fp8") return deepseek(kMlaFp8RowBytes, "mla_fp8");
+  // Grouped-query attention, bf16 K and V rows of heads * 128 * 2 bytes.
+  auto gqa = [&](uint32_t layers,
+                 uint32_t kv_heads) -> absl::StatusOr<KvGeometry> {
+    absl::StatusOr<std::vector<KvFamily>> families =
+        AttentionFamilies(layers, kv_heads, /*head_dim=*/128, /*bf16*/ 2);
+    if (!families.ok()) return families.status();
+    return Create(page_size, *std::move(families), std::string(name));
+  };
+  if (name == "llama-3-8b") return gqa(32, 8);
+  if (name == "llama-3-70b") return gqa(80, 8);
+  if (name == "qwen3-8b") return gqa(36, 8);
+  if (name == "qwen3-32b") return gqa(64, 8);
+  if (name == "qwen3-30b-a3b") return gqa(48, 4);
+  if (name == "qwen3-235b-a22b") return gqa(94, 4);
+  if (name == "glm-4-9b") return gqa(40, 2);
+  if (name == "glm-4.5") return gqa(92, 8);
+  if (name == "mistral-7b") return gqa(32, 8);
   if (name == "micro") {  // Cache simulations: bytes barely matter.
     return Create(page_size, {{"kv", 4, 1, false}}, "micro");
   }
@@ -104,7 +121,17 @@ absl::StatusOr<KvGeometry> KvGeometry::Preset(absl::string_view name,
 }
 
 std::vector<std::string> KvGeometry::PresetNames() {
-  return {"deepseek-v3.2", "deepseek-v3.2-fp8", "micro", "tiny", "tiny-draft"};
+  return {"deepseek-v3.2", "deepseek-v3.2-fp8", "llama-3-8b",  "llama-3-70b",
+          "qwen3-8b",      "qwen3-32b",         "qwen3-30b-a3b",
+          "qwen3-235b-a22b", "glm-4-9b",        "glm-4.5",     "mistral-7b",
+          "micro",         "tiny",              "tiny-draft"};
+}
+
+absl::StatusOr<KvGeometry> KvGeometry::Resolve(
+    absl::string_view name, const std::vector<KvFamily>& families,
+    uint32_t page_size) {
+  if (families.empty()) return Preset(name, page_size);
+  return Create(page_size, families, std::string(name));
 }
 
 absl::StatusOr<int> KvGeometry::FamilyIndex(absl::string_view name) const {

@@ -8,17 +8,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "daemon/core/daemon_config.h"
+#include "daemon/core/kv_layout.h"
 
 namespace hicache {
-
-// One KV payload family: `bytes_per_token` bytes per token in each of
-// `num_layers` layers (a row), e.g. the MLA latent+RoPE of every target layer.
-struct KvFamily {
-  std::string name;
-  uint32_t bytes_per_token = 0;  // Row size; a positive multiple of 4.
-  uint32_t num_layers = 0;
-  bool draft = false;  // Part of the draft (MTP) payload.
-};
 
 // Row sizes of the NSA / MLA payloads (bytes per token per layer).
 inline constexpr uint32_t kMlaBf16RowBytes = 1152;  // 512 + 64 bf16 values.
@@ -60,15 +52,37 @@ class KvGeometry {
                                            std::vector<KvFamily> families,
                                            std::string name = "custom");
 
-  // Named presets:
+  // Named presets. Model presets are one worker's whole KV at tensor
+  // parallelism 1, with sizes from the models' published configurations
+  // (bf16 K and V rows of kv_heads * head_dim * 2 bytes for MHA/GQA); for
+  // TP > 1, another dtype or another model, describe it in a layout file
+  // (ParseKvLayout, --kv_layout_file):
   //   "deepseek-v3.2"       61 layers MLA bf16 + indexer K, 1 draft layer of
-  //   each "deepseek-v3.2-fp8"   the same with FP8-packed MLA rows (656 B)
+  //                         each
+  //   "deepseek-v3.2-fp8"   the same with FP8-packed MLA rows (656 B)
+  //   "llama-3-8b"          32 layers, 8 KV heads of 128: K and V 2 KiB rows
+  //   "llama-3-70b"         80 layers, 8 KV heads of 128
+  //   "qwen3-8b"            36 layers, 8 KV heads of 128
+  //   "qwen3-32b"           64 layers, 8 KV heads of 128
+  //   "qwen3-30b-a3b"       48 layers, 4 KV heads of 128 (MoE)
+  //   "qwen3-235b-a22b"     94 layers, 4 KV heads of 128 (MoE)
+  //   "glm-4-9b"            40 layers, 2 KV heads of 128
+  //   "glm-4.5"             92 layers, 8 KV heads of 128 (MoE)
+  //   "mistral-7b"          32 layers, 8 KV heads of 128
   //   "micro"               1 layer of 4-byte rows (cache simulations)
   //   "tiny"                2 layers of 16-byte rows (tests)
   //   "tiny-draft"          "tiny" plus a 1-layer draft family (tests)
   static absl::StatusOr<KvGeometry> Preset(absl::string_view name,
                                            uint32_t page_size = 64);
   static std::vector<std::string> PresetNames();
+  // The layout a daemon runs: `families` under `name` when there are any
+  // (a layout file), else the preset `name`.
+  static absl::StatusOr<KvGeometry> Resolve(
+      absl::string_view name, const std::vector<KvFamily>& families,
+      uint32_t page_size);
+  static absl::StatusOr<KvGeometry> OfConfig(const DaemonConfig& config) {
+    return Resolve(config.kv_preset, config.kv_families, config.page_size);
+  }
 
   uint32_t page_size() const { return page_size_; }
   const std::vector<KvFamily>& families() const { return families_; }

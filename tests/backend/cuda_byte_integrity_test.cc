@@ -16,6 +16,7 @@
 #include "daemon/backend/cuda/cuda_backend.h"
 #include "daemon/backend/cuda/real_cuda_runtime.h"
 #include "daemon/backend/cuda/sim_cuda_runtime.h"
+#include "daemon/core/kv_layout.h"
 #include "daemon/engine/hicache_engine.h"
 #include "gtest/gtest.h"
 #include "tests/engine/request_driver.h"
@@ -45,7 +46,8 @@ int RealGpus() {
   return gpus.ok() ? *gpus : 0;
 }
 
-Rig MakeRig(uint32_t cp, EvictionPolicy policy, WritePolicy write) {
+Rig MakeRig(uint32_t cp, EvictionPolicy policy, WritePolicy write,
+            const KvLayout* layout = nullptr) {
   Rig rig;
   // Two ranks per simulated GPU, as on a node with more ranks than GPUs.
   int devices = static_cast<int>((cp + 1) / 2);
@@ -73,7 +75,9 @@ Rig MakeRig(uint32_t cp, EvictionPolicy policy, WritePolicy write) {
   auto engine = HiCacheEngine::Create(
       {.page_size = kP,
        .cp_size = cp,
-       .kv_preset = "tiny-draft",
+       .kv_preset = layout != nullptr ? layout->name : "tiny-draft",
+       .kv_families = layout != nullptr ? layout->families
+                                        : std::vector<KvFamily>{},
        .device_pages_per_rank = 1 + 48 / cp,
        .host_pages_per_rank = 1 + 96 / cp,
        .host_layout = cp % 2 ? HostLayout::kLayerFirst : HostLayout::kPageFirst,
@@ -156,6 +160,30 @@ TEST_P(CudaByteIntegrityTest, CudaFaultsNeverServeWrongBytes) {
 
 INSTANTIATE_TEST_SUITE_P(CpSizes, CudaByteIntegrityTest,
                          ::testing::Values(1u, 2u, 4u, 8u));
+
+// A model's MHA layout from a layout file (--kv_layout_file): Llama 3 8B's
+// K and V, 32 layers of 2 KiB rows, under the daemon's default policies at
+// C = 1 and 2; the copy kernels move 64 (family, layer) blocks a page.
+class CudaMhaLayoutTest : public ::testing::TestWithParam<uint32_t> {};
+
+TEST_P(CudaMhaLayoutTest, EveryHitHasTheBytesThatWereWritten) {
+  const uint32_t cp = GetParam();
+  if (testing::RealCudaRuntimeRequested() && RealGpus() == 0) {
+    GTEST_SKIP() << "HICACHE_CUDA_RUNTIME=real but no GPU is visible";
+  }
+  absl::StatusOr<KvLayout> layout = ParseKvLayout(R"({
+      "name": "llama-3-8b",
+      "attention": {"layers": 32, "kv_heads": 8, "head_dim": 128,
+                    "dtype": "bf16"}})");
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  Rig rig = MakeRig(cp, DaemonConfig::kDefaultEvictionPolicy,
+                    DaemonConfig::kDefaultWritePolicy, &*layout);
+  ASSERT_NE(rig.engine, nullptr);
+  ASSERT_EQ(rig.engine->geometry().TargetBytesPerToken(), 131072u);
+  ASSERT_NO_FATAL_FAILURE(Drive(rig, cp, 400, /*faults=*/false));
+}
+
+INSTANTIATE_TEST_SUITE_P(CpSizes, CudaMhaLayoutTest, ::testing::Values(1u, 2u));
 
 }  // namespace
 }  // namespace hicache

@@ -9,6 +9,7 @@
 // not; the engine's invariants hold after every request.
 #include <vector>
 
+#include "daemon/core/kv_layout.h"
 #include "daemon/engine/hicache_engine.h"
 #include "gtest/gtest.h"
 #include "tests/engine/request_driver.h"
@@ -23,11 +24,14 @@ constexpr uint32_t kP = Driver::kPageSize;
 
 std::unique_ptr<HiCacheEngine> MakeEngine(uint32_t cp, EvictionPolicy policy,
                                           WritePolicy write,
-                                          bool l2_pressure = true) {
+                                          bool l2_pressure = true,
+                                          const KvLayout* layout = nullptr) {
   auto engine = HiCacheEngine::Create(
       {.page_size = kP,
        .cp_size = cp,
-       .kv_preset = "tiny-draft",
+       .kv_preset = layout != nullptr ? layout->name : "tiny-draft",
+       .kv_families = layout != nullptr ? layout->families
+                                        : std::vector<KvFamily>{},
        .device_pages_per_rank = 1 + 48 / cp,
        .host_pages_per_rank = 1 + (l2_pressure ? 96 : 512) / cp,
        .host_layout = cp % 2 ? HostLayout::kLayerFirst : HostLayout::kPageFirst,
@@ -94,6 +98,40 @@ INSTANTIATE_TEST_SUITE_P(
                      EvictionPolicy::kSlru},
         EngineConfig{8, WritePolicy::kWriteBack, EvictionPolicy::kPriority}),
     CaseName);
+
+// A model's MHA layout from a layout file (--kv_layout_file): Llama 3 8B's
+// K and V, 32 layers of 2 KiB rows (128 KiB a token), under the daemon's
+// default policies at C = 1 and 2.
+class MhaLayoutByteIntegrityTest : public ::testing::TestWithParam<uint32_t> {};
+
+TEST_P(MhaLayoutByteIntegrityTest, EveryHitHasTheBytesThatWereWritten) {
+  const uint32_t cp = GetParam();
+  absl::StatusOr<KvLayout> layout = ParseKvLayout(R"({
+      "name": "llama-3-8b",
+      "attention": {"layers": 32, "kv_heads": 8, "head_dim": 128,
+                    "dtype": "bf16"}})");
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  auto engine = MakeEngine(cp, DaemonConfig::kDefaultEvictionPolicy,
+                           DaemonConfig::kDefaultWritePolicy,
+                           /*l2_pressure=*/true, &*layout);
+  ASSERT_NE(engine, nullptr);
+  ASSERT_EQ(engine->geometry().TargetBytesPerToken(), 131072u);
+  ASSERT_EQ(engine->geometry().NumSteps(), 32u);
+  Driver driver(engine.get(), 3000 + cp, "");
+  for (int step = 0; step < 600; ++step) {
+    ASSERT_NO_FATAL_FAILURE(driver.Request()) << "step " << step;
+    const absl::Status invariants = engine->CheckInvariants();
+    ASSERT_TRUE(invariants.ok()) << "step " << step << ": " << invariants;
+  }
+  engine->WaitForTransfers();
+  ASSERT_TRUE(engine->CheckInvariants().ok());
+  EXPECT_EQ(engine->DeviceAllocatedPages(), engine->TreeDevicePages());
+  EXPECT_GT(driver.hits(), 0);
+  EXPECT_GT(driver.loads(), 0) << "pressure never forced a load-back";
+}
+
+INSTANTIATE_TEST_SUITE_P(CpSizes, MhaLayoutByteIntegrityTest,
+                         ::testing::Values(1u, 2u));
 
 // Several scheduler threads drive one engine while transfers complete on
 // worker threads (run under --config=tsan too).

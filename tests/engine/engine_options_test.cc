@@ -26,6 +26,7 @@ constexpr const char* kCarriedFields[] = {
     "cp_size",
     "served_ranks",
     "kv_preset",
+    "kv_families",
     "device_pages_per_rank",
     "host_pages_per_rank",
     "host_layout",
@@ -49,6 +50,7 @@ constexpr const char* kDaemonOnlyFields[] = {
     "copy_max_blocks",
     "pin_host_memory",
     "host_bytes_per_rank",  // Resolved into host_pages_per_rank first.
+    "kv_layout_file",  // Read into kv_preset and kv_families by main.
     "default_lease_ms",     // SessionManager.
     "listen_tcp",
     "tls_cert_file",
@@ -110,6 +112,7 @@ DaemonConfig NonDefaultConfig() {
   config.cp_size = 4;
   config.served_ranks = {0, 1, 2, 3};  // All: state_dir needs every rank.
   config.kv_preset = "tiny-draft";
+  config.kv_families = {{"k", 8, 3, false}, {"v", 8, 3, false}};
   config.device_pages_per_rank = 777;
   config.host_pages_per_rank = 9999;
   config.host_layout = HostLayout::kPageFirst;
@@ -140,6 +143,7 @@ TEST(EngineOptionsTest, CarriesEveryConfigurationField) {
   EXPECT_EQ(o.cp_size, 4u);
   EXPECT_THAT(o.served_ranks, ElementsAre(0u, 1u, 2u, 3u));
   EXPECT_EQ(o.kv_preset, "tiny-draft");
+  EXPECT_EQ(o.kv_families, config.kv_families);
   EXPECT_EQ(o.device_pages_per_rank, 777);
   EXPECT_EQ(o.host_pages_per_rank, 9999);
   EXPECT_EQ(o.host_layout, HostLayout::kPageFirst);
@@ -169,7 +173,7 @@ TEST(EngineOptionsTest, CarriesEveryConfigurationField) {
 // kCarriedFields (checked below), comparable as a whole.
 auto Configuration(const EngineOptions& o) {
   return std::make_tuple(
-      o.page_size, o.cp_size, o.served_ranks, o.kv_preset,
+      o.page_size, o.cp_size, o.served_ranks, o.kv_preset, o.kv_families,
       o.device_pages_per_rank, o.host_pages_per_rank, o.host_layout,
       o.lock_host_memory, o.write_policy, o.write_through_threshold,
       o.eviction_policy, o.load_back_threshold_tokens, o.l1_free_room_pages,

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,8 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
+#include "grpcpp/grpcpp.h"
+#include "hicache/v1/hicache.grpc.pb.h"
 #include "hicache/v1/hicache.pb.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/subprocess.h"
@@ -184,6 +187,10 @@ TEST_F(DaemonProcessTest, BadFlagValuesExitNonZeroWithAClearMessage) {
       {{"--host_bytes_per_rank=100"}, 2,
        "host_bytes_per_rank = 100 holds no host page"},
       {{"--kv_preset=llama"}, 2, "unknown KV preset 'llama'"},
+      {{"--kv_layout_file=/nonexistent/layout.json"}, 2,
+       "cannot read KV layout file '/nonexistent/layout.json'"},
+      {{"--kv_preset=tiny", "--kv_layout_file=/nonexistent/layout.json"}, 2,
+       "--kv_preset and --kv_layout_file both name the KV layout"},
       {{"--write_policy=write_sideways"}, 2,
        "unknown write policy 'write_sideways'; expected write_through, "
        "write_through_selective, write_back or write_ahead"},
@@ -205,6 +212,56 @@ TEST_F(DaemonProcessTest, BadFlagValuesExitNonZeroWithAClearMessage) {
     EXPECT_THAT(r->err, HasSubstr(c.message)) << c.flags[0];
     EXPECT_FALSE(Exists(socket_)) << c.flags[0];
   }
+}
+
+// --kv_layout_file: a model's layout from a file (Llama 3 8B's K and V, 32
+// layers of 2 KiB rows); GetLayout reports it under the file's name, and a
+// file the parser refuses stops the daemon with exit 2 and the reason.
+TEST_F(DaemonProcessTest, KvLayoutFileConfiguresTheGeometry) {
+  Subprocess daemon = StartDaemon(
+      {"--kv_layout_file=" +
+           testing::RunfilePath("deploy/kv-layouts/llama-3-8b.json"),
+       "--page_size=16", "--device_pages_per_rank=16",
+       "--host_pages_per_rank=16"});
+  auto channel = grpc::CreateChannel("unix:" + socket_,
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::HiCache::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(10));
+  v1::GetLayoutResponse layout;
+  const grpc::Status status =
+      stub->GetLayout(&context, v1::GetLayoutRequest(), &layout);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(layout.kv_preset(), "llama-3-8b");
+  ASSERT_EQ(layout.families_size(), 2);
+  for (int f = 0; f < 2; ++f) {
+    EXPECT_EQ(layout.families(f).name(), f == 0 ? "k" : "v");
+    EXPECT_EQ(layout.families(f).bytes_per_token(), 2048u);
+    EXPECT_EQ(layout.families(f).num_layers(), 32u);
+  }
+  EXPECT_EQ(layout.bytes_per_page(), 16u * 131072u);
+  EXPECT_EQ(layout.num_steps(), 32u);
+  EXPECT_EQ(layout.device_blocks_size(), 64);
+  ASSERT_TRUE(daemon.Signal(SIGTERM).ok());
+  ASSERT_TRUE(daemon.Wait(absl::Seconds(20)).ok());
+
+  const std::string bad = dir_.Child("bad.json");
+  {
+    FILE* f = fopen(bad.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    fputs(R"({"name": "m", "families": [{"name": "k", "bytes_per_token": 6,
+              "layers": 2}]})",
+          f);
+    fclose(f);
+  }
+  absl::StatusOr<RunResult> r = testing::Run(
+      {DaemonPath(), "--socket=" + socket_, "--kv_layout_file=" + bad});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 2) << r->err;
+  EXPECT_THAT(r->err, HasSubstr("bytes_per_token must be a positive multiple "
+                                "of 4"));
+  EXPECT_FALSE(Exists(socket_));
 }
 
 // --host_bytes_per_rank: one budget for the target and draft KV of each
@@ -258,6 +315,14 @@ TEST_F(DaemonProcessTest, VersionAndHelpExitZero) {
                           "\\(([0-9a-f]{12}(-dirty)?|unknown)\\)\n"));
   r = testing::Run({DaemonPath(), "--help"});
   ASSERT_TRUE(r.ok());
+  // Every KV preset is listed.
+  for (const char* preset :
+       {"deepseek-v3.2,", "deepseek-v3.2-fp8", "llama-3-8b", "llama-3-70b",
+        "qwen3-8b", "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b",
+        "glm-4-9b", "glm-4.5", "mistral-7b", "micro", "tiny-draft",
+        "--kv_layout_file"}) {
+    EXPECT_THAT(r->out + r->err, HasSubstr(preset));
+  }
   EXPECT_EQ(r->exit_code, 0);
   EXPECT_THAT(r->out + r->err, HasSubstr("--flagfile"));
 }

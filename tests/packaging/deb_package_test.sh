@@ -98,6 +98,7 @@ multiarch="$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-mu
 for path in ./usr/bin/hicached ./usr/bin/hicachectl \
     ./lib/systemd/system/hicached.service ./etc/default/hicached \
     ./etc/hicached/hicached.flags \
+    ./usr/share/hicached/kv-layouts/llama-3-8b.json \
     "./usr/lib/${multiarch}/libhicache_client.a" \
     "./usr/lib/${multiarch}/pkgconfig/hicache-client.pc" \
     ./usr/include/hicache/client/cpp/hicache_client.h \

@@ -30,6 +30,61 @@ TEST(KvGeometryTest, DeepSeekPresets) {
             absl::StatusCode::kNotFound);
 }
 
+// MHA/GQA presets: K and V rows of kv_heads * head_dim * 2 bytes (bf16) in
+// every layer, from each model's published configuration.
+TEST(KvGeometryTest, ModelPresetsHaveKAndVOfTheirHeads) {
+  struct Model {
+    const char* name;
+    uint32_t layers;
+    uint32_t kv_heads;
+  };
+  for (const Model& m : {Model{"llama-3-8b", 32, 8}, Model{"llama-3-70b", 80, 8},
+                         Model{"qwen3-8b", 36, 8}, Model{"qwen3-32b", 64, 8},
+                         Model{"qwen3-30b-a3b", 48, 4},
+                         Model{"qwen3-235b-a22b", 94, 4},
+                         Model{"glm-4-9b", 40, 2}, Model{"glm-4.5", 92, 8},
+                         Model{"mistral-7b", 32, 8}}) {
+    absl::StatusOr<KvGeometry> g = KvGeometry::Preset(m.name, 16);
+    ASSERT_TRUE(g.ok()) << m.name << ": " << g.status();
+    const uint32_t row = m.kv_heads * 128 * 2;
+    EXPECT_EQ(g->families(), (std::vector<KvFamily>{{"k", row, m.layers, false},
+                                                    {"v", row, m.layers, false}}))
+        << m.name;
+    EXPECT_EQ(g->TargetBytesPerToken(), 2ull * row * m.layers) << m.name;
+    EXPECT_EQ(g->NumSteps(), m.layers) << m.name;
+    EXPECT_EQ(g->name(), m.name);
+  }
+  // Llama 3 8B: 128 KiB of KV a token.
+  EXPECT_EQ(KvGeometry::Preset("llama-3-8b")->TargetBytesPerToken(), 131072u);
+  // Every listed preset exists, and the error lists them.
+  for (const std::string& name : KvGeometry::PresetNames()) {
+    EXPECT_TRUE(KvGeometry::Preset(name).ok()) << name;
+  }
+  EXPECT_THAT(KvGeometry::Preset("llama").status().message(),
+              HasSubstr("llama-3-8b, llama-3-70b"));
+}
+
+// A layout file's families under its name; no families: the preset.
+TEST(KvGeometryTest, ResolveTakesFamiliesOverThePresetName) {
+  const std::vector<KvFamily> families = {{"k", 64, 2, false},
+                                          {"v", 64, 2, false}};
+  absl::StatusOr<KvGeometry> g = KvGeometry::Resolve("mine", families, 16);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->name(), "mine");
+  EXPECT_EQ(g->families(), families);
+  EXPECT_EQ(KvGeometry::Resolve("tiny", {}, 16)->families(),
+            KvGeometry::Preset("tiny", 16)->families());
+  EXPECT_THAT(KvGeometry::Resolve("x", {{"k", 6, 1, false}}, 16)
+                  .status()
+                  .message(),
+              HasSubstr("multiple of 4"));
+  DaemonConfig config;
+  config.kv_preset = "mine";
+  config.kv_families = families;
+  config.page_size = 16;
+  EXPECT_EQ(KvGeometry::OfConfig(config)->families(), families);
+}
+
 TEST(KvGeometryTest, RejectsBadFamilies) {
   EXPECT_THAT(KvGeometry::Create(64, {}).status().message(),
               HasSubstr("needs a payload family"));
