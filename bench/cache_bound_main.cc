@@ -5,8 +5,8 @@
 //   bazel run --config=opt //bench:cache_bound --
 //       --trace=PATH --capacities=6000,12000,18000 [--json]
 //
-// The default trace is ../shared/traces/synthetic_trace.jsonl next to the
-// workspace. --json prints one JSON object instead of the table.
+// The default trace is bench/traces/mooncake_synthetic.jsonl (the public
+// Mooncake trace). --json prints one JSON object instead of the table.
 #include <cstdio>
 #include <string>
 #include <vector>

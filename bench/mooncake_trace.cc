@@ -40,7 +40,7 @@ std::string TracePathOrDefault(const std::string& flag) {
   if (!flag.empty()) return flag;
   const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");
   return absl::StrCat(workspace != nullptr ? workspace : ".",
-                      "/../shared/traces/synthetic_trace.jsonl");
+                      "/bench/traces/mooncake_synthetic.jsonl");
 }
 
 absl::StatusOr<std::vector<TraceRequest>> ReadMooncakeTrace(

@@ -20,9 +20,9 @@ struct TraceRequest {
   std::string ns;
 };
 
-// `flag` if non-empty, else the shared trace next to the workspace
-// ($BUILD_WORKSPACE_DIRECTORY/../shared/traces/synthetic_trace.jsonl under
-// `bazel run`).
+// `flag` if non-empty, else the repository's copy of the public Mooncake
+// trace ($BUILD_WORKSPACE_DIRECTORY/bench/traces/mooncake_synthetic.jsonl
+// under `bazel run`).
 std::string TracePathOrDefault(const std::string& flag);
 
 // Reads up to `limit` requests (-1 = all). INVALID_ARGUMENT names the line of

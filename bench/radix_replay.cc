@@ -4,7 +4,7 @@
 // p50/p99 of each call, and RSS growth per cached token.
 //
 //   bazel run --config=opt //bench:radix_replay --
-//       --trace=$PWD/../shared/traces/synthetic_trace.jsonl --requests=2000
+//       --trace=$PWD/bench/traces/mooncake_synthetic.jsonl --requests=2000
 #include <unistd.h>
 
 #include <algorithm>

@@ -31,7 +31,7 @@
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, trace, "",
-          "Mooncake trace (default: ../shared/traces/synthetic_trace.jsonl).");
+          "Mooncake trace (default: bench/traces/mooncake_synthetic.jsonl).");
 ABSL_FLAG(int64_t, requests, -1, "Replay at most this many requests.");
 ABSL_FLAG(int64_t, block_tokens, 512, "Tokens per hash id.");
 ABSL_FLAG(int64_t, l1_blocks, 6000, "Device (L1) capacity in blocks.");

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
@@ -14,6 +15,46 @@ std::string DefaultSocketPath();
 
 // The gRPC target for a unix socket path: "unix:" + path.
 std::string UnixTarget(absl::string_view socket_path);
+
+// The packaged daemon's socket (deploy/hicached.flags and the .deb's unit).
+inline constexpr absl::string_view kPackagedSocketPath =
+    "/run/hicached/hicached.sock";
+
+// Where a client finds the daemon. hicachectl, the C++ and Python clients
+// and hicache-replay all resolve it in this order (docs/operations.md,
+// "Finding the daemon"):
+//  1. an explicit gRPC target (--target; unix:PATH or host:port);
+//  2. an explicit unix socket (--socket);
+//  3. $HICACHE_TARGET, any gRPC target (e.g. a daemon's TCP host:port);
+//  4. $HICACHE_SOCKET, a unix socket path;
+//  5. the packaged socket `packaged_path`, when it exists (also when this
+//     user may not open it: then connecting says why);
+//  6. DefaultSocketPath(), where a hicached started without --socket
+//     listens.
+// Empty strings and empty variables count as not given.
+struct Endpoint {
+  std::string target;       // The gRPC target.
+  std::string socket_path;  // Its unix socket path; empty for TCP.
+  std::string source;  // "--target", "--socket", "HICACHE_TARGET",
+                       // "HICACHE_SOCKET", "packaged" or "default".
+};
+Endpoint ResolveEndpoint(absl::string_view target = "",
+                         absl::string_view socket = "",
+                         absl::string_view packaged_path = kPackagedSocketPath);
+
+// The socket path of a unix gRPC target ("unix:/p", "unix:///p"), or "".
+std::string SocketPathOf(absl::string_view target);
+
+// Whether this process can connect to the unix socket at `path`, checked
+// before a call so that the error says why (and comes at once):
+//  - OK: it exists, is a socket, and this process may open it (which says
+//    nothing about whether a daemon answers);
+//  - NOT_FOUND "no daemon at PATH (no such socket)";
+//  - PERMISSION_DENIED "permission denied: ...", naming the file or
+//    directory this user may not use, its group and mode, and how to join
+//    the group;
+//  - FAILED_PRECONDITION when PATH is not a socket.
+absl::Status CheckSocket(absl::string_view path);
 
 // A gRPC method: its full service name and method name.
 struct MethodName {

@@ -113,10 +113,11 @@ struct Commands {
 // Options every command shares, so that they may follow it as well.
 void AddGlobals(CLI::App& app, Globals& g) {
   app.add_option("--socket", g.connection.socket,
-                 absl::StrCat("Daemon unix socket (default ",
-                              client::DefaultSocketPath(),
-                              ": $XDG_RUNTIME_DIR/hicached.sock or "
-                              "/tmp/hicached.sock)"))
+                 absl::StrCat("Daemon unix socket (default: $HICACHE_TARGET "
+                              "or $HICACHE_SOCKET if set, else ",
+                              client::kPackagedSocketPath,
+                              " if it exists, else ",
+                              client::DefaultSocketPath(), ")"))
       ->type_name("PATH");
   app.add_option("--target", g.connection.target,
                  "Any gRPC target (unix:/run/h.sock, host:port); overrides "

@@ -31,17 +31,13 @@ absl::StatusOr<std::string> ReadPem(const std::string& path,
 
 absl::StatusOr<Connection> Connect(const ConnectionOptions& options) {
   Connection c;
-  if (!options.target.empty()) {
-    c.target = options.target;
-  } else {
-    c.socket_path =
-        options.socket.empty() ? client::DefaultSocketPath() : options.socket;
-    c.target = client::UnixTarget(c.socket_path);
-  }
-  if (absl::StartsWith(c.target, "unix:") && c.socket_path.empty()) {
-    c.socket_path = c.target.substr(5);
-    if (absl::StartsWith(c.socket_path, "//")) c.socket_path.erase(0, 2);
-  }
+  // --target, --socket, $HICACHE_TARGET, $HICACHE_SOCKET, the packaged
+  // socket if present, the default (client/cpp/endpoint.h).
+  const client::Endpoint endpoint =
+      client::ResolveEndpoint(options.target, options.socket);
+  c.target = endpoint.target;
+  c.socket_path = endpoint.socket_path;
+  c.source = endpoint.source;
   const bool any_tls =
       !options.tls_ca_file.empty() || !options.tls_cert_file.empty() ||
       !options.tls_key_file.empty() || !options.tls_server_name.empty();

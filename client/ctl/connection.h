@@ -10,7 +10,9 @@ namespace hicache::ctl {
 
 // Where and how hicachectl reaches the daemon (the global flags).
 struct ConnectionOptions {
-  std::string socket;         // --socket; empty = client::DefaultSocketPath().
+  // Empty: resolved as client::ResolveEndpoint does (environment, the
+  // packaged socket, the default).
+  std::string socket;         // --socket.
   std::string target;         // --target; any gRPC target, overrides --socket.
   bool insecure_tcp = false;  // --insecure_tcp_for_testing.
   std::string tls_ca_file;    // --tls_ca_file: PEM roots for the server.
@@ -23,6 +25,7 @@ struct ConnectionOptions {
 struct Connection {
   std::string target;       // e.g. "unix:/run/hicached/hicached.sock".
   std::string socket_path;  // The unix socket path; "" for TCP.
+  std::string source;       // Where it came from (client::Endpoint::source).
   std::shared_ptr<grpc::Channel> channel;
 };
 

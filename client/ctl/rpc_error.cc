@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "client/cpp/endpoint.h"
 #include "client/cpp/leader_redirect.h"
 
 namespace hicache::ctl {
@@ -22,14 +23,26 @@ std::string DescribeRpcError(const grpc::Status& status,
                              const std::string& leader) {
   const std::string code = GrpcCodeName(status.error_code());
   const std::string& message = status.error_message();
-  struct stat st;
-  const bool socket_missing =
-      !socket_path.empty() && ::stat(socket_path.c_str(), &st) != 0;
+  // Why a unix socket cannot be used, if that is why: missing, or a file
+  // or directory this user may not use (then that is the whole story).
+  const absl::Status socket = socket_path.empty()
+                                  ? absl::OkStatus()
+                                  : client::CheckSocket(socket_path);
+  const bool socket_missing = absl::IsNotFound(socket);
+  const bool follower_without_leader =
+      message.find("not the CP group leader") != std::string::npos;
+  if ((status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+       status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) &&
+      !follower_without_leader &&
+      (absl::IsPermissionDenied(socket) ||
+       absl::IsFailedPrecondition(socket))) {
+    return absl::StrCat(code, ": ", socket.message());
+  }
   switch (status.error_code()) {
     case grpc::StatusCode::UNAVAILABLE: {
       // A CP group follower that answered but does not know its leader yet
       // (daemon/service/leader_guard.cc words it so): not a missing daemon.
-      if (message.find("not the CP group leader") != std::string::npos) {
+      if (follower_without_leader) {
         return absl::StrCat(code, ": ", message,
                             " (this daemon is a CP group follower that does "
                             "not know its leader yet; retry, or use --target "
@@ -43,7 +56,8 @@ std::string DescribeRpcError(const grpc::Status& status,
             code, ": no daemon ", exists ? "answering " : "", "at ",
             socket_path,
             exists ? absl::StrCat(" (", message, ")") : " (no such socket)",
-            "; is hicached running? check --socket or --target");
+            "; is hicached running? check --socket or --target (or "
+            "HICACHE_SOCKET, HICACHE_TARGET)");
       }
       return absl::StrCat(code, ": cannot reach a daemon at ", target, ": ",
                           message,
@@ -56,7 +70,8 @@ std::string DescribeRpcError(const grpc::Status& status,
       if (socket_missing) {
         return absl::StrCat(code, ": no daemon at ", socket_path,
                             " (no such socket); is hicached running? check "
-                            "--socket or --target");
+                            "--socket or --target (or HICACHE_SOCKET, "
+                            "HICACHE_TARGET)");
       }
       return absl::StrCat(
           code, ": no answer from ", target, " within ",

@@ -54,8 +54,9 @@
 #include "version/version.h"
 
 ABSL_FLAG(std::string, socket, "",
-          "Unix socket to listen on (default: $XDG_RUNTIME_DIR/hicached.sock, "
-          "else /tmp/hicached.sock). Created with mode 0660.");
+          "Unix socket to listen on (default: $HICACHE_SOCKET if set, else "
+          "$XDG_RUNTIME_DIR/hicached.sock, else /tmp/hicached.sock: where "
+          "clients look). Created with mode 0660.");
 ABSL_FLAG(std::string, instance, "",
           "Shared-memory instance id: pool segments are named "
           "/hicache-<instance>-{device,host}-r<rank>, and segments a killed "
@@ -566,7 +567,11 @@ int Run(int argc, char** argv) {
     return kExitBadConfig;
   }
   std::string socket_path = absl::GetFlag(FLAGS_socket);
-  if (socket_path.empty()) socket_path = client::DefaultSocketPath();
+  if (socket_path.empty()) {
+    const char* env = std::getenv("HICACHE_SOCKET");
+    socket_path = env != nullptr && env[0] != '\0' ? std::string(env)
+                                                     : client::DefaultSocketPath();
+  }
 
   // Block the shutdown signals before gRPC starts threads, so that only the
   // dedicated waiter below ever receives them.

@@ -1,5 +1,11 @@
 #include "client/ctl/rpc_error.h"
 
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdio>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/temp_dir.h"
@@ -54,19 +60,30 @@ TEST(RpcErrorTest, UnavailableUnixSocketSaysWhetherItExists) {
   EXPECT_EQ(Describe(grpc::StatusCode::UNAVAILABLE, "connect failed", missing),
             "UNAVAILABLE: no daemon at " + missing +
                 " (no such socket); is hicached running? check --socket or "
-                "--target");
+                "--target (or HICACHE_SOCKET, HICACHE_TARGET)");
   // Reads retry on UNAVAILABLE until the deadline: the same advice.
   EXPECT_EQ(Describe(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline", missing),
             "DEADLINE_EXCEEDED: no daemon at " + missing +
                 " (no such socket); is hicached running? check --socket or "
-                "--target");
-  // A file that is there but answers nobody: a stale socket, or one this
-  // user may not open; gRPC's reason is kept.
+                "--target (or HICACHE_SOCKET, HICACHE_TARGET)");
+  // Something there that is not a socket: said so.
   EXPECT_EQ(
-      Describe(grpc::StatusCode::UNAVAILABLE, "Permission denied", dir.path()),
-      "UNAVAILABLE: no daemon answering at " + dir.path() +
-          " (Permission denied); is hicached running? check --socket "
-          "or --target");
+      Describe(grpc::StatusCode::UNAVAILABLE, "connect failed", dir.path()),
+      "UNAVAILABLE: " + dir.path() + " is not a socket: check --socket");
+  // A socket that is there but answers nobody (stale): gRPC's reason kept.
+  const std::string stale = dir.Child("stale.sock");
+  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", stale.c_str());
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  close(fd);
+  EXPECT_EQ(
+      Describe(grpc::StatusCode::UNAVAILABLE, "Connection refused", stale),
+      "UNAVAILABLE: no daemon answering at " + stale +
+          " (Connection refused); is hicached running? check --socket "
+          "or --target (or HICACHE_SOCKET, HICACHE_TARGET)");
 }
 
 // A follower that answered but does not know its leader yet is not "no

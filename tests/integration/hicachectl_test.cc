@@ -139,6 +139,38 @@ TEST_F(HicachectlTest, ExitCodesAndMessages) {
   EXPECT_THAT(r.err, HasSubstr("is hicached running? check --socket"));
 }
 
+// Finding the daemon without flags: $HICACHE_SOCKET (and $HICACHE_TARGET)
+// name it; a user who may not reach the socket is told so and which group
+// to join, at once, not "no daemon" after retries.
+TEST_F(HicachectlTest, FindsTheDaemonFromTheEnvironment) {
+  RunResult r = RunBinary(
+      {"/usr/bin/env", "-u", "HICACHE_TARGET", "HICACHE_SOCKET=" + socket_,
+       CtlPath(), "health"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "SERVING\n");
+  r = RunBinary({"/usr/bin/env", "HICACHE_SOCKET=/nonexistent.sock",
+                 "HICACHE_TARGET=unix:" + socket_, CtlPath(), "health"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  // A flag wins over the environment.
+  r = RunBinary({"/usr/bin/env", "HICACHE_SOCKET=" + socket_, CtlPath(),
+                 "--socket=" + dir_.Child("none.sock"), "--timeout=0.5",
+                 "health"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("no daemon at " + dir_.Child("none.sock")));
+  if (getuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0) {
+    GTEST_SKIP() << "acting as another user needs root and setpriv";
+  }
+  // As nobody, outside the socket's group (the daemon makes it 0660).
+  r = RunBinary({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
+                 "--clear-groups", CtlPath(), "--socket=" + socket_,
+                 "health"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("permission denied: this user may not connect "
+                               "to the socket " + socket_));
+  EXPECT_THAT(r.err, HasSubstr("mode 0660"));
+  EXPECT_THAT(r.err, HasSubstr("add this user to group"));
+}
+
 // Namespace quotas (docs/quotas.md): the flag's quota is listed, set keeps
 // what it is not told, --clear removes, and bad values say what is wrong.
 TEST_F(HicachectlTest, QuotaListsAndSetsNamespaceQuotas) {

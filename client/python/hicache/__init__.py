@@ -32,6 +32,12 @@ from hicache.client import (  # noqa: F401
     service_config,
     valid_leader_target,
 )
+from hicache.endpoint import (  # noqa: F401
+    PACKAGED_SOCKET_PATH,
+    Endpoint,
+    resolve_endpoint,
+    socket_problem,
+)
 from hicache.cuda import (  # noqa: F401
     CudaError,
     CudaUnavailableError,

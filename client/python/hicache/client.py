@@ -17,6 +17,8 @@ from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import grpc
 
+from hicache.endpoint import default_socket_path, resolve_endpoint, socket_problem  # noqa: F401
+
 try:  # The installed wheel: stubs generated into the package at build time.
     from hicache.grpc_health.v1 import health_pb2, health_pb2_grpc
     from hicache.v1 import hicache_pb2 as pb
@@ -54,10 +56,6 @@ class StaleHandleError(HiCacheError):
         super().__init__(grpc.StatusCode.FAILED_PRECONDITION, details, call)
 
 
-def default_socket_path() -> str:
-    """$XDG_RUNTIME_DIR/hicached.sock, else /tmp/hicached.sock (as hicached)."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    return f"{runtime}/hicached.sock" if runtime else "/tmp/hicached.sock"
 
 
 Tokens = Union[bytes, bytearray, memoryview, "array.array", Sequence[int]]
@@ -150,13 +148,18 @@ def _leader_of(error) -> Optional[str]:
     return leaders[0]
 
 
-def _call(name, fn, request, timeout, hint="", **kwargs):
+def _call(name, fn, request, timeout, hint="", socket_path="", **kwargs):
     try:
         return fn(request, timeout=timeout, **kwargs)
     except grpc.RpcError as e:  # pylint: disable=no-member
         code, details = e.code(), e.details()
-        if hint and code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-            details = f"{details} ({hint})"
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            # A socket that is missing or closed to this user says why.
+            problem = socket_problem(socket_path) if socket_path else None
+            if problem is not None:
+                raise HiCacheError(problem[0], problem[1], name) from None
+            if hint:
+                details = f"{details} ({hint})"
         raise HiCacheError(code, details, name, leader=_leader_of(e)) from None
 
 
@@ -483,7 +486,12 @@ class Client:
                               channel_options=tuple(channel_options),
                               follow_leader=follow_leader)
         self.follow_leader = follow_leader
-        self.target = target or f"unix:{socket_path or default_socket_path()}"
+        # Arguments, then $HICACHE_TARGET, $HICACHE_SOCKET, the packaged
+        # socket if present, the default (hicache.endpoint).
+        endpoint = resolve_endpoint(target, socket_path)
+        self.target = endpoint.target
+        self.socket_path = endpoint.socket_path
+        self.endpoint_source = endpoint.source
         self.timeout = timeout
         self.wait_for_ready = wait_for_ready
         options = [("grpc.enable_retries", 1),
@@ -559,7 +567,8 @@ class Client:
         """Calls the unary RPC `name` of the HiCache service; a failure
         raises HiCacheError (with a hint where the daemon was not reached)."""
         return _call(name, getattr(self.stub, name), request,
-                     self.timeout if timeout is None else timeout, self._hint, **kwargs)
+                     self.timeout if timeout is None else timeout, self._hint,
+                     self.socket_path, **kwargs)
 
     def wait_until_ready(self, timeout: Optional[float] = None):
         """Blocks until the channel is connected (the daemon is up), or
@@ -572,11 +581,21 @@ class Client:
                                f"not connected within {timeout}s ({self._hint})",
                                "wait_until_ready") from None
 
+    def check_socket(self):
+        """Raises HiCacheError at once when this client's unix socket is
+        missing (UNAVAILABLE), closed to this user (PERMISSION_DENIED, naming
+        the group to join) or not a socket; a TCP target passes."""
+        problem = socket_problem(self.socket_path) if self.socket_path else None
+        if problem is not None:
+            raise HiCacheError(problem[0], problem[1], "connect")
+
     def health(self, service: str = "") -> str:
-        """'SERVING', 'NOT_SERVING', ..."""
+        """'SERVING', 'NOT_SERVING', ... A missing or forbidden socket fails
+        at once (check_socket), not after `timeout`."""
+        self.check_socket()
         response = _call("Check", self._health.Check,
                          health_pb2.HealthCheckRequest(service=service), self.timeout,
-                         self._hint)
+                         self._hint, self.socket_path)
         return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
 
     def stats(self) -> pb.CacheStats:

@@ -466,10 +466,35 @@ class Replayer:
             self.session.unlock(handles=item.lock_handles)
 
 
-def main(argv=None):
+def main(argv=None) -> int:
+    """hicache-replay's entry point: a failure is one line on stderr and a
+    non-zero exit (2 for a bad argument or unreadable trace, 1 for the
+    daemon), never a traceback."""
+    try:
+        return _main(argv)
+    except hicache.HiCacheError as e:
+        print(f"hicache-replay: {e.code.name}: {e.details}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"hicache-replay: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    except (ValueError, json.JSONDecodeError) as e:
+        print(f"hicache-replay: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("hicache-replay: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv=None):
     parser = argparse.ArgumentParser(prog="hicache-replay", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--socket", default=hicache.default_socket_path())
+    parser.add_argument("--socket", default=None,
+                        help="the daemon's unix socket (default: $HICACHE_TARGET or "
+                             "$HICACHE_SOCKET if set, else " + hicache.PACKAGED_SOCKET_PATH +
+                             " if it exists, else " + hicache.default_socket_path() + ")")
+    parser.add_argument("--target", default=None,
+                        help="any gRPC target instead of --socket (unix:PATH or host:port)")
     workload = parser.add_mutually_exclusive_group(required=True)
     workload.add_argument("--trace", help="a Mooncake trace (JSON lines)")
     workload.add_argument("--conversations", type=int,
@@ -519,7 +544,10 @@ def main(argv=None):
         requests = conversation_requests(count, args.conversations, args.turns,
                                          args.system_tokens, args.user_tokens,
                                          args.output_tokens, args.zipf, args.rate, args.seed)
-    with hicache.Client(args.socket, timeout=60) as client:
+    if args.socket and args.target:
+        parser.error("give --socket or --target, not both")
+    with hicache.Client(args.socket, args.target, timeout=60) as client:
+        client.check_socket()  # A missing or forbidden socket fails at once.
         layout = client.layout()
         write_policy = client.daemon_info().settings.write_policy
         before = client.stats()
