@@ -593,6 +593,9 @@ int RunWatch(const WatchOptions& o, const CommandContext& c) {
     return Usage(c, "--count takes a positive number of events");
   }
   grpc::ClientContext ctx;
+  if (o.duration.has_value()) {
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + *o.duration));
+  }
   v1::WatchRequest request;
   request.set_include_layer_events(o.layers);
   auto stub = Stub(c);
@@ -617,7 +620,13 @@ int RunWatch(const WatchOptions& o, const CommandContext& c) {
   ctx.TryCancel();
   const grpc::Status status = stream->Finish();
   if (o.count > 0 && seen == o.count) return kExitOk;
-  return status.ok() || status.error_code() == grpc::StatusCode::CANCELLED
+  // The watch's time is up: a normal end (an unreachable daemon fails at
+  // once with UNAVAILABLE instead: hicachectl does not wait for one).
+  const bool time_up =
+      o.duration.has_value() &&
+      status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+  return status.ok() || time_up ||
+                 status.error_code() == grpc::StatusCode::CANCELLED
              ? kExitOk
              : RpcError(status, ctx, c);
 }

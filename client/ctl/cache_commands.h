@@ -93,6 +93,8 @@ int RunFreeRoom(const FreeRoomOptions& options, const CommandContext& c);
 struct WatchOptions {
   bool layers = false;
   int64_t count = -1;  // -1 = until interrupted.
+  // Set: the watch ends after this long (exit 0), events or not.
+  std::optional<absl::Duration> duration;
 };
 // With --json, one JSON object per line (one document per event).
 int RunWatch(const WatchOptions& options, const CommandContext& c);

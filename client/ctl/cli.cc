@@ -1,5 +1,6 @@
 #include "client/ctl/cli.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <exception>
 #include <limits>
@@ -8,6 +9,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "client/cpp/endpoint.h"
 #include "client/ctl/cache_commands.h"
@@ -302,7 +304,8 @@ void AddCommands(CLI::App& app, Commands& c) {
 
   CLI::App* watch =
       AddCommand(app, "watch",
-                 "Live cache events (with --json: one JSON object per line)");
+                 "Live cache events (with --json: one JSON object per line), "
+                 "until --count events, --timeout seconds or an interrupt");
   watch->add_flag("--layers", c.watch.layers, "Also every per-layer step");
   watch->add_option("--count", c.watch.count, "Stop after N events")
       ->type_name("N")
@@ -404,24 +407,40 @@ int Dispatch(CLI::App& app, const Globals& g, Commands& cmds, std::ostream& out,
     options.clear = cmds.quota_clear;
     return RunQuota(options, c);
   }
-  if (name == "watch") return RunWatch(cmds.watch, c);
+  if (name == "watch") {
+    // A given --timeout ends the watch (by default it runs until --count
+    // events or an interrupt): it once blocked for good.
+    if (app.count("--timeout") > 0) cmds.watch.duration = c.timeout;
+    return RunWatch(cmds.watch, c);
+  }
   err << "hicachectl: unknown command '" << name << "'\n";
   return kExitUsage;
 }
 
 // A parse error as one or two lines: what was wrong, then where to look.
 int ReportParseError(const CLI::App& app, const CLI::ParseError& e,
-                     std::ostream& err) {
+                     const std::vector<std::string>& args, std::ostream& err) {
   const std::vector<CLI::App*> chosen = app.get_subcommands();
   std::string what = e.what();
   if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::ExtrasError)) {
-    // "The following argument(s) were not expected: a b": name them plainly;
-    // before any command, a stray word was meant as a command.
+    // "The following argument(s) were not expected: b a" (CLI11 lists them
+    // last first, as it parses argv reversed): name the one the user wrote
+    // first ('completion bash' was "unknown command 'bash'"); before any
+    // command, a stray word was meant as a command.
     const size_t colon = what.find(": ");
-    const std::string first =
-        colon == std::string::npos
-            ? ""
-            : what.substr(colon + 2, what.find(' ', colon + 2) - colon - 2);
+    std::string first;
+    size_t first_at = args.size();
+    if (colon != std::string::npos) {
+      for (absl::string_view word :
+           absl::StrSplit(absl::string_view(what).substr(colon + 2), ' ',
+                          absl::SkipEmpty())) {
+        const auto at = std::find(args.begin(), args.end(), word);
+        if (first.empty() || static_cast<size_t>(at - args.begin()) < first_at) {
+          first = std::string(word);
+          first_at = static_cast<size_t>(at - args.begin());
+        }
+      }
+    }
     if (!first.empty() && first[0] == '-') {
       what = absl::StrCat("unknown option '", first, "'");
     } else if (!first.empty() && chosen.empty()) {
@@ -465,7 +484,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out,
     app->exit(e, out, err);
     return kExitOk;
   } catch (const CLI::ParseError& e) {
-    return ReportParseError(*app, e, err);
+    return ReportParseError(*app, e, args, err);
   }
   try {
     return Dispatch(*app, globals, commands, out, err);

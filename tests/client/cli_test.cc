@@ -370,6 +370,16 @@ TEST_F(CacheCliTest, WatchPrintsLiveEvents) {
   EXPECT_THAT(r.out, HasSubstr("session_closed"));
 }
 
+// A given --timeout ends a watch (it blocked for good: 'watch --timeout 2'
+// ran for more than 10 minutes); quiet or not, the end is exit 0. Nothing
+// is timed: the test only needs the call to return.
+TEST_F(CacheCliTest, WatchEndsAtItsTimeout) {
+  CliResult r = Cli({"--socket=" + socket_, "watch", "--timeout", "0.5"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  r = Cli({"--socket=" + socket_, "--timeout=0.5", "watch", "--json"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+}
+
 // Issue 14: "tree --sort hits --limit 5" sorted only the first 5 nodes. The
 // daemon now sorts every matching node, then cuts the page.
 TEST_F(CacheCliTest, TreeSortsBeforeItLimits) {
@@ -531,6 +541,13 @@ TEST(CliUsageTest, UsageErrorsExitTwo) {
   CliResult r = Cli({"frobnicate"});
   EXPECT_EQ(r.code, kExitUsage);
   EXPECT_THAT(r.err, HasSubstr("unknown command 'frobnicate'"));
+  // The first unknown word is named, not the last ('completion bash' said
+  // "unknown command 'bash'").
+  r = Cli({"completion", "bash"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("unknown command 'completion'"));
+  r = Cli({"stats", "one", "two"});
+  EXPECT_THAT(r.err, HasSubstr("unexpected argument 'one' for stats"));
   r = Cli({"--colour", "stats"});
   EXPECT_EQ(r.code, kExitUsage);
   EXPECT_THAT(r.err, HasSubstr("unknown option '--colour'"));
