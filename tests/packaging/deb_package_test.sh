@@ -99,6 +99,8 @@ for path in ./usr/bin/hicached ./usr/bin/hicachectl \
     ./lib/systemd/system/hicached.service ./etc/default/hicached \
     ./etc/hicached/hicached.flags \
     ./usr/share/hicached/kv-layouts/llama-3-8b.json \
+    ./usr/share/doc/hicached/copyright \
+    ./usr/share/doc/hicached/changelog.Debian.gz \
     "./usr/lib/${multiarch}/libhicache_client.a" \
     "./usr/lib/${multiarch}/pkgconfig/hicache-client.pc" \
     ./usr/include/hicache/client/cpp/hicache_client.h \
