@@ -22,6 +22,28 @@ class ClientTest(unittest.TestCase):
         cls.client.close()
         assert cls.daemon.stop() == 0
 
+    def test_errors_are_subclasses_per_status_code(self):
+        import pickle  # pylint: disable=import-outside-toplevel
+        error = hicache.HiCacheError(grpc.StatusCode.NOT_FOUND, "gone", "Unlock")
+        self.assertIsInstance(error, hicache.NotFoundError)
+        self.assertEqual((error.code, error.details, error.call),
+                         (grpc.StatusCode.NOT_FOUND, "gone", "Unlock"))
+        self.assertIs(type(hicache.HiCacheError(grpc.StatusCode.UNKNOWN, "?", "X")),
+                      hicache.HiCacheError)
+        stale = hicache.StaleHandleError("old", "Free")
+        self.assertIsInstance(stale, hicache.FailedPreconditionError)
+        copy = pickle.loads(pickle.dumps(error))
+        self.assertIsInstance(copy, hicache.NotFoundError)
+        self.assertEqual(str(copy), str(error))
+        self.assertIsInstance(pickle.loads(pickle.dumps(stale)), hicache.StaleHandleError)
+        # What a real call raises: the subclass, still a HiCacheError.
+        with self.client.session("py-errors") as s:
+            with self.assertRaises(hicache.NotFoundError) as raised:
+                s.unlock(handles=[424242])
+            self.assertIsInstance(raised.exception, hicache.HiCacheError)
+            with self.assertRaises(hicache.InvalidArgumentError):
+                s.admit([hicache.AdmitItem([1, 2, 3], reserve_tokens=-1)])
+
     def test_health_and_layout(self):
         self.assertEqual(self.client.health(), "SERVING")
         layout = self.client.layout()

@@ -26,6 +26,41 @@ from daemon_fixture import Daemon
 ROOT = os.getcwd()  # run_python_tests.sh starts in the runfiles root.
 PYTHON = "/usr/bin/python3"
 
+# A scheduler as a user writes it, with annotations: mypy --strict must
+# accept it against the installed package.
+TYPED_SCRIPT = r'''
+from typing import List
+
+import hicache
+
+
+def cached_tokens(client: hicache.Client, prompts: List[List[int]]) -> List[int]:
+    with client.session("typed") as session:
+        hits: List[hicache.MatchResult] = session.match(prompts)
+        return [hit.device_tokens + hit.host_hit_tokens for hit in hits]
+
+
+def main() -> int:
+    try:
+        with hicache.Client() as client:
+            status: str = client.health()
+            print(status, cached_tokens(client, [[1, 2, 3, 4]]))
+            (admitted,) = client.session("typed-admit").admit(
+                [hicache.AdmitItem([5, 6, 7, 8], reserve_tokens=4)])
+            print(admitted.admitted, len(admitted.request_pages))
+    except hicache.UnavailableError as e:
+        print("no daemon:", e.details)
+        return 1
+    except hicache.HiCacheError as e:
+        print(e.code.name, e.details)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+'''
+
 SMOKE = r'''
 import json, os, sys
 import google.protobuf, grpc
@@ -163,6 +198,7 @@ class WheelTest(unittest.TestCase):
         with zipfile.ZipFile(self.wheel) as wheel:
             names = set(wheel.namelist())
         for name in ("hicache/__init__.py", "hicache/client.py", "hicache/replay.py",
+                     "hicache/py.typed", "hicache/errors.py", "hicache/endpoint.py",
                      "hicache/v1/hicache_pb2.py", "hicache/v1/hicache_pb2_grpc.py",
                      "hicache/grpc_health/v1/health_pb2.py",
                      "hicache/grpc_health/v1/health_pb2_grpc.py"):
@@ -181,6 +217,16 @@ class WheelTest(unittest.TestCase):
         report = self._smoke(venv)
         print(f"\n  debian venv: {report}", file=sys.stderr)
         self.assertTrue(report["grpcio"].startswith("1.51"), report)
+        # The package is typed (py.typed): a strictly checked scheduler
+        # script that uses it passes mypy --strict (Debian's mypy, looking
+        # into the venv's site-packages).
+        script = os.path.join(self.dir, "typed_scheduler.py")
+        with open(script, "w") as f:
+            f.write(TYPED_SCRIPT)
+        checked = _run([PYTHON, "-m", "mypy", "--strict", "--no-incremental",
+                        "--python-executable", os.path.join(venv, "bin", "python"), script],
+                       cwd=self.dir)
+        self.assertEqual(checked.returncode, 0, checked.stdout)
 
     def test_newest_grpcio_and_protobuf_from_pypi(self):
         cache = _pip_cache()

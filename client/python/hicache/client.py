@@ -13,11 +13,12 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import grpc
 
 from hicache.endpoint import default_socket_path, resolve_endpoint, socket_problem  # noqa: F401
+from hicache.errors import HiCacheError, StaleHandleError  # noqa: F401
 
 try:  # The installed wheel: stubs generated into the package at build time.
     from hicache.grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -27,35 +28,6 @@ except ImportError:  # A checkout: Bazel's //proto:py_stubs (bazel-bin/proto/py)
     from grpc_health.v1 import health_pb2, health_pb2_grpc
     from hicache_proto.v1 import hicache_pb2 as pb
     from hicache_proto.v1 import hicache_pb2_grpc as pb_grpc
-
-
-class HiCacheError(Exception):
-    """An RPC failed. ``code`` is the grpc.StatusCode, ``details`` the message.
-
-    ``leader``: when a CP group follower refused the call (a tree RPC, or a
-    scheduler's OpenSession), the leader's target it named in the
-    ``hicache-leader`` trailer (valid_leader_target); else None."""
-
-    def __init__(self, code: grpc.StatusCode, details: str, call: str, *,
-                 leader: Optional[str] = None):
-        super().__init__(f"{call}: {code.name}: {details}")
-        self.code = code
-        self.details = details
-        self.call = call
-        self.leader = leader
-
-
-class StaleHandleError(HiCacheError):
-    """A call named daemon state (node ids, lock handles, pages, backup or
-    load ids) obtained before its session was reopened. The daemon that
-    issued them is gone (or dropped the session when its lease lapsed): the
-    same numbers may name other state now, so the call is refused before it
-    is sent. Match or admit again."""
-
-    def __init__(self, details: str, call: str):
-        super().__init__(grpc.StatusCode.FAILED_PRECONDITION, details, call)
-
-
 
 
 Tokens = Union[bytes, bytearray, memoryview, "array.array", Sequence[int]]
@@ -554,23 +526,24 @@ class Client:
             raise ValueError(f"not a host:port target: {target[:64]!r}")
         return Client(target=target, **self._settings)
 
-    def close(self):
+    def close(self) -> None:
         self._channel.close()
 
-    def __enter__(self):
+    def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def call(self, name: str, request, timeout: Optional[float] = None, **kwargs):
+    def call(self, name: str, request: Any, timeout: Optional[float] = None,
+             **kwargs: Any) -> Any:
         """Calls the unary RPC `name` of the HiCache service; a failure
         raises HiCacheError (with a hint where the daemon was not reached)."""
         return _call(name, getattr(self.stub, name), request,
                      self.timeout if timeout is None else timeout, self._hint,
                      self.socket_path, **kwargs)
 
-    def wait_until_ready(self, timeout: Optional[float] = None):
+    def wait_until_ready(self, timeout: Optional[float] = None) -> None:
         """Blocks until the channel is connected (the daemon is up), or
         raises HiCacheError(DEADLINE_EXCEEDED) after `timeout` seconds."""
         timeout = self.timeout if timeout is None else timeout
@@ -581,7 +554,7 @@ class Client:
                                f"not connected within {timeout}s ({self._hint})",
                                "wait_until_ready") from None
 
-    def check_socket(self):
+    def check_socket(self) -> None:
         """Raises HiCacheError at once when this client's unix socket is
         missing (UNAVAILABLE), closed to this user (PERMISSION_DENIED, naming
         the group to join) or not a socket; a TCP target passes."""
@@ -791,10 +764,10 @@ class Session:
         carry it, and calls refuse ids of another generation."""
         return self._current[1]
 
-    def __enter__(self):
+    def __enter__(self) -> "Session":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _stale(self, name: str, handles, pages, generation: int) -> None:
@@ -853,7 +826,7 @@ class Session:
         response, generation, _ = self._rpc_tagged("Allocate", pb.AllocateRequest(items=[item]))
         return PageList(response.allocations[0].pages, generation)
 
-    def free(self, pages: Sequence[int]):
+    def free(self, pages: Sequence[int]) -> None:
         self._rpc("Free", pb.FreeRequest(session_id=self.id, pages=list(pages)), pages=(pages,))
 
     def match(self, requests: Sequence[Tokens], lock: bool = False, peek: bool = False,
@@ -1356,7 +1329,7 @@ class BackupStream:
             return self._prepared.pop(0)
 
     def layer_stored(self, backup_ids: Sequence[int], step: int,
-                     fences: Optional[dict] = None):
+                     fences: Optional[dict] = None) -> None:
         """fences: {rank: fence_id} (CUDA backend): that rank's copy of the
         step waits on the fence's latest record. Does not wait."""
         if fences:
@@ -1368,7 +1341,7 @@ class BackupStream:
         self._send(pb.BackupClientMessage(session_id=self.session.id,
                                           layer_stored=stored).SerializeToString())
 
-    def layers_stored(self, backup_ids: Sequence[int], num_steps: int):
+    def layers_stored(self, backup_ids: Sequence[int], num_steps: int) -> None:
         """layer_stored(backup_ids, step) for every step 0 .. num_steps - 1."""
         send, session = self._send, self.session.id
         Message, Stored = pb.BackupClientMessage, pb.BackupClientMessage.LayerStored
@@ -1411,18 +1384,18 @@ class BackupStream:
         with self._cv:
             return self._pending.get(backup_id, _Pending()).steps
 
-    def forget(self, backup_ids: Sequence[int]):
+    def forget(self, backup_ids: Sequence[int]) -> None:
         """Drops what the stream remembers of finished backups (long runs)."""
         with self._cv:
             for backup in backup_ids:
                 self._pending.pop(backup, None)
 
-    def close(self):
+    def close(self) -> None:
         self._sender.close()
         self._reader.join(timeout=self.session.client.timeout)
 
-    def __enter__(self):
+    def __enter__(self) -> "BackupStream":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
