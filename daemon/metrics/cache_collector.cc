@@ -123,21 +123,21 @@ void AddQuotas(const std::vector<NamespaceQuotaUsage>& usage,
   for (const NamespaceQuotaUsage* u : with_quota) {
     const NamespaceQuota& q = u->quota;
     f.Sample(q.device_limit,
-             {{"namespace", q.ns}, {"tier", "device"}, {"kind", "limit"}})
+             {{"tenant", q.ns}, {"tier", "device"}, {"kind", "limit"}})
         .Sample(q.device_guaranteed,
-                {{"namespace", q.ns}, {"tier", "device"}, {"kind", "guaranteed"}})
+                {{"tenant", q.ns}, {"tier", "device"}, {"kind", "guaranteed"}})
         .Sample(q.host_limit,
-                {{"namespace", q.ns}, {"tier", "host"}, {"kind", "limit"}})
+                {{"tenant", q.ns}, {"tier", "host"}, {"kind", "limit"}})
         .Sample(q.host_guaranteed,
-                {{"namespace", q.ns}, {"tier", "host"}, {"kind", "guaranteed"}});
+                {{"tenant", q.ns}, {"tier", "host"}, {"kind", "guaranteed"}});
   }
   f.Gauge("hicache_namespace_quota_used_pages",
           "What a namespace with a quota holds against it: device (cached and "
           "requests) and host pages.");
   for (const NamespaceQuotaUsage* u : with_quota) {
     f.Sample(u->device_cached_pages + u->device_request_pages,
-             {{"namespace", u->quota.ns}, {"tier", "device"}})
-        .Sample(u->host_pages, {{"namespace", u->quota.ns}, {"tier", "host"}});
+             {{"tenant", u->quota.ns}, {"tier", "device"}})
+        .Sample(u->host_pages, {{"tenant", u->quota.ns}, {"tier", "host"}});
   }
 }
 
@@ -244,21 +244,21 @@ void AddNamespaces(std::vector<NamespaceRow> rows, size_t max_rows,
           "Cached tokens of the largest namespaces by tier (the rest: "
           "namespace=\"__other__\").");
   for (const NamespaceRow& r : rows) {
-    f.Sample(r.device_tokens, {{"namespace", r.ns}, {"tier", "device"}});
-    f.Sample(r.host_tokens, {{"namespace", r.ns}, {"tier", "host"}});
+    f.Sample(r.device_tokens, {{"tenant", r.ns}, {"tier", "device"}});
+    f.Sample(r.host_tokens, {{"tenant", r.ns}, {"tier", "host"}});
   }
   f.Gauge("hicache_namespace_nodes", "Tree nodes of the largest namespaces.");
-  for (const NamespaceRow& r : rows) f.Sample(r.nodes, {{"namespace", r.ns}});
+  for (const NamespaceRow& r : rows) f.Sample(r.nodes, {{"tenant", r.ns}});
   f.Gauge("hicache_namespace_sessions",
           "Open sessions of the largest namespaces.");
   for (const NamespaceRow& r : rows) {
-    f.Sample(r.sessions, {{"namespace", r.ns}});
+    f.Sample(r.sessions, {{"tenant", r.ns}});
   }
   f.Gauge("hicache_namespace_session_pages",
           "Device pages held by the sessions of the largest namespaces "
           "(allocated, not yet cached or freed).");
   for (const NamespaceRow& r : rows) {
-    f.Sample(r.session_pages, {{"namespace", r.ns}});
+    f.Sample(r.session_pages, {{"tenant", r.ns}});
   }
 }
 

@@ -64,7 +64,7 @@ class CacheCollectorTest : public ::testing::Test {
     std::set<std::string> out;
     for (const auto& [key, value] : samples_) {
       if (key.first == "hicache_namespace_nodes") {
-        out.insert(key.second.at("namespace"));
+        out.insert(key.second.at("tenant"));
       }
     }
     return out;
@@ -151,9 +151,9 @@ TEST_F(CacheCollectorTest, HitsBackupsLoadsPoolsAndNamespacesMove) {
   EXPECT_EQ(Value("hicache_tree_tokens", {{"tier", "device"}}), 12);
   EXPECT_EQ(Value("hicache_tree_tokens", {{"tier", "host"}}), 12);
   EXPECT_EQ(Value("hicache_namespace_tokens",
-                  {{"namespace", "tenant"}, {"tier", "device"}}),
+                  {{"tenant", "tenant"}, {"tier", "device"}}),
             12);
-  EXPECT_EQ(Value("hicache_namespace_nodes", {{"namespace", "tenant"}}), 1);
+  EXPECT_EQ(Value("hicache_namespace_nodes", {{"tenant", "tenant"}}), 1);
   EXPECT_EQ(Value("hicache_namespaces"), 1);
 
   rig_.EvictAndLoad("tenant", testing::Tokens(0, 12));
@@ -184,16 +184,16 @@ TEST_F(CacheCollectorTest, SessionsAndStreamsByRoleAndNamespace) {
   EXPECT_EQ(Value("hicache_session_streams", {{"role", "scheduler"}}), 2);
   EXPECT_EQ(Value("hicache_session_streams", {{"role", "worker"}}), 0);
   // A namespace with sessions but nothing cached yet is reported.
-  EXPECT_EQ(Value("hicache_namespace_sessions", {{"namespace", "a"}}), 2);
-  EXPECT_EQ(Value("hicache_namespace_session_pages", {{"namespace", "a"}}), 2);
+  EXPECT_EQ(Value("hicache_namespace_sessions", {{"tenant", "a"}}), 2);
+  EXPECT_EQ(Value("hicache_namespace_session_pages", {{"tenant", "a"}}), 2);
   EXPECT_EQ(Value("hicache_namespace_tokens",
-                  {{"namespace", "a"}, {"tier", "device"}}),
+                  {{"tenant", "a"}, {"tier", "device"}}),
             0);
   rig_.sessions().EndStream(scheduler->id);
   ASSERT_TRUE(rig_.sessions().Close(scheduler->id).ok());
   Scrape();
   EXPECT_EQ(Value("hicache_sessions", {{"role", "scheduler"}}), 0);
-  EXPECT_EQ(Value("hicache_namespace_session_pages", {{"namespace", "a"}}), 0);
+  EXPECT_EQ(Value("hicache_namespace_session_pages", {{"tenant", "a"}}), 0);
 }
 
 // Namespace quotas (docs/quotas.md): each namespace with one reports it and
@@ -220,19 +220,19 @@ TEST_F(CacheCollectorTest, QuotasAndWhatNamespacesHoldAgainstThem) {
   Scrape();
   const auto quota = [&](const char* tier, const char* kind) {
     return Value("hicache_namespace_quota_pages",
-                 {{"namespace", "a"}, {"tier", tier}, {"kind", kind}});
+                 {{"tenant", "a"}, {"tier", tier}, {"kind", kind}});
   };
   EXPECT_EQ(quota("device", "limit"), 8);
   EXPECT_EQ(quota("device", "guaranteed"), 2);
   EXPECT_EQ(quota("host", "limit"), 0);
   EXPECT_EQ(Value("hicache_namespace_quota_used_pages",
-                  {{"namespace", "a"}, {"tier", "device"}}),
+                  {{"tenant", "a"}, {"tier", "device"}}),
             3);
   EXPECT_EQ(Value("hicache_quota_refusals_total"), 1);
   // "b" has no quota: no quota series.
   for (const auto& [key, value] : samples_) {
     if (key.first.rfind("hicache_namespace_quota", 0) == 0) {
-      EXPECT_EQ(key.second.at("namespace"), "a") << key.first;
+      EXPECT_EQ(key.second.at("tenant"), "a") << key.first;
     }
   }
 }
@@ -250,12 +250,12 @@ TEST_F(CacheCollectorTest, ManyNamespacesAreCappedAndSummed) {
   const std::set<std::string> names = Namespaces();
   EXPECT_EQ(names.size(), 4u);
   EXPECT_TRUE(names.count(kOtherNamespace));
-  EXPECT_EQ(Value("hicache_namespace_nodes", {{"namespace", kOtherNamespace}}),
+  EXPECT_EQ(Value("hicache_namespace_nodes", {{"tenant", kOtherNamespace}}),
             5);
   double device = 0;
   for (const std::string& ns : names) {
     device += Value("hicache_namespace_tokens",
-                    {{"namespace", ns}, {"tier", "device"}});
+                    {{"tenant", ns}, {"tier", "device"}});
   }
   EXPECT_EQ(device, Value("hicache_tree_tokens", {{"tier", "device"}}));
   EXPECT_EQ(Value("hicache_namespaces"), 8);

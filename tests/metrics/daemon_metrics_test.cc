@@ -64,7 +64,7 @@ TEST(DaemonMetricsTest, ServesEverySeriesOverHttpOnAPickedPort) {
               HasSubstr("hicache_layer_copy_seconds_count{op=\"backup\"}"));
   EXPECT_THAT(response, HasSubstr("hicache_backups_committed_total 1"));
   EXPECT_THAT(response,
-              HasSubstr("hicache_namespace_nodes{namespace=\"tenant\"} 1"));
+              HasSubstr("hicache_namespace_nodes{tenant=\"tenant\"} 1"));
   EXPECT_THAT(HttpGet(port, "/other"), HasSubstr("404"));
 
   (*metrics)->StopServing();

@@ -106,10 +106,10 @@ class MetricsDaemonTest(unittest.TestCase):
             self.assertEqual(stream.wait_committed(backup), result.node)
             self.assertEqual(s.match([tokens])[0].device_tokens, 12)
             cached = self.daemon.scrape_until(lambda samples: value(
-                samples, "hicache_namespace_tokens", namespace="metrics-ns", tier="device") == 12)
-            self.assertEqual(value(cached, "hicache_namespace_tokens", namespace="metrics-ns",
+                samples, "hicache_namespace_tokens", tenant="metrics-ns", tier="device") == 12)
+            self.assertEqual(value(cached, "hicache_namespace_tokens", tenant="metrics-ns",
                                    tier="device"), 12)
-            self.assertEqual(value(cached, "hicache_namespace_sessions", namespace="metrics-ns"), 1)
+            self.assertEqual(value(cached, "hicache_namespace_sessions", tenant="metrics-ns"), 1)
             self.client.evict(device_pages_per_lane=[15, 15])
             loaded = s.load_back(tokens)
             self.assertTrue(loaded.ok)
@@ -158,7 +158,7 @@ class MetricsDaemonTest(unittest.TestCase):
 
 class NamespaceCardinalityTest(unittest.TestCase):
     """A client that spreads over many namespaces gets the top 20 and one
-    namespace="__other__" series; odd bytes are escaped."""
+    tenant="__other__" series; odd bytes are escaped."""
 
     @classmethod
     def setUpClass(cls):
@@ -180,9 +180,9 @@ class NamespaceCardinalityTest(unittest.TestCase):
                 pages = s.allocate(num_pages=len(tokens) // 4)
                 s.insert(tokens, pages)
         samples = self.daemon.scrape_until(
-            lambda samples: value(samples, "hicache_namespace_nodes", namespace="__other__")
+            lambda samples: value(samples, "hicache_namespace_nodes", tenant="__other__")
             == len(names) - 20)
-        series = {dict(labels)["namespace"]
+        series = {dict(labels)["tenant"]
                   for (name, labels) in samples if name == "hicache_namespace_tokens"}
         self.assertEqual(len(series), 21, sorted(series))
         self.assertIn("__other__", series)
@@ -192,7 +192,7 @@ class NamespaceCardinalityTest(unittest.TestCase):
         for tier in ("device", "host"):
             self.assertEqual(total(samples, "hicache_namespace_tokens", tier=tier),
                              value(samples, "hicache_tree_tokens", tier=tier))
-        self.assertEqual(value(samples, "hicache_namespace_nodes", namespace="__other__"),
+        self.assertEqual(value(samples, "hicache_namespace_nodes", tenant="__other__"),
                          len(names) - 20)
 
     def test_z_odd_bytes_are_escaped(self):  # After test_top_namespaces_and_other.
@@ -202,7 +202,7 @@ class NamespaceCardinalityTest(unittest.TestCase):
         label = "".join("\\\\" if c == 0x5C else chr(c) if 0x20 <= c < 0x7F else f"\\x{c:02x}"
                         for c in raw.encode())
         exposed = label.replace("\\", "\\\\").replace('"', '\\"')
-        expected = f'hicache_namespace_nodes{{namespace="{exposed}"}} 1'
+        expected = f'hicache_namespace_nodes{{tenant="{exposed}"}} 1'
         with self.client.session("metrics-odd", namespace=raw) as s:
             pages = s.allocate(num_pages=200)
             s.insert(list(range(5000, 5000 + 200 * 4)), pages)
