@@ -41,7 +41,10 @@ SCHEMAS = {
     ("v1", "ConfigMap"): "configmap-v1.json",
     ("v1", "Service"): "service-v1.json",
     ("scheduling.k8s.io/v1", "PriorityClass"): "priorityclass-scheduling-v1.json",
+    ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicy-networking-v1.json",
 }
+MONITORING_DIR = os.path.join(K8S_DIR, "monitoring")
+METRICS_DOC = os.path.join(ROOT, "docs", "metrics.md")
 SOCKET_DIR = "/run/hicached"
 DAEMON_CONTAINER = "hicached"
 
@@ -340,9 +343,62 @@ class K8sManifestsTest(unittest.TestCase):
 
     def test_all_kinds_present(self):
         kinds = sorted({d["kind"] for _, d in self.docs})
-        self.assertEqual(kinds, ["ConfigMap", "DaemonSet", "Pod", "PriorityClass"])
+        self.assertEqual(kinds, ["ConfigMap", "DaemonSet", "NetworkPolicy", "Pod",
+                                 "PriorityClass"])
         files = {f for f, _ in self.docs}
         self.assertIn("scheduler-pod-example.yaml", files)
+
+    def daemon_pod(self):
+        (daemon,) = [d for _, d in self.docs if d["kind"] == "DaemonSet"]
+        return daemon["spec"]["template"]
+
+    def test_network_policy_selects_the_daemon_and_opens_its_metrics_port(self):
+        (policy,) = [d for _, d in self.docs if d["kind"] == "NetworkPolicy"]
+        pod = self.daemon_pod()
+        labels = pod["metadata"]["labels"]
+        for key, value in policy["spec"]["podSelector"]["matchLabels"].items():
+            self.assertEqual(labels.get(key), value)
+        ports = {p["containerPort"] for c in pod["spec"]["containers"]
+                 for p in c.get("ports", [])}
+        opened = {p["port"] for rule in policy["spec"]["ingress"] for p in rule.get("ports", [])}
+        self.assertTrue(opened, "no ingress port")
+        self.assertLessEqual(opened, ports)
+        self.assertEqual(sorted(policy["spec"]["policyTypes"]), ["Egress", "Ingress"])
+
+    def test_monitoring_manifests_match_the_daemon_and_the_metrics(self):
+        docs = {}
+        for path in sorted(glob.glob(os.path.join(MONITORING_DIR, "*.yaml"))):
+            with open(path) as f:
+                for doc in yaml.safe_load_all(f):
+                    docs[doc["kind"]] = doc
+        self.assertEqual(sorted(docs), ["PodMonitor", "PrometheusRule"])
+        for doc in docs.values():
+            self.assertEqual(doc["apiVersion"], "monitoring.coreos.com/v1")
+        # The PodMonitor finds the daemon's pods and their metrics port.
+        pod = self.daemon_pod()
+        monitor = docs["PodMonitor"]["spec"]
+        for key, value in monitor["selector"]["matchLabels"].items():
+            self.assertEqual(pod["metadata"]["labels"].get(key), value)
+        port_names = {p.get("name") for c in pod["spec"]["containers"] for p in c.get("ports", [])}
+        for endpoint in monitor["podMetricsEndpoints"]:
+            self.assertIn(endpoint["port"], port_names)
+        # Every alert names only metrics docs/metrics.md documents, and each
+        # alert of its table has a rule (all but the workload-relative one).
+        with open(METRICS_DOC) as f:
+            documented = f.read()
+        rules = [r for g in docs["PrometheusRule"]["spec"]["groups"] for r in g["rules"]]
+        names = [r["alert"] for r in rules]
+        self.assertEqual(len(names), len(set(names)))
+        for rule in rules:
+            self.assertTrue(rule["expr"].strip(), rule["alert"])
+            self.assertIn(rule["labels"]["severity"], ("critical", "warning", "info"))
+            for metric in re.findall(r"\b(hicache_\w+)", rule["expr"]):
+                metric = re.sub(r"_(bucket|sum|count)$", "", metric)
+                self.assertIn(f"{metric}", documented, f"{rule['alert']}: {metric}")
+        table = documented.split("## What to alert on", 1)[1].split("\n## ", 1)[0]
+        rows = [line for line in table.splitlines()
+                if line.startswith("| ") and not line.startswith("| alert")]
+        self.assertEqual(len(rules), len(rows) - 1, "one rule per alert row but 'hit rate drop'")
 
     def test_manifests_pass(self):
         errors = check_all(self.docs)

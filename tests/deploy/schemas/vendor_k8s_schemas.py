@@ -22,6 +22,7 @@ import zipfile
 KINDS = {
     "configmap-v1.json": "configmap-v1.json",
     "daemonset-apps-v1.json": "daemonset-apps-v1.json",
+    "networkpolicy-networking-v1.json": "networkpolicy-networking-v1.json",
     "pod-v1.json": "pod-v1.json",
     "priorityclass-scheduling-v1.json": "priorityclass-scheduling-v1.json",
     "service-v1.json": "service-v1.json",
