@@ -44,6 +44,7 @@ SCHEMAS = {
     ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicy-networking-v1.json",
 }
 MONITORING_DIR = os.path.join(K8S_DIR, "monitoring")
+DOCKERFILE = os.path.join(ROOT, "deploy", "Dockerfile")
 METRICS_DOC = os.path.join(ROOT, "docs", "metrics.md")
 SOCKET_DIR = "/run/hicached"
 DAEMON_CONTAINER = "hicached"
@@ -399,6 +400,32 @@ class K8sManifestsTest(unittest.TestCase):
         rows = [line for line in table.splitlines()
                 if line.startswith("| ") and not line.startswith("| alert")]
         self.assertEqual(len(rules), len(rows) - 1, "one rule per alert row but 'hit rate drop'")
+
+    def test_dockerfile_builds_the_image_the_daemonset_runs(self):
+        """No container engine runs here (and hadolint is not in Debian 12):
+        the Dockerfile is checked against the rules that make the image work
+        with the DaemonSet and the .deb."""
+        with open(DOCKERFILE) as f:
+            lines = [line.strip() for line in f if line.strip() and not line.startswith("#")]
+        text = "\n".join(lines).replace("\\\n", " ")
+        instructions = [line.split(None, 1) for line in text.split("\n")]
+        self.assertEqual(instructions[0], ["FROM", "debian:12-slim"],
+                         "the .deb is built on Debian 12: its libraries must match")
+        self.assertNotIn("ADD", [i[0] for i in instructions], "COPY, never ADD")
+        run = " ".join(i[1] for i in instructions if i[0] == "RUN")
+        self.assertIn("apt-get install -y --no-install-recommends /tmp/hicached_", run,
+                      "install the .deb through apt, so that its Depends resolve")
+        self.assertIn("rm -rf /var/lib/apt/lists/*", run)
+        pod = self.daemon_pod()["spec"]
+        user = [i[1] for i in instructions if i[0] == "USER"]
+        self.assertEqual(user, [f"{pod['securityContext']['runAsUser']}:"
+                                f"{pod['securityContext']['runAsGroup']}"])
+        (container,) = [c for c in pod["containers"] if c["name"] == DAEMON_CONTAINER]
+        entry = json.loads([i[1] for i in instructions if i[0] == "ENTRYPOINT"][0])
+        cmd = json.loads([i[1] for i in instructions if i[0] == "CMD"][0])
+        self.assertEqual(entry, container["command"])
+        self.assertEqual(cmd, container["args"])
+        self.assertFalse(container["image"].endswith(":latest"))
 
     def test_manifests_pass(self):
         errors = check_all(self.docs)
