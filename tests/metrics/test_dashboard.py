@@ -6,6 +6,7 @@ checked against a scrape of a daemon that ran real RPCs."""
 import json
 import os
 import re
+import tempfile
 import unittest
 
 import hicache
@@ -51,8 +52,12 @@ class DashboardTest(unittest.TestCase):
     def setUpClass(cls):
         with open(os.environ["HICACHE_DASHBOARD"]) as f:
             cls.dashboard = json.load(f)
+        # --state_dir: the journal and hot-restart series exist (as under the
+        # packaged flagfile).
+        cls.state_dir = tempfile.mkdtemp()
         daemon = MetricsDaemon("--cp_size=2", "--page_size=4", "--kv_preset=tiny-draft",
-                               "--device_pages_per_rank=16", "--host_pages_per_rank=32")
+                               "--device_pages_per_rank=16", "--host_pages_per_rank=32",
+                               f"--state_dir={cls.state_dir}")
         try:
             with hicache.Client(daemon.socket) as client, \
                     client.session("dashboard", namespace="dash") as s, \
@@ -88,7 +93,7 @@ class DashboardTest(unittest.TestCase):
         self.assertEqual(len(ids), len(set(ids)))
         titles = " ".join(p["title"] for p in d["panels"]).lower()
         for topic in ("hit rate", "latency", "occupancy", "throughput", "failures",
-                      "layer", "sessions"):
+                      "layer", "sessions", "journal", "hot restart"):
             self.assertIn(topic, titles)
         for panel in d["panels"]:
             pos = panel["gridPos"]
