@@ -14,6 +14,7 @@
 #include "client/cpp/endpoint.h"
 #include "client/ctl/cache_commands.h"
 #include "client/ctl/quota_command.h"
+#include "client/ctl/shm_command.h"
 #include "client/ctl/connection.h"
 #include "version/version.h"
 
@@ -109,6 +110,7 @@ struct Commands {
           host_guaranteed = 0;
   bool quota_clear = false;
   WatchOptions watch;
+  ShmOptions shm;
   std::string help_topic;
 };
 
@@ -311,6 +313,25 @@ void AddCommands(CLI::App& app, Commands& c) {
       ->type_name("N")
       ->check(IntRange(1, kInt64Max));
 
+  CLI::App* shm = AddCommand(
+      app, "shm",
+      "This machine's hicached shared memory, no daemon needed: 'list' "
+      "(instances, live or not, and their segments), 'clean' (remove what "
+      "instances no daemon holds left: their pools and kept host tiers)");
+  shm->require_subcommand(1, 1);
+  CLI::App* shm_list = shm->add_subcommand("list", "Instances and segments");
+  shm_list->fallthrough();
+  CLI::App* shm_clean = shm->add_subcommand(
+      "clean", "Remove the segments of every instance that is not live");
+  shm_clean->fallthrough();
+  shm_clean->add_option("--instance", c.shm.instance, "Only this instance")
+      ->type_name("ID");
+  shm_clean->add_flag("--dry_run", c.shm.dry_run,
+                      "Say what would be removed, remove nothing");
+  shm->add_option("--shm_dir", c.shm.dir,
+                  "Where the segments are (default /dev/shm)")
+      ->type_name("DIR");
+
   CLI::App* help = app.add_subcommand("help", "This text, or a command's");
   help->add_option("command", c.help_topic, "Command")->type_name("COMMAND");
 }
@@ -355,6 +376,15 @@ int Dispatch(CLI::App& app, const Globals& g, Commands& cmds, std::ostream& out,
     err << "hicachectl: help: unknown command '" << cmds.help_topic
         << "'; run 'hicachectl --help'\n";
     return kExitUsage;
+  }
+  if (name == "shm") {  // Local: no daemon.
+    CommandContext local;
+    local.json = g.json;
+    local.out = &out;
+    local.err = &err;
+    const CLI::App* verb = chosen.front()->get_subcommands().front();
+    return verb->get_name() == "list" ? RunShmList(cmds.shm, local)
+                                      : RunShmClean(cmds.shm, local);
   }
   absl::StatusOr<Connection> connection = Connect(g.connection);
   if (!connection.ok()) {

@@ -1,5 +1,9 @@
 #include "client/ctl/cli.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <fstream>
 #include <sstream>
@@ -11,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "client/cpp/endpoint.h"
 #include "client/cpp/hicache_session.h"
+#include "client/ctl/shm_command.h"
 #include "daemon/main/daemon_server.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
@@ -725,6 +730,112 @@ TEST(CliTlsTest, MutualTlsAgainstTheDaemonsTcpListener) {
            "--tls_cert_file=" + d + "/ctl-operator.pem",
            "--tls_key_file=" + d + "/ctl-operator.key", "health"});
   EXPECT_EQ(r.code, kExitFailure);
+}
+
+}  // namespace
+}  // namespace hicache::ctl
+
+namespace hicache::ctl {
+namespace {
+
+// hicachectl shm, on a directory standing in for /dev/shm: a live instance
+// (this test holds its lock, as a running daemon does), a stopped one (lock
+// file, nobody holding it), an orphaned one (segments only), a kept host
+// tier, and files that are not hicached's. clean removes exactly the
+// segments of the instances nobody holds, and never a live one's.
+class ShmCommandTest : public ::testing::Test {
+ protected:
+  void Touch(const std::string& name, const std::string& text = "") {
+    std::ofstream(dir_.Child(name)) << text;
+  }
+  bool Exists(const std::string& name) {
+    return access(dir_.Child(name).c_str(), F_OK) == 0;
+  }
+  CliResult Shm(std::vector<std::string> args) {
+    args.insert(args.begin(), "shm");
+    args.push_back("--shm_dir=" + dir_.path());
+    return Cli(args);
+  }
+  testing::TempDir dir_;
+};
+
+TEST_F(ShmCommandTest, ListsAndCleansWhatNoDaemonHolds) {
+  Touch("hicache-node-1-device-r0", std::string(4096, 'x'));
+  Touch("hicache-node-1-host-r1-g0123456789abcdef");
+  Touch("hicache-node-1.lock", "123\n");
+  Touch("hicache-gone-host-r0");
+  Touch("hicache-gone-host-r1-gfedcba9876543210");
+  Touch("hicache-gone.lock", "456\n");
+  Touch("hicache-old-device-r3");
+  Touch("hicache-old-device-rx");     // Not a segment name.
+  Touch("hicache-9lives-device-r0");  // Not an instance id.
+  Touch("unrelated");
+  const int lock = open(dir_.Child("hicache-node-1.lock").c_str(), O_RDONLY);
+  ASSERT_GE(lock, 0);
+  ASSERT_EQ(flock(lock, LOCK_EX), 0);
+
+  CliResult r = Shm({"list"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("gone stopped (pid 456): 2 segments"));
+  EXPECT_THAT(r.out, HasSubstr("node-1 live (pid 123): 2 segments, 4096 bytes"));
+  EXPECT_THAT(r.out, HasSubstr("old orphaned: 1 segments"));
+  EXPECT_THAT(r.out, Not(HasSubstr("9lives")));
+  r = Cli({"--json", "shm", "list", "--shm_dir=" + dir_.path()});
+  const Json doc = ParseOneDocument(r.out);
+  ASSERT_EQ(doc["instances"].size(), 3u) << r.out;
+  EXPECT_EQ(doc["instances"][1]["instance"], "node-1");
+  EXPECT_EQ(doc["instances"][1]["state"], "live");
+  EXPECT_EQ(doc["instances"][1]["bytes"], 4096);
+
+  // A dry run removes nothing.
+  r = Shm({"clean", "--dry_run"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("would remove hicache-gone-host-r0"));
+  EXPECT_TRUE(Exists("hicache-gone-host-r0"));
+  // One instance only.
+  r = Shm({"clean", "--instance=old"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_FALSE(Exists("hicache-old-device-r3"));
+  EXPECT_TRUE(Exists("hicache-gone-host-r0"));
+  EXPECT_FALSE(Exists("hicache-old.lock"));  // Its lock taken, then removed.
+  r = Shm({"clean", "--instance=nobody"});
+  EXPECT_EQ(r.code, kExitFailure);
+  EXPECT_THAT(r.err, HasSubstr("no instance 'nobody'"));
+  r = Shm({"clean", "--instance=../etc"});
+  EXPECT_EQ(r.code, kExitUsage);
+  // Everything not live.
+  r = Shm({"clean"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("node-1: live (pid 123), left alone"));
+  EXPECT_THAT(r.out, HasSubstr("removed 2 segments"));
+  EXPECT_FALSE(Exists("hicache-gone-host-r0"));
+  EXPECT_FALSE(Exists("hicache-gone-host-r1-gfedcba9876543210"));
+  EXPECT_FALSE(Exists("hicache-gone.lock"));
+  EXPECT_TRUE(Exists("hicache-node-1-device-r0"));
+  EXPECT_TRUE(Exists("hicache-node-1-host-r1-g0123456789abcdef"));
+  EXPECT_TRUE(Exists("hicache-node-1.lock"));
+  EXPECT_TRUE(Exists("hicache-old-device-rx"));
+  EXPECT_TRUE(Exists("hicache-9lives-device-r0"));
+  EXPECT_TRUE(Exists("unrelated"));
+  close(lock);
+  // The daemon is gone now: its instance is stopped and goes too.
+  r = Shm({"clean"});
+  EXPECT_THAT(r.out, HasSubstr("node-1: stopped, removed"));
+  EXPECT_FALSE(Exists("hicache-node-1-device-r0"));
+  r = Shm({"list"});
+  EXPECT_THAT(r.out, HasSubstr("no hicached shared memory in"));
+}
+
+TEST(ShmNamesTest, InstanceOfSegment) {
+  EXPECT_EQ(InstanceOfSegment("hicache-a-device-r0"), "a");
+  EXPECT_EQ(InstanceOfSegment("hicache-node-7-host-r12"), "node-7");
+  EXPECT_EQ(InstanceOfSegment("hicache-n-host-r1-g0123456789abcdef"), "n");
+  EXPECT_EQ(InstanceOfSegment("hicache-n-host-r1-g0123"), "");
+  EXPECT_EQ(InstanceOfSegment("hicache-a-device-r"), "");
+  EXPECT_EQ(InstanceOfSegment("hicache-a-Device-r0"), "");
+  EXPECT_EQ(InstanceOfSegment("hicache-1a-device-r0"), "");
+  EXPECT_EQ(InstanceOfSegment("hicache-a.lock"), "");
+  EXPECT_EQ(InstanceOfSegment("other-a-device-r0"), "");
 }
 
 }  // namespace

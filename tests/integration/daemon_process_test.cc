@@ -264,6 +264,43 @@ TEST_F(DaemonProcessTest, KvLayoutFileConfiguresTheGeometry) {
   EXPECT_FALSE(Exists(socket_));
 }
 
+// hicachectl shm against real daemons: a running one's instance is live and
+// left alone; a SIGKILLed one's segments stay (stopped) until 'shm clean'
+// removes them, and then /dev/shm holds nothing of it.
+TEST_F(DaemonProcessTest, ShmCleanRemovesWhatAKilledDaemonLeft) {
+  const std::string instance = absl::StrCat("shmtest", getpid());
+  Subprocess daemon = StartDaemon({"--instance=" + instance,
+                                   "--device_pages_per_rank=8",
+                                   "--host_pages_per_rank=8"});
+  RunResult r = Ctl(socket_, {"--json", "shm", "list"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto state_of = [&](const std::string& out) -> std::string {
+    const nlohmann::json doc = nlohmann::json::parse(out, nullptr, false);
+    if (doc.is_discarded()) return "unparsed";
+    for (const auto& i : doc["instances"]) {
+      if (i["instance"] == instance) {
+        return i["state"].get<std::string>() + " " +
+               std::to_string(i["segments"].size());
+      }
+    }
+    return "absent";
+  };
+  EXPECT_EQ(state_of(r.out), "live 2");  // Device and host pool of rank 0.
+  r = Ctl(socket_, {"shm", "clean", "--instance=" + instance});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr(instance + ": live"));
+  EXPECT_EQ(state_of(Ctl(socket_, {"--json", "shm", "list"}).out), "live 2");
+
+  ASSERT_TRUE(daemon.Signal(SIGKILL).ok());
+  ASSERT_TRUE(daemon.Wait(absl::Seconds(20)).ok());
+  EXPECT_EQ(state_of(Ctl(socket_, {"--json", "shm", "list"}).out),
+            "stopped 2");
+  r = Ctl(socket_, {"shm", "clean", "--instance=" + instance});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("removed 2 segments"));
+  EXPECT_EQ(state_of(Ctl(socket_, {"--json", "shm", "list"}).out), "absent");
+}
+
 // --host_bytes_per_rank: one budget for the target and draft KV of each
 // rank's host tier. "tiny-draft" at P = 64 takes 64 x (32 + 8) = 2560 bytes a
 // page; 1 MB holds 409 pages (1047040 bytes), 1536 bytes unused.
