@@ -100,6 +100,7 @@ for path in ./usr/bin/hicached ./usr/bin/hicachectl \
     ./etc/hicached/hicached.flags \
     ./usr/share/hicached/kv-layouts/llama-3-8b.json \
     ./usr/share/doc/hicached/copyright \
+    ./usr/lib/tmpfiles.d/hicached.conf \
     ./usr/share/doc/hicached/changelog.Debian.gz \
     "./usr/lib/${multiarch}/libhicache_client.a" \
     "./usr/lib/${multiarch}/pkgconfig/hicache-client.pc" \
