@@ -119,6 +119,13 @@ grep -qE '^-rwxr-xr-x .* \./usr/bin/hicached$' <<<"${contents}" || fail "hicache
 # --- Unpack -------------------------------------------------------------------------
 root="${tmp}/root"
 dpkg -x "${deb}" "${root}"
+# No build-machine RUNPATH (lintian: custom-library-search-path).
+for binary in hicached hicachectl; do
+  dynamic="$(readelf -d "${root}/usr/bin/${binary}")"
+  if [[ "${dynamic}" == *RUNPATH* || "${dynamic}" == *"(RPATH)"* ]]; then
+    fail "/usr/bin/${binary} carries a RUNPATH: ${dynamic}"
+  fi
+done
 cmp "${root}/lib/systemd/system/hicached.service" "${ws}/deploy/systemd/hicached.service" ||
   fail "the packaged unit differs from deploy/systemd/hicached.service"
 cmp "${root}/etc/hicached/hicached.flags" "${ws}/deploy/hicached.flags" ||
