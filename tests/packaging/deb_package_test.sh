@@ -44,6 +44,13 @@ deb="$("${ws}/tools/build_deb" \
   --client-headers "${ws}/packaging/hicache_client_include.tar" \
   "${tmp}/dist")"
 [[ -f "${deb}" ]] || fail "build_deb printed '${deb}', not a file"
+# Debian's policy checker finds no error (warnings are allowed: no manual
+# pages yet, systemctl in the maintainer scripts).
+if command -v lintian >/dev/null; then
+  lintian --fail-on error "${deb}" >&2 || fail "lintian reports errors on the .deb"
+else
+  echo "lintian not installed (tools/dev deps): policy check skipped" >&2
+fi
 echo "built ${deb}"
 
 # --- Control: name, version, dependencies, conffiles, scripts -------------------
