@@ -160,5 +160,27 @@ class FastFailureTest(unittest.TestCase):
             self.assertEqual(daemon.stop(), 0)
 
 
+class PublicApiTest(unittest.TestCase):
+    """Everything hicache exports says what it does (issue 31): a docstring
+    on every public class and on each of its public methods."""
+
+    def test_every_public_name_has_a_docstring(self):
+        import inspect  # pylint: disable=import-outside-toplevel
+        missing = []
+        for name in hicache.__all__:
+            value = getattr(hicache, name)
+            if not (inspect.isclass(value) or inspect.isfunction(value)):
+                continue
+            if not inspect.getdoc(value):
+                missing.append(name)
+            if inspect.isclass(value) and not issubclass(value, BaseException):
+                for attr, member in vars(value).items():
+                    if attr.startswith("_") or not callable(member):
+                        continue
+                    if not inspect.getdoc(member):
+                        missing.append(f"{name}.{attr}")
+        self.assertEqual(missing, [])
+
+
 if __name__ == "__main__":
     unittest.main()

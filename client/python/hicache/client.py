@@ -382,6 +382,7 @@ class AdmitResult:
 
     @property
     def request_pages(self) -> Pages:
+        """The whole request's pages: the locked device hit, then the new ones."""
         return Pages(*_parts(self.device_pages), *_parts(self.pages),
                      generation=self.generation)
 
@@ -527,6 +528,7 @@ class Client:
         return Client(target=target, **self._settings)
 
     def close(self) -> None:
+        """Closes the channel; sessions of this client end with it."""
         self._channel.close()
 
     def __enter__(self) -> "Client":
@@ -572,15 +574,19 @@ class Client:
         return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
 
     def stats(self) -> pb.CacheStats:
+        """The cache's counters and occupancy (GetStats' cache part)."""
         return self.call("Stats", pb.GetStatsRequest())
 
     def daemon_info(self) -> pb.GetStatsResponse:
+        """Build, backend, geometry, uptime and the cache's counters."""
         return self.call("GetStats", pb.GetStatsRequest())
 
     def layout(self) -> pb.GetLayoutResponse:
+        """The pools' geometry, KV layout and block addresses (GetLayout)."""
         return self.call("GetLayout", pb.GetLayoutRequest())
 
     def evict(self, device_pages_per_lane=(), host_pages_per_rank=()) -> pb.EvictResponse:
+        """Operators: evicts device pages per lane and/or host pages per rank."""
         return self.call("Evict", pb.EvictRequest(
             device_pages_per_lane=list(device_pages_per_lane),
             host_pages_per_rank=list(host_pages_per_rank)))
@@ -739,6 +745,7 @@ class Session:
             callback(self, lost_id)
 
     def close(self) -> pb.CloseSessionResponse:
+        """Closes the session: its locks, pages and backups are released."""
         if self._closed.is_set():
             return pb.CloseSessionResponse()
         self._closed.set()
@@ -827,6 +834,7 @@ class Session:
         return PageList(response.allocations[0].pages, generation)
 
     def free(self, pages: Sequence[int]) -> None:
+        """Frees pages this session allocated and did not insert."""
         self._rpc("Free", pb.FreeRequest(session_id=self.id, pages=list(pages)), pages=(pages,))
 
     def match(self, requests: Sequence[Tokens], lock: bool = False, peek: bool = False,
@@ -915,6 +923,7 @@ class Session:
 
     def insert(self, tokens: Tokens, pages: Sequence[int], unfinished: bool = False,
                backup_id: int = 0) -> pb.InsertResult:
+        """Inserts `tokens` whose KV is in `pages`, attaching `backup_id`."""
         response = self._rpc("Insert", pb.InsertRequest(session_id=self.id, items=[
             pb.InsertItem(tokens=pack_tokens(tokens), pages=list(pages),
                           unfinished=unfinished, backup_id=backup_id)]),
@@ -1035,6 +1044,7 @@ class Session:
                                leader=_leader_of(e)) from None
 
     def backup_stream(self, direct: Union[bool, str] = True) -> "BackupStream":
+        """A stream for preparing backups and reporting stored layers."""
         return BackupStream(self, direct)
 
     def register_fence(self, rank: int, event_handle: bytes) -> int:
@@ -1046,6 +1056,7 @@ class Session:
         return handle(response.fence_id)
 
     def release_fence(self, fence_id: int):
+        """Releases a fence register_fence returned (CUDA backend)."""
         self._rpc("ReleaseFence", pb.ReleaseFenceRequest(session_id=self.id,
                                                          fence_id=fence_id), (fence_id,))
 
@@ -1350,6 +1361,7 @@ class BackupStream:
                 backup_ids=backup_ids, step=step)).SerializeToString())
 
     def rollback(self, backup_id: int):
+        """Gives up a backup: its host pages are freed, nothing is attached."""
         self._send(pb.BackupClientMessage(
             session_id=self.session.id,
             rollback=pb.BackupClientMessage.Rollback(backup_id=backup_id)).SerializeToString())
@@ -1381,6 +1393,7 @@ class BackupStream:
             return pending.committed_node if pending else None
 
     def steps_done(self, backup_id: int) -> int:
+        """How many steps of `backup_id` the daemon reported done."""
         with self._cv:
             return self._pending.get(backup_id, _Pending()).steps
 
@@ -1391,6 +1404,7 @@ class BackupStream:
                 self._pending.pop(backup, None)
 
     def close(self) -> None:
+        """Ends the stream and waits (up to the client's timeout) for its reader."""
         self._sender.close()
         self._reader.join(timeout=self.session.client.timeout)
 

@@ -170,10 +170,12 @@ class CudaRuntime:
         return ptr.value or 0
 
     def ipc_close_mem_handle(self, ptr: int):
+        """cudaIpcCloseMemHandle."""
         self.check(self._lib.cudaIpcCloseMemHandle(ctypes.c_void_p(ptr)),
                    "cudaIpcCloseMemHandle")
 
     def ipc_open_event_handle(self, handle: bytes) -> int:
+        """cudaIpcOpenEventHandle: an event of another process."""
         event = ctypes.c_void_p()
         self.check(self._lib.cudaIpcOpenEventHandle(
             ctypes.byref(event), to_ipc_handle(handle, "event handle")),
@@ -189,6 +191,7 @@ class CudaRuntime:
         return event.value or 0
 
     def ipc_get_event_handle(self, event: int) -> bytes:
+        """cudaIpcGetEventHandle: the 64 bytes another process opens."""
         handle = _IpcHandle()
         self.check(self._lib.cudaIpcGetEventHandle(ctypes.byref(handle),
                                                    ctypes.c_void_p(event)),
@@ -196,6 +199,7 @@ class CudaRuntime:
         return bytes(handle)
 
     def event_record(self, event: int, stream) -> None:
+        """cudaEventRecord on `stream`."""
         self.check(self._lib.cudaEventRecord(ctypes.c_void_p(event),
                                              ctypes.c_void_p(stream_handle(stream))),
                    "cudaEventRecord")
@@ -207,6 +211,7 @@ class CudaRuntime:
             "cudaStreamWaitEvent")
 
     def event_destroy(self, event: int) -> None:
+        """cudaEventDestroy."""
         self.check(self._lib.cudaEventDestroy(ctypes.c_void_p(event)), "cudaEventDestroy")
 
 
@@ -263,6 +268,7 @@ class LoadFenceWaiter:
             self._cuda.stream_wait_event(stream, event)
 
     def close(self) -> None:
+        """Stops waiting and releases the events."""
         with self._lock:
             events, self._events = list(self._events.values()), {}
         for event in events:
@@ -302,10 +308,12 @@ class LayerWrittenFence:
                 raise
 
     def record(self, stream=None) -> None:
+        """Records the event on `stream` (the current one by default): the layer is written."""
         with self._cuda.on_device(self.device):
             self._cuda.event_record(self._event, stream)
 
     def close(self) -> None:
+        """Destroys the event (after the daemon released its fence)."""
         if self._event:
             event, self._event = self._event, 0
             with self._cuda.on_device(self.device):

@@ -91,12 +91,15 @@ class ShmPool(_Pool):
         self.view = memoryview(self._mmap)
 
     def read(self, offset: int, nbytes: int) -> bytes:
+        """`nbytes` bytes at byte `offset` of the pool."""
         return bytes(self.view[offset:offset + nbytes])
 
     def write(self, offset: int, data: bytes) -> None:
+        """Writes `data` at byte `offset` of the pool."""
         self.view[offset:offset + len(data)] = data
 
     def close(self):
+        """Unmaps the pool (release views of it first)."""
         if self._mmap is not None:
             self.view.release()
             self._mmap.close()
@@ -137,6 +140,7 @@ class DevicePool(_Pool):
         }
 
     def close(self):
+        """Closes the CUDA IPC mapping."""
         if self._cuda is not None and self.ptr:
             ptr, self.ptr = self.ptr, 0
             with self._cuda.on_device(self.device):
@@ -189,6 +193,7 @@ class RankPools:
         self.host = host
 
     def close(self):
+        """Unmaps both pools."""
         for pool in (self.device, self.host):
             if pool is not None:
                 pool.close()
