@@ -87,7 +87,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
+#include "daemon/core/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "daemon/backend/cpu/cpu_transfer_engine.h"
@@ -211,7 +211,7 @@ class GatedTransferEngine final : public TransferEngine {
       : listener_(listener), inner_(inner(listener)) {}
 
   absl::Status Submit(TransferTask task) override {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (closed_) {
       held_.push_back(std::move(task));
       return absl::OkStatus();
@@ -234,7 +234,7 @@ class GatedTransferEngine final : public TransferEngine {
   }
 
   void Close() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     closed_ = true;
   }
   // Passes the held copies on. One the copy engine refuses now (it accepted
@@ -243,7 +243,7 @@ class GatedTransferEngine final : public TransferEngine {
   void Open() {
     std::vector<TransferTask> held;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       closed_ = false;
       held.swap(held_);
     }
@@ -263,18 +263,18 @@ class GatedTransferEngine final : public TransferEngine {
     }
   }
   bool closed() const {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return closed_;
   }
   size_t held() const {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return held_.size();
   }
 
  private:
   TransferListener* const listener_;
   const std::unique_ptr<TransferEngine> inner_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<TransferTask> held_ ABSL_GUARDED_BY(mu_);
 };
@@ -314,7 +314,7 @@ class EventCounter final : public EngineListener {
 
   // Backup events of `ops` so far.
   int64_t Events(const std::set<uint64_t>& ops) const {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return SumLocked(ops);
   }
 
@@ -322,16 +322,18 @@ class EventCounter final : public EngineListener {
   // `deadline`; returns whether they did.
   bool AwaitMore(const std::set<uint64_t>& ops, int64_t seen,
                  absl::Time deadline) const {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     while (SumLocked(ops) <= seen) {
-      if (cv_.WaitWithDeadline(&mu_, deadline)) return SumLocked(ops) > seen;
+      if (cv_.WaitWithTimeout(&mu_, deadline - absl::Now())) {
+        return SumLocked(ops) > seen;
+      }
     }
     return true;
   }
 
  private:
   void Count(uint64_t op) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     ++counts_[op];
     cv_.SignalAll();
   }
@@ -346,8 +348,8 @@ class EventCounter final : public EngineListener {
   }
 
   EngineListener* const next_;
-  mutable absl::Mutex mu_;
-  mutable absl::CondVar cv_;
+  mutable Mutex mu_;
+  mutable CondVar cv_;
   absl::flat_hash_map<uint64_t, int64_t> counts_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -257,8 +257,12 @@ TEST_F(TreePagingTest, HicachectlAllFollowsTheTokens) {
   v1::DumpTreeResponse count;
   ASSERT_TRUE(Dump(count_request, &count).ok());
   std::ostringstream out, err;
-  const int code = ctl::RunCli({"--socket=" + *socket_, "tree", "--all",
-                                "--json", "--sort", "id", "--limit", "10000"},
+  // A generous per-call deadline: a 10,000-node page took more than the
+  // default 5 s under TSan on a busy machine (the test is about the tokens,
+  // not the time).
+  const int code = ctl::RunCli({"--socket=" + *socket_, "--timeout=600", "tree",
+                                "--all", "--json", "--sort", "id", "--limit",
+                                "10000"},
                                out, err);
   ASSERT_EQ(code, ctl::kExitOk) << err.str();
   const std::string text = out.str();
