@@ -37,7 +37,6 @@ absl::StatusOr<Connection> Connect(const ConnectionOptions& options) {
       client::ResolveEndpoint(options.target, options.socket);
   c.target = endpoint.target;
   c.socket_path = endpoint.socket_path;
-  c.source = endpoint.source;
   const bool any_tls =
       !options.tls_ca_file.empty() || !options.tls_cert_file.empty() ||
       !options.tls_key_file.empty() || !options.tls_server_name.empty();

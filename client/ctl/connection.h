@@ -25,7 +25,6 @@ struct ConnectionOptions {
 struct Connection {
   std::string target;       // e.g. "unix:/run/hicached/hicached.sock".
   std::string socket_path;  // The unix socket path; "" for TCP.
-  std::string source;       // Where it came from (client::Endpoint::source).
   std::shared_ptr<grpc::Channel> channel;
 };
 

@@ -88,6 +88,15 @@ class ResolveEndpointTest : public EndpointTest {
     rmdir(dir_.c_str());
     EndpointTest::TearDown();
   }
+  // A unix socket bound at `path` (nobody listens); *fd to close.
+  static void BindSocket(const std::string& path, int* fd) {
+    *fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    ASSERT_GE(*fd, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
+    ASSERT_EQ(bind(*fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  }
   std::vector<std::pair<std::string, std::string>> saved_env_;
   std::string dir_;
   std::string packaged_;
@@ -134,12 +143,8 @@ TEST_F(ResolveEndpointTest, CheckSocketSaysWhatIsWrong) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("is not a socket"));
   unlink(packaged_.c_str());
 
-  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", packaged_.c_str());
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  int fd = -1;
+  ASSERT_NO_FATAL_FAILURE(BindSocket(packaged_, &fd));
   EXPECT_TRUE(CheckSocket(packaged_).ok());
   close(fd);
 }
@@ -147,12 +152,8 @@ TEST_F(ResolveEndpointTest, CheckSocketSaysWhatIsWrong) {
 // A user outside the socket's group is told so, with the group, whether the
 // socket itself or its directory (0750, as /run/hicached is) keeps them out.
 TEST_F(ResolveEndpointTest, PermissionDeniedNamesTheGroup) {
-  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", packaged_.c_str());
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  int fd = -1;
+  ASSERT_NO_FATAL_FAILURE(BindSocket(packaged_, &fd));
   ASSERT_EQ(chmod(packaged_.c_str(), 0660), 0);
   ASSERT_EQ(chmod(dir_.c_str(), 0755), 0);  // mkdtemp makes it 0700.
   // As another user: a child that drops to nobody (root can open anything),
