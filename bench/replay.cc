@@ -275,6 +275,13 @@ int Main() {
           static_cast<long long>(out->stats.host_copies_dropped),
           out->request_p50_us, out->request_p99_us, out->admit_p50_us,
           out->admit_p99_us, out->seconds);
+      std::printf(
+          "  device victims: %lld to the host tier, %lld removed; pages "
+          "evicted: %lld device, %lld host\n",
+          static_cast<long long>(out->stats.device_victims_to_host),
+          static_cast<long long>(out->stats.device_victims_removed),
+          static_cast<long long>(out->stats.device_evicted_pages),
+          static_cast<long long>(out->stats.host_evicted_pages));
       if (out->persistence.enabled) {
         std::printf(
             "  journal: %lld puts, %lld live, file %llu bytes, status %s, "

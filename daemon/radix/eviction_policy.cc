@@ -25,7 +25,10 @@ EvictionKey MakeEvictionKey(EvictionPolicy policy, const EvictionFacts& facts,
       if (tier == EvictionTier::kDevice) {
         return {facts.last_access_ns, 0, tiebreak};
       }
-      return {FrequencyClass(facts.frequency), facts.last_access_ns, tiebreak};
+      return {facts.last_access_tick +
+                  (FrequencyClass(facts.frequency) == 1 ? facts.reuse_credit
+                                                        : 0),
+              facts.last_access_ns, tiebreak};
   }
   return {0, 0, tiebreak};
 }

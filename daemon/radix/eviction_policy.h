@@ -20,7 +20,21 @@ struct EvictionFacts {
   // (misses included, so a node evicted and seen again keeps its history);
   // 0 when the tree keeps no sketch.
   uint32_t frequency = 0;
+  // Pages inserted into the tree before the node's last access (its age in
+  // cache turnover), and how many more pages a node seen again may outlive
+  // one seen once by (kTinyLfu's host tier).
+  int64_t last_access_tick = 0;
+  int64_t reuse_credit = 0;
 };
+
+// kTinyLfu's reuse credit, in cache turnovers: on the host tier a node seen
+// again leaves as late as a node seen once whose last access came this many
+// times the pools' pages (the sketch's size) of insertions later. Reuse buys
+// time, not a place forever: a class that only ever ranked seen-again nodes
+// after seen-once ones kept dead conversations for good (bench/replay on the
+// matched trace: 31.49% L1+L2 under write_ahead, 32.01% with this credit;
+// 1.5 turnovers 31.82%, 3 turnovers 31.52%; docs/eviction.md).
+inline constexpr int64_t kReuseCreditTurnovers = 2;
 
 // Which tier a victim leaves: the device tier (to the host tier or gone) or
 // the host tier (gone).
@@ -30,9 +44,9 @@ using EvictionKey = std::tuple<int64_t, int64_t, uint64_t>;
 
 // The sort key of a node under `policy` in `tier`; `tiebreak` (the node id)
 // makes the order total and deterministic. Only kTinyLfu orders the tiers
-// differently: LRU on device (the recency window), then on host the nodes
-// seen at most once in the sketch's window before those seen again, LRU
-// inside each class.
+// differently: LRU on device (the recency window); on host, LRU on the
+// pages-inserted tick of the last access, a node seen again in the sketch's
+// window (FrequencyClass 1) counted reuse_credit ticks younger.
 EvictionKey MakeEvictionKey(EvictionPolicy policy, const EvictionFacts& facts,
                             uint64_t tiebreak,
                             EvictionTier tier = EvictionTier::kDevice);

@@ -34,6 +34,9 @@ struct Node {
   uint32_t hit_count = 0;
   int32_t priority = 0;
   int64_t last_access_ns = 0;
+  // RadixTree's pages-inserted clock at that access (eviction's age in
+  // cache turnover rather than wall time).
+  int64_t last_access_tick = 0;
   int64_t created_ns = 0;
   int64_t pin_expiry_ns = 0;  // 0 = not pinned.
   int64_t pin_ttl_ns = 0;

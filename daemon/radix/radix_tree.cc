@@ -35,6 +35,8 @@ RadixTree::RadixTree(const RadixTreeOptions& options)
   if (UsesFrequencySketch(options_.policy)) {
     sketch_ = std::make_unique<FrequencySketch>(FrequencySketch::Options{
         .expected_keys = std::max<int64_t>(options_.sketch_pages, 1 << 16)});
+    reuse_credit_ =
+        kReuseCreditTurnovers * std::max<int64_t>(options_.sketch_pages, 1 << 16);
   }
 }
 
@@ -130,6 +132,8 @@ Node* RadixTree::NewNode(Node* parent, absl::Span<const int32_t> key) {
                 sizeof(int32_t) * std::min(page, node->length - from));
   }
   node->created_ns = node->last_access_ns = NowNs();
+  pages_inserted_ += static_cast<int64_t>(node->blocks.size());
+  node->last_access_tick = pages_inserted_;
   parent->children.emplace(key[0], node);
   nodes_[node->id] = node;
   return node;
@@ -240,6 +244,7 @@ Node* RadixTree::Split(Node* node, int64_t at) {
   head->hit_count = node->hit_count;
   head->priority = node->priority;
   head->last_access_ns = node->last_access_ns;
+  head->last_access_tick = node->last_access_tick;
   head->created_ns = node->created_ns;
   head->pin_expiry_ns = node->pin_expiry_ns;
   head->pin_ttl_ns = node->pin_ttl_ns;
@@ -347,6 +352,7 @@ absl::StatusOr<MatchResult> RadixTree::MatchPrefix(
     if (keys) RecordAccess(child, keys->At(pos / page));
     if (options.record_hit) {
       child->last_access_ns = now;
+      child->last_access_tick = pages_inserted_;
       ++child->hit_count;
       if (child->pin_ttl_ns > 0) child->pin_expiry_ns = now + child->pin_ttl_ns;
       if (device && options_.write_through_threshold > 0 &&
@@ -461,6 +467,7 @@ absl::StatusOr<InsertResult> RadixTree::InsertImpl(
       if (!dry_run) {
         add_duplicates(pos, total, child, 0);
         child->last_access_ns = now;
+      child->last_access_tick = pages_inserted_;
         result.node = child->id;
       }
       finish(total);
@@ -555,6 +562,7 @@ absl::StatusOr<InsertResult> RadixTree::InsertImpl(
       SetDevicePages(child, caller_pages(pos, pos + common));  // Re-attach.
     }
     child->last_access_ns = now;
+    child->last_access_tick = pages_inserted_;
     result.node = child->id;
     pos += common;
     node = child;

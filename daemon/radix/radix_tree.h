@@ -634,6 +634,11 @@ class RadixTree {
   int64_t pending_backups_ = 0;
   // Accesses of recent queries' pages (UsesFrequencySketch policies only).
   std::unique_ptr<FrequencySketch> sketch_;
+  // Pages of every node created so far: the clock of Node::last_access_tick.
+  int64_t pages_inserted_ = 0;
+  // How much later a node seen again (FrequencyClass 1) leaves the host tier
+  // than one seen once last accessed at the same tick (EvictionFacts).
+  int64_t reuse_credit_ = 0;
   // How long the unshared end of a cached request usually is (with the
   // sketch only).
   TailLearner tails_;

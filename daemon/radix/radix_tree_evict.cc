@@ -112,6 +112,8 @@ void RadixTree::KeySplitTail(Node* tail, uint64_t head_last_key) {
 EvictionFacts RadixTree::FactsOf(const Node* node) const {
   EvictionFacts facts{node->last_access_ns, node->created_ns, node->hit_count,
                       node->priority};
+  facts.last_access_tick = node->last_access_tick;
+  facts.reuse_credit = reuse_credit_;
   if (sketch_ != nullptr) {
     // The estimate when last read, halved for every aging since (as the
     // sketch's counters were).

@@ -52,24 +52,40 @@ TEST(EvictionPolicyTest, TinyLfuDeviceTierIsPureLru) {
             hot_old);
 }
 
-// The host tier: class 0 (seen at most once) before class 1 (seen again),
-// LRU inside each class.
-TEST(EvictionPolicyTest, TinyLfuHostTierOrdersByClassThenLru) {
-  auto key = [](int64_t t, uint32_t f, uint64_t id) {
-    return MakeEvictionKey(EvictionPolicy::kTinyLfu, Facts(t, f), id,
+// The host tier: a node's age is the tree's pages-inserted clock at its last
+// access, and a node seen again (class 1) counts as that many pages younger
+// as the reuse credit; the wall clock breaks ties, then the node id.
+TEST(EvictionPolicyTest, TinyLfuHostTierOrdersByTickPlusReuseCredit) {
+  constexpr int64_t kCredit = 1000;
+  auto key = [](int64_t tick, uint32_t f, uint64_t id, int64_t ns = 5) {
+    EvictionFacts facts = Facts(ns, f);
+    facts.last_access_tick = tick;
+    facts.reuse_credit = kCredit;
+    return MakeEvictionKey(EvictionPolicy::kTinyLfu, facts, id,
                            EvictionTier::kHost);
   };
-  EXPECT_EQ(key(100, 1, 7), (EvictionKey{0, 100, 7}));
-  EXPECT_EQ(key(100, 2, 7), (EvictionKey{1, 100, 7}));
-  // A recent class-0 node goes before an old class-1 node.
+  EXPECT_EQ(key(100, 1, 7), (EvictionKey{100, 5, 7}));
+  EXPECT_EQ(key(100, 2, 7), (EvictionKey{100 + kCredit, 5, 7}));
+  // Within the credit, a recent seen-once node goes before an older node
+  // seen again ...
   EXPECT_LT(key(900, 1, 1), key(100, 2, 2));
   EXPECT_LT(key(900, 0, 1), key(100, 2, 2));
-  // Same class: LRU; frequencies inside a class do not matter.
+  // ... and past it, the node seen again goes first: reuse buys time, not
+  // a place forever.
+  EXPECT_LT(key(100, 2, 2), key(100 + kCredit + 1, 0, 1));
+  // Same class: LRU on the tick; frequencies inside a class do not matter.
   EXPECT_LT(key(100, 0, 9), key(200, 1, 1));
   EXPECT_LT(key(100, 16, 9), key(200, 2, 1));
   EXPECT_EQ(key(100, 2, 5), key(100, 16, 5));
-  // Full tie: the node id.
+  // Same tick: the wall clock, then the node id.
+  EXPECT_LT(key(100, 3, 9, 4), key(100, 3, 1, 6));
   EXPECT_LT(key(100, 3, 4), key(100, 3, 5));
+  // Without a credit (no sketch sized), classes only order by tick.
+  EvictionFacts no_credit = Facts(5, 16);
+  no_credit.last_access_tick = 100;
+  EXPECT_EQ(MakeEvictionKey(EvictionPolicy::kTinyLfu, no_credit, 7,
+                            EvictionTier::kHost),
+            (EvictionKey{100, 5, 7}));
 }
 
 // Every other policy orders both tiers the same way, and ignores the

@@ -346,6 +346,35 @@ TEST_F(TieringTest, HostTierKeepsTheFrequentOverTheRecent) {
   }
 }
 
+// The reuse credit expires: a host-only node seen twice, but last accessed
+// more than the credit (two sketch sizes of pages) of insertions ago, goes
+// before a node seen once since; the tick counts pages inserted, not time.
+TEST_F(TieringTest, ReuseCreditExpiresAfterTwoTurnoversOfInsertions) {
+  const NodeId x = Insert(Seq(0, 8));
+  Backup(x);
+  Match(Seq(0, 8));
+  Match(Seq(0, 8));
+  ASSERT_EQ(Frequency(x), 2u);
+  ASSERT_EQ(tree_->EvictDeviceTokens(8).nodes_to_host, 1);
+  // Insertions past the credit (the sketch is sized for 65,536 pages at
+  // least): one uncopied node of 131,074 pages, then gone again.
+  const int64_t filler_tokens = kP * (2 * 65536 + 2);
+  const NodeId filler = Insert(Seq(1'000'000, filler_tokens));
+  ASSERT_EQ(tree_->EvictDeviceTokens(filler_tokens).nodes_removed, 1);
+  ASSERT_TRUE(Gone(filler));
+  const NodeId y = Insert(Seq(100, 8));
+  Backup(y);
+  Match(Seq(100, 8));
+  ASSERT_EQ(Frequency(y), 1u);
+  ASSERT_EQ(tree_->EvictDeviceTokens(8).nodes_to_host, 1);
+  const std::vector<int64_t> x_pages = HostPages(x);
+  const HostEvictResult h = tree_->EvictHost({1});
+  EXPECT_EQ(h.nodes_removed, 1);
+  EXPECT_THAT(h.freed_host_pages[0], ElementsAreArray(x_pages));
+  EXPECT_TRUE(Gone(x));
+  EXPECT_EQ(Tier(y), NodeTier::kHost);
+}
+
 // --- Redundant host copies
 // ------------------------------------------------------
 
