@@ -209,10 +209,10 @@ TEST(ReplayTest, ConversationHitRatesDoNotRegress) {
 
 // The matched workload (bench/matched_trace.h: the shape of the Mooncake
 // conversation trace the goals are set on), L1 = 6000 and L2 =
-// 12000 blocks: write_back + tinylfu reached 31.94% L1+L2 (83.2% of the
-// 38.38% bound) and the default, write_ahead + tinylfu, 31.49% (82.0%; it
-// backs up at Admit what fits the free host pages and rescans its window
-// every 1/16 of it) when this was written (docs/eviction.md). Neither may regress; write_ahead never waits
+// 12000 blocks: write_back + tinylfu reached 32.39% L1+L2 (84.4% of the
+// 38.38% bound) and the default, write_ahead + tinylfu, 32.01% (83.4%) with
+// the host tier's reuse credit (31.94% and 31.49% without it) when this was
+// written (docs/eviction.md). Neither may regress; write_ahead never waits
 // for a copy.
 TEST(ReplayTest, MatchedHitRatesDoNotRegress) {
   auto trace = GenerateMatchedTrace({});
@@ -224,12 +224,12 @@ TEST(ReplayTest, MatchedHitRatesDoNotRegress) {
   config.write_policy = WritePolicy::kWriteBack;
   auto back = ReplayTrace(*trace, config);
   ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_GE(back->l12_rate(), 0.3190);
+  EXPECT_GE(back->l12_rate(), 0.3235);
   EXPECT_EQ(back->leaked_pages, 0);
   config.write_policy = WritePolicy::kWriteAhead;
   auto ahead = ReplayTrace(*trace, config);
   ASSERT_TRUE(ahead.ok()) << ahead.status();
-  EXPECT_GE(ahead->l12_rate(), 0.3145);
+  EXPECT_GE(ahead->l12_rate(), 0.3195);
   EXPECT_EQ(ahead->stats.copy_waits, 0);
   EXPECT_GT(ahead->stats.write_ahead_backups, 0);
   EXPECT_EQ(ahead->leaked_pages, 0);
