@@ -13,7 +13,8 @@ CpuBackend::CpuBackend(Options options)
 absl::Status CpuBackend::CheckCapacity(const RankPools::Sizes& sizes) {
   const uint64_t per_rank =
       sizes.device_bytes_per_rank + sizes.host_bytes_per_rank;
-  return CheckShmCapacity(per_rank * sizes.ranks.size(), options_.shm_dir);
+  return CheckShmCapacity(per_rank * sizes.ranks.size(), options_.shm_dir,
+                          options_.shm_prefix);
 }
 
 std::unique_ptr<TransferEngine> CpuBackend::CreateTransferEngine(

@@ -90,7 +90,7 @@ absl::Status CudaBackend::CheckCapacity(const RankPools::Sizes& sizes) {
     }
   }
   return CheckShmCapacity(sizes.host_bytes_per_rank * sizes.ranks.size(),
-                          options_.shm_dir);
+                          options_.shm_dir, options_.shm_prefix);
 }
 
 std::unique_ptr<TransferEngine> CudaBackend::CreateTransferEngine(
