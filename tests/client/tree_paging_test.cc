@@ -273,8 +273,9 @@ TEST_F(TreePagingTest, HicachectlAllFollowsTheTokens) {
   EXPECT_GT(text.size(), kGrpcDefaultLimit);
   uint64_t last = 0;
   for (const auto& n : doc["nodes"]) {
-    EXPECT_GT(n["id"].get<uint64_t>(), last);
-    last = n["id"].get<uint64_t>();
+    const uint64_t id = std::stoull(n["id"].get<std::string>());
+    EXPECT_GT(id, last);
+    last = id;
   }
 }
 
