@@ -5,16 +5,14 @@ $HICACHE_PROTO_DIR) into the built package, with Debian's protoc and
 grpc_python_plugin (or $PROTOC and $GRPC_PYTHON_PLUGIN):
 
     hicache/v1/hicache_pb2.py, hicache_pb2_grpc.py     (hicache.v1)
-    hicache/grpc_health/v1/health_pb2.py, ..._grpc.py  (grpc.health.v1)
 
 protoc writes hicache.v1 where the package `hicache` already is, so its own
-imports (`from hicache.v1 import ...`) hold unchanged; grpc.health.v1 is
-renamed to hicache.grpc_health.v1 so that it neither collides with grpcio's
-package `grpc` nor with grpcio-health-checking's `grpc_health`.
+imports (`from hicache.v1 import ...`) hold unchanged. The gRPC health
+service's stubs come from the grpcio-health-checking dependency
+(`grpc_health.v1`).
 """
 
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -23,7 +21,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PROTOS = ("hicache/v1/hicache.proto", "grpc/health/v1/health.proto")
+PROTOS = ("hicache/v1/hicache.proto",)
 
 
 def _tool(env, name):
@@ -46,20 +44,15 @@ def generate_stubs(package_dir):
                         f"--python_out={out}", f"--grpc_out={out}",
                         f"--plugin=protoc-gen-grpc={_tool('GRPC_PYTHON_PLUGIN', 'grpc_python_plugin')}",
                         *PROTOS], check=True)
-        moves = (("hicache/v1", "v1", None),
-                 ("grpc/health/v1", "grpc_health/v1",
-                  (r"^from grpc\.health\.v1 import", "from hicache.grpc_health.v1 import")))
-        for source, target, rename in moves:
+        for source, target in (("hicache/v1", "v1"),):
             target_dir = os.path.join(package_dir, target)
             os.makedirs(target_dir, exist_ok=True)
             for name in sorted(os.listdir(os.path.join(out, source))):
                 with open(os.path.join(out, source, name), encoding="utf-8") as f:
                     text = f.read()
-                if rename:
-                    text = re.sub(rename[0], rename[1], text, flags=re.M)
                 with open(os.path.join(target_dir, name), "w", encoding="utf-8") as f:
                     f.write(text)
-        for package in ("v1", "grpc_health", "grpc_health/v1"):
+        for package in ("v1",):
             init = os.path.join(package_dir, package, "__init__.py")
             with open(init, "w", encoding="utf-8") as f:
                 f.write('"""Generated from proto/ when the wheel was built."""\n')

@@ -2,9 +2,10 @@
 hicached:
 
 (a) in a venv with --system-site-packages, on Debian's python3-grpcio and
-    python3-protobuf (offline: pip installs the wheel alone);
-(b) in a plain venv, with the newest grpcio and protobuf from PyPI (skipped,
-    saying why, when PyPI cannot be reached). Downloads are cached in
+    python3-protobuf (pip installs the wheel and grpcio-health-checking at
+    Debian's grpcio version, fetched from PyPI, and nothing else);
+(b) in a plain venv, with the newest grpcio and protobuf from PyPI.
+Both are skipped, saying why, when PyPI cannot be reached. Downloads are cached in
     ~/.cache/hicache/pip where that is writable.
 
 Each venv runs a smoke script from outside the checkout (no PYTHONPATH):
@@ -65,12 +66,13 @@ SMOKE = r'''
 import json, os, sys
 import google.protobuf, grpc
 import hicache
-from hicache.grpc_health.v1 import health_pb2  # noqa: F401 (shipped in the wheel)
+from grpc_health.v1 import health_pb2  # The grpcio-health-checking dependency.
 from hicache.v1 import hicache_pb2
 
 here = os.path.dirname(hicache.__file__)
 assert "site-packages" in here, here
 assert hicache_pb2.__file__.startswith(here), hicache_pb2.__file__
+assert "site-packages" in health_pb2.__file__, health_pb2.__file__
 base = int(sys.argv[2])  # Each venv its own tokens (one daemon for all).
 tokens = list(range(base, base + 10))  # 10 tokens: P = 4, two pages and a tail.
 with hicache.Client(sys.argv[1]) as client:
@@ -199,19 +201,39 @@ class WheelTest(unittest.TestCase):
             names = set(wheel.namelist())
         for name in ("hicache/__init__.py", "hicache/client.py", "hicache/replay.py",
                      "hicache/py.typed", "hicache/errors.py", "hicache/endpoint.py",
-                     "hicache/v1/hicache_pb2.py", "hicache/v1/hicache_pb2_grpc.py",
-                     "hicache/grpc_health/v1/health_pb2.py",
-                     "hicache/grpc_health/v1/health_pb2_grpc.py"):
+                     "hicache/v1/hicache_pb2.py", "hicache/v1/hicache_pb2_grpc.py"):
             self.assertIn(name, names)
-        # Nothing outside the package (no top-level grpc_health to collide
-        # with grpcio-health-checking's).
+        # Nothing outside the package, and no health stubs of its own: they
+        # come from grpcio-health-checking, a declared dependency.
         tops = {n.split("/")[0] for n in names}
         self.assertEqual({t for t in tops if not t.endswith(".dist-info")}, {"hicache"})
+        self.assertFalse([n for n in names if "grpc_health" in n])
+        with zipfile.ZipFile(self.wheel) as wheel:
+            metadata = next(wheel.read(n).decode() for n in names
+                            if n.endswith(".dist-info/METADATA"))
+        self.assertRegex(metadata, r"Requires-Dist: grpcio-health-checking \(?>=1\.51")
 
     def test_debian_grpcio_and_protobuf(self):
         venv = self._venv("debian", "--system-site-packages")
-        # Offline: the dependencies must be satisfied by Debian's packages.
-        installed = _run([os.path.join(venv, "bin", "pip"), "install", "--no-index",
+        pip = os.path.join(venv, "bin", "pip")
+        # Debian has no grpcio-health-checking: the one package fetched from
+        # PyPI, at Debian's grpcio version (a pure-Python wheel); everything
+        # else must come from Debian's packages (--no-index).
+        import grpc  # pylint: disable=import-outside-toplevel
+        wheelhouse = os.path.join(self.dir, "wheelhouse")
+        cache = _pip_cache()
+        cache_args = ["--cache-dir", cache] if cache else ["--no-cache-dir"]
+        try:
+            fetched = _run([pip, "download", "--no-deps", "--dest", wheelhouse, "--timeout",
+                            "10", "--retries", "1", *cache_args,
+                            f"grpcio-health-checking=={grpc.__version__}"], timeout=120)
+        except subprocess.TimeoutExpired:
+            self.skipTest("PyPI is not reachable for grpcio-health-checking: over 120s")
+        if fetched.returncode != 0:
+            reason = fetched.stdout.strip().splitlines()[-1:] or ["no output"]
+            print(f"\n  SKIP: PyPI is not reachable: {reason[0]}", file=sys.stderr)
+            self.skipTest(f"PyPI is not reachable for grpcio-health-checking: {reason[0]}")
+        installed = _run([pip, "install", "--no-index", "--find-links", wheelhouse,
                           self.wheel])
         self.assertEqual(installed.returncode, 0, installed.stdout)
         report = self._smoke(venv)

@@ -5,8 +5,9 @@
         hit = s.match([[1, 2, 3, 4]])[0]
 
 Install the wheel (tools/build_wheel; docs/python-client.md): its gRPC stubs,
-generated from proto/ when it was built, are ``hicache.v1`` and
-``hicache.grpc_health.v1``. From a checkout, put client/python and Bazel's
+generated from proto/ when it was built, are ``hicache.v1``; the health
+service's come from its dependency grpcio-health-checking
+(``grpc_health.v1``). From a checkout, put client/python and Bazel's
 ``//proto:py_stubs`` output (``bazel-bin/proto/py``: packages
 ``hicache_proto`` and ``grpc_health``) on ``sys.path`` instead.
 """

@@ -20,12 +20,14 @@ import grpc
 from hicache.endpoint import default_socket_path, resolve_endpoint, socket_problem  # noqa: F401
 from hicache.errors import HiCacheError, StaleHandleError  # noqa: F401
 
+# The health service's stubs: grpcio-health-checking (a dependency of the
+# wheel), or in a checkout Bazel's //proto:py_stubs (bazel-bin/proto/py).
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 try:  # The installed wheel: stubs generated into the package at build time.
-    from hicache.grpc_health.v1 import health_pb2, health_pb2_grpc
     from hicache.v1 import hicache_pb2 as pb
     from hicache.v1 import hicache_pb2_grpc as pb_grpc
-except ImportError:  # A checkout: Bazel's //proto:py_stubs (bazel-bin/proto/py) on sys.path.
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
+except ImportError:  # A checkout: Bazel's //proto:py_stubs on sys.path.
     from hicache_proto.v1 import hicache_pb2 as pb
     from hicache_proto.v1 import hicache_pb2_grpc as pb_grpc
 
