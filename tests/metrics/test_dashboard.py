@@ -76,6 +76,7 @@ class DashboardTest(unittest.TestCase):
                 cls.scrape = daemon.scrape_text()
         finally:
             assert daemon.stop() == 0
+        cls.scrape += "\n" + cls.group_scrapes()
         cls.labels = {}  # metric name -> {label: {values}}
         for line in cls.scrape.splitlines():
             if not line or line.startswith("#"):
@@ -85,6 +86,33 @@ class DashboardTest(unittest.TestCase):
             for name, _, val in MATCHER.findall(m.group(3) or ""):
                 labels.setdefault(name, set()).add(val)
 
+    @staticmethod
+    def group_scrapes():
+        """Scrapes of a CP group of two daemons (the leader with rank 0, a
+        follower with rank 1): the CP group panels' series exist only there."""
+        flags = ("--cp_size=2", "--page_size=4", "--kv_preset=tiny-draft",
+                 "--device_pages_per_rank=16", "--host_pages_per_rank=32",
+                 "--cp_group=dash", "--cp_group_bind=127.0.0.1", "--insecure_tcp_for_testing")
+        leader = MetricsDaemon(*flags, "--ranks=0", "--cp_group_member=leader",
+                               "--listen_tcp=127.0.0.1:0", "--cp_group_digest_interval_ms=20")
+        follower = None
+        try:
+            found = re.search(r"CP group dash: leading on (\S+)", leader.stderr())
+            assert found, leader.stderr()
+            follower = MetricsDaemon(*flags, "--ranks=1", "--cp_group_member=follower",
+                                     f"--cp_group_leader={found.group(1)}")
+            # The leader reports a member's data path once it has joined, and
+            # the age of its last matched digest once one has matched.
+            wanted = "hicache_cp_group_last_digest_match_age_seconds"
+            samples = leader.scrape_until(lambda s: any(name == wanted for name, _ in s),
+                                          timeout=60)
+            assert any(name == wanted for name, _ in samples), leader.stderr()
+            return leader.scrape_text() + "\n" + follower.scrape_text()
+        finally:
+            if follower is not None:
+                assert follower.stop() == 0
+            assert leader.stop() == 0
+
     def test_dashboard_structure(self):
         d = self.dashboard
         self.assertEqual(d["uid"], "hicached")
@@ -93,7 +121,7 @@ class DashboardTest(unittest.TestCase):
         self.assertEqual(len(ids), len(set(ids)))
         titles = " ".join(p["title"] for p in d["panels"]).lower()
         for topic in ("hit rate", "latency", "occupancy", "throughput", "failures",
-                      "layer", "sessions", "journal", "hot restart"):
+                      "layer", "sessions", "journal", "hot restart", "cp group"):
             self.assertIn(topic, titles)
         for panel in d["panels"]:
             pos = panel["gridPos"]
