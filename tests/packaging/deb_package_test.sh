@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The hicached .deb, end to end without root: tools/build_deb packages the
-# Bazel-built daemon, CLI and C++ client SDK; the test reads the package with
-# dpkg-deb -I/-c, unpacks it with dpkg -x into a temporary root, runs the
+# The hicached .debs, end to end without root: tools/build_deb packages the
+# Bazel-built daemon and CLI (hicached) and the C++ client SDK
+# (libhicache-client-dev); the test reads the packages with dpkg-deb -I/-c,
+# unpacks them with dpkg -x into a temporary root, runs the
 # daemon with the packaged flagfile and the packaged hicachectl against it,
 # compiles and links a client program with the unpacked headers and library
 # found through the packaged pkg-config file, and stops the daemon with
@@ -37,21 +38,27 @@ cleanup() {
 trap cleanup EXIT
 
 # --- Build ---------------------------------------------------------------------
-deb="$("${ws}/tools/build_deb" \
+mapfile -t debs < <("${ws}/tools/build_deb" \
   --hicached "${ws}/daemon/hicached" \
   --hicachectl "${ws}/client/hicachectl" \
   --client-lib "${ws}/packaging/libhicache_client.a" \
   --client-headers "${ws}/packaging/hicache_client_include.tar" \
-  "${tmp}/dist")"
-[[ -f "${deb}" ]] || fail "build_deb printed '${deb}', not a file"
+  "${tmp}/dist")
+[[ "${#debs[@]}" -eq 2 ]] || fail "build_deb printed ${#debs[@]} paths, not 2: ${debs[*]}"
+deb="${debs[0]}" dev_deb="${debs[1]}"
+for d in "${deb}" "${dev_deb}"; do
+  [[ -f "${d}" ]] || fail "build_deb printed '${d}', not a file"
+done
+[[ "$(basename "${deb}")" == hicached_*.deb ]] || fail "first .deb: ${deb}"
+[[ "$(basename "${dev_deb}")" == libhicache-client-dev_*.deb ]] || fail "second .deb: ${dev_deb}"
 # Debian's policy checker finds no error (warnings are allowed: no manual
 # pages yet, systemctl in the maintainer scripts).
 if command -v lintian >/dev/null; then
-  lintian --fail-on error "${deb}" >&2 || fail "lintian reports errors on the .deb"
+  lintian --fail-on error "${deb}" "${dev_deb}" >&2 || fail "lintian reports errors on the .debs"
 else
   echo "lintian not installed (tools/dev deps): policy check skipped" >&2
 fi
-echo "built ${deb}"
+echo "built ${deb} and ${dev_deb}"
 
 # --- Control: name, version, dependencies, conffiles, scripts -------------------
 field() { dpkg-deb -f "${deb}" "$1"; }
@@ -66,6 +73,13 @@ for lib in libgrpc++ libprotobuf libabsl libspdlog libsystemd0 libxxhash0 \
   grep -q "${lib}" <<<"${depends}" || fail "Depends: lacks ${lib}: ${depends}"
 done
 grep -q 'adduser | passwd' <<<"${depends}" || fail "Depends: lacks adduser | passwd"
+dev_field() { dpkg-deb -f "${dev_deb}" "$1"; }
+[[ "$(dev_field Package)" == libhicache-client-dev ]] || fail "Package: $(dev_field Package)"
+[[ "$(dev_field Version)" == "${daemon_version}-1" ]] || fail "-dev Version: $(dev_field Version)"
+[[ "$(dev_field Section)" == libdevel ]] || fail "-dev Section: $(dev_field Section)"
+for dep in libgrpc++-dev libprotobuf-dev libabsl-dev pkg-config; do
+  grep -q -- "${dep}" <<<"$(dev_field Depends)" || fail "-dev Depends: lacks ${dep}"
+done
 
 info="$(dpkg-deb -I "${deb}")"
 for member in control conffiles postinst prerm postrm; do
@@ -108,16 +122,29 @@ for path in ./usr/bin/hicached ./usr/bin/hicachectl \
     ./usr/share/hicached/kv-layouts/llama-3-8b.json \
     ./usr/share/doc/hicached/copyright \
     ./usr/lib/tmpfiles.d/hicached.conf \
-    ./usr/share/doc/hicached/changelog.Debian.gz \
-    "./usr/lib/${multiarch}/libhicache_client.a" \
+    ./usr/share/doc/hicached/changelog.Debian.gz; do
+  grep -qE " ${path//./\\.}\$" <<<"${contents}" || fail "the package lacks ${path}"
+done
+# The runtime package holds no SDK: headers, archive and .pc are in -dev.
+if grep -E '\./usr/include/|\.a$|\.pc$' <<<"${contents}"; then
+  fail "hicached ships SDK files (they belong in libhicache-client-dev)"
+fi
+dev_contents="$(dpkg-deb -c "${dev_deb}")"
+echo "${dev_contents}"
+for path in "./usr/lib/${multiarch}/libhicache_client.a" \
     "./usr/lib/${multiarch}/pkgconfig/hicache-client.pc" \
+    ./usr/share/doc/libhicache-client-dev/copyright \
+    ./usr/share/doc/libhicache-client-dev/changelog.Debian.gz \
     ./usr/include/hicache/client/cpp/hicache_client.h \
     ./usr/include/hicache/client/cpp/hicache_session.h \
     ./usr/include/hicache/hicache/v1/hicache.pb.h \
     ./usr/include/hicache/hicache/v1/hicache.grpc.pb.h \
     ./usr/include/hicache/grpc/health/v1/health.grpc.pb.h; do
-  grep -qE " ${path//./\\.}\$" <<<"${contents}" || fail "the package lacks ${path}"
+  grep -qE " ${path//./\\.}\$" <<<"${dev_contents}" || fail "libhicache-client-dev lacks ${path}"
 done
+if grep -E '\./usr/bin/|\./etc/' <<<"${dev_contents}"; then
+  fail "libhicache-client-dev ships files of the daemon's package"
+fi
 if awk '{print $2}' <<<"${contents}" | grep -v '^root/root$'; then
   fail "files not owned by root/root"
 fi
@@ -126,6 +153,7 @@ grep -qE '^-rwxr-xr-x .* \./usr/bin/hicached$' <<<"${contents}" || fail "hicache
 # --- Unpack -------------------------------------------------------------------------
 root="${tmp}/root"
 dpkg -x "${deb}" "${root}"
+dpkg -x "${dev_deb}" "${root}"
 # No build-machine RUNPATH (lintian: custom-library-search-path).
 for binary in hicached hicachectl; do
   dynamic="$(readelf -d "${root}/usr/bin/${binary}")"
@@ -228,7 +256,7 @@ fi
 # --- lintian (optional) -----------------------------------------------------------------
 if command -v lintian >/dev/null; then
   echo "lintian (informational):"
-  lintian --no-tag-display-limit "${deb}" || true
+  lintian --no-tag-display-limit "${deb}" "${dev_deb}" || true
 else
   echo "lintian is not installed: skipped"
 fi
