@@ -20,7 +20,7 @@ fail() {
   echo "FAIL: $*" >&2
   exit 1
 }
-for tool in dpkg-deb dpkg pkg-config g++; do
+for tool in dpkg-deb dpkg pkg-config g++ help2man; do
   command -v "${tool}" >/dev/null || fail "${tool} is not installed (tools/dev deps)"
 done
 
@@ -122,7 +122,8 @@ for path in ./usr/bin/hicached ./usr/bin/hicachectl \
     ./usr/share/hicached/kv-layouts/llama-3-8b.json \
     ./usr/share/doc/hicached/copyright \
     ./usr/lib/tmpfiles.d/hicached.conf \
-    ./usr/share/doc/hicached/changelog.Debian.gz; do
+    ./usr/share/doc/hicached/changelog.Debian.gz \
+    ./usr/share/man/man1/hicached.1.gz ./usr/share/man/man1/hicachectl.1.gz; do
   grep -qE " ${path//./\\.}\$" <<<"${contents}" || fail "the package lacks ${path}"
 done
 # The runtime package holds no SDK: headers, archive and .pc are in -dev.
@@ -154,6 +155,16 @@ grep -qE '^-rwxr-xr-x .* \./usr/bin/hicached$' <<<"${contents}" || fail "hicache
 root="${tmp}/root"
 dpkg -x "${deb}" "${root}"
 dpkg -x "${dev_deb}" "${root}"
+# The manual pages are the programs' own --help: every flag hicached lists.
+for name in hicached hicachectl; do
+  page="$(zcat "${root}/usr/share/man/man1/${name}.1.gz")"
+  grep -q "^\.TH ${name^^} \"1\"" <<<"${page}" || fail "${name}.1 has no .TH header"
+  grep -q "${daemon_version}" <<<"${page}" || fail "${name}.1 does not name version ${daemon_version}"
+done
+for flag in socket state_dir kv_layout_file write_policy; do
+  zcat "${root}/usr/share/man/man1/hicached.1.gz" | grep -q -- "-${flag}" ||
+    fail "hicached.1 does not describe --${flag}"
+done
 # No build-machine RUNPATH (lintian: custom-library-search-path).
 for binary in hicached hicachectl; do
   dynamic="$(readelf -d "${root}/usr/bin/${binary}")"
