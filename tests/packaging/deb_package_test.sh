@@ -20,7 +20,7 @@ fail() {
   echo "FAIL: $*" >&2
   exit 1
 }
-for tool in dpkg-deb dpkg pkg-config g++ help2man; do
+for tool in dpkg-deb dpkg dpkg-buildpackage dh pkg-config g++ help2man; do
   command -v "${tool}" >/dev/null || fail "${tool} is not installed (tools/dev deps)"
 done
 
@@ -105,6 +105,17 @@ grep -q '/run/systemd/system' "${ctl}/postinst" || fail "postinst does not check
 grep -q 'install -d -o hicache -g hicache -m 0700 /var/lib/hicached' "${ctl}/postinst" ||
   fail "postinst does not make the hot-restart state directory"
 grep -q 'rm -rf /var/lib/hicached' "${ctl}/postrm" || fail "purge keeps the state directory"
+# debhelper's snippets are in (#DEBHELPER#), and none stops the daemon for an
+# upgrade: the postinst try-restarts a running one (a hot restart).
+grep -q 'Automatically added by dh_installsystemd' "${ctl}/postinst" ||
+  fail "postinst lacks debhelper's systemd snippet"
+grep -q 'systemd-tmpfiles .*--create hicached.conf' "${ctl}/postinst" ||
+  fail "postinst does not apply the tmpfiles entry"
+if [[ -f "${ctl}/preinst" ]] && grep -q 'stop' "${ctl}/preinst"; then
+  fail "preinst stops hicached for an upgrade"
+fi
+grep -q 'systemctl try-restart hicached.service' "${ctl}/postinst" ||
+  fail "postinst does not restart a running hicached after an upgrade"
 # Unknown maintainer-script actions fail; known no-op ones succeed (run
 # without root: they must not touch the system for these).
 "${ctl}/postinst" abort-upgrade >/dev/null || fail "postinst abort-upgrade failed"
@@ -123,7 +134,8 @@ for path in ./usr/bin/hicached ./usr/bin/hicachectl \
     ./usr/share/doc/hicached/copyright \
     ./usr/lib/tmpfiles.d/hicached.conf \
     ./usr/share/doc/hicached/changelog.Debian.gz \
-    ./usr/share/man/man1/hicached.1.gz ./usr/share/man/man1/hicachectl.1.gz; do
+    ./usr/share/man/man1/hicached.1.gz ./usr/share/man/man1/hicachectl.1.gz \
+    ./usr/lib/sysusers.d/hicached.conf; do
   grep -qE " ${path//./\\.}\$" <<<"${contents}" || fail "the package lacks ${path}"
 done
 # The runtime package holds no SDK: headers, archive and .pc are in -dev.
