@@ -3,6 +3,7 @@ P = 4, page-first host pools): bytes written through the shm mappings at the
 layout's addresses are where the daemon's copies put them; GPU pools and
 fences fail clearly without a GPU; DevicePool's __cuda_array_interface__."""
 
+import dataclasses
 import unittest
 from unittest import mock
 
@@ -22,16 +23,12 @@ def pattern(position, family, layer, nbytes):
 
 
 def gpu_layout(layout):
-    """`layout` with rank 0's device pool turned into a GPU pool."""
-    fake = pb.GetLayoutResponse()
-    fake.CopyFrom(layout)
-    device = fake.ranks[0].device
-    device.kind = "cuda_ipc"
-    device.name = "cuda:0:rank0"
-    device.ipc_handle = bytes(64)
-    device.device = 0
-    device.pci_bus_id = "0000:19:00.0"
-    return fake
+    """`layout` (a hicache.Layout) with rank 0's device pool turned into a
+    GPU pool."""
+    device = dataclasses.replace(layout.ranks[0].device, kind="cuda_ipc", name="cuda:0:rank0",
+                                 ipc_handle=bytes(64), device=0, pci_bus_id="0000:19:00.0")
+    ranks = [dataclasses.replace(layout.ranks[0], device=device)] + layout.ranks[1:]
+    return dataclasses.replace(layout, ranks=ranks)
 
 
 class PoolsTest(unittest.TestCase):
@@ -126,20 +123,16 @@ class PoolsTest(unittest.TestCase):
             hicache.map_rank(self.layout, 5)
 
     def test_malformed_segments(self):
-        segment = pb.PoolSegment()
-        segment.CopyFrom(self.layout.ranks[0].device)
-        segment.kind = "rdma"
+        device = self.layout.ranks[0].device
         with self.assertRaisesRegex(ValueError, "kind 'rdma'"):
-            hicache.map_pool(segment)
-        segment.kind = "shm"
-        segment.name = "/hicache-no-such-segment"
+            hicache.map_pool(dataclasses.replace(device, kind="rdma"))
         with self.assertRaises(FileNotFoundError):
-            hicache.map_pool(segment)
-        segment.kind = "cuda_ipc"
+            hicache.map_pool(dataclasses.replace(device, kind="shm",
+                                                 name="/hicache-no-such-segment"))
         for size in (0, 63, 65):
-            segment.ipc_handle = b"h" * size
             with self.assertRaisesRegex(ValueError, f"ipc_handle is {size} bytes"):
-                hicache.map_pool(segment)
+                hicache.map_pool(dataclasses.replace(device, kind="cuda_ipc",
+                                                     ipc_handle=b"h" * size))
 
     def test_gpu_pool_without_libcudart(self):
         absent = cuda.CudaUnavailableError("libcudart could not be loaded: test")

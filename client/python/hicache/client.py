@@ -19,6 +19,7 @@ import grpc
 
 from hicache.endpoint import default_socket_path, resolve_endpoint, socket_problem  # noqa: F401
 from hicache.errors import HiCacheError, StaleHandleError  # noqa: F401
+from hicache.info import CacheStats, DaemonInfo, Layout, from_message
 
 # The health service's stubs: grpcio-health-checking (a dependency of the
 # wheel), or in a checkout Bazel's //proto:py_stubs (bazel-bin/proto/py).
@@ -575,17 +576,20 @@ class Client:
                          self._hint, self.socket_path)
         return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
 
-    def stats(self) -> pb.CacheStats:
-        """The cache's counters and occupancy (GetStats' cache part)."""
-        return self.call("Stats", pb.GetStatsRequest())
+    def stats(self) -> CacheStats:
+        """The cache's counters and occupancy (the Stats RPC), as a
+        dataclass (hicache.info)."""
+        return from_message(CacheStats, self.call("Stats", pb.GetStatsRequest()))
 
-    def daemon_info(self) -> pb.GetStatsResponse:
-        """Build, backend, geometry, uptime and the cache's counters."""
-        return self.call("GetStats", pb.GetStatsRequest())
+    def daemon_info(self) -> DaemonInfo:
+        """Build, backend, geometry, uptime, settings and CP group (the
+        GetStats RPC), as a dataclass (hicache.info)."""
+        return from_message(DaemonInfo, self.call("GetStats", pb.GetStatsRequest()))
 
-    def layout(self) -> pb.GetLayoutResponse:
-        """The pools' geometry, KV layout and block addresses (GetLayout)."""
-        return self.call("GetLayout", pb.GetLayoutRequest())
+    def layout(self) -> Layout:
+        """The pools' geometry, KV layout, segments and block addresses (the
+        GetLayout RPC), as a dataclass (hicache.info)."""
+        return from_message(Layout, self.call("GetLayout", pb.GetLayoutRequest()))
 
     def evict(self, device_pages_per_lane=(), host_pages_per_rank=()) -> pb.EvictResponse:
         """Operators: evicts device pages per lane and/or host pages per rank."""

@@ -206,7 +206,7 @@ class RankPools:
 
 
 def map_rank(layout, rank: int, cuda: Optional[CudaRuntime] = None) -> RankPools:
-    """Maps the pools of `rank` from a GetLayoutResponse (device first).
+    """Maps the pools of `rank` from a Layout (Client.layout(); device first).
     KeyError when the daemon serves no pools of that rank; otherwise the
     errors of map_pool, with nothing left mapped."""
     segments = next((r for r in layout.ranks if r.rank == rank), None)
@@ -218,9 +218,9 @@ def map_rank(layout, rank: int, cuda: Optional[CudaRuntime] = None) -> RankPools
     host_blocks = _Blocks(layout.host_blocks, layout.geometry.host_pages_per_rank, families)
     device = host = None
     try:
-        if segments.HasField("device") and segments.device.kind:
+        if segments.device is not None and segments.device.kind:
             device = map_pool(segments.device, device_blocks, cuda)
-        if segments.HasField("host") and segments.host.kind:
+        if segments.host is not None and segments.host.kind:
             host = map_pool(segments.host, host_blocks, cuda)
     except BaseException:
         if device is not None:
