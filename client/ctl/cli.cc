@@ -24,8 +24,9 @@ namespace {
 constexpr char kFooter[] =
     "Global options (--socket, --target, --json, --timeout, --tls_*, ...) go "
     "before or\nafter the command. With --json every command prints exactly "
-    "one JSON document\n(watch: one JSON object per line); 64-bit counters "
-    "are numbers up to 2^53,\nstrings beyond. See docs/hicachectl.md.\n"
+    "one JSON document\n(watch: one JSON object per line), protobuf's "
+    "canonical JSON: 64-bit integers\nare decimal strings. See "
+    "docs/hicachectl.md.\n"
     "\n"
     "Exit codes:\n"
     "  0  success (for health: the daemon is SERVING)\n"

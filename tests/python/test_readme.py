@@ -5,11 +5,19 @@ named with the test that covers it (packaging, root and systemd). A command
 this file does not know fails the test, so a new README command comes with
 its check. Nothing outside the repository is read: the runfiles tree is a
 plain checkout's files, with no ../shared beside it.
+
+docs/ is checked too: no path leaves the repository, and every command line
+there (and in README) that runs hicached, hicachectl, hicache.replay,
+tools/dev, bazel or a Bazel output names only flags, subcommands, targets
+and repository paths that exist (docs/integrations.md's snippets run in
+//tests/python:python_integrations_test).
 """
 
+import glob
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -81,6 +89,108 @@ def readme_commands(text):
             continue
         i += 1
     return commands
+
+
+def joined(commands):
+    """Command lines with their backslash continuations joined."""
+    out, pending = [], ""
+    for command, _ in commands:
+        for line in command.split("\n"):
+            if line.rstrip().endswith("\\"):
+                pending += line.rstrip()[:-1] + " "
+                continue
+            out.append(pending + line)
+            pending = ""
+    if pending:
+        out.append(pending)
+    return out
+
+
+class DocCommands:
+    """What a documented command may name: hicached's and hicache.replay's
+    flags, hicachectl's subcommands and options, tools/dev's subcommands,
+    Bazel targets, and paths in the source tree at `source`."""
+
+    TOP = ("bench/", "tools/", "deploy/", "docs/", "fuzz/", "client/", "daemon/", "tests/",
+           "proto/", "packaging/", "cuda_kernels/", "version/")
+
+    def __init__(self, source):
+        self.source = source
+        full = run([HICACHED, "--helpfull"])
+        self.hicached_flags = set(re.findall(r"--(\w+) \(", full.stdout + full.stderr))
+        assert "socket" in self.hicached_flags, full.stdout[:500]
+        ctl = run([HICACHECTL, "--help"]).stdout
+        self.ctl_commands = set(re.findall(r"^  ([a-z][a-z-]+) {2,}", ctl, re.M))
+        self.ctl_help = {None: ctl}
+        replay = run(["/usr/bin/python3", "-m", "hicache.replay", "--help"])
+        self.replay_flags = set(re.findall(r"(--[a-z][a-z0-9-]*)", replay.stdout))
+        with open(os.path.join(source, "tools", "dev")) as f:
+            self.dev_commands = set(re.findall(r"^    ([a-z-]+)\) ", f.read(), re.M))
+
+    def ctl_options(self, command):
+        if command not in self.ctl_help:
+            self.ctl_help[command] = run([HICACHECTL, command, "--help"]).stdout
+        return self.ctl_help[None] + self.ctl_help[command]
+
+    def target_exists(self, package, name):
+        build = os.path.join(self.source, package, "BUILD.bazel")
+        if not os.path.isfile(build):
+            return False
+        with open(build) as f:
+            return f'name = "{name}"' in f.read()
+
+    def check(self, line):
+        """None when `line` runs nothing this checks, else its problems."""
+        try:
+            tokens = shlex.split(line, comments=True)
+        except ValueError:
+            return None
+        while tokens and (re.match(r"^[A-Z_]+=", tokens[0]) or tokens[0] in ("sudo", "time")):
+            tokens = tokens[1:]
+        if tokens[:1] == ["nice"]:
+            tokens = tokens[3:]
+        if not tokens:
+            return None
+        program, args = tokens[0], tokens[1:]
+        problems = []
+        for token in args:
+            value = token.split("=", 1)[1] if token.startswith("--") and "=" in token else token
+            if value.startswith(self.TOP) and not re.search(r"[<>$]|\.\.\.", value):
+                if not glob.glob(os.path.join(self.source, value)):
+                    problems.append(f"no {value} in the repository")
+        if program == "hicached" or program.endswith("/hicached"):
+            for token in args:
+                name = token[2:].split("=", 1)[0]
+                if token.startswith("--") and name not in self.hicached_flags:
+                    problems.append(f"hicached has no --{name}")
+        elif program == "hicachectl" or program.endswith("/hicachectl"):
+            words = [t for t in args if not t.startswith("-")]
+            command = next((w for w in words if w in self.ctl_commands), None)
+            if words and command is None and not words[0].startswith(("[", "<")):
+                problems.append(f"hicachectl has no command {words[0]}")
+            for token in args:
+                token = token.strip("[]")
+                if token.startswith("--") and token.split("=")[0] not in self.ctl_options(command):
+                    problems.append(f"hicachectl {command or ''} has no {token.split('=')[0]}")
+        elif program == "tools/dev":
+            if args and args[0] not in self.dev_commands:
+                problems.append(f"tools/dev has no command {args[0]}")
+        elif program == "bazel":
+            for token in args:
+                target = re.match(r"^//([\w/]*):([\w.-]+)$", token)
+                if target and not self.target_exists(*target.groups()):
+                    problems.append(f"no Bazel target {token}")
+        elif re.match(r"^bazel-(bin|out/[^/]+/bin)/", program):
+            path = re.sub(r"^bazel-(bin|out/[^/]+/bin)/", "", program)
+            if not self.target_exists(os.path.dirname(path), os.path.basename(path)):
+                problems.append(f"no Bazel target for {program}")
+        elif program in ("python3", "/usr/bin/python3") and args[:2] == ["-m", "hicache.replay"]:
+            for token in args[2:]:
+                if token.startswith("--") and token.split("=")[0] not in self.replay_flags:
+                    problems.append(f"hicache.replay has no {token.split('=')[0]}")
+        else:
+            return None if not problems else problems
+        return problems
 
 
 def run(args, env=None, timeout=120, **kwargs):
@@ -235,6 +345,27 @@ class ReadmeTest(unittest.TestCase):
         for command in COVERED_ELSEWHERE:
             self.assertIn(command, [c for c, _ in self.commands],
                           f"COVERED_ELSEWHERE names {command!r}, which README no longer has")
+
+    def test_6_docs_commands_name_what_exists(self):
+        """Every command line in README and docs/ that runs hicached,
+        hicachectl, hicache.replay, tools/dev, bazel or a Bazel output names
+        only flags, subcommands, targets and repository paths that exist."""
+        source = os.path.dirname(os.path.realpath(README))
+        if not os.path.isdir(os.path.join(source, "docs")):
+            self.skipTest(f"no source tree behind {README} (remote execution?)")
+        checker = DocCommands(source)
+        pages = [README] + [os.path.join("docs", n) for n in sorted(os.listdir("docs"))
+                            if n.endswith(".md")]
+        checked = 0
+        for page in pages:
+            with open(page) as f:
+                text = f.read()
+            for line in joined(readme_commands(text)):
+                problems = checker.check(line)
+                if problems is not None:
+                    checked += 1
+                    self.assertEqual(problems, [], f"{page}: {line}")
+        self.assertGreater(checked, 30)
 
     def test_5_nothing_outside_the_repository(self):
         # A plain clone has nothing beside it: no ../ path in README or docs.
