@@ -169,6 +169,9 @@ bool CompareKvEvents(const std::vector<TraceRequest>& trace,
       }
     }
   }
+  // The ipc endpoint's socket file first: rmdir takes only an empty
+  // directory (each run left one behind before).
+  unlink(absl::StrCat(dir, "/events").c_str());
   rmdir(dir);
   if (!ok) return false;
   std::printf(
