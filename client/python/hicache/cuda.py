@@ -11,7 +11,7 @@ stream (``.ptr``).
 import contextlib
 import ctypes
 import threading
-from typing import Iterable, Optional
+from typing import Dict, Iterable, Iterator, Optional, Union
 
 IPC_HANDLE_BYTES = 64  # cudaIpcMemHandle_t and cudaIpcEventHandle_t.
 
@@ -63,7 +63,7 @@ def to_ipc_handle(data: bytes, what: str = "handle") -> _IpcHandle:
     return handle
 
 
-def stream_handle(stream) -> int:
+def stream_handle(stream: object) -> int:
     """The cudaStream_t of `stream` as an int (0: the default stream)."""
     if stream is None:
         return 0
@@ -121,7 +121,7 @@ class CudaRuntime:
         raise CudaUnavailableError(
             "libcudart could not be loaded: " + ("; ".join(failures) or "no candidate"))
 
-    def check(self, code: int, call: str):
+    def check(self, code: int, call: str) -> None:
         """Raises for a nonzero cudaError_t: CudaUnavailableError where no GPU
         is usable, CudaError otherwise; the message names the call."""
         if code == 0:
@@ -149,7 +149,7 @@ class CudaRuntime:
         return fallback
 
     @contextlib.contextmanager
-    def on_device(self, device: int):
+    def on_device(self, device: int) -> Iterator[None]:
         """Makes `device` current on this thread for the block, then restores
         the previous one."""
         previous = ctypes.c_int(-1)
@@ -169,7 +169,7 @@ class CudaRuntime:
             _IPC_MEM_LAZY_ENABLE_PEER_ACCESS), "cudaIpcOpenMemHandle")
         return ptr.value or 0
 
-    def ipc_close_mem_handle(self, ptr: int):
+    def ipc_close_mem_handle(self, ptr: int) -> None:
         """cudaIpcCloseMemHandle."""
         self.check(self._lib.cudaIpcCloseMemHandle(ctypes.c_void_p(ptr)),
                    "cudaIpcCloseMemHandle")
@@ -198,13 +198,13 @@ class CudaRuntime:
                    "cudaIpcGetEventHandle")
         return bytes(handle)
 
-    def event_record(self, event: int, stream) -> None:
+    def event_record(self, event: int, stream: object) -> None:
         """cudaEventRecord on `stream`."""
         self.check(self._lib.cudaEventRecord(ctypes.c_void_p(event),
                                              ctypes.c_void_p(stream_handle(stream))),
                    "cudaEventRecord")
 
-    def stream_wait_event(self, stream, event: int) -> None:
+    def stream_wait_event(self, stream: object, event: int) -> None:
         """Orders later work of `stream` after the event's latest record."""
         self.check(self._lib.cudaStreamWaitEvent(
             ctypes.c_void_p(stream_handle(stream)), ctypes.c_void_p(event), 0),
@@ -216,7 +216,8 @@ class CudaRuntime:
 
 
 _lock = threading.Lock()
-_loaded = None  # The CudaRuntime, or the CudaUnavailableError, once tried.
+# The CudaRuntime, or the CudaUnavailableError, once tried.
+_loaded: Union[CudaRuntime, CudaUnavailableError, None] = None
 
 
 def runtime() -> CudaRuntime:
@@ -250,10 +251,10 @@ class LoadFenceWaiter:
             raise ValueError("device must be a CUDA device ordinal")
         self.device = device
         self._cuda = cuda or runtime()
-        self._events = {}
+        self._events: Dict[bytes, int] = {}
         self._lock = threading.Lock()
 
-    def wait(self, fence: bytes, stream=None) -> None:
+    def wait(self, fence: bytes, stream: object = None) -> None:
         """An empty fence (a backend without events) does nothing; a fence
         that is not 64 bytes is a ValueError."""
         fence = bytes(fence)
@@ -275,10 +276,10 @@ class LoadFenceWaiter:
             with contextlib.suppress(CudaError), self._cuda.on_device(self.device):
                 self._cuda.event_destroy(event)
 
-    def __enter__(self):
+    def __enter__(self) -> "LoadFenceWaiter":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -307,7 +308,7 @@ class LayerWrittenFence:
                 self._cuda.event_destroy(self._event)
                 raise
 
-    def record(self, stream=None) -> None:
+    def record(self, stream: object = None) -> None:
         """Records the event on `stream` (the current one by default): the layer is written."""
         with self._cuda.on_device(self.device):
             self._cuda.event_record(self._event, stream)
@@ -319,8 +320,8 @@ class LayerWrittenFence:
             with self._cuda.on_device(self.device):
                 self._cuda.event_destroy(event)
 
-    def __enter__(self):
+    def __enter__(self) -> "LayerWrittenFence":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()

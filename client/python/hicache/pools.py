@@ -15,17 +15,21 @@ come from the layout's BlockAddress lists, never from a guessed order.
 
 import mmap
 import os
-from typing import Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, TypeVar, Union
 
 from hicache.cuda import GPU_ADVICE, CudaError, CudaRuntime, CudaUnavailableError
 from hicache.cuda import runtime as _runtime
 from hicache.cuda import to_ipc_handle
+from hicache.info import BlockAddress, Layout, PoolSegment
+
+_PoolT = TypeVar("_PoolT", bound="_Pool")
 
 
 class _Blocks:
     """Block addresses of one tier: (family, layer) -> BlockAddress."""
 
-    def __init__(self, blocks: Sequence, num_pages: int, families: Sequence[str] = ()):
+    def __init__(self, blocks: Sequence[BlockAddress], num_pages: int,
+                 families: Sequence[str] = ()):
         self._blocks = {(b.family, b.layer): b for b in blocks}
         self.num_pages = num_pages
         self._families = {name: index for index, name in enumerate(families)}
@@ -62,13 +66,13 @@ class _Pool:
         unknown block, IndexError for a page outside the pool."""
         return self._blocks.locate(family, layer, page, self.size)
 
-    def __enter__(self):
+    def __enter__(self: _PoolT) -> _PoolT:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def close(self):
+    def close(self) -> None:
         raise NotImplementedError
 
 
@@ -84,8 +88,8 @@ class ShmPool(_Pool):
         # shm_open(name) is /dev/shm/<name without the leading slash> on Linux.
         fd = os.open("/dev/shm/" + name.lstrip("/"), os.O_RDWR)
         try:
-            self._mmap = mmap.mmap(fd, size, mmap.MAP_SHARED,
-                                   mmap.PROT_READ | mmap.PROT_WRITE)
+            self._mmap: Optional[mmap.mmap] = mmap.mmap(
+                fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)
         self.view = memoryview(self._mmap)
@@ -98,7 +102,7 @@ class ShmPool(_Pool):
         """Writes `data` at byte `offset` of the pool."""
         self.view[offset:offset + len(data)] = data
 
-    def close(self):
+    def close(self) -> None:
         """Unmaps the pool (release views of it first)."""
         if self._mmap is not None:
             self.view.release()
@@ -122,14 +126,15 @@ class DevicePool(_Pool):
         self._cuda = cuda  # None: nothing to close (a test-only pool).
 
     @classmethod
-    def for_testing(cls, ptr: int, size: int, device: int = 0, blocks=(), num_pages: int = 0,
+    def for_testing(cls, ptr: int, size: int, device: int = 0,
+                    blocks: Sequence[BlockAddress] = (), num_pages: int = 0,
                     families: Sequence[str] = (), name: str = "test") -> "DevicePool":
         """A pool over an arbitrary pointer, without CUDA (tests only: the
         memory is neither opened nor closed)."""
         return cls(name, size, ptr, device, _Blocks(blocks, num_pages, families))
 
     @property
-    def __cuda_array_interface__(self) -> dict:
+    def __cuda_array_interface__(self) -> Dict[str, Any]:
         return {
             "version": 3,
             "shape": (self.size,),
@@ -139,7 +144,7 @@ class DevicePool(_Pool):
             "stream": None,
         }
 
-    def close(self):
+    def close(self) -> None:
         """Closes the CUDA IPC mapping."""
         if self._cuda is not None and self.ptr:
             ptr, self.ptr = self.ptr, 0
@@ -147,7 +152,7 @@ class DevicePool(_Pool):
                 self._cuda.ipc_close_mem_handle(ptr)
 
 
-def _gpu_error(segment, cause: Exception) -> CudaError:
+def _gpu_error(segment: PoolSegment, cause: Exception) -> CudaError:
     where = f" [pool {segment.name!r} on device {segment.device}" + (
         f", PCI {segment.pci_bus_id}]" if segment.pci_bus_id else "]")
     message = str(cause)
@@ -159,7 +164,7 @@ def _gpu_error(segment, cause: Exception) -> CudaError:
     return CudaError(message, getattr(cause, "call", ""), getattr(cause, "code", None))
 
 
-def map_pool(segment, blocks: Optional[_Blocks] = None,
+def map_pool(segment: PoolSegment, blocks: Optional[_Blocks] = None,
              cuda: Optional[CudaRuntime] = None) -> Union[ShmPool, DevicePool]:
     """Maps one PoolSegment. ValueError for an unknown kind, size 0 or an
     ipc_handle that is not 64 bytes; FileNotFoundError for a missing shm
@@ -187,25 +192,26 @@ class RankPools:
     """The mapped device (L1) and host (L2) pools of one rank; either may be
     None where the layout names none. close() (or the with block) unmaps."""
 
-    def __init__(self, rank: int, device, host):
+    def __init__(self, rank: int, device: Optional[Union[ShmPool, DevicePool]],
+                 host: Optional[Union[ShmPool, DevicePool]]):
         self.rank = rank
         self.device = device
         self.host = host
 
-    def close(self):
+    def close(self) -> None:
         """Unmaps both pools."""
         for pool in (self.device, self.host):
             if pool is not None:
                 pool.close()
 
-    def __enter__(self):
+    def __enter__(self) -> "RankPools":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def map_rank(layout, rank: int, cuda: Optional[CudaRuntime] = None) -> RankPools:
+def map_rank(layout: Layout, rank: int, cuda: Optional[CudaRuntime] = None) -> RankPools:
     """Maps the pools of `rank` from a Layout (Client.layout(); device first).
     KeyError when the daemon serves no pools of that rank; otherwise the
     errors of map_pool, with nothing left mapped."""
