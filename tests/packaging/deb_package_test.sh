@@ -72,7 +72,7 @@ for lib in libgrpc++ libprotobuf libabsl libspdlog libsystemd0 libxxhash0 \
            libprometheus-cpp-core libprometheus-cpp-pull libc6; do
   grep -q "${lib}" <<<"${depends}" || fail "Depends: lacks ${lib}: ${depends}"
 done
-grep -q 'adduser | passwd' <<<"${depends}" || fail "Depends: lacks adduser | passwd"
+grep -qE '(^|, )adduser(,|$)' <<<"${depends}" || fail "Depends: lacks adduser: ${depends}"
 dev_field() { dpkg-deb -f "${dev_deb}" "$1"; }
 [[ "$(dev_field Package)" == libhicache-client-dev ]] || fail "Package: $(dev_field Package)"
 [[ "$(dev_field Version)" == "${daemon_version}-1" ]] || fail "-dev Version: $(dev_field Version)"
