@@ -133,10 +133,11 @@ ABSL_FLAG(hicache::EvictionPolicy, eviction_policy,
           hicache::EvictionPolicy::kTinyLfu,
           "Eviction order: lru, lfu, fifo, priority, slru or tinylfu. "
           "tinylfu (default): the device tier is an LRU window; the host "
-          "tier evicts the learned unshared ends of requests first, then nodes "
-          "a frequency sketch saw once, then nodes seen again; a cold device "
-          "node is copied to the host only if it would not displace a more "
-          "frequent host node. Mooncake trace, L1 6000 + L2 12000 blocks, "
+          "tier evicts the learned unshared ends of requests first, then the "
+          "least recently used, a node a frequency sketch saw again counting "
+          "as two cache turnovers younger; a cold device node is copied to "
+          "the host only if it would not displace a more frequent host node. "
+          "Mooncake trace, L1 6000 + L2 12000 blocks, "
           "write_ahead: tinylfu 57.35% L1+L2 hits (89.7% of the offline "
           "bound), lru 52.8% (docs/eviction.md).");
 ABSL_FLAG(hicache::WritePolicy, write_policy,
