@@ -117,6 +117,11 @@ absl::StatusOr<Node*> RadixTree::FindOrError(NodeId id) const {
   return node;
 }
 
+void RadixTree::Touch(Node* node, int64_t now) {
+  node->last_access_ns = now;
+  node->last_access_tick = pages_inserted_;
+}
+
 Node* RadixTree::NewNode(Node* parent, absl::Span<const int32_t> key) {
   Node* node = new Node();
   node->id = next_id_++;
@@ -131,9 +136,9 @@ Node* RadixTree::NewNode(Node* parent, absl::Span<const int32_t> key) {
     std::memcpy(tokens_.Data(node->blocks[i]), key.data() + from,
                 sizeof(int32_t) * std::min(page, node->length - from));
   }
-  node->created_ns = node->last_access_ns = NowNs();
   pages_inserted_ += static_cast<int64_t>(node->blocks.size());
-  node->last_access_tick = pages_inserted_;
+  node->created_ns = NowNs();
+  Touch(node, node->created_ns);
   parent->children.emplace(key[0], node);
   nodes_[node->id] = node;
   return node;
@@ -351,8 +356,7 @@ absl::StatusOr<MatchResult> RadixTree::MatchPrefix(
     }
     if (keys) RecordAccess(child, keys->At(pos / page));
     if (options.record_hit) {
-      child->last_access_ns = now;
-      child->last_access_tick = pages_inserted_;
+      Touch(child, now);
       ++child->hit_count;
       if (child->pin_ttl_ns > 0) child->pin_expiry_ns = now + child->pin_ttl_ns;
       if (device && options_.write_through_threshold > 0 &&
@@ -466,8 +470,7 @@ absl::StatusOr<InsertResult> RadixTree::InsertImpl(
       if (present) result.present_len = pos + common;
       if (!dry_run) {
         add_duplicates(pos, total, child, 0);
-        child->last_access_ns = now;
-      child->last_access_tick = pages_inserted_;
+        Touch(child, now);
         result.node = child->id;
       }
       finish(total);
@@ -561,8 +564,7 @@ absl::StatusOr<InsertResult> RadixTree::InsertImpl(
       present = false;
       SetDevicePages(child, caller_pages(pos, pos + common));  // Re-attach.
     }
-    child->last_access_ns = now;
-    child->last_access_tick = pages_inserted_;
+    Touch(child, now);
     result.node = child->id;
     pos += common;
     node = child;

@@ -505,6 +505,9 @@ class RadixTree {
   Node* Root(absl::string_view ns, bool create);
   Node* Find(NodeId id) const;
   absl::StatusOr<Node*> FindOrError(NodeId id) const;
+  // Records an access to `node` at `now`: its last access on the tree's
+  // clock and on the pages-inserted clock (Node::last_access_tick).
+  void Touch(Node* node, int64_t now);
   // A new child of `parent` holding `key` (copied into token blocks).
   Node* NewNode(Node* parent, absl::Span<const int32_t> key);
   int32_t FirstToken(const Node* node) const {
