@@ -12,12 +12,16 @@ import hicache
 
 class Daemon:
     """A hicached on `socket` (a fresh temporary one unless given). kill()
-    and start() restart it on the same socket (a daemon restart)."""
+    and start() restart it on the same socket (a daemon restart). With
+    socket_flag=False no --socket is passed: `socket` is where the daemon's
+    own default (under `env`) puts it."""
 
-    def __init__(self, *flags, socket=None, start=True):
+    def __init__(self, *flags, socket=None, start=True, env=None, socket_flag=True):
         self.dir = tempfile.mkdtemp(prefix="hicache-py-", dir="/tmp")
         self.socket = socket or os.path.join(self.dir, "d.sock")
         self.flags = flags
+        self.env = env
+        self.socket_flag = socket_flag
         self.process = None
         if start:
             self.start()
@@ -27,10 +31,10 @@ class Daemon:
         # once it fills.
         self.log_path = os.path.join(self.dir, "hicached.log")
         with open(self.log_path, "ab") as log:
+            socket_flag = [f"--socket={self.socket}"] if self.socket_flag else []
             self.process = subprocess.Popen(
-                [os.environ["HICACHED"], f"--socket={self.socket}", "--log_level=warn",
-                 *self.flags],
-                stderr=log)
+                [os.environ["HICACHED"], *socket_flag, "--log_level=warn", *self.flags],
+                stderr=log, env=self.env)
         deadline = time.time() + 20
         while time.time() < deadline:
             if os.path.exists(self.socket):

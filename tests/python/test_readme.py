@@ -19,14 +19,12 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import tempfile
-import time
 import unittest
 import urllib.request
 
-import hicache
+from daemon_fixture import Daemon
 
 README = "README.md"
 HICACHED = os.environ["HICACHED"]
@@ -198,37 +196,6 @@ def run(args, env=None, timeout=120, **kwargs):
                           env=env, timeout=timeout, **kwargs)
 
 
-class Hicached:
-    """hicached with `flags` and `env`, waited for on its socket."""
-
-    def __init__(self, socket, flags=(), env=None):
-        self.socket = socket
-        self.log_path = socket + ".log"
-        with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen([HICACHED, *flags], env=env, stderr=log)
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            if os.path.exists(socket):
-                try:
-                    with hicache.Client(socket, timeout=1) as client:
-                        if client.health() == "SERVING":
-                            return
-                except hicache.HiCacheError:
-                    pass
-            if self.process.poll() is not None:
-                raise RuntimeError(f"hicached exited: {self.log()}")
-            time.sleep(0.05)
-        raise RuntimeError(f"hicached did not start: {self.log()}")
-
-    def log(self):
-        with open(self.log_path, "rb") as f:
-            return f.read().decode(errors="replace")
-
-    def stop(self):
-        self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(timeout=60)
-
-
 class ReadmeTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -261,7 +228,8 @@ class ReadmeTest(unittest.TestCase):
 
     def test_1_quick_start_against_the_default_daemon(self):
         self.assertEqual(self.command("tools/dev run"), "tools/dev run")
-        daemon = Hicached(os.path.join(self.dir, "hicached.sock"), env=self.env)
+        daemon = Daemon(socket=os.path.join(self.dir, "hicached.sock"), env=self.env,
+                        socket_flag=False)
         try:
             health = self.ctl("tools/dev ctl health")
             self.assertEqual((health.returncode, health.stdout.strip()), (0, "SERVING"),
@@ -298,9 +266,8 @@ class ReadmeTest(unittest.TestCase):
         state = self.command("hicached --state_dir=")
         state_dir = os.path.join(self.dir, "state")
         socket = os.path.join(self.dir, "state.sock")
-        flags = [f"--socket={socket}", "--state_dir=" + state_dir]
         self.assertEqual(state.split()[1].split("=")[0], "--state_dir")
-        daemon = Hicached(socket, flags, env=self.env)
+        daemon = Daemon("--state_dir=" + state_dir, socket=socket, env=self.env)
         self.assertEqual(daemon.stop(), 0, daemon.log())
         self.assertTrue(os.path.isdir(state_dir))
 
@@ -310,10 +277,12 @@ class ReadmeTest(unittest.TestCase):
         socket = os.path.join(self.dir, "metrics.sock")
         # Port 0 instead of 9464 (another test may hold it); the log names
         # the port taken.
-        daemon = Hicached(socket, [f"--socket={socket}", "--metrics_address=127.0.0.1:0"],
-                          env=self.env)
+        # --log_level=info: the start log names the metrics port.
+        daemon = Daemon("--metrics_address=127.0.0.1:0", "--log_level=info", socket=socket,
+                        env=self.env)
         try:
-            port = re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", daemon.log())
+            port = re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics",
+                             daemon.log(tail=1 << 20))
             self.assertIsNotNone(port, daemon.log())
             url = curl.split()[2].replace("9464", port.group(1))
             body = urllib.request.urlopen(url, timeout=30).read().decode()
