@@ -21,7 +21,8 @@ Prints one line per violation; exits 1 if there is any.
 import re
 import sys
 
-LAYERS = ["core", "comm", "layout", "alloc", "pool", "persist", "transfer",
+LAYERS = ["core", "comm", "layout", "alloc", "pool", "persist", "storage",
+          "transfer",
           "backend", "radix", "engine", "group", "events", "service", "metrics",
           "main"]
 # The CP group layer (daemon/group) sits after the engine and, like it, sees

@@ -48,4 +48,14 @@ if (cd "$tmp" && /usr/bin/python3 "$OLDPWD/$checker" daemon/pool/bad.cc daemon/p
 fi
 grep -q "may not depend on later layer persist" "$tmp/out4"
 grep -q "daemon/persist/bad.cc:1: grpcpp/grpcpp.h (cache logic" "$tmp/out4"
+# The storage tier sits below the engine: it may not include the engine or
+# the radix tree, and as cache logic it sees no gRPC or CUDA.
+mkdir -p "$tmp/daemon/storage"
+printf '#include "daemon/engine/hicache_engine.h"\n#include "cuda_runtime.h"\n' > "$tmp/daemon/storage/bad.cc"
+if (cd "$tmp" && /usr/bin/python3 "$OLDPWD/$checker" daemon/storage/bad.cc) > "$tmp/out5"; then
+  echo "checker accepted storage including the engine" >&2
+  exit 1
+fi
+grep -q "layer storage may not depend on later layer engine" "$tmp/out5"
+grep -q "daemon/storage/bad.cc:2: cuda_runtime.h (cache logic" "$tmp/out5"
 echo "layering checker rejects violations: ok"
