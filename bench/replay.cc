@@ -61,6 +61,11 @@ ABSL_FLAG(int, kv_events_runs, 5,
 ABSL_FLAG(std::string, kv_event_sink, "",
           "Internal (--kv_events): be the subscriber process for this "
           "endpoint.");
+ABSL_FLAG(int64_t, l3_blocks, 0,
+          "Storage tier (L3) capacity in blocks: a file store in --l3_dir "
+          "(0: no storage tier).");
+ABSL_FLAG(std::string, l3_dir, "",
+          "Directory of the storage tier's files (empty: a temporary one).");
 ABSL_FLAG(std::string, state_dir, "",
           "Journal the host tier into this directory (hot restart); empty: "
           "no journal.");
@@ -216,6 +221,8 @@ int Main() {
   config.slow_backups_for = absl::GetFlag(FLAGS_slow_backups_for);
   config.state_dir = absl::GetFlag(FLAGS_state_dir);
   config.kv_preset = absl::GetFlag(FLAGS_kv_preset);
+  config.l3_blocks = absl::GetFlag(FLAGS_l3_blocks);
+  config.l3_dir = absl::GetFlag(FLAGS_l3_dir);
   const BlockTrace blocks = BlockTrace::Build(*trace);
   const CacheBoundResult bound12 =
       BeladyBound(blocks, config.l1_blocks + config.l2_blocks);
@@ -278,6 +285,20 @@ int Main() {
           static_cast<long long>(out->stats.host_copies_dropped),
           out->request_p50_us, out->request_p99_us, out->admit_p50_us,
           out->admit_p99_us, out->seconds);
+      if (config.l3_blocks > 0) {
+        std::printf(
+            "  L3 (%lld blocks): L1+L2+L3 hit %.2f%% (%.1f%% of infinite); "
+            "%lld pages promoted, %lld stored (%lld evicted), %lld "
+            "checksum failures; promotions skipped %lld, failed %lld\n",
+            static_cast<long long>(config.l3_blocks), 100 * out->l123_rate(),
+            100 * out->l123_rate() / InfiniteRate(blocks).rate(),
+            static_cast<long long>(out->stats.storage_promoted_pages),
+            static_cast<long long>(out->store.puts),
+            static_cast<long long>(out->store.evictions),
+            static_cast<long long>(out->store.checksum_failures),
+            static_cast<long long>(out->stats.storage_promotions_skipped),
+            static_cast<long long>(out->stats.storage_promotions_failed));
+      }
       std::printf(
           "  device victims: %lld to the host tier, %lld removed; pages "
           "evicted: %lld device, %lld host\n",

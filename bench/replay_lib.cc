@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <utility>
@@ -16,8 +17,10 @@
 #include "daemon/core/daemon_config.h"
 #include "daemon/engine/engine_options.h"
 #include "daemon/engine/hicache_engine.h"
+#include "daemon/pool/kv_geometry.h"
 #include "daemon/pool/shm_segments.h"
 #include "daemon/events/kv_event_options.h"
+#include "daemon/storage/file_page_store.h"
 #include "daemon/events/kv_event_publisher.h"
 #include "daemon/transfer/faulty_transfer_engine.h"
 
@@ -84,8 +87,36 @@ absl::StatusOr<ReplayOutcome> ReplayTrace(
     options.tier_listener = publisher.get();
     options.tier_block_size = config.kv_events_block_size;
   }
+  std::unique_ptr<FilePageStore> store;
+  std::string l3_temp;  // A directory to remove at the end.
+  if (config.l3_blocks > 0) {
+    absl::StatusOr<KvGeometry> geometry = KvGeometry::Resolve(
+        options.kv_preset, options.kv_families, options.page_size);
+    if (!geometry.ok()) return geometry.status();
+    FilePageStoreOptions l3;
+    l3.directory = config.l3_dir;
+    if (l3.directory.empty()) {
+      char dir[] = "/tmp/hicache-replay-l3-XXXXXX";
+      if (::mkdtemp(dir) == nullptr) {
+        return absl::UnavailableError("mkdtemp for the storage tier failed");
+      }
+      l3.directory = l3_temp = dir;
+    }
+    l3.page_bytes = static_cast<int64_t>(geometry->BytesPerPage());
+    l3.capacity_pages = config.l3_blocks * pages_per_block;
+    auto opened = FilePageStore::Open(std::move(l3));
+    if (!opened.ok()) return opened.status();
+    store = *std::move(opened);
+    options.storage = {store.get()};
+  }
   absl::StatusOr<ReplayOutcome> out =
       ReplayWith(trace, config, options, publisher.get());
+  if (store != nullptr && out.ok()) out->store = store->Stats();
+  store.reset();
+  if (!l3_temp.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(l3_temp, ec);
+  }
   if (!segments.empty()) {
     if (absl::Status removed = RemoveShmSegments(segments); !removed.ok()) {
       return removed;
@@ -204,12 +235,17 @@ absl::StatusOr<ReplayOutcome> ReplayWith(const std::vector<TraceRequest>& trace,
     }
     out.blocks += static_cast<int64_t>(request.hash_ids.size());
     out.l1_hit_blocks += load->device_len / block;
-    out.l12_hit_blocks += (load->device_len + loaded) / block;
+    out.l12_hit_blocks +=
+        (load->device_len + loaded - std::min(loaded, load->storage_len)) /
+        block;
+    out.l123_hit_blocks += (load->device_len + loaded) / block;
     NamespaceOutcome& mine = out.namespaces[ns];
     ++mine.requests;
     mine.blocks += static_cast<int64_t>(request.hash_ids.size());
     mine.l1_hit_blocks += load->device_len / block;
-    mine.l12_hit_blocks += (load->device_len + loaded) / block;
+    mine.l12_hit_blocks +=
+        (load->device_len + loaded - std::min(loaded, load->storage_len)) /
+        block;
     const int64_t reuse = (load->device_len + loaded) / page;
     std::vector<LogicalPage> pages(load->pages.begin(),
                                    load->pages.begin() + reuse);
@@ -277,6 +313,7 @@ absl::StatusOr<ReplayOutcome> ReplayWith(const std::vector<TraceRequest>& trace,
       return s;
     }
     if (config.deterministic && slow == nullptr) e.WaitForTransfers();
+    if (config.deterministic && e.storage() != nullptr) e.storage()->Flush();
     check_guarantees(ns, before);
     latencies.push_back(std::chrono::duration<double, std::micro>(
                             std::chrono::steady_clock::now() - request_start)

@@ -21,6 +21,7 @@
 #include "bench/mooncake_trace.h"
 #include "daemon/core/policies.h"
 #include "daemon/engine/engine_types.h"
+#include "daemon/storage/page_store.h"
 
 namespace hicache {
 
@@ -59,6 +60,12 @@ struct ReplayConfig {
   // block_tokens / page_size pages). Requests of each namespace run as one
   // session's holder bound to it.
   std::vector<NamespaceQuota> namespace_quotas;
+  // The storage tier (L3, docs/storage-tier.md): > 0 gives the engine a
+  // FilePageStore of this many blocks in `l3_dir` (empty: a temporary
+  // directory, removed at the end), as hicached --l3_pages does. Its writes
+  // settle before the next request in deterministic mode.
+  int64_t l3_blocks = 0;
+  std::string l3_dir;
 };
 
 // One namespace's share of a replay.
@@ -85,6 +92,10 @@ struct ReplayOutcome {
   int64_t blocks = 0;
   int64_t l1_hit_blocks = 0;
   int64_t l12_hit_blocks = 0;
+  // With a storage tier: blocks hit in any tier (L1, L2 or L3); the L3 hits
+  // are l123_hit_blocks - l12_hit_blocks. Without one, l12_hit_blocks.
+  int64_t l123_hit_blocks = 0;
+  PageStoreStats store;  // The storage tier's counters.
   int64_t deferred_inserts = 0;   // Inserts that came back deferred.
   int64_t deferred_retried = 0;   // ... and then succeeded on a retry.
   int64_t deferred_gave_up = 0;   // ... and were given up (pages freed).
@@ -121,6 +132,9 @@ struct ReplayOutcome {
   double l1_rate() const { return blocks ? 1.0 * l1_hit_blocks / blocks : 0; }
   double l12_rate() const {
     return blocks ? 1.0 * l12_hit_blocks / blocks : 0;
+  }
+  double l123_rate() const {
+    return blocks ? 1.0 * l123_hit_blocks / blocks : 0;
   }
 };
 

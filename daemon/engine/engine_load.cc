@@ -21,6 +21,19 @@ int64_t NowNs() { return absl::GetCurrentTimeNanos(); }
 absl::StatusOr<LoadResult> HiCacheEngine::LoadBack(
     absl::string_view ns, absl::Span<const int32_t> tokens,
     const LoadBackOptions& load_options) {
+  const int64_t promoted =
+      storage_ != nullptr && load_options.extend_tokens >= 0
+          ? PromoteFromStorage(ns, tokens)
+          : 0;
+  absl::StatusOr<LoadResult> result =
+      LoadBackFromHost(ns, tokens, load_options);
+  if (result.ok()) result->storage_len = std::min(promoted, result->loaded_len);
+  return result;
+}
+
+absl::StatusOr<LoadResult> HiCacheEngine::LoadBackFromHost(
+    absl::string_view ns, absl::Span<const int32_t> tokens,
+    const LoadBackOptions& load_options) {
   if (load_options.extend_tokens < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "extend_tokens must be >= 0, got ", load_options.extend_tokens));

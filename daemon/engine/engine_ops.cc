@@ -268,6 +268,7 @@ void HiCacheEngine::CommitLocked(Op& op, std::vector<PendingEvent>* events) {
   }
   op.done = true;
   ++stats_.backups_committed;
+  if (storage_ != nullptr) StoreHostCopyLocked(op.node);
   if (op.write_back) ++stats_.write_back_backups;
   events->push_back(
       {PendingEvent::Type::kBackupCommitted, op.id, 0, 0, op.node, true});

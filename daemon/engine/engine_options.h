@@ -18,6 +18,7 @@
 #include "daemon/layout/cp_layout.h"
 #include "daemon/pool/rank_pools.h"
 #include "daemon/radix/radix_tree.h"
+#include "daemon/storage/page_store.h"
 #include "daemon/transfer/transfer_engine.h"
 
 namespace hicache {
@@ -118,6 +119,11 @@ struct EngineOptions {
   std::function<std::unique_ptr<TransferEngine>(
       TransferListener* listener, const TransferEngineFactory& backend)>
       wrap_transfer;
+  // The storage tier (L3, docs/storage-tier.md): one store per CP rank
+  // (cp_size entries; one store may serve several ranks), each of pages of
+  // the geometry's BytesPerPage(). Not owned, must outlive the engine.
+  // Empty: no storage tier.
+  std::vector<PageStore*> storage;
 };
 
 // Every configuration field of `config` the engine takes, carried over

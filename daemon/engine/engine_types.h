@@ -54,6 +54,8 @@ struct LoadResult {
   LoadMissReason miss = LoadMissReason::kNone;
   int64_t device_len = 0;  // Tokens already on device before the load.
   int64_t loaded_len = 0;  // Tokens this load brings back (valid only).
+  // Of loaded_len: tokens first promoted from the storage tier (L3).
+  int64_t storage_len = 0;
   // Locations: pages covering device_len + loaded_len valid tokens.
   std::vector<LogicalPage> pages;
   uint32_t num_steps = 0;  // Per-layer events to wait for.
@@ -171,6 +173,16 @@ struct EngineStats {
   int64_t lane_device_copies_dropped = 0;
   int64_t lane_host_copies_dropped = 0;
   int64_t lane_ops_failed = 0;
+  // The storage tier (docs/storage-tier.md): loads that asked it, the pages
+  // it held past the tree's hit, those promoted to the host tier, and
+  // promotions given up after the reads (the attach point changed, or the
+  // reads failed), or not tried (no host room, or an attach point the
+  // prefix-closed host tier refuses).
+  int64_t storage_lookups = 0;
+  int64_t storage_hit_pages = 0;
+  int64_t storage_promoted_pages = 0;
+  int64_t storage_promotions_failed = 0;
+  int64_t storage_promotions_skipped = 0;
 };
 
 // A namespace's quota and what it holds (HiCacheEngine::NamespaceQuotas),

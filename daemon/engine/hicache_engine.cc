@@ -137,6 +137,9 @@ absl::StatusOr<std::unique_ptr<HiCacheEngine>> HiCacheEngine::Create(
   if (absl::Status host_tier = engine->OpenHostTier(); !host_tier.ok()) {
     return host_tier;
   }
+  if (absl::Status storage = engine->OpenStorageTier(); !storage.ok()) {
+    return storage;
+  }
   if (options.write_policy == WritePolicy::kWriteAhead &&
       options.write_ahead_thread) {
     HiCacheEngine* raw = engine.get();

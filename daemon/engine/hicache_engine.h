@@ -21,6 +21,7 @@
 #include "daemon/engine/engine_types.h"
 #include "daemon/engine/host_tier_recorder.h"
 #include "daemon/engine/host_tier_recovery.h"
+#include "daemon/engine/storage_tier.h"
 #include "daemon/persist/journal_writer.h"
 #include "daemon/pool/page_key_store.h"
 #include "daemon/engine/page_ledger.h"
@@ -224,6 +225,9 @@ class HiCacheEngine : public TransferListener {
     int64_t extend_tokens = 0;
     bool exact_tail = true;  // See MatchOptions.
   };
+  // With a storage tier, pages the tree lacks past its hit are first
+  // promoted from the stores to the host tier (PromoteFromStorage), then
+  // loaded like any host hit: LoadResult::storage_len says how much.
   absl::StatusOr<LoadResult> LoadBack(absl::string_view ns,
                                       absl::Span<const int32_t> tokens,
                                       const LoadBackOptions& options)
@@ -359,6 +363,8 @@ class HiCacheEngine : public TransferListener {
       ABSL_LOCKS_EXCLUDED(mu_);
   const CpLayout& layout() const { return layout_; }
   const KvGeometry& geometry() const { return geometry_; }
+  // The storage tier (L3), or nullptr without one.
+  StorageTier* storage() const { return storage_.get(); }
   const RankPools& pools() const { return *pools_; }
   const EngineOptions& options() const { return options_; }
 
@@ -590,6 +596,22 @@ class HiCacheEngine : public TransferListener {
   // a time. Lock order: dispatch_mu_ -> mu_ (briefly, to take the queue).
   void DispatchPending() ABSL_LOCKS_EXCLUDED(mu_, dispatch_mu_);
 
+  // The storage tier (engine_storage.cc). LoadBackFromHost is LoadBack
+  // without it.
+  absl::StatusOr<LoadResult> LoadBackFromHost(absl::string_view ns,
+                                              absl::Span<const int32_t> tokens,
+                                              const LoadBackOptions& options)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status OpenStorageTier();
+  // Copies a node's committed host copy to the storage tier (queued).
+  void StoreHostCopyLocked(NodeId node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads the pages the stores hold past the tree's hit on `tokens` into
+  // host pages and attaches them as a host-only node there (the engine lock
+  // is released for the reads). Returns the tokens promoted.
+  int64_t PromoteFromStorage(absl::string_view ns,
+                             absl::Span<const int32_t> tokens)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   const EngineOptions options_;
   const CpLayout layout_;
   const KvGeometry geometry_;
@@ -598,6 +620,8 @@ class HiCacheEngine : public TransferListener {
   bool backend_has_events_ = false;
   std::unique_ptr<RankPools> pools_;
   std::unique_ptr<TransferEngine> transfer_;
+  // Set once in Create; thread-safe itself.
+  std::unique_ptr<StorageTier> storage_;
   // Hot restart (engine_persistence.cc); null without a state_dir. The
   // recorder writes to the journal: destroyed first.
   // The host pages' keys, kept in shared memory (declared before the

@@ -172,4 +172,73 @@ absl::StatusOr<std::vector<size_t>> VerifyHostPages(
   return mismatches;
 }
 
+namespace {
+
+// Checks a copy of one page between the pool and a buffer of `bytes` bytes.
+absl::Status CheckPageCopy(const KvGeometry& geometry, int64_t num_pages,
+                           absl::Span<const uint8_t> pool, int64_t page,
+                           size_t bytes) {
+  if (absl::Status s = CheckView(geometry, num_pages, pool); !s.ok()) return s;
+  const int64_t pages[] = {page};
+  if (absl::Status s = CheckPages(num_pages, pages); !s.ok()) return s;
+  if (bytes != geometry.BytesPerPage()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a buffer of ", bytes, " bytes for a page of ",
+                     geometry.BytesPerPage()));
+  }
+  return absl::OkStatus();
+}
+
+// Calls copy(offset in pool, offset in page, length) for each run of the
+// page in page-first order.
+template <typename Copy>
+void ForEachRun(const KvGeometry& geometry, HostLayout layout,
+                int64_t num_pages, int64_t page, Copy copy) {
+  if (layout == HostLayout::kPageFirst) {
+    copy(static_cast<uint64_t>(page) * geometry.BytesPerPage(), 0,
+         geometry.BytesPerPage());
+    return;
+  }
+  uint64_t at = 0;
+  const auto& families = geometry.families();
+  for (int f = 0; f < static_cast<int>(families.size()); ++f) {
+    const uint64_t block = geometry.BlockBytes(f);
+    for (uint32_t layer = 0; layer < families[f].num_layers; ++layer) {
+      copy(geometry.HostOffset(layout, num_pages, page, f, layer), at, block);
+      at += block;
+    }
+  }
+}
+
+}  // namespace
+
+absl::Status ReadHostPage(const KvGeometry& geometry, HostLayout layout,
+                          int64_t num_pages, absl::Span<const uint8_t> pool,
+                          int64_t page, absl::Span<uint8_t> out) {
+  if (absl::Status s =
+          CheckPageCopy(geometry, num_pages, pool, page, out.size());
+      !s.ok()) {
+    return s;
+  }
+  ForEachRun(geometry, layout, num_pages, page,
+             [&](uint64_t in_pool, uint64_t in_page, uint64_t n) {
+               std::memcpy(out.data() + in_page, pool.data() + in_pool, n);
+             });
+  return absl::OkStatus();
+}
+
+absl::Status WriteHostPage(const KvGeometry& geometry, HostLayout layout,
+                           int64_t num_pages, absl::Span<uint8_t> pool,
+                           int64_t page, absl::Span<const uint8_t> in) {
+  if (absl::Status s = CheckPageCopy(geometry, num_pages, pool, page, in.size());
+      !s.ok()) {
+    return s;
+  }
+  ForEachRun(geometry, layout, num_pages, page,
+             [&](uint64_t in_pool, uint64_t in_page, uint64_t n) {
+               std::memcpy(pool.data() + in_pool, in.data() + in_page, n);
+             });
+  return absl::OkStatus();
+}
+
 }  // namespace hicache

@@ -66,4 +66,17 @@ absl::StatusOr<std::vector<size_t>> VerifyHostPages(
     absl::Span<const uint8_t> pool, absl::Span<const int64_t> pages,
     absl::Span<const uint64_t> expected, int threads);
 
+// The bytes of host page `page` in the checksum's order (a page-first
+// page: family by family, layer by layer), copied out into `out`, or in from
+// `in`: the form a page takes outside the pool (the storage tier). `out` and
+// `in` must be exactly geometry.BytesPerPage() bytes (INVALID_ARGUMENT
+// otherwise, with the view and page checks above). HostPageChecksum of a
+// page equals XXH3-64 of ReadHostPage's bytes.
+absl::Status ReadHostPage(const KvGeometry& geometry, HostLayout layout,
+                          int64_t num_pages, absl::Span<const uint8_t> pool,
+                          int64_t page, absl::Span<uint8_t> out);
+absl::Status WriteHostPage(const KvGeometry& geometry, HostLayout layout,
+                           int64_t num_pages, absl::Span<uint8_t> pool,
+                           int64_t page, absl::Span<const uint8_t> in);
+
 }  // namespace hicache

@@ -480,6 +480,24 @@ class RadixTree {
   int64_t key_blocks_quarantined() const {
     return tokens_.blocks_quarantined();
   }
+  // The storage tier (radix_tree_storage.cc, docs/storage-tier.md).
+  // The tokens from the namespace's root to the end of `node`, and its
+  // namespace. NOT_FOUND for an unknown node.
+  absl::StatusOr<std::vector<int32_t>> PathTokens(NodeId node,
+                                                  std::string* ns) const;
+  // A host-only node holding `key` and its host copy `host` (whose pages the
+  // caller filled and hands over), as a new child of `parent` (kNoNode: the
+  // root of `ns`): the storage tier's pages, promoted. Reported to the host
+  // tier listener and announced like a committed backup. FAILED_PRECONDITION
+  // (nothing changes) when the parent ends inside a page, is detached, is
+  // neither the root nor holds a host copy while the host tier is
+  // prefix-closed, or already has a child sharing the key's first page;
+  // INVALID_ARGUMENT for an empty key, a host copy of another length or
+  // shape, or a parent of another namespace; NOT_FOUND for an unknown
+  // parent.
+  absl::StatusOr<NodeId> AttachHostNode(absl::string_view ns, NodeId parent,
+                                        absl::Span<const int32_t> key,
+                                        CpHostMeta host);
   // Recovery: a host-only node with key `key` under `parent` (kNoNode: the
   // root of `ns`, created if needed) holding the host copy `host`, recorded
   // under `persist_id` (> 0; its pages the caller has reserved). Reports

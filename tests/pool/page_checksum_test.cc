@@ -127,6 +127,47 @@ TEST(PageChecksumTest, AgreesWithTheGatheringModel) {
   }
 }
 
+// ReadHostPage gives the model's gathered bytes; WriteHostPage puts them
+// back touching only that page's bytes; a page moved between layouts keeps
+// its checksum.
+TEST(PageChecksumTest, ReadAndWriteAPageInTheChecksumsOrder) {
+  uint32_t seed = 100;
+  for (const Case& c : kCases) {
+    const KvGeometry g = *KvGeometry::Preset(c.preset, c.page_size);
+    const int64_t num_pages = 4;
+    const std::vector<uint8_t> src =
+        RandomBytes(g.PoolBytes(num_pages), seed++);
+    std::vector<uint8_t> dst(g.PoolBytes(num_pages), 0);
+    SCOPED_TRACE(absl::StrCat(c.preset, " P=", c.page_size));
+    std::vector<uint8_t> page(g.BytesPerPage());
+    ASSERT_TRUE(ReadHostPage(g, HostLayout::kLayerFirst, num_pages, src, 2,
+                             absl::MakeSpan(page))
+                    .ok());
+    EXPECT_EQ(page, GatherPage(g, HostLayout::kLayerFirst, num_pages, src, 2));
+    ASSERT_TRUE(
+        WriteHostPage(g, HostLayout::kPageFirst, num_pages,
+                      absl::MakeSpan(dst), 1, page)
+            .ok());
+    EXPECT_EQ(*HostPageChecksum(g, HostLayout::kPageFirst, num_pages, dst, 1),
+              ModelChecksum(g, HostLayout::kLayerFirst, num_pages, src, 2));
+    const std::vector<int64_t> owner =
+        ByteOwners(g, HostLayout::kPageFirst, num_pages);
+    for (size_t i = 0; i < dst.size(); ++i) {
+      if (owner[i] != 1) ASSERT_EQ(dst[i], 0) << "byte " << i;
+    }
+    // Wrong sizes and pages are refused before a byte moves.
+    std::vector<uint8_t> small(g.BytesPerPage() - 1);
+    EXPECT_EQ(ReadHostPage(g, HostLayout::kPageFirst, num_pages, src, 0,
+                           absl::MakeSpan(small))
+                  .code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(WriteHostPage(g, HostLayout::kPageFirst, num_pages,
+                            absl::MakeSpan(dst), num_pages, page)
+                  .code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
 // The same logical page bytes give the same checksum under both layouts.
 TEST(PageChecksumTest, IndependentOfTheLayout) {
   for (const Case& c : kCases) {

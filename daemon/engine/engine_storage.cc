@@ -1,0 +1,173 @@
+// HiCacheEngine: the storage tier (L3, docs/storage-tier.md). Committed host
+// copies are copied to the stores; a load first promotes the pages the
+// stores hold past the tree's hit to the host tier, as a host-only node,
+// and then loads them like any host hit.
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/engine/hicache_engine.h"
+#include "spdlog/spdlog.h"
+
+namespace hicache {
+
+absl::Status HiCacheEngine::OpenStorageTier() {
+  if (options_.storage.empty()) return absl::OkStatus();
+  if (options_.storage.size() != layout_.cp_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the storage tier needs one store per CP rank: ", layout_.cp_size(),
+        ", got ", options_.storage.size()));
+  }
+  if (pools_->layout().served_ranks().size() != layout_.cp_size()) {
+    return absl::InvalidArgumentError(
+        "the storage tier needs every rank's pools in this engine: a "
+        "multi-daemon CP group has no storage tier yet");
+  }
+  for (Rank r = 0; r < options_.storage.size(); ++r) {
+    const PageStore* store = options_.storage[r];
+    if (store == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("no store for rank ", r));
+    }
+    if (store->page_bytes() != static_cast<int64_t>(geometry_.BytesPerPage())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the store of rank ", r, " holds pages of ", store->page_bytes(),
+          " bytes; this layout's are ", geometry_.BytesPerPage()));
+    }
+  }
+  storage_ = std::make_unique<StorageTier>(
+      StorageTier::Options{.stores = options_.storage}, layout_, geometry_,
+      *pools_);
+  for (const std::string& store : storage_->Describe()) {
+    spdlog::info("storage tier: {}", store);
+  }
+  return absl::OkStatus();
+}
+
+void HiCacheEngine::StoreHostCopyLocked(NodeId node) {
+  absl::StatusOr<NodeInfo> info = tree_->Inspect(node);
+  std::string ns;
+  absl::StatusOr<std::vector<int32_t>> path = tree_->PathTokens(node, &ns);
+  if (!info.ok() || !path.ok() || info->host_pages.empty()) return;
+  const int64_t page = layout_.page_size();
+  absl::StatusOr<CpHostMeta> host =
+      CpHostMeta::Create(info->len, page, layout_.cp_size(), info->page_owners,
+                         info->host_pages);
+  if (!host.ok()) {
+    spdlog::error("storage tier: node {}'s host copy: {}", node,
+                  host.status().ToString());
+    return;
+  }
+  // Keys of the path's whole pages; the node's are the last ones.
+  const int64_t first = info->start / page;
+  const std::vector<StoreKey> keys =
+      storage_->Keys(ns, *path, static_cast<int64_t>(path->size()) / page);
+  if (static_cast<int64_t>(keys.size()) <= first) return;  // A partial page.
+  storage_->Write(*host, absl::MakeConstSpan(keys).subspan(first));
+}
+
+int64_t HiCacheEngine::PromoteFromStorage(absl::string_view ns,
+                                          absl::Span<const int32_t> tokens) {
+  const int64_t page = layout_.page_size();
+  const int64_t whole = static_cast<int64_t>(tokens.size()) / page;
+  NodeId parent = kNoNode;
+  bool parent_held = false;
+  int64_t first = 0;  // The first page past the tree's hit.
+  std::vector<StoreKey> keys;
+  std::vector<Rank> sources, owners;
+  std::vector<std::vector<int64_t>> host;
+  {
+    MutexLock lock(&mu_);
+    // Where the tree's hit ends, split there so a node ends at it.
+    absl::StatusOr<MatchResult> match = tree_->MatchPrefix(
+        ns, tokens, {.record_hit = false, .split_at_hit = true});
+    if (!match.ok()) return 0;
+    const int64_t hit = match->device_len + match->host_hit_len;
+    if (hit % page != 0 || hit / page >= whole || AnyLaneDownLocked()) {
+      return 0;
+    }
+    ++stats_.storage_lookups;
+    first = hit / page;
+    keys = storage_->Keys(ns, tokens, whole);
+    keys.erase(keys.begin(), keys.begin() + first);
+    sources = storage_->Present(keys);
+    if (sources.empty()) return 0;
+    stats_.storage_hit_pages += static_cast<int64_t>(sources.size());
+    parent = match->host_hit_len > 0 ? match->last_host_node
+                                     : match->last_device_node;
+    absl::StatusOr<NodeInfo> info = tree_->Inspect(parent);
+    if (info.ok() && info->depth == 0) parent = kNoNode;  // The root.
+    if (parent != kNoNode) {
+      const bool has_host =
+          info.ok() && (info->tier == NodeTier::kHost ||
+                        info->tier == NodeTier::kBoth);
+      // The new node must hang from the hit's end, and under a
+      // prefix-closed host tier from a host copy.
+      if (!info.ok() || info->start + info->len != hit ||
+          (tree_->options().prefix_closed_host && !has_host)) {
+        ++stats_.storage_promotions_skipped;
+        return 0;
+      }
+      // Keep the parent's host copy while the lock is released.
+      parent_held = has_host && tree_->AddHostRef(parent).ok();
+    }
+    // At most a quarter of the host tier per promotion.
+    const int64_t cap = std::max<int64_t>(
+        1, options_.host_pages_per_rank * layout_.cp_size() / 4);
+    const int64_t n = std::min<int64_t>(sources.size(), cap);
+    keys.resize(n);
+    sources.resize(n);
+    for (int64_t i = 0; i < n; ++i) {
+      owners.push_back(static_cast<Rank>((first + i) % layout_.cp_size()));
+    }
+    std::vector<int64_t> need(layout_.cp_size(), 0);
+    for (Rank r : owners) ++need[r];
+    EvictHostLocked(need, {.requester = std::string(ns)});
+    if (!ReserveHostLocked(owners, &host).ok()) {
+      if (parent_held) (void)tree_->ReleaseHostRef(parent);
+      ReapDroppedLocked();
+      ++stats_.storage_promotions_skipped;
+      return 0;
+    }
+  }
+  // The reads, without the lock: the reserved pages are this call's alone.
+  std::vector<int64_t> pages;
+  {
+    std::vector<size_t> next(layout_.cp_size(), 0);
+    for (Rank r : owners) pages.push_back(host[r][next[r]++]);
+  }
+  const int64_t intact = storage_->Read(keys, sources, owners, pages);
+  MutexLock lock(&mu_);
+  if (parent_held) (void)tree_->ReleaseHostRef(parent);
+  // Keep the pages of the intact run; free the rest.
+  std::vector<std::vector<int64_t>> kept(layout_.cp_size()),
+      unused(layout_.cp_size());
+  for (int64_t i = 0; i < static_cast<int64_t>(owners.size()); ++i) {
+    (i < intact ? kept : unused)[owners[i]].push_back(pages[i]);
+  }
+  FreeHostLocked(unused);
+  absl::StatusOr<NodeId> attached = absl::NotFoundError("nothing read");
+  if (intact > 0) {
+    absl::StatusOr<CpHostMeta> meta = CpHostMeta::Create(
+        intact * page, page, layout_.cp_size(),
+        std::vector<Rank>(owners.begin(), owners.begin() + intact), kept);
+    attached = meta.ok() ? tree_->AttachHostNode(
+                               ns, parent,
+                               tokens.subspan(first * page, intact * page),
+                               *std::move(meta))
+                         : meta.status();
+  }
+  if (!attached.ok()) {
+    FreeHostLocked(kept);
+    ++stats_.storage_promotions_failed;
+    spdlog::debug("storage tier: promotion of {} pages not attached: {}",
+                  intact, attached.status().ToString());
+    ReapDroppedLocked();
+    return 0;
+  }
+  stats_.storage_promoted_pages += intact;
+  ReapDroppedLocked();
+  return intact * page;
+}
+
+}  // namespace hicache
