@@ -330,6 +330,32 @@ absl::Status DaemonConfig::Validate() const {
           "a multi-daemon CP group does not persist yet");
     }
   }
+  if (!storage.dir.empty()) {
+    if (storage.dir[0] != '/') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "l3_dir must be an absolute path, got '", storage.dir, "'"));
+    }
+    if (storage.pages_per_rank < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "l3_dir needs l3_pages >= 1 (pages per rank), got ",
+          storage.pages_per_rank));
+    }
+    if (cp_group.enabled() ||
+        (served_ranks.size() != 0 && served_ranks.size() != cp_size)) {
+      return absl::InvalidArgumentError(
+          "the storage tier needs every rank served by this daemon: a "
+          "multi-daemon CP group has no storage tier yet");
+    }
+    if (storage.io != "auto" && storage.io != "io_uring" &&
+        storage.io != "threads") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "l3_io must be auto, io_uring or threads, got '", storage.io, "'"));
+    }
+    if (storage.queue_depth < 1 || storage.queue_depth > 4096) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "l3_queue_depth must be in [1, 4096], got ", storage.queue_depth));
+    }
+  }
   if (recovery_threads < 1 || recovery_threads > 64) {
     return absl::InvalidArgumentError(absl::StrCat(
         "recovery_threads must be in [1, 64], got ", recovery_threads));

@@ -168,6 +168,15 @@ struct DaemonConfig {
   // evicted within it is never recorded; a crash loses the commits of about
   // this long (their pages are free after the restart).
   int journal_settle_ms = kDefaultJournalSettleMs;
+  // The storage tier (L3, docs/storage-tier.md): a file store per rank in
+  // storage.dir (created 0700 if absent), of storage.pages_per_rank pages,
+  // below the host tier. Empty dir: no storage tier.
+  struct Storage {
+    std::string dir;
+    int64_t pages_per_rank = 0;
+    std::string io = "auto";  // auto (io_uring, else threads), io_uring, threads
+    int queue_depth = 64;     // 1..4096
+  } storage;
   // KV events for cluster routers (docs/kv-events.md), in vLLM's ZMQ
   // format: off while kv_events_endpoint is empty.
   struct KvEvents {

@@ -66,6 +66,40 @@ void HiCacheEngine::StoreHostCopyLocked(NodeId node) {
   storage_->Write(*host, absl::MakeConstSpan(keys).subspan(first));
 }
 
+int64_t HiCacheEngine::StorageHitLocked(absl::string_view ns,
+                                        absl::Span<const int32_t> tokens,
+                                        const MatchResult& match) const {
+  const int64_t page = layout_.page_size();
+  const int64_t hit = match.device_len + match.host_hit_len;
+  const int64_t whole = static_cast<int64_t>(tokens.size()) / page;
+  if (hit % page != 0 || hit / page >= whole) return 0;
+  std::vector<StoreKey> keys = storage_->Keys(ns, tokens, whole);
+  keys.erase(keys.begin(), keys.begin() + hit / page);
+  return static_cast<int64_t>(storage_->Present(keys).size()) * page;
+}
+
+StorageTierReport HiCacheEngine::StorageReport() const {
+  StorageTierReport r;
+  if (storage_ == nullptr) return r;
+  r.enabled = true;
+  r.stores = storage_->Describe();
+  const StorageTier::Stats t = storage_->stats();
+  const PageStoreStats s = storage_->StoreStats();
+  r.capacity_pages = s.capacity_pages;
+  r.used_pages = s.used_pages;
+  r.pages_queued = t.pages_queued;
+  r.pages_dropped = t.pages_dropped;
+  r.pages_written = t.pages_written;
+  r.write_errors = t.write_errors;
+  r.pages_read = t.pages_read;
+  r.read_failures = t.read_failures;
+  r.checksum_failures = s.checksum_failures;
+  r.evictions = s.evictions;
+  r.bytes_written = s.put_bytes;
+  r.bytes_read = s.get_bytes;
+  return r;
+}
+
 int64_t HiCacheEngine::PromoteFromStorage(absl::string_view ns,
                                           absl::Span<const int32_t> tokens) {
   const int64_t page = layout_.page_size();

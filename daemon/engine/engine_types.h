@@ -178,11 +178,30 @@ struct EngineStats {
   // promotions given up after the reads (the attach point changed, or the
   // reads failed), or not tried (no host room, or an attach point the
   // prefix-closed host tier refuses).
+  int64_t storage_hit_tokens = 0;  // Reported by counted matches.
   int64_t storage_lookups = 0;
   int64_t storage_hit_pages = 0;
   int64_t storage_promoted_pages = 0;
   int64_t storage_promotions_failed = 0;
   int64_t storage_promotions_skipped = 0;
+};
+
+// The storage tier (L3) as GetStats reports it.
+struct StorageTierReport {
+  bool enabled = false;
+  std::vector<std::string> stores;  // Described.
+  int64_t capacity_pages = 0;
+  int64_t used_pages = 0;
+  int64_t pages_queued = 0;   // Committed host pages handed to the writer.
+  int64_t pages_dropped = 0;  // Not written: the writer's queue was full.
+  int64_t pages_written = 0;
+  int64_t write_errors = 0;
+  int64_t pages_read = 0;     // Read into host pages intact.
+  int64_t read_failures = 0;  // Misses, checksum failures and I/O errors.
+  int64_t checksum_failures = 0;
+  int64_t evictions = 0;      // Pages the stores dropped for room.
+  int64_t bytes_written = 0;
+  int64_t bytes_read = 0;
 };
 
 // A namespace's quota and what it holds (HiCacheEngine::NamespaceQuotas),

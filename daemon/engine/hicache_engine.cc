@@ -195,6 +195,10 @@ absl::StatusOr<MatchResult> HiCacheEngine::Match(
   absl::StatusOr<MatchResult> match =
       peek ? tree_->MatchPrefix(ns, tokens, options)
            : CountedMatchLocked(ns, tokens, options);
+  if (match.ok() && storage_ != nullptr) {
+    match->storage_hit_len = StorageHitLocked(ns, tokens, *match);
+    if (!peek) stats_.storage_hit_tokens += match->storage_hit_len;
+  }
   if (!match.ok() || !lock_hit || match->device_len == 0) return match;
   if (absl::Status locked = tree_->Lock(match->last_device_node);
       !locked.ok()) {

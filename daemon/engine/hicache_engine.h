@@ -365,6 +365,8 @@ class HiCacheEngine : public TransferListener {
   const KvGeometry& geometry() const { return geometry_; }
   // The storage tier (L3), or nullptr without one.
   StorageTier* storage() const { return storage_.get(); }
+  // What the storage tier holds and did (enabled false without one).
+  StorageTierReport StorageReport() const ABSL_LOCKS_EXCLUDED(mu_);
   const RankPools& pools() const { return *pools_; }
   const EngineOptions& options() const { return options_; }
 
@@ -603,6 +605,12 @@ class HiCacheEngine : public TransferListener {
                                               const LoadBackOptions& options)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status OpenStorageTier();
+  // Tokens past the tree's hit in `match` that the stores hold (whole
+  // pages from the hit's end, which must be a page boundary).
+  int64_t StorageHitLocked(absl::string_view ns,
+                           absl::Span<const int32_t> tokens,
+                           const MatchResult& match) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Copies a node's committed host copy to the storage tier (queued).
   void StoreHostCopyLocked(NodeId node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads the pages the stores hold past the tree's hit on `tokens` into

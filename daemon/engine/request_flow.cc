@@ -131,7 +131,9 @@ absl::StatusOr<std::vector<AdmitResult>> RequestFlow::Admit(
     }
     result.hit = std::move(match->front());
     const MatchResult& hit = result.hit.match;
-    if (hit.host_hit_len >= threshold) {
+    // A host hit, or pages the storage tier holds past the tree's hit
+    // (LoadBack promotes them to the host tier first).
+    if (hit.host_hit_len + hit.storage_hit_len >= threshold) {
       result.admitted = true;
       result.load = true;
       continue;

@@ -13,6 +13,7 @@
 #include "daemon/core/daemon_info.h"
 #include "daemon/core/log_format.h"
 #include "daemon/engine/engine_options.h"
+#include "daemon/main/storage_stores.h"
 #include "daemon/events/kv_event_options.h"
 #include "daemon/engine/event_hub.h"
 #include "daemon/engine/hicache_engine.h"
@@ -241,6 +242,19 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
   }
   if (daemon->group_ != nullptr) {
     daemon->group_->ConfigureEngine(&engine_options);
+  }
+  {
+    absl::StatusOr<KvGeometry> geometry = KvGeometry::Resolve(
+        engine_options.kv_preset, engine_options.kv_families,
+        engine_options.page_size);
+    if (!geometry.ok()) return geometry.status();
+    absl::StatusOr<std::vector<std::unique_ptr<PageStore>>> stores =
+        OpenStorageStores(config, *geometry);
+    if (!stores.ok()) return stores.status();
+    daemon->stores_ = *std::move(stores);
+    for (const auto& store : daemon->stores_) {
+      engine_options.storage.push_back(store.get());
+    }
   }
   engine_options.clock = clock;
   engine_options.backend = daemon->backend_.get();

@@ -18,6 +18,7 @@
 #include "daemon/group/leader_view.h"
 #include "daemon/main/call_counter.h"
 #include "daemon/main/socket_guard.h"
+#include "daemon/storage/page_store.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
@@ -120,6 +121,8 @@ class DaemonServer {
   std::unique_ptr<service::WatchBroadcaster> watch_;
   std::unique_ptr<EventHub> hub_;
   std::unique_ptr<Backend> backend_;  // Outlives the engine (its pools).
+  // The storage tier's stores (outlive the engine, which writes to them).
+  std::vector<std::unique_ptr<PageStore>> stores_;
   std::unique_ptr<HiCacheEngine> engine_;
   std::unique_ptr<SessionManager> sessions_;
   // config.kv_events: after the engine (destroyed before it, once the

@@ -47,6 +47,7 @@
 #include "daemon/main/service_notifier.h"
 #include "daemon/group/group_status.h"
 #include "daemon/main/static_leader_view.h"
+#include "daemon/main/storage_flags.h"
 #include "daemon/pool/host_budget.h"
 #include "daemon/service/leader_guard.h"
 #include "absl/flags/usage_config.h"
@@ -437,6 +438,7 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   config.state_dir = absl::GetFlag(FLAGS_state_dir);
   config.recovery_threads = absl::GetFlag(FLAGS_recovery_threads);
   config.journal_settle_ms = absl::GetFlag(FLAGS_journal_settle_ms);
+  StorageConfigFromFlags(&config.storage);
   config.kv_events.endpoint = absl::GetFlag(FLAGS_kv_events_endpoint);
   config.kv_events.replay_endpoint =
       absl::GetFlag(FLAGS_kv_events_replay_endpoint);

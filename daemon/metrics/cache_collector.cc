@@ -169,6 +169,49 @@ void AddPools(const HiCacheEngine& engine, FamilyBuilder& f) {
       .Sample(static_cast<double>(engine.geometry().BytesPerPage()));
 }
 
+// The storage tier (--l3_dir): only when it is on.
+void AddStorage(const StorageTierReport& r, const EngineStats& s,
+                FamilyBuilder& f) {
+  if (!r.enabled) return;
+  f.Gauge("hicache_storage_pages",
+          "The storage tier's pages (all ranks): capacity and used.")
+      .Sample(r.capacity_pages, {{"state", "capacity"}})
+      .Sample(r.used_pages, {{"state", "used"}});
+  f.Counter("hicache_storage_hit_tokens_total",
+            "Tokens past the host hit that counted matches found in the "
+            "storage tier.")
+      .Sample(s.storage_hit_tokens);
+  f.Counter("hicache_storage_writes_total",
+            "Committed host pages for the storage tier, by outcome: written "
+            "(or already there), dropped (the writer's queue was full), "
+            "failed.")
+      .Sample(r.pages_written, {{"outcome", "written"}})
+      .Sample(r.pages_dropped, {{"outcome", "dropped"}})
+      .Sample(r.write_errors, {{"outcome", "failed"}});
+  f.Counter("hicache_storage_reads_total",
+            "Pages read from the storage tier into the host tier, by "
+            "outcome: intact, or failed (a miss, a checksum failure or an I/O "
+            "error).")
+      .Sample(r.pages_read, {{"outcome", "intact"}})
+      .Sample(r.read_failures, {{"outcome", "failed"}});
+  f.Counter("hicache_storage_checksum_failures_total",
+            "Stored pages that failed their checksum (served as misses).")
+      .Sample(r.checksum_failures);
+  f.Counter("hicache_storage_evictions_total",
+            "Pages the storage tier dropped to make room.")
+      .Sample(r.evictions);
+  f.Counter("hicache_storage_bytes_total",
+            "Bytes written to and read from the storage tier.")
+      .Sample(static_cast<double>(r.bytes_written), {{"direction", "write"}})
+      .Sample(static_cast<double>(r.bytes_read), {{"direction", "read"}});
+  f.Counter("hicache_storage_promotions_total",
+            "Pages promoted from the storage tier to the host tier, and "
+            "promotions failed or skipped.")
+      .Sample(s.storage_promoted_pages, {{"outcome", "promoted_pages"}})
+      .Sample(s.storage_promotions_failed, {{"outcome", "failed"}})
+      .Sample(s.storage_promotions_skipped, {{"outcome", "skipped"}});
+}
+
 // Hot restart (--state_dir): only when it is on.
 void AddPersistence(const HostTierPersistence& p, FamilyBuilder& f) {
   if (!p.enabled) return;
@@ -284,6 +327,7 @@ std::vector<MetricFamily> CacheCollector::Collect() const {
   AddEngine(engine_->Stats(), f);
   AddPools(*engine_, f);
   AddPersistence(engine_->Persistence(), f);
+  AddStorage(engine_->StorageReport(), engine_->Stats(), f);
   AddTree(engine_->TreeStatistics(), f);
   AddQuotas(engine_->NamespaceQuotas(), f);
   const SessionManager::Census census = sessions_->TakeCensus();

@@ -83,6 +83,9 @@ struct MatchResult {
   NodeId last_host_node = kNoNode;        // Deepest host-only node of the
                                           // host hit, or kNoNode.
   int64_t host_hit_len = 0;  // Tokens after device_len hit on host only.
+  // Tokens after the host hit held by the storage tier (L3), in whole
+  // pages. Set by the engine's storage tier; the tree leaves it 0.
+  int64_t storage_hit_len = 0;
   std::vector<NodeId> write_through_candidates;
   // The device hit ends inside a node with a backup in flight: inserting
   // past the hit would split it, so such an insert is deferred until the

@@ -168,6 +168,7 @@ grpc::Status HiCacheService::MatchPrefix(grpc::ServerContext* context,
     out->set_last_device_node(r.last_device_node);
     out->set_last_host_node(r.last_host_node);
     out->set_host_hit_tokens(r.host_hit_len);
+    out->set_storage_hit_tokens(r.storage_hit_len);
     out->set_lock_handle(result.lock_handle);
     out->set_tail_blocked(r.tail_blocked);
   }
@@ -282,6 +283,7 @@ grpc::Status HiCacheService::Admit(grpc::ServerContext* context,
     out->set_lock_handle(r.hit.lock_handle);
     out->set_last_device_node(hit.last_device_node);
     out->set_host_hit_tokens(hit.host_hit_len);
+    out->set_storage_hit_tokens(hit.storage_hit_len);
     out->set_last_host_node(hit.last_host_node);
     out->set_load(r.load);
     out->mutable_pages()->Add(r.pages.begin(), r.pages.end());

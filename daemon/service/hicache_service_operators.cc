@@ -337,6 +337,29 @@ grpc::Status HiCacheService::Stats(grpc::ServerContext* context,
   out->set_l1_free_room_pages(l1_free_room);
   out->set_l2_free_room_pages(l2_free_room);
   out->set_free_room_reported(true);
+  out->set_storage_hit_tokens(s.storage_hit_tokens);
+  if (const StorageTierReport st = engine_->StorageReport(); st.enabled) {
+    v1::StorageTierStats* storage = out->mutable_storage();
+    storage->set_enabled(true);
+    for (const std::string& store : st.stores) storage->add_stores(store);
+    storage->set_capacity_pages(st.capacity_pages);
+    storage->set_used_pages(st.used_pages);
+    storage->set_pages_queued(st.pages_queued);
+    storage->set_pages_dropped(st.pages_dropped);
+    storage->set_pages_written(st.pages_written);
+    storage->set_write_errors(st.write_errors);
+    storage->set_pages_read(st.pages_read);
+    storage->set_read_failures(st.read_failures);
+    storage->set_checksum_failures(st.checksum_failures);
+    storage->set_evictions(st.evictions);
+    storage->set_bytes_written(st.bytes_written);
+    storage->set_bytes_read(st.bytes_read);
+    storage->set_lookups(s.storage_lookups);
+    storage->set_hit_pages(s.storage_hit_pages);
+    storage->set_promoted_pages(s.storage_promoted_pages);
+    storage->set_promotions_failed(s.storage_promotions_failed);
+    storage->set_promotions_skipped(s.storage_promotions_skipped);
+  }
   if (const HostTierPersistence p = engine_->Persistence(); p.enabled) {
     v1::HostTierPersistence* persistence = out->mutable_persistence();
     persistence->set_enabled(true);

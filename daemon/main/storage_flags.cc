@@ -1,0 +1,33 @@
+#include "daemon/main/storage_flags.h"
+
+#include <cstdint>
+#include <string>
+
+#include "absl/flags/flag.h"
+
+ABSL_FLAG(std::string, l3_dir, "",
+          "The storage tier (L3) below the host pool: a directory (absolute, "
+          "created 0700) on a local NVMe for one preallocated file of "
+          "--l3_pages pages per CP rank and its index. Pages the host tier "
+          "lets go stay there across restarts and upgrades and are loaded "
+          "back through the host tier. Empty: no storage tier.");
+ABSL_FLAG(int64_t, l3_pages, 0,
+          "--l3_dir: pages per rank (each the host tier's page, rounded up "
+          "to 4 KiB on disk); the file system must have room for all of "
+          "them at start.");
+ABSL_FLAG(std::string, l3_io, "auto",
+          "--l3_dir: how the files are read and written: io_uring with "
+          "O_DIRECT, threads (pread/pwrite), or auto (io_uring where the "
+          "kernel allows it).");
+ABSL_FLAG(int, l3_queue_depth, 64, "--l3_dir: I/Os in flight per rank.");
+
+namespace hicache {
+
+void StorageConfigFromFlags(DaemonConfig::Storage* storage) {
+  storage->dir = absl::GetFlag(FLAGS_l3_dir);
+  storage->pages_per_rank = absl::GetFlag(FLAGS_l3_pages);
+  storage->io = absl::GetFlag(FLAGS_l3_io);
+  storage->queue_depth = absl::GetFlag(FLAGS_l3_queue_depth);
+}
+
+}  // namespace hicache
