@@ -60,6 +60,7 @@ constexpr const char* kDaemonOnlyFields[] = {
     "paranoid_checks",  // DaemonServer's lease reaper.
     "instance",  // ShmInstance; the engine gets its prefix.
     "cp_group",  // CpGroupRuntime (daemon/main) adjusts the engine's ranks.
+    "storage",  // OpenStorageStores (daemon/main) opens the stores.
     "operator_uids",
     "operator_gids",
     "operator_cert_names",
@@ -90,6 +91,8 @@ constexpr const char* kWiringFields[] = {
     "pool_ranks",
     // KV events: the publisher main builds from DaemonConfig::kv_events.
     "tier_listener", "tier_block_size", "tier_hash_seed",
+    // The storage tier: the stores main opens from DaemonConfig::storage.
+    "storage",
 };
 
 TEST(EngineOptionsTest, EveryFieldIsClassified) {

@@ -22,7 +22,8 @@ __all__ = [
     "BlockAddress", "BuildInfo", "CacheStats", "CpGroupFollowerStats", "CpGroupMember",
     "CpGroupMemberEvents", "CpGroupMemberTransfer", "CpGroupStatus", "DaemonInfo",
     "EngineSettings", "HostTierPersistence", "KvFamily", "LaneStats", "Layout",
-    "PoolGeometry", "PoolSegment", "RankSegments", "StepBlocks", "from_message",
+    "PoolGeometry", "PoolSegment", "RankSegments", "StepBlocks", "StorageTierStats",
+    "from_message",
 ]
 
 T = TypeVar("T")
@@ -68,6 +69,31 @@ class HostTierPersistence:
 
 
 @dataclass(frozen=True)
+class StorageTierStats:
+    """hicache.v1.StorageTierStats."""
+
+    enabled: bool = False
+    stores: List[str] = field(default_factory=list)
+    capacity_pages: int = 0
+    used_pages: int = 0
+    pages_queued: int = 0
+    pages_dropped: int = 0
+    pages_written: int = 0
+    write_errors: int = 0
+    pages_read: int = 0
+    read_failures: int = 0
+    checksum_failures: int = 0
+    evictions: int = 0
+    bytes_written: int = 0
+    bytes_read: int = 0
+    lookups: int = 0
+    hit_pages: int = 0
+    promoted_pages: int = 0
+    promotions_failed: int = 0
+    promotions_skipped: int = 0
+
+
+@dataclass(frozen=True)
 class CacheStats:
     """hicache.v1.CacheStats."""
 
@@ -109,6 +135,8 @@ class CacheStats:
     quota_refusals: int = 0
     backups_skipped_quota: int = 0
     quota_evicted_pages: int = 0
+    storage: StorageTierStats = field(default_factory=StorageTierStats)
+    storage_hit_tokens: int = 0
 
 
 @dataclass(frozen=True)
