@@ -64,6 +64,9 @@ absl::StatusOr<ReplayOutcome> ReplayTrace(
   daemon.namespace_quotas = config.namespace_quotas;
   if (absl::Status valid = daemon.Validate(); !valid.ok()) return valid;
   EngineOptions options = EngineOptionsFrom(daemon);
+  // The storage tier's cost model weighs the measured read time: off in
+  // deterministic mode, whose figures depend on the trace alone.
+  if (config.deterministic) options.storage_recompute_ns_per_token = 0;
   // Reproducible: write-ahead's rounds inside the allocations that make
   // them due; otherwise on their own thread, as in the daemon.
   options.write_ahead_thread = !config.deterministic;

@@ -356,6 +356,11 @@ absl::Status DaemonConfig::Validate() const {
           "l3_queue_depth must be in [1, 4096], got ", storage.queue_depth));
     }
   }
+  if (storage_recompute_ns_per_token < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "l3_recompute_ns_per_token must be >= 0, got ",
+        storage_recompute_ns_per_token));
+  }
   if (recovery_threads < 1 || recovery_threads > 64) {
     return absl::InvalidArgumentError(absl::StrCat(
         "recovery_threads must be in [1, 64], got ", recovery_threads));

@@ -84,6 +84,10 @@ struct DaemonConfig {
   static constexpr int32_t kDefaultTransferWorkers = 2;
   static constexpr int kDefaultRecoveryThreads = 2;
   static constexpr int kDefaultJournalSettleMs = 20;
+  // The storage tier's cost model (docs/storage-tier.md §1): what
+  // recomputing a token's KV costs, about a mid-size model's prefill on one
+  // current GPU.
+  static constexpr int64_t kDefaultStorageRecomputeNsPerToken = 20000;
 
   BackendKind backend = BackendKind::kCpu;
   uint32_t page_size = kDefaultPageSize;  // Tokens per page, P.
@@ -177,6 +181,10 @@ struct DaemonConfig {
     std::string io = "auto";  // auto (io_uring, else threads), io_uring, threads
     int queue_depth = 64;     // 1..4096
   } storage;
+  // A promotion from the storage tier is not started when reading its bytes
+  // (at the measured read cost) would take longer than recomputing its
+  // tokens at this cost; 0 turns the cost model off.
+  int64_t storage_recompute_ns_per_token = kDefaultStorageRecomputeNsPerToken;
   // KV events for cluster routers (docs/kv-events.md), in vLLM's ZMQ
   // format: off while kv_events_endpoint is empty.
   struct KvEvents {

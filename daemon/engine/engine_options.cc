@@ -13,6 +13,8 @@ EngineOptions EngineOptionsFrom(const DaemonConfig& config) {
   options.state_dir = config.state_dir;
   options.recovery_threads = config.recovery_threads;
   options.journal_settle = absl::Milliseconds(config.journal_settle_ms);
+  options.storage_recompute_ns_per_token =
+      config.storage_recompute_ns_per_token;
   options.device_pages_per_rank =
       static_cast<int64_t>(config.device_pages_per_rank);
   options.host_pages_per_rank =

@@ -76,6 +76,9 @@ struct EngineOptions {
   int recovery_threads = DaemonConfig::kDefaultRecoveryThreads;
   // How long a host commit waits before it is journaled
   // (HostTierRecorder::Options::settle).
+  // The storage tier's cost model: see DaemonConfig.
+  int64_t storage_recompute_ns_per_token =
+      DaemonConfig::kDefaultStorageRecomputeNsPerToken;
   absl::Duration journal_settle =
       absl::Milliseconds(DaemonConfig::kDefaultJournalSettleMs);
 

@@ -36,8 +36,9 @@ absl::Status HiCacheEngine::OpenStorageTier() {
     }
   }
   storage_ = std::make_unique<StorageTier>(
-      StorageTier::Options{.stores = options_.storage}, layout_, geometry_,
-      *pools_);
+      StorageTier::Options{.stores = options_.storage,
+                           .clock = options_.clock},
+      layout_, geometry_, *pools_);
   for (const std::string& store : storage_->Describe()) {
     spdlog::info("storage tier: {}", store);
   }
@@ -78,6 +79,17 @@ int64_t HiCacheEngine::StorageHitLocked(absl::string_view ns,
   return static_cast<int64_t>(storage_->Present(keys).size()) * page;
 }
 
+bool HiCacheEngine::LoadBeatsRecomputeLocked(int64_t pages) const {
+  const int64_t per_token = options_.storage_recompute_ns_per_token;
+  const double ns_per_byte = storage_->ReadNsPerByte();
+  if (per_token <= 0 || ns_per_byte <= 0) return true;  // Off, or unmeasured.
+  const double read_ns = ns_per_byte * static_cast<double>(pages) *
+                         static_cast<double>(geometry_.BytesPerPage());
+  const double recompute_ns = static_cast<double>(per_token) *
+                              static_cast<double>(pages) * layout_.page_size();
+  return read_ns <= recompute_ns;
+}
+
 StorageTierReport HiCacheEngine::StorageReport() const {
   StorageTierReport r;
   if (storage_ == nullptr) return r;
@@ -97,6 +109,7 @@ StorageTierReport HiCacheEngine::StorageReport() const {
   r.evictions = s.evictions;
   r.bytes_written = s.put_bytes;
   r.bytes_read = s.get_bytes;
+  r.read_ns_per_byte = storage_->ReadNsPerByte();
   return r;
 }
 
@@ -149,6 +162,13 @@ int64_t HiCacheEngine::PromoteFromStorage(absl::string_view ns,
     const int64_t cap = std::max<int64_t>(
         1, options_.host_pages_per_rank * layout_.cp_size() / 4);
     const int64_t n = std::min<int64_t>(sources.size(), cap);
+    // The cost model: reading n pages at the measured cost against
+    // recomputing their tokens.
+    if (!LoadBeatsRecomputeLocked(n)) {
+      if (parent_held) (void)tree_->ReleaseHostRef(parent);
+      ++stats_.storage_refused_cost;
+      return 0;
+    }
     keys.resize(n);
     sources.resize(n);
     for (int64_t i = 0; i < n; ++i) {

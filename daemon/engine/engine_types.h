@@ -184,6 +184,9 @@ struct EngineStats {
   int64_t storage_promoted_pages = 0;
   int64_t storage_promotions_failed = 0;
   int64_t storage_promotions_skipped = 0;
+  // Promotions the cost model refused: reading would be slower than
+  // recomputing.
+  int64_t storage_refused_cost = 0;
 };
 
 // The storage tier (L3) as GetStats reports it.
@@ -202,6 +205,7 @@ struct StorageTierReport {
   int64_t evictions = 0;      // Pages the stores dropped for room.
   int64_t bytes_written = 0;
   int64_t bytes_read = 0;
+  double read_ns_per_byte = 0;  // The measured read cost (0: not yet).
 };
 
 // A namespace's quota and what it holds (HiCacheEngine::NamespaceQuotas),

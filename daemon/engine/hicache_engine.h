@@ -605,6 +605,10 @@ class HiCacheEngine : public TransferListener {
                                               const LoadBackOptions& options)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status OpenStorageTier();
+  // The cost model: whether reading `pages` pages from the stores (at the
+  // measured cost) is no slower than recomputing their tokens.
+  bool LoadBeatsRecomputeLocked(int64_t pages) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tokens past the tree's hit in `match` that the stores hold (whole
   // pages from the hit's end, which must be a page boundary).
   int64_t StorageHitLocked(absl::string_view ns,

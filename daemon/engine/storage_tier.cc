@@ -153,6 +153,9 @@ int64_t StorageTier::Read(absl::Span<const StoreKey> keys,
                           absl::Span<const int64_t> host_pages) {
   const size_t n = std::min({keys.size(), sources.size(), owners.size(),
                              host_pages.size()});
+  const Clock* clock =
+      options_.clock != nullptr ? options_.clock : Clock::Real();
+  const absl::Time start = clock->Now();
   const int64_t page_bytes = static_cast<int64_t>(geometry_.BytesPerPage());
   std::vector<std::vector<uint8_t>> bytes(n,
                                           std::vector<uint8_t>(page_bytes));
@@ -184,10 +187,23 @@ int64_t StorageTier::Read(absl::Span<const StoreKey> keys,
     }
     ++intact;
   }
+  const double read_bytes = static_cast<double>(n) * page_bytes;
+  const double ns = absl::ToDoubleNanoseconds(clock->Now() - start);
   MutexLock lock(&mu_);
+  if (n > 0) {
+    const double sample = ns / read_bytes;
+    read_ns_per_byte_ = read_ns_per_byte_ == 0
+                            ? sample
+                            : read_ns_per_byte_ + (sample - read_ns_per_byte_) / 8;
+  }
   stats_.pages_read += intact;
   stats_.read_failures += static_cast<int64_t>(n) - intact;
   return intact;
+}
+
+double StorageTier::ReadNsPerByte() const {
+  MutexLock lock(&mu_);
+  return read_ns_per_byte_;
 }
 
 StorageTier::Stats StorageTier::stats() const {

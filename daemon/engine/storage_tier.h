@@ -8,6 +8,7 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "daemon/core/clock.h"
 #include "daemon/core/daemon_config.h"
 #include "daemon/core/mutex.h"
 #include "daemon/layout/cp_layout.h"
@@ -43,6 +44,9 @@ class StorageTier {
   struct Options {
     std::vector<PageStore*> stores;  // One per CP rank (cp_size entries).
     int64_t max_queued_bytes = int64_t{256} << 20;
+    // Times reads for the bandwidth estimate (ReadNsPerByte). Not owned;
+    // nullptr: the real clock.
+    const Clock* clock = nullptr;
   };
   struct Stats {
     int64_t pages_queued = 0;    // Pages handed to the writer.
@@ -88,6 +92,11 @@ class StorageTier {
                absl::Span<const Rank> owners,
                absl::Span<const int64_t> host_pages) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The measured cost of reading from the stores, nanoseconds per byte
+  // (the whole Read call over its bytes, averaged with weight 1/8 for the
+  // newest read); 0 before the first read.
+  double ReadNsPerByte() const ABSL_LOCKS_EXCLUDED(mu_);
+
   // Blocks until every queued write has reached its store (tests, replay's
   // deterministic mode, shutdown).
   void Flush() ABSL_LOCKS_EXCLUDED(mu_);
@@ -120,6 +129,7 @@ class StorageTier {
   int64_t writing_ ABSL_GUARDED_BY(mu_) = 0;  // Jobs taken, not finished.
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   Stats stats_ ABSL_GUARDED_BY(mu_);
+  double read_ns_per_byte_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread writer_;
 };
 

@@ -438,7 +438,7 @@ absl::StatusOr<DaemonConfig> ConfigFromFlags() {
   config.state_dir = absl::GetFlag(FLAGS_state_dir);
   config.recovery_threads = absl::GetFlag(FLAGS_recovery_threads);
   config.journal_settle_ms = absl::GetFlag(FLAGS_journal_settle_ms);
-  StorageConfigFromFlags(&config.storage);
+  StorageConfigFromFlags(&config);
   config.kv_events.endpoint = absl::GetFlag(FLAGS_kv_events_endpoint);
   config.kv_events.replay_endpoint =
       absl::GetFlag(FLAGS_kv_events_replay_endpoint);

@@ -20,10 +20,19 @@ ABSL_FLAG(std::string, l3_io, "auto",
           "O_DIRECT, threads (pread/pwrite), or auto (io_uring where the "
           "kernel allows it).");
 ABSL_FLAG(int, l3_queue_depth, 64, "--l3_dir: I/Os in flight per rank.");
+ABSL_FLAG(int64_t, l3_recompute_ns_per_token,
+          hicache::DaemonConfig::kDefaultStorageRecomputeNsPerToken,
+          "--l3_dir: what recomputing one token's KV costs (ns). A load from "
+          "the storage tier whose reads, at their measured cost, would take "
+          "longer than recomputing its tokens is not started (counted as "
+          "refused). 0: always load.");
 
 namespace hicache {
 
-void StorageConfigFromFlags(DaemonConfig::Storage* storage) {
+void StorageConfigFromFlags(DaemonConfig* config) {
+  DaemonConfig::Storage* storage = &config->storage;
+  config->storage_recompute_ns_per_token =
+      absl::GetFlag(FLAGS_l3_recompute_ns_per_token);
   storage->dir = absl::GetFlag(FLAGS_l3_dir);
   storage->pages_per_rank = absl::GetFlag(FLAGS_l3_pages);
   storage->io = absl::GetFlag(FLAGS_l3_io);

@@ -5,7 +5,8 @@
 namespace hicache {
 
 // The storage tier's flags (--l3_dir, --l3_pages, --l3_io,
-// --l3_queue_depth; docs/storage-tier.md), into `storage`.
-void StorageConfigFromFlags(DaemonConfig::Storage* storage);
+// --l3_queue_depth, --l3_recompute_ns_per_token; docs/storage-tier.md),
+// into `config`.
+void StorageConfigFromFlags(DaemonConfig* config);
 
 }  // namespace hicache

@@ -209,7 +209,12 @@ void AddStorage(const StorageTierReport& r, const EngineStats& s,
             "promotions failed or skipped.")
       .Sample(s.storage_promoted_pages, {{"outcome", "promoted_pages"}})
       .Sample(s.storage_promotions_failed, {{"outcome", "failed"}})
-      .Sample(s.storage_promotions_skipped, {{"outcome", "skipped"}});
+      .Sample(s.storage_promotions_skipped, {{"outcome", "skipped"}})
+      .Sample(s.storage_refused_cost, {{"outcome", "refused_cost"}});
+  f.Gauge("hicache_storage_read_ns_per_byte",
+          "The storage tier's measured read cost (0 before the first read), "
+          "which the cost model weighs against recomputing.")
+      .Sample(r.read_ns_per_byte);
 }
 
 // Hot restart (--state_dir): only when it is on.

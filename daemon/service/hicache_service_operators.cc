@@ -359,6 +359,8 @@ grpc::Status HiCacheService::Stats(grpc::ServerContext* context,
     storage->set_promoted_pages(s.storage_promoted_pages);
     storage->set_promotions_failed(s.storage_promotions_failed);
     storage->set_promotions_skipped(s.storage_promotions_skipped);
+    storage->set_refused_cost(s.storage_refused_cost);
+    storage->set_read_ns_per_byte(st.read_ns_per_byte);
   }
   if (const HostTierPersistence p = engine_->Persistence(); p.enabled) {
     v1::HostTierPersistence* persistence = out->mutable_persistence();

@@ -42,6 +42,7 @@ constexpr const char* kCarriedFields[] = {
     "state_dir",
     "recovery_threads",
     "journal_settle_ms",  // EngineOptions::journal_settle.
+    "storage_recompute_ns_per_token",
 };
 constexpr const char* kDaemonOnlyFields[] = {
     "backend",  // MakeBackend (daemon/main) builds the Backend.
@@ -135,6 +136,7 @@ DaemonConfig NonDefaultConfig() {
   config.state_dir = "/var/lib/hicached";
   config.recovery_threads = 5;
   config.journal_settle_ms = 70;
+  config.storage_recompute_ns_per_token = 1234;
   return config;
 }
 
@@ -162,6 +164,7 @@ TEST(EngineOptionsTest, CarriesEveryConfigurationField) {
   EXPECT_EQ(o.state_dir, "/var/lib/hicached");
   EXPECT_EQ(o.recovery_threads, 5);
   EXPECT_EQ(o.journal_settle, absl::Milliseconds(70));
+  EXPECT_EQ(o.storage_recompute_ns_per_token, 1234);
   // Wiring is the caller's.
   const EngineOptions defaults;
   EXPECT_EQ(o.clock, nullptr);
@@ -182,7 +185,8 @@ auto Configuration(const EngineOptions& o) {
       o.eviction_policy, o.load_back_threshold_tokens, o.l1_free_room_pages,
       o.l2_free_room_pages, o.namespace_quotas, o.transfer_workers,
       o.state_dir,
-      o.recovery_threads, o.journal_settle);
+      o.recovery_threads, o.journal_settle,
+      o.storage_recompute_ns_per_token);
 }
 
 TEST(EngineOptionsTest, DefaultsMatchTheDaemonsDefaults) {

@@ -4,9 +4,11 @@
 // writes and flipped bits (misses, never a wrong byte, nothing leaked), a
 // store shared by every rank, a restart on the same store files, several
 // scheduler threads at once, and the configurations the engine refuses.
+#include <map>
 #include <memory>
 #include <vector>
 
+#include "daemon/core/clock.h"
 #include "daemon/engine/hicache_engine.h"
 #include "daemon/storage/faulty_block_io.h"
 #include "daemon/storage/file_page_store.h"
@@ -56,8 +58,14 @@ Stores OpenStores(const std::string& dir, uint32_t cp, bool shared,
 
 // The daemon's defaults but small pools: the host tier overflows into L3.
 absl::StatusOr<std::unique_ptr<HiCacheEngine>> MakeEngine(
-    uint32_t cp, const std::vector<PageStore*>& storage) {
+    uint32_t cp, const std::vector<PageStore*>& storage,
+    const Clock* clock = nullptr,
+    // The cost model off: these tests check bytes, and the model's
+    // decisions follow the measured (real) read time.
+    int64_t recompute_ns_per_token = 0) {
   EngineOptions o;
+  o.clock = clock;
+  o.storage_recompute_ns_per_token = recompute_ns_per_token;
   o.page_size = kP;
   o.cp_size = cp;
   o.kv_preset = kPreset;
@@ -178,6 +186,64 @@ TEST(StorageTierConcurrencyTest, ManyThreadsOneEngine) {
   (*engine)->storage()->Flush();
   EXPECT_TRUE((*engine)->CheckInvariants().ok());
   EXPECT_EQ((*engine)->DeviceAllocatedPages(), (*engine)->TreeDevicePages());
+}
+
+// A device as slow as we like: every batch of I/O advances a fake clock by
+// `per_batch` before it is submitted, so the engine measures that cost.
+class SlowBlockIo final : public BlockIo {
+ public:
+  SlowBlockIo(std::unique_ptr<BlockIo> inner, FakeClock* clock,
+              absl::Duration per_batch)
+      : inner_(std::move(inner)), clock_(clock), per_batch_(per_batch) {}
+  void Submit(std::vector<BlockIoOp> ops, BlockIoDone done) override {
+    clock_->Advance(per_batch_);
+    inner_->Submit(std::move(ops), std::move(done));
+  }
+  std::string Describe() const override { return "slow"; }
+
+ private:
+  std::unique_ptr<BlockIo> inner_;
+  FakeClock* clock_;
+  absl::Duration per_batch_;
+};
+
+// The cost model: once a read has shown the storage tier to be slower than
+// recomputing (here 1 s per read against 1 us per token), promotions are
+// refused and counted; with the cost model off they go on.
+TEST(StorageTierCostModelTest, LoadsSlowerThanRecomputeAreRefused) {
+  std::map<int64_t, int64_t> promoted;  // By recompute cost.
+  for (const int64_t recompute : {int64_t{1000}, int64_t{0}}) {
+    SCOPED_TRACE(absl::StrCat("recompute ", recompute, " ns/token"));
+    testing::TempDir dir;
+    FakeClock clock;
+    const KvGeometry g = *KvGeometry::Preset(kPreset, kP);
+    FilePageStoreOptions o;
+    o.directory = dir.Child("l3");
+    o.page_bytes = static_cast<int64_t>(g.BytesPerPage());
+    o.capacity_pages = 4096;
+    o.wrap_io = [&clock](std::unique_ptr<BlockIo> inner)
+        -> std::unique_ptr<BlockIo> {
+      return std::make_unique<SlowBlockIo>(std::move(inner), &clock,
+                                           absl::Seconds(1));
+    };
+    auto store = FilePageStore::Open(std::move(o));
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto engine = MakeEngine(1, {store->get()}, &clock, recompute);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    Driver driver(engine->get(), 31, "");
+    ASSERT_NO_FATAL_FAILURE(Drive(**engine, driver, 1500));
+    const EngineStats stats = (*engine)->Stats();
+    // At least one read went ahead (the cost was unknown) and measured it.
+    EXPECT_GT(stats.storage_promoted_pages, 0);
+    EXPECT_GT((*engine)->storage()->ReadNsPerByte(), 1000.0);
+    if (recompute > 0) {
+      EXPECT_GT(stats.storage_refused_cost, 0);
+    } else {
+      EXPECT_EQ(stats.storage_refused_cost, 0);
+    }
+    promoted[recompute] = stats.storage_promoted_pages;
+  }
+  EXPECT_LT(promoted[1000], promoted[0]);
 }
 
 TEST(StorageTierConfigTest, RefusesStoresThatDoNotFit) {

@@ -91,6 +91,8 @@ class StorageTierStats:
     promoted_pages: int = 0
     promotions_failed: int = 0
     promotions_skipped: int = 0
+    refused_cost: int = 0
+    read_ns_per_byte: float = 0.0
 
 
 @dataclass(frozen=True)
