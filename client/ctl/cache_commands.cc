@@ -451,6 +451,23 @@ int RunCacheStats(const CommandContext& c) {
           p.journal_backlog_events(), p.journal_not_durable_records());
     }
   }
+  if (s.has_storage() && s.storage().enabled()) {
+    const v1::StorageTierStats& t = s.storage();
+    *c.out << absl::StrFormat(
+        "storage    %d of %d pages; %d tokens hit past the host tier; %d "
+        "pages promoted (%d promotions failed, %d skipped, %d refused by "
+        "the cost model at %.2f ns/byte)\n"
+        "storage    %d pages written (%d dropped, %d failed), %d read (%d "
+        "failed, %d checksum failures), %d evicted\n",
+        t.used_pages(), t.capacity_pages(), s.storage_hit_tokens(),
+        t.promoted_pages(), t.promotions_failed(), t.promotions_skipped(),
+        t.refused_cost(), t.read_ns_per_byte(), t.pages_written(),
+        t.pages_dropped(), t.write_errors(), t.pages_read(),
+        t.read_failures(), t.checksum_failures(), t.evictions());
+    for (const std::string& store : t.stores()) {
+      *c.out << "storage    " << store << "\n";
+    }
+  }
   *c.out << "lane  device free  release  used   host free  used\n";
   for (const v1::LaneStats& l : s.lanes()) {
     *c.out << absl::StrFormat("%-5d %11d  %7d  %5d   %9d  %4d\n", l.lane(),

@@ -840,3 +840,27 @@ TEST(ShmNamesTest, InstanceOfSegment) {
 
 }  // namespace
 }  // namespace hicache::ctl
+
+namespace hicache::ctl {
+namespace {
+
+// `hicachectl cache-stats` shows the storage tier when there is one.
+TEST(StorageCliTest, CacheStatsShowsTheStorageTier) {
+  testing::TempDir dir;
+  const std::string socket = dir.Child("d.sock");
+  DaemonConfig config;
+  config.cp_size = 2;
+  config.storage.dir = dir.Child("l3");
+  config.storage.pages_per_rank = 64;
+  auto server = DaemonServer::Start(config, socket, Clock::Real());
+  ASSERT_TRUE(server.ok()) << server.status();
+  CliResult r = Cli({"--socket=" + socket, "cache-stats"});
+  EXPECT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("storage    0 of 128 pages"));
+  EXPECT_THAT(r.out, HasSubstr("rank1.data, 64 pages"));
+  r = Cli({"--socket=" + socket, "--json", "cache-stats"});
+  EXPECT_THAT(r.out, HasSubstr("\"capacity_pages\":\"128\""));
+}
+
+}  // namespace
+}  // namespace hicache::ctl
