@@ -330,6 +330,18 @@ absl::Status DaemonConfig::Validate() const {
           "a multi-daemon CP group does not persist yet");
     }
   }
+  if (!storage.dir.empty() && !storage.redis_address.empty()) {
+    return absl::InvalidArgumentError(
+        "l3_dir and l3_redis are exclusive: one storage tier, local or "
+        "shared");
+  }
+  if (!storage.redis_address.empty() &&
+      (cp_group.enabled() ||
+       (served_ranks.size() != 0 && served_ranks.size() != cp_size))) {
+    return absl::InvalidArgumentError(
+        "the storage tier needs every rank served by this daemon: a "
+        "multi-daemon CP group has no storage tier yet");
+  }
   if (!storage.dir.empty()) {
     if (storage.dir[0] != '/') {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -174,10 +174,15 @@ struct DaemonConfig {
   int journal_settle_ms = kDefaultJournalSettleMs;
   // The storage tier (L3, docs/storage-tier.md): a file store per rank in
   // storage.dir (created 0700 if absent), of storage.pages_per_rank pages,
-  // below the host tier. Empty dir: no storage tier.
+  // below the host tier, or a shared Redis store. Neither: no storage tier.
   struct Storage {
     std::string dir;
     int64_t pages_per_rank = 0;
+    // Or a store shared between nodes: a Redis/Valkey server or cluster
+    // ("unix:/path", "host:port"), keys under redis_key_prefix. Exclusive
+    // with dir.
+    std::string redis_address;
+    std::string redis_key_prefix = "hicache:";
     std::string io = "auto";  // auto (io_uring, else threads), io_uring, threads
     int queue_depth = 64;     // 1..4096
   } storage;

@@ -252,8 +252,11 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(
         OpenStorageStores(config, *geometry);
     if (!stores.ok()) return stores.status();
     daemon->stores_ = *std::move(stores);
-    for (const auto& store : daemon->stores_) {
-      engine_options.storage.push_back(store.get());
+    for (uint32_t r = 0; r < config.cp_size && !daemon->stores_.empty();
+         ++r) {
+      // One store per rank, or one shared by every rank.
+      engine_options.storage.push_back(
+          daemon->stores_[daemon->stores_.size() == 1 ? 0 : r].get());
     }
   }
   engine_options.clock = clock;

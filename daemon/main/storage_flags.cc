@@ -20,6 +20,15 @@ ABSL_FLAG(std::string, l3_io, "auto",
           "O_DIRECT, threads (pread/pwrite), or auto (io_uring where the "
           "kernel allows it).");
 ABSL_FLAG(int, l3_queue_depth, 64, "--l3_dir: I/Os in flight per rank.");
+ABSL_FLAG(std::string, l3_redis, "",
+          "A storage tier (L3) shared between nodes instead of --l3_dir: a "
+          "Redis or Valkey server or cluster, \"unix:/path/to/socket\" or "
+          "\"host:port\". Daemons of one KV layout find each other's "
+          "prefixes there. Size it with the server's maxmemory and an "
+          "allkeys-lru policy.");
+ABSL_FLAG(std::string, l3_redis_key_prefix, "hicache:",
+          "--l3_redis: the prefix of every key (a deployment's own key "
+          "space on a shared server).");
 ABSL_FLAG(int64_t, l3_recompute_ns_per_token,
           hicache::DaemonConfig::kDefaultStorageRecomputeNsPerToken,
           "--l3_dir: what recomputing one token's KV costs (ns). A load from "
@@ -37,6 +46,8 @@ void StorageConfigFromFlags(DaemonConfig* config) {
   storage->pages_per_rank = absl::GetFlag(FLAGS_l3_pages);
   storage->io = absl::GetFlag(FLAGS_l3_io);
   storage->queue_depth = absl::GetFlag(FLAGS_l3_queue_depth);
+  storage->redis_address = absl::GetFlag(FLAGS_l3_redis);
+  storage->redis_key_prefix = absl::GetFlag(FLAGS_l3_redis_key_prefix);
 }
 
 }  // namespace hicache

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/storage/file_page_store.h"
+#include "daemon/storage/redis_page_store.h"
 #include "spdlog/spdlog.h"
 
 namespace hicache {
@@ -15,6 +16,18 @@ absl::StatusOr<std::vector<std::unique_ptr<PageStore>>> OpenStorageStores(
     const DaemonConfig& config, const KvGeometry& geometry) {
   std::vector<std::unique_ptr<PageStore>> stores;
   const DaemonConfig::Storage& s = config.storage;
+  if (!s.redis_address.empty()) {
+    // One shared store: every rank's pages under the same keys scheme.
+    absl::StatusOr<std::unique_ptr<RedisPageStore>> redis =
+        RedisPageStore::Open(
+            {.address = s.redis_address,
+             .key_prefix = s.redis_key_prefix,
+             .page_bytes = static_cast<int64_t>(geometry.BytesPerPage())});
+    if (!redis.ok()) return redis.status();
+    spdlog::info("storage tier: {}", (*redis)->Describe());
+    stores.push_back(*std::move(redis));
+    return stores;
+  }
   if (s.dir.empty()) return stores;
   if (::mkdir(s.dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return absl::UnavailableError(absl::StrCat(

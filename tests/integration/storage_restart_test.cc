@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "tests/integration/hot_restart_fixture.h"
+#include "tests/testing/redis_server.h"
 #include "tests/testing/subprocess.h"
 
 namespace hicache::hot_restart {
@@ -117,6 +118,43 @@ TEST_F(StorageRestartTest, StoredPrefixesSurviveSigkillByteExact) {
   const std::optional<v1::MatchResult> other = PeekMatch(Prefix(0));
   ASSERT_TRUE(other.has_value());
   EXPECT_EQ(other->storage_hit_tokens(), 0);
+}
+
+// The shared tier (issue 28, "Shared tier"): daemon A, C = 2, with
+// --l3_redis on a private redis-server stores prefixes and stops; daemon B,
+// another instance with an empty tree and host tier, started on the same
+// store, finds each prefix there and loads it byte-exact on both ranks.
+TEST_F(StorageRestartTest, ASharedStoreServesAnotherDaemonsPrefixes) {
+  auto redis = testing::RedisServer::Start();
+  ASSERT_TRUE(redis.ok()) << redis.status();
+  auto flags = [&](const std::string& instance) {
+    std::vector<std::string> f = WithFlag(Flags(2), "--state_dir", "");
+    f = WithFlag(f, "--instance", instance);
+    f.push_back("--l3_redis=" + (*redis)->address());
+    f.push_back("--l3_recompute_ns_per_token=0");
+    return f;
+  };
+  ASSERT_NO_FATAL_FAILURE(Start(flags(instance_)));
+  ASSERT_EQ(Stats().storage().stores_size(), 1);  // Shared by both ranks.
+  for (int i = 0; i < kPrefixes; ++i) ASSERT_NE(Request(Prefix(i)), 0u) << i;
+  ASSERT_NO_FATAL_FAILURE(WaitStored(kPrefixes * kPages));
+  ASSERT_NO_FATAL_FAILURE(Stop(SIGTERM, 0));
+
+  ASSERT_NO_FATAL_FAILURE(Start(flags(instance_ + "-b")));
+  EXPECT_EQ(Stats().nodes(), 0);
+  for (int i = 0; i < kPrefixes; ++i) {
+    SCOPED_TRACE(absl::StrCat("prefix ", i));
+    const std::vector<int32_t> tokens = Prefix(i);
+    const std::optional<v1::MatchResult> match = PeekMatch(tokens);
+    ASSERT_TRUE(match.has_value());
+    EXPECT_EQ(match->storage_hit_tokens(),
+              static_cast<int64_t>(tokens.size()));
+    ASSERT_NO_FATAL_FAILURE(LoadAndVerify(tokens));
+  }
+  const v1::CacheStats loaded = Stats();
+  EXPECT_EQ(loaded.storage().promoted_pages(), kPrefixes * kPages);
+  EXPECT_EQ(loaded.storage().checksum_failures(), 0);
+  ASSERT_NO_FATAL_FAILURE(Stop(SIGTERM, 0));
 }
 
 }  // namespace
