@@ -35,16 +35,46 @@ uint64_t Checksum(const uint8_t* bytes, int64_t n) {
 
 }  // namespace
 
-// One slot's worth of aligned memory for O_DIRECT.
+// One slot's worth of aligned memory for O_DIRECT, taken from the store's
+// spare buffers and given back when dropped (a fresh allocation of a large
+// page costs an mmap, page faults and an munmap per I/O).
 struct FilePageStore::Buffer {
-  explicit Buffer(int64_t bytes)
-      : data(static_cast<uint8_t*>(
-            std::aligned_alloc(kBlockIoAlignment, static_cast<size_t>(bytes)))) {}
-  ~Buffer() { std::free(data); }
-  Buffer(Buffer&& other) noexcept : data(std::exchange(other.data, nullptr)) {}
+  explicit Buffer(FilePageStore* store)
+      : store(store), data(store->TakeBuffer()) {}
+  ~Buffer() {
+    if (data != nullptr) store->GiveBuffer(data);
+  }
+  Buffer(Buffer&& other) noexcept
+      : store(other.store), data(std::exchange(other.data, nullptr)) {}
   Buffer(const Buffer&) = delete;
+  FilePageStore* store;
   uint8_t* data;
 };
+
+uint8_t* FilePageStore::TakeBuffer() {
+  {
+    MutexLock lock(&buffers_mu_);
+    if (!spare_.empty()) {
+      uint8_t* b = spare_.back();
+      spare_.pop_back();
+      return b;
+    }
+  }
+  return static_cast<uint8_t*>(
+      std::aligned_alloc(kBlockIoAlignment, static_cast<size_t>(slot_bytes_)));
+}
+
+void FilePageStore::GiveBuffer(uint8_t* buffer) {
+  {
+    MutexLock lock(&buffers_mu_);
+    // Enough for the I/Os in flight, twice over; the rest go back.
+    if (spare_.size() < 2 * static_cast<size_t>(options_.queue_depth)) {
+      spare_.push_back(buffer);
+      return;
+    }
+  }
+  std::free(buffer);
+}
 
 absl::StatusOr<std::unique_ptr<FilePageStore>> FilePageStore::Open(
     FilePageStoreOptions options) {
@@ -169,7 +199,12 @@ FilePageStore::FilePageStore(FilePageStoreOptions options, int fd, bool direct,
       slot_bytes_(slot_bytes) {}
 
 FilePageStore::~FilePageStore() {
-  io_.reset();  // Drains: every completion has run.
+  io_.reset();  // Drains: every completion has run, every buffer is back.
+  {
+    MutexLock lock(&buffers_mu_);
+    for (uint8_t* b : spare_) std::free(b);
+    spare_.clear();
+  }
   {
     MutexLock lock(&mu_);
     index_.reset();  // Flushes the log.
@@ -243,7 +278,7 @@ void FilePageStore::Put(std::vector<StorePut> puts, StoreDone done) {
   std::vector<BlockIoOp> ops;
   for (size_t j = 0; j < items.size(); ++j) {
     const absl::Span<const uint8_t> bytes = puts[items[j]].bytes;
-    Buffer& b = buffers->emplace_back(slot_bytes_);
+    Buffer& b = buffers->emplace_back(this);
     std::memcpy(b.data, bytes.data(), bytes.size());
     std::memset(b.data + bytes.size(), 0, slot_bytes_ - bytes.size());
     checksums.push_back(Checksum(b.data, options_.page_bytes));
@@ -322,7 +357,7 @@ void FilePageStore::Get(std::vector<StoreGet> gets, StoreDone done) {
   buffers->reserve(items.size());
   std::vector<BlockIoOp> ops;
   for (size_t j = 0; j < items.size(); ++j) {
-    Buffer& b = buffers->emplace_back(slot_bytes_);
+    Buffer& b = buffers->emplace_back(this);
     ops.push_back(BlockIoOp{BlockIoOp::Kind::kRead,
                             entries[j].slot * slot_bytes_, b.data,
                             static_cast<size_t>(slot_bytes_)});

@@ -73,6 +73,8 @@ class FilePageStore final : public PageStore {
 
  private:
   struct Buffer;
+  uint8_t* TakeBuffer() ABSL_LOCKS_EXCLUDED(buffers_mu_);
+  void GiveBuffer(uint8_t* buffer) ABSL_LOCKS_EXCLUDED(buffers_mu_);
 
   FilePageStore(FilePageStoreOptions options, int fd, bool direct,
                 int64_t slot_bytes);
@@ -90,6 +92,8 @@ class FilePageStore final : public PageStore {
   mutable Mutex mu_;
   std::unique_ptr<StoreIndex> index_ ABSL_GUARDED_BY(mu_);
   PageStoreStats stats_ ABSL_GUARDED_BY(mu_);
+  Mutex buffers_mu_;  // Lock order: mu_ is never held while taking it.
+  std::vector<uint8_t*> spare_ ABSL_GUARDED_BY(buffers_mu_);
   // Declared last: destroyed first, so it drains before the index goes.
   std::unique_ptr<BlockIo> io_;
 };
