@@ -368,6 +368,11 @@ absl::Status DaemonConfig::Validate() const {
           "l3_queue_depth must be in [1, 4096], got ", storage.queue_depth));
     }
   }
+  if (storage_prefetch_timeout_ms < 0 || storage_prefetch_timeout_ms > 60000) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "l3_prefetch_timeout_ms must be in [0, 60000], got ",
+        storage_prefetch_timeout_ms));
+  }
   if (storage_recompute_ns_per_token < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "l3_recompute_ns_per_token must be >= 0, got ",

@@ -190,6 +190,10 @@ struct DaemonConfig {
   // (at the measured read cost) would take longer than recomputing its
   // tokens at this cost; 0 turns the cost model off.
   int64_t storage_recompute_ns_per_token = kDefaultStorageRecomputeNsPerToken;
+  // How loads wait for the storage tier's pages (PrefetchPolicy), and how
+  // long under kTimeout (0..60000 ms).
+  PrefetchPolicy storage_prefetch = PrefetchPolicy::kWaitComplete;
+  int storage_prefetch_timeout_ms = 100;
   // KV events for cluster routers (docs/kv-events.md), in vLLM's ZMQ
   // format: off while kv_events_endpoint is empty.
   struct KvEvents {

@@ -73,6 +73,33 @@ absl::string_view PolicyName(EvictionPolicy policy) {
   return "unknown";
 }
 
+absl::string_view PolicyName(PrefetchPolicy policy) {
+  switch (policy) {
+    case PrefetchPolicy::kWaitComplete:
+      return "wait_complete";
+    case PrefetchPolicy::kBestEffort:
+      return "best_effort";
+    case PrefetchPolicy::kTimeout:
+      return "timeout";
+  }
+  return "unknown";
+}
+
+template <>
+absl::StatusOr<PrefetchPolicy> ParsePolicy<PrefetchPolicy>(
+    absl::string_view name) {
+  return Parse(name, "prefetch policy", kPrefetchPolicies);
+}
+
+bool AbslParseFlag(absl::string_view text, PrefetchPolicy* policy,
+                   std::string* error) {
+  return ParseFlag(text, policy, error);
+}
+
+std::string AbslUnparseFlag(PrefetchPolicy policy) {
+  return std::string(PolicyName(policy));
+}
+
 template <>
 absl::StatusOr<WritePolicy> ParsePolicy<WritePolicy>(absl::string_view name) {
   return Parse(name, "write policy", kWritePolicies);

@@ -44,6 +44,19 @@ enum class EvictionPolicy {
 };
 
 // Every value, in declaration order (tests, help texts).
+// How a load waits for the pages the storage tier (L3) holds past the
+// tree's hit (docs/storage-tier.md §1), SGLang's prefetch policies.
+enum class PrefetchPolicy {
+  kWaitComplete,  // The load reads them first, however long that takes.
+  kBestEffort,    // The reads start in the background; the load does not
+                  // wait (a later load finds them in the host tier).
+  kTimeout,       // As kBestEffort, but the load waits up to a timeout.
+};
+
+inline constexpr std::array<PrefetchPolicy, 3> kPrefetchPolicies = {
+    PrefetchPolicy::kWaitComplete, PrefetchPolicy::kBestEffort,
+    PrefetchPolicy::kTimeout};
+
 inline constexpr std::array<WritePolicy, 4> kWritePolicies = {
     WritePolicy::kWriteThrough, WritePolicy::kWriteThroughSelective,
     WritePolicy::kWriteBack, WritePolicy::kWriteAhead};
@@ -57,6 +70,7 @@ inline constexpr std::array<EvictionPolicy, 6> kEvictionPolicies = {
 // reports. "unknown" for a value outside the enum.
 absl::string_view PolicyName(WritePolicy policy);
 absl::string_view PolicyName(EvictionPolicy policy);
+absl::string_view PolicyName(PrefetchPolicy policy);
 
 // The inverse of PolicyName (exact, case-sensitive), or INVALID_ARGUMENT
 // "unknown write policy 'x'; expected write_through, write_through_selective
@@ -69,6 +83,12 @@ absl::StatusOr<WritePolicy> ParsePolicy<WritePolicy>(absl::string_view name);
 template <>
 absl::StatusOr<EvictionPolicy> ParsePolicy<EvictionPolicy>(
     absl::string_view name);
+template <>
+absl::StatusOr<PrefetchPolicy> ParsePolicy<PrefetchPolicy>(
+    absl::string_view name);
+bool AbslParseFlag(absl::string_view text, PrefetchPolicy* policy,
+                   std::string* error);
+std::string AbslUnparseFlag(PrefetchPolicy policy);
 
 // Abseil flag marshalling, so --write_policy=x fails at flag parsing with the
 // list of valid values.

@@ -23,7 +23,7 @@ absl::StatusOr<LoadResult> HiCacheEngine::LoadBack(
     const LoadBackOptions& load_options) {
   const int64_t promoted =
       storage_ != nullptr && load_options.extend_tokens >= 0
-          ? PromoteFromStorage(ns, tokens)
+          ? PromoteForLoad(ns, tokens)
           : 0;
   absl::StatusOr<LoadResult> result =
       LoadBackFromHost(ns, tokens, load_options);

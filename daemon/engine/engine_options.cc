@@ -15,6 +15,9 @@ EngineOptions EngineOptionsFrom(const DaemonConfig& config) {
   options.journal_settle = absl::Milliseconds(config.journal_settle_ms);
   options.storage_recompute_ns_per_token =
       config.storage_recompute_ns_per_token;
+  options.storage_prefetch = config.storage_prefetch;
+  options.storage_prefetch_timeout =
+      absl::Milliseconds(config.storage_prefetch_timeout_ms);
   options.device_pages_per_rank =
       static_cast<int64_t>(config.device_pages_per_rank);
   options.host_pages_per_rank =

@@ -79,6 +79,8 @@ struct EngineOptions {
   // The storage tier's cost model: see DaemonConfig.
   int64_t storage_recompute_ns_per_token =
       DaemonConfig::kDefaultStorageRecomputeNsPerToken;
+  PrefetchPolicy storage_prefetch = PrefetchPolicy::kWaitComplete;
+  absl::Duration storage_prefetch_timeout = absl::Milliseconds(100);
   absl::Duration journal_settle =
       absl::Milliseconds(DaemonConfig::kDefaultJournalSettleMs);
 

@@ -42,7 +42,31 @@ absl::Status HiCacheEngine::OpenStorageTier() {
   for (const std::string& store : storage_->Describe()) {
     spdlog::info("storage tier: {}", store);
   }
+  if (options_.storage_prefetch != PrefetchPolicy::kWaitComplete) {
+    prefetcher_ = std::make_unique<StoragePrefetcher>(
+        [this](absl::string_view ns, absl::Span<const int32_t> tokens) {
+          return PromoteFromStorage(ns, tokens);
+        },
+        /*max_queued=*/256);
+  }
   return absl::OkStatus();
+}
+
+int64_t HiCacheEngine::PromoteForLoad(absl::string_view ns,
+                                      absl::Span<const int32_t> tokens) {
+  if (prefetcher_ == nullptr) return PromoteFromStorage(ns, tokens);
+  {
+    // Only loads that have something to fetch queue one.
+    MutexLock lock(&mu_);
+    absl::StatusOr<MatchResult> match =
+        tree_->MatchPrefix(ns, tokens, {.record_hit = false});
+    if (!match.ok() || StorageHitLocked(ns, tokens, *match) == 0) return 0;
+  }
+  const uint64_t id = prefetcher_->Start(ns, tokens);
+  if (id == 0 || options_.storage_prefetch == PrefetchPolicy::kBestEffort) {
+    return 0;
+  }
+  return prefetcher_->Wait(id, options_.storage_prefetch_timeout).value_or(0);
 }
 
 void HiCacheEngine::StoreHostCopyLocked(NodeId node) {
@@ -110,6 +134,12 @@ StorageTierReport HiCacheEngine::StorageReport() const {
   r.bytes_written = s.put_bytes;
   r.bytes_read = s.get_bytes;
   r.read_ns_per_byte = storage_->ReadNsPerByte();
+  if (prefetcher_ != nullptr) {
+    const StoragePrefetcher::Stats p = prefetcher_->stats();
+    r.prefetches_started = p.started;
+    r.prefetches_dropped = p.dropped;
+    r.prefetch_waits_timed_out = p.waits_timed_out;
+  }
   return r;
 }
 

@@ -206,6 +206,11 @@ struct StorageTierReport {
   int64_t bytes_written = 0;
   int64_t bytes_read = 0;
   double read_ns_per_byte = 0;  // The measured read cost (0: not yet).
+  // Prefetch policies other than wait_complete: promotions queued, dropped
+  // (the queue was full), and loads whose wait ran out (timeout).
+  int64_t prefetches_started = 0;
+  int64_t prefetches_dropped = 0;
+  int64_t prefetch_waits_timed_out = 0;
 };
 
 // A namespace's quota and what it holds (HiCacheEngine::NamespaceQuotas),

@@ -166,6 +166,7 @@ HiCacheEngine::HiCacheEngine(const EngineOptions& options, CpLayout layout,
       l2_free_room_(options.l2_free_room_pages) {}
 
 HiCacheEngine::~HiCacheEngine() {
+  prefetcher_.reset();  // Its promotions use everything below.
   if (write_ahead_thread_.joinable()) {
     {
       MutexLock lock(&mu_);

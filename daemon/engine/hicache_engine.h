@@ -21,6 +21,7 @@
 #include "daemon/engine/engine_types.h"
 #include "daemon/engine/host_tier_recorder.h"
 #include "daemon/engine/host_tier_recovery.h"
+#include "daemon/engine/storage_prefetcher.h"
 #include "daemon/engine/storage_tier.h"
 #include "daemon/persist/journal_writer.h"
 #include "daemon/pool/page_key_store.h"
@@ -365,6 +366,11 @@ class HiCacheEngine : public TransferListener {
   const KvGeometry& geometry() const { return geometry_; }
   // The storage tier (L3), or nullptr without one.
   StorageTier* storage() const { return storage_.get(); }
+  // Blocks until no promotion from the storage tier is queued or running
+  // (prefetch policies best_effort and timeout; tests and replays).
+  void WaitForPrefetches() ABSL_LOCKS_EXCLUDED(mu_) {
+    if (prefetcher_ != nullptr) prefetcher_->WaitIdle();
+  }
   // What the storage tier holds and did (enabled false without one).
   StorageTierReport StorageReport() const ABSL_LOCKS_EXCLUDED(mu_);
   const RankPools& pools() const { return *pools_; }
@@ -623,6 +629,13 @@ class HiCacheEngine : public TransferListener {
   int64_t PromoteFromStorage(absl::string_view ns,
                              absl::Span<const int32_t> tokens)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // PromoteFromStorage as the prefetch policy says: in this call
+  // (wait_complete), or on the prefetcher's thread, waited for up to the
+  // timeout (timeout) or not at all (best_effort). The tokens promoted in
+  // time for this load.
+  int64_t PromoteForLoad(absl::string_view ns,
+                         absl::Span<const int32_t> tokens)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const EngineOptions options_;
   const CpLayout layout_;
@@ -634,6 +647,9 @@ class HiCacheEngine : public TransferListener {
   std::unique_ptr<TransferEngine> transfer_;
   // Set once in Create; thread-safe itself.
   std::unique_ptr<StorageTier> storage_;
+  // Promotions off the caller's thread (best_effort and timeout); stopped
+  // first in the destructor.
+  std::unique_ptr<StoragePrefetcher> prefetcher_;
   // Hot restart (engine_persistence.cc); null without a state_dir. The
   // recorder writes to the journal: destroyed first.
   // The host pages' keys, kept in shared memory (declared before the

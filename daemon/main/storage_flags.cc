@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "daemon/core/policies.h"
 
 ABSL_FLAG(std::string, l3_dir, "",
           "The storage tier (L3) below the host pool: a directory (absolute, "
@@ -20,6 +21,14 @@ ABSL_FLAG(std::string, l3_io, "auto",
           "O_DIRECT, threads (pread/pwrite), or auto (io_uring where the "
           "kernel allows it).");
 ABSL_FLAG(int, l3_queue_depth, 64, "--l3_dir: I/Os in flight per rank.");
+ABSL_FLAG(hicache::PrefetchPolicy, l3_prefetch,
+          hicache::PrefetchPolicy::kWaitComplete,
+          "How a load waits for the pages the storage tier holds past the "
+          "tree's hit: wait_complete (read them first), best_effort (read "
+          "them in the background, do not wait: a later load finds them in "
+          "the host tier) or timeout (wait up to --l3_prefetch_timeout_ms).");
+ABSL_FLAG(int, l3_prefetch_timeout_ms, 100,
+          "--l3_prefetch=timeout: the longest a load waits for its reads.");
 ABSL_FLAG(std::string, l3_redis, "",
           "A storage tier (L3) shared between nodes instead of --l3_dir: a "
           "Redis or Valkey server or cluster, \"unix:/path/to/socket\" or "
@@ -40,6 +49,9 @@ namespace hicache {
 
 void StorageConfigFromFlags(DaemonConfig* config) {
   DaemonConfig::Storage* storage = &config->storage;
+  config->storage_prefetch = absl::GetFlag(FLAGS_l3_prefetch);
+  config->storage_prefetch_timeout_ms =
+      absl::GetFlag(FLAGS_l3_prefetch_timeout_ms);
   config->storage_recompute_ns_per_token =
       absl::GetFlag(FLAGS_l3_recompute_ns_per_token);
   storage->dir = absl::GetFlag(FLAGS_l3_dir);

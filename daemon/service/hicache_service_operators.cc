@@ -361,6 +361,9 @@ grpc::Status HiCacheService::Stats(grpc::ServerContext* context,
     storage->set_promotions_skipped(s.storage_promotions_skipped);
     storage->set_refused_cost(s.storage_refused_cost);
     storage->set_read_ns_per_byte(st.read_ns_per_byte);
+    storage->set_prefetches_started(st.prefetches_started);
+    storage->set_prefetches_dropped(st.prefetches_dropped);
+    storage->set_prefetch_waits_timed_out(st.prefetch_waits_timed_out);
   }
   if (const HostTierPersistence p = engine_->Persistence(); p.enabled) {
     v1::HostTierPersistence* persistence = out->mutable_persistence();

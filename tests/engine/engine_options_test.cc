@@ -43,6 +43,8 @@ constexpr const char* kCarriedFields[] = {
     "recovery_threads",
     "journal_settle_ms",  // EngineOptions::journal_settle.
     "storage_recompute_ns_per_token",
+    "storage_prefetch",
+    "storage_prefetch_timeout_ms",  // EngineOptions::storage_prefetch_timeout.
 };
 constexpr const char* kDaemonOnlyFields[] = {
     "backend",  // MakeBackend (daemon/main) builds the Backend.
@@ -137,6 +139,8 @@ DaemonConfig NonDefaultConfig() {
   config.recovery_threads = 5;
   config.journal_settle_ms = 70;
   config.storage_recompute_ns_per_token = 1234;
+  config.storage_prefetch = PrefetchPolicy::kTimeout;
+  config.storage_prefetch_timeout_ms = 345;
   return config;
 }
 
@@ -165,6 +169,8 @@ TEST(EngineOptionsTest, CarriesEveryConfigurationField) {
   EXPECT_EQ(o.recovery_threads, 5);
   EXPECT_EQ(o.journal_settle, absl::Milliseconds(70));
   EXPECT_EQ(o.storage_recompute_ns_per_token, 1234);
+  EXPECT_EQ(o.storage_prefetch, PrefetchPolicy::kTimeout);
+  EXPECT_EQ(o.storage_prefetch_timeout, absl::Milliseconds(345));
   // Wiring is the caller's.
   const EngineOptions defaults;
   EXPECT_EQ(o.clock, nullptr);
@@ -186,7 +192,8 @@ auto Configuration(const EngineOptions& o) {
       o.l2_free_room_pages, o.namespace_quotas, o.transfer_workers,
       o.state_dir,
       o.recovery_threads, o.journal_settle,
-      o.storage_recompute_ns_per_token);
+      o.storage_recompute_ns_per_token, o.storage_prefetch,
+      o.storage_prefetch_timeout);
 }
 
 TEST(EngineOptionsTest, DefaultsMatchTheDaemonsDefaults) {

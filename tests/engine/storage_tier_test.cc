@@ -246,6 +246,139 @@ TEST(StorageTierCostModelTest, LoadsSlowerThanRecomputeAreRefused) {
   EXPECT_LT(promoted[1000], promoted[0]);
 }
 
+// Holds every read until Release(); writes pass (a device whose reads are
+// as slow as the test says).
+class GatedBlockIo final : public BlockIo {
+ public:
+  explicit GatedBlockIo(std::unique_ptr<BlockIo> inner)
+      : inner_(std::move(inner)) {}
+  void Submit(std::vector<BlockIoOp> ops, BlockIoDone done) override {
+    const bool reads = !ops.empty() && ops[0].kind == BlockIoOp::Kind::kRead;
+    {
+      MutexLock lock(&mu_);
+      if (reads && !open_) {
+        held_.push_back({std::move(ops), std::move(done)});
+        return;
+      }
+    }
+    inner_->Submit(std::move(ops), std::move(done));
+  }
+  std::string Describe() const override { return "gated"; }
+  // Lets the held reads and every later one through.
+  void Release() {
+    std::vector<std::pair<std::vector<BlockIoOp>, BlockIoDone>> held;
+    {
+      MutexLock lock(&mu_);
+      open_ = true;
+      held.swap(held_);
+    }
+    for (auto& [ops, done] : held) {
+      inner_->Submit(std::move(ops), std::move(done));
+    }
+  }
+
+ private:
+  std::unique_ptr<BlockIo> inner_;
+  Mutex mu_;
+  bool open_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::pair<std::vector<BlockIoOp>, BlockIoDone>> held_
+      ABSL_GUARDED_BY(mu_);
+};
+
+// Caches `tokens` on device with a backup, which commits (its pages go to
+// the storage tier), as a scheduler's request does.
+void StorePrefix(HiCacheEngine& e, const std::vector<int32_t>& tokens) {
+  auto load = e.LoadBack("ns", tokens);
+  ASSERT_TRUE(load.ok()) << load.status();
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  constexpr uint64_t kHolder = 1;  // A session's, as the replay's requests.
+  auto pages = e.Allocate(n / kP, kHolder);
+  ASSERT_TRUE(pages.ok()) << pages.status();
+  auto ops = e.PrepareBackups({BackupSpec{*pages, n}}, kHolder);
+  ASSERT_TRUE(ops.ok()) << ops.status();
+  ASSERT_NE((*ops)[0], 0u);
+  ASSERT_TRUE(e.StoreAllLayers((*ops)[0]).ok());
+  auto inserted = e.Insert("ns", tokens, *pages, {}, kHolder);
+  ASSERT_TRUE(inserted.ok()) << inserted.status();
+  ASSERT_FALSE(inserted->deferred);
+  ASSERT_TRUE(e.AttachBackup((*ops)[0], inserted->node).ok());
+  e.WaitForTransfers();
+  e.storage()->Flush();
+}
+
+// The prefetch policies (issue 28, "best_effort, wait_complete, timeout"):
+// a new engine on a store holding a prefix, whose reads are held back.
+// best_effort: the load returns at once without the storage tier's pages,
+// which arrive in the host tier in the background for the next load.
+// timeout: the load waits its timeout, then goes on without them (counted).
+TEST(StorageTierPrefetchTest, BestEffortAndTimeoutDoNotWaitForReads) {
+  for (const PrefetchPolicy policy :
+       {PrefetchPolicy::kBestEffort, PrefetchPolicy::kTimeout}) {
+    SCOPED_TRACE(PolicyName(policy));
+    testing::TempDir dir;
+    const std::string path = dir.Child("l3");
+    std::vector<int32_t> tokens(8 * kP);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = 500 + i;
+    {
+      Stores stores = OpenStores(path, 1, false);
+      auto engine = MakeEngine(1, stores.per_rank);
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      ASSERT_NO_FATAL_FAILURE(StorePrefix(**engine, tokens));
+      ASSERT_EQ((*engine)->storage()->stats().pages_written, 8);
+    }
+    const KvGeometry g = *KvGeometry::Preset(kPreset, kP);
+    GatedBlockIo* gate = nullptr;
+    FilePageStoreOptions o;
+    o.directory = path;
+    o.name = "rank0";
+    o.page_bytes = static_cast<int64_t>(g.BytesPerPage());
+    o.capacity_pages = 4096;
+    o.wrap_io = [&gate](std::unique_ptr<BlockIo> inner)
+        -> std::unique_ptr<BlockIo> {
+      auto gated = std::make_unique<GatedBlockIo>(std::move(inner));
+      gate = gated.get();
+      return gated;
+    };
+    auto store = FilePageStore::Open(std::move(o));
+    ASSERT_TRUE(store.ok()) << store.status();
+    EngineOptions eo;
+    eo.page_size = kP;
+    eo.kv_preset = kPreset;
+    eo.device_pages_per_rank = 1 + 48;
+    eo.host_pages_per_rank = 1 + 64;
+    eo.storage = {store->get()};
+    eo.storage_recompute_ns_per_token = 0;
+    eo.storage_prefetch = policy;
+    eo.storage_prefetch_timeout = absl::Milliseconds(20);
+    auto engine = HiCacheEngine::Create(eo);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    HiCacheEngine& e = **engine;
+    auto first = e.LoadBack("ns", tokens);  // Returns with the reads held.
+    ASSERT_TRUE(first.ok()) << first.status();
+    EXPECT_EQ(first->loaded_len, 0);
+    EXPECT_EQ(first->storage_len, 0);
+    if (policy == PrefetchPolicy::kTimeout) {
+      EXPECT_EQ(e.StorageReport().prefetch_waits_timed_out, 1);
+    }
+    // A second load while the first's reads are held joins them.
+    auto second = e.LoadBack("ns", tokens);
+    ASSERT_TRUE(second.ok());
+    EXPECT_EQ(second->loaded_len, 0);
+    gate->Release();
+    e.WaitForPrefetches();
+    EXPECT_EQ(e.StorageReport().prefetches_started, 1);
+    auto third = e.LoadBack("ns", tokens);  // Now a host hit.
+    ASSERT_TRUE(third.ok());
+    EXPECT_EQ(third->loaded_len, static_cast<int64_t>(tokens.size()));
+    EXPECT_EQ(e.Stats().storage_promoted_pages, 8);
+    if (third->op_id != 0) {
+      e.WaitForTransfers();
+      ASSERT_TRUE(e.FinishLoad(third->op_id).ok());
+    }
+    EXPECT_TRUE(e.CheckInvariants().ok());
+  }
+}
+
 TEST(StorageTierConfigTest, RefusesStoresThatDoNotFit) {
   testing::TempDir dir;
   Stores stores = OpenStores(dir.Child("l3"), 2, false);

@@ -93,6 +93,9 @@ class StorageTierStats:
     promotions_skipped: int = 0
     refused_cost: int = 0
     read_ns_per_byte: float = 0.0
+    prefetches_started: int = 0
+    prefetches_dropped: int = 0
+    prefetch_waits_timed_out: int = 0
 
 
 @dataclass(frozen=True)
