@@ -201,8 +201,16 @@ int64_t HiCacheEngine::PromoteFromStorage(absl::string_view ns,
     }
     keys.resize(n);
     sources.resize(n);
+    // Each rank reads only its own store into its own host pool: a page
+    // found in rank r's store is owned by r. One store shared by every rank
+    // (a shared tier) assigns the owners by position.
+    const bool shared = std::all_of(
+        options_.storage.begin(), options_.storage.end(),
+        [&](PageStore* s) { return s == options_.storage[0]; });
     for (int64_t i = 0; i < n; ++i) {
-      owners.push_back(static_cast<Rank>((first + i) % layout_.cp_size()));
+      owners.push_back(shared ? static_cast<Rank>((first + i) %
+                                                  layout_.cp_size())
+                              : sources[i]);
     }
     std::vector<int64_t> need(layout_.cp_size(), 0);
     for (Rank r : owners) ++need[r];
