@@ -103,6 +103,41 @@ int64_t HiCacheEngine::StorageHitLocked(absl::string_view ns,
   return static_cast<int64_t>(storage_->Present(keys).size()) * page;
 }
 
+void HiCacheEngine::MarkStoragePages(std::vector<NodeInfo>* nodes) const {
+  const int64_t page = layout_.page_size();
+  // Under the lock, each node's whole pages' keys; then the stores.
+  std::vector<std::vector<StoreKey>> keys(nodes->size());
+  {
+    MutexLock lock(&mu_);
+    for (size_t n = 0; n < nodes->size(); ++n) {
+      std::string ns;
+      absl::StatusOr<std::vector<int32_t>> path =
+          tree_->PathTokens((*nodes)[n].id, &ns);
+      if (!path.ok()) continue;  // Gone since the dump.
+      const int64_t first = (*nodes)[n].start / page;
+      const int64_t end = static_cast<int64_t>(path->size()) / page;
+      if (end <= first) continue;
+      keys[n] = storage_->Keys(ns, *path, end);
+      keys[n].erase(keys[n].begin(), keys[n].begin() + first);
+    }
+  }
+  std::vector<PageStore*> stores;
+  for (PageStore* s : options_.storage) {
+    if (std::find(stores.begin(), stores.end(), s) == stores.end()) {
+      stores.push_back(s);
+    }
+  }
+  for (size_t n = 0; n < nodes->size(); ++n) {
+    if (keys[n].empty()) continue;
+    std::vector<bool> held(keys[n].size(), false);
+    for (PageStore* store : stores) {
+      const std::vector<bool> found = ExistsAndWait(*store, keys[n]);
+      for (size_t i = 0; i < held.size(); ++i) held[i] = held[i] || found[i];
+    }
+    (*nodes)[n].storage_pages = std::count(held.begin(), held.end(), true);
+  }
+}
+
 bool HiCacheEngine::LoadBeatsRecomputeLocked(int64_t pages) const {
   const int64_t per_token = options_.storage_recompute_ns_per_token;
   const double ns_per_byte = storage_->ReadNsPerByte();

@@ -701,8 +701,13 @@ absl::Status HiCacheEngine::Pin(NodeId node, absl::Duration ttl) {
 }
 
 std::vector<NodeInfo> HiCacheEngine::Dump(const DumpFilter& filter) const {
-  MutexLock lock(&mu_);
-  return tree_->Dump(filter);
+  std::vector<NodeInfo> nodes;
+  {
+    MutexLock lock(&mu_);
+    nodes = tree_->Dump(filter);
+  }
+  if (storage_ != nullptr) MarkStoragePages(&nodes);
+  return nodes;
 }
 
 int64_t HiCacheEngine::DeviceAllocatedPages() const {
@@ -725,8 +730,15 @@ int64_t HiCacheEngine::HostUsedPages(Rank rank) const {
 }
 
 absl::StatusOr<NodeInfo> HiCacheEngine::Inspect(NodeId node) const {
-  MutexLock lock(&mu_);
-  return tree_->Inspect(node);
+  std::vector<NodeInfo> nodes(1);
+  {
+    MutexLock lock(&mu_);
+    absl::StatusOr<NodeInfo> info = tree_->Inspect(node);
+    if (!info.ok()) return info.status();
+    nodes[0] = *std::move(info);
+  }
+  if (storage_ != nullptr) MarkStoragePages(&nodes);
+  return nodes[0];
 }
 
 void HiCacheEngine::WaitForTransfers() {

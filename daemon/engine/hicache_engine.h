@@ -611,6 +611,10 @@ class HiCacheEngine : public TransferListener {
                                               const LoadBackOptions& options)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status OpenStorageTier();
+  // Sets each node's storage_pages: how many of its whole pages the stores
+  // hold (DumpTree, Inspect). Asks the stores without the engine lock.
+  void MarkStoragePages(std::vector<NodeInfo>* nodes) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The cost model: whether reading `pages` pages from the stores (at the
   // measured cost) is no slower than recomputing their tokens.
   bool LoadBeatsRecomputeLocked(int64_t pages) const

@@ -182,6 +182,9 @@ struct NodeInfo {
   int64_t last_access_ns = 0;     // That access, on the tree's clock.
   std::vector<Rank> page_owners;  // Owner of every page.
   std::vector<int32_t> tokens;     // Dump with include_tokens: its own.
+  // Of its whole pages, those the storage tier holds (set by the engine's
+  // storage tier; the tree leaves it 0).
+  int64_t storage_pages = 0;
   int64_t num_children = 0;
   // Inspect() only:
   std::vector<LogicalPage> device_pages;

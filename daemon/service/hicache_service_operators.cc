@@ -66,6 +66,7 @@ void ToProto(const NodeInfo& n, v1::NodeInfo* out) {
     ToProto(pages, 0, out->add_host_pages_by_rank());
   }
   out->set_idle_ms(n.idle_ms);
+  out->set_storage_pages(n.storage_pages);
 }
 
 // Queries of one QueryTiers call, at most.

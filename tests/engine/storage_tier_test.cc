@@ -371,6 +371,11 @@ TEST(StorageTierPrefetchTest, BestEffortAndTimeoutDoNotWaitForReads) {
     ASSERT_TRUE(third.ok());
     EXPECT_EQ(third->loaded_len, static_cast<int64_t>(tokens.size()));
     EXPECT_EQ(e.Stats().storage_promoted_pages, 8);
+    // DumpTree and InspectNode mark what the storage tier holds.
+    const std::vector<NodeInfo> dump = e.Dump({});
+    ASSERT_EQ(dump.size(), 1u);
+    EXPECT_EQ(dump[0].storage_pages, 8);
+    EXPECT_EQ(e.Inspect(dump[0].id)->storage_pages, 8);
     if (third->op_id != 0) {
       e.WaitForTransfers();
       ASSERT_TRUE(e.FinishLoad(third->op_id).ok());

@@ -85,6 +85,12 @@ TEST_F(StorageRestartTest, StoredPrefixesSurviveSigkillByteExact) {
     EXPECT_EQ(match->storage_hit_tokens(),
               static_cast<int64_t>(tokens.size()));
     ASSERT_NO_FATAL_FAILURE(LoadAndVerify(tokens));
+    // InspectNode marks the storage tier's copy of the loaded node.
+    const std::optional<v1::MatchResult> now = PeekMatch(tokens);
+    ASSERT_TRUE(now.has_value());
+    v1::NodeInfo info;
+    ASSERT_NO_FATAL_FAILURE(Inspect(now->last_device_node(), &info));
+    EXPECT_EQ(info.storage_pages(), kPages);
   }
   const v1::CacheStats loaded = Stats();
   EXPECT_EQ(loaded.storage().promoted_pages(), kPrefixes * kPages);
