@@ -77,10 +77,15 @@ absl::StatusOr<NodeId> RadixTree::AttachHostNode(absl::string_view ns,
       std::min<int64_t>(options_.page_size, static_cast<int64_t>(key.size()));
   for (auto [it, end] = parent->children.equal_range(key[0]); it != end;
        ++it) {
-    if (CommonPrefix(it->second, key) >=
-        std::min<int64_t>(first_page, it->second->len())) {
+    const Node* child = it->second;
+    // A sub-page tail (a request that ended inside the page) is no
+    // conflict: the extension goes beside it, as Insert puts it.
+    if (child->len() < options_.page_size && child->len() < first_page) {
+      continue;
+    }
+    if (CommonPrefix(child, key) >= first_page) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "node ", it->second->id, " already holds the key's first page"));
+          "node ", child->id, " already holds the key's first page"));
     }
   }
   Node* node = NewNode(parent, key);

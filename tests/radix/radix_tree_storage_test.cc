@@ -136,6 +136,22 @@ TEST_P(RadixTreeStorageTest, RefusalsChangeNothing) {
   EXPECT_TRUE(tree_->CheckInvariants().ok()) << tree_->CheckInvariants();
 }
 
+// A sub-page tail (a request that ended inside the page) where the pages go
+// is no conflict: they are attached beside it, as Insert caches an
+// extension, and both stay matchable.
+TEST_P(RadixTreeStorageTest, AttachesBesideASubPageTail) {
+  InsertOnDevice(Seq(70, 2));  // Two tokens: a sub-page tail under the root.
+  auto id = tree_->AttachHostNode("ns", kNoNode, Seq(70, 8), Host(8));
+  ASSERT_TRUE(id.ok()) << id.status();
+  ASSERT_TRUE(tree_->CheckInvariants().ok()) << tree_->CheckInvariants();
+  auto longer = tree_->MatchPrefix("ns", Seq(70, 9), {});
+  ASSERT_TRUE(longer.ok());
+  EXPECT_EQ(longer->host_hit_len, 8);
+  auto tail = tree_->MatchPrefix("ns", Seq(70, 2), {.exact_tail = true});
+  ASSERT_TRUE(tail.ok());
+  EXPECT_EQ(tail->device_len + tail->host_hit_len, 2);
+}
+
 INSTANTIATE_TEST_SUITE_P(PrefixClosed, RadixTreeStorageTest,
                          ::testing::Bool(), [](const auto& info) {
                            return info.param ? "Closed" : "Open";
