@@ -33,7 +33,8 @@
 ABSL_FLAG(std::string, dir, "/tmp/hicache-storage-bench",
           "Directory for the store's files and fio's (created; removed at "
           "the end).");
-ABSL_FLAG(int64_t, page_bytes, 256 << 10, "Bytes a page (a multiple of 4 KiB "
+ABSL_FLAG(int64_t, page_bytes, 256 << 10,
+          "Bytes a page (a multiple of 4 KiB "
           "keeps the slot the page).");
 ABSL_FLAG(int64_t, file_mib, 1024, "Size of the store's file (and fio's).");
 ABSL_FLAG(int, queue_depth, 32, "I/Os in flight.");
@@ -78,9 +79,9 @@ double Pump(int64_t pages, int depth, int batch, int64_t page_bytes,
     MutexLock lock(&mu);
     while (in_flight > 0) cv.Wait(&mu);
   }
-  const double seconds = std::chrono::duration<double>(
-                             std::chrono::steady_clock::now() - start)
-                             .count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   if (failed > 0) std::fprintf(stderr, "%lld I/Os failed\n", (long long)failed);
   return static_cast<double>(pages) * page_bytes / seconds / 1e6;
 }
@@ -117,38 +118,35 @@ Pair RunStore(const std::string& dir, int64_t page_bytes, int64_t pages,
   }
   const int batch = absl::GetFlag(FLAGS_batch);
   Pair out;
-  out.write = Pump(pages, depth, batch, page_bytes,
-                   [&](int64_t first, int64_t count, auto done) {
-                     std::vector<StorePut> puts;
-                     for (int64_t i = first; i < first + count; ++i) {
-                       puts.push_back({StoreKey{1, static_cast<uint64_t>(i)},
-                                       buffers[i % depth]});
-                     }
-                     (*store)->Put(std::move(puts),
-                                   [done](std::vector<absl::Status> r) {
-                                     done(r);
-                                   });
-                   });
+  out.write =
+      Pump(pages, depth, batch, page_bytes,
+           [&](int64_t first, int64_t count, auto done) {
+             std::vector<StorePut> puts;
+             for (int64_t i = first; i < first + count; ++i) {
+               puts.push_back(
+                   {StoreKey{1, static_cast<uint64_t>(i)}, buffers[i % depth]});
+             }
+             (*store)->Put(std::move(puts),
+                           [done](std::vector<absl::Status> r) { done(r); });
+           });
   std::vector<int64_t> order(pages);
   for (int64_t i = 0; i < pages; ++i) order[i] = i;
   std::shuffle(order.begin(), order.end(), rng);
   std::vector<std::vector<uint8_t>> sinks(depth,
                                           std::vector<uint8_t>(page_bytes));
   std::atomic<int64_t> next_sink{0};
-  out.read = Pump(pages, depth, batch, page_bytes,
-                  [&](int64_t first, int64_t count, auto done) {
-                    std::vector<StoreGet> gets;
-                    for (int64_t i = first; i < first + count; ++i) {
-                      auto& sink = sinks[next_sink++ % depth];
-                      gets.push_back(
-                          {StoreKey{1, static_cast<uint64_t>(order[i])},
-                           absl::MakeSpan(sink)});
-                    }
-                    (*store)->Get(std::move(gets),
-                                  [done](std::vector<absl::Status> r) {
-                                    done(r);
-                                  });
-                  });
+  out.read =
+      Pump(pages, depth, batch, page_bytes,
+           [&](int64_t first, int64_t count, auto done) {
+             std::vector<StoreGet> gets;
+             for (int64_t i = first; i < first + count; ++i) {
+               auto& sink = sinks[next_sink++ % depth];
+               gets.push_back({StoreKey{1, static_cast<uint64_t>(order[i])},
+                               absl::MakeSpan(sink)});
+             }
+             (*store)->Get(std::move(gets),
+                           [done](std::vector<absl::Status> r) { done(r); });
+           });
   return out;
 }
 

@@ -26,8 +26,7 @@ absl::Status HiCacheEngine::OpenStorageTier() {
   for (Rank r = 0; r < options_.storage.size(); ++r) {
     const PageStore* store = options_.storage[r];
     if (store == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("no store for rank ", r));
+      return absl::InvalidArgumentError(absl::StrCat("no store for rank ", r));
     }
     if (store->page_bytes() != static_cast<int64_t>(geometry_.BytesPerPage())) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -36,8 +35,7 @@ absl::Status HiCacheEngine::OpenStorageTier() {
     }
   }
   storage_ = std::make_unique<StorageTier>(
-      StorageTier::Options{.stores = options_.storage,
-                           .clock = options_.clock},
+      StorageTier::Options{.stores = options_.storage, .clock = options_.clock},
       layout_, geometry_, *pools_);
   for (const std::string& store : storage_->Describe()) {
     spdlog::info("storage tier: {}", store);
@@ -75,32 +73,35 @@ void HiCacheEngine::StoreHostCopyLocked(NodeId node) {
   absl::StatusOr<std::vector<int32_t>> path = tree_->PathTokens(node, &ns);
   if (!info.ok() || !path.ok() || info->host_pages.empty()) return;
   const int64_t page = layout_.page_size();
-  absl::StatusOr<CpHostMeta> host =
-      CpHostMeta::Create(info->len, page, layout_.cp_size(), info->page_owners,
-                         info->host_pages);
+  absl::StatusOr<CpHostMeta> host = CpHostMeta::Create(
+      info->len, page, layout_.cp_size(), info->page_owners, info->host_pages);
   if (!host.ok()) {
     spdlog::error("storage tier: node {}'s host copy: {}", node,
                   host.status().ToString());
     return;
   }
-  // Keys of the path's whole pages; the node's are the last ones.
-  const int64_t first = info->start / page;
+  // The node's whole pages: the last ones of its path.
   const std::vector<StoreKey> keys =
-      storage_->Keys(ns, *path, static_cast<int64_t>(path->size()) / page);
-  if (static_cast<int64_t>(keys.size()) <= first) return;  // A partial page.
-  storage_->Write(*host, absl::MakeConstSpan(keys).subspan(first));
+      storage_->Keys(ns, *path, info->start / page, INT64_MAX);
+  if (keys.empty()) return;  // A partial page only.
+  storage_->Write(*host, keys);
+}
+
+std::vector<StoreKey> HiCacheEngine::ContinuationKeys(
+    absl::string_view ns, absl::Span<const int32_t> tokens,
+    const MatchResult& match) const {
+  const int64_t page = layout_.page_size();
+  const int64_t hit = match.device_len + match.host_hit_len;
+  if (hit % page != 0) return {};  // The hit ends inside a page.
+  return storage_->Keys(ns, tokens, hit / page, INT64_MAX);
 }
 
 int64_t HiCacheEngine::StorageHitLocked(absl::string_view ns,
                                         absl::Span<const int32_t> tokens,
                                         const MatchResult& match) const {
-  const int64_t page = layout_.page_size();
-  const int64_t hit = match.device_len + match.host_hit_len;
-  const int64_t whole = static_cast<int64_t>(tokens.size()) / page;
-  if (hit % page != 0 || hit / page >= whole) return 0;
-  std::vector<StoreKey> keys = storage_->Keys(ns, tokens, whole);
-  keys.erase(keys.begin(), keys.begin() + hit / page);
-  return static_cast<int64_t>(storage_->Present(keys).size()) * page;
+  return static_cast<int64_t>(
+             storage_->Present(ContinuationKeys(ns, tokens, match)).size()) *
+         layout_.page_size();
 }
 
 void HiCacheEngine::MarkStoragePages(std::vector<NodeInfo>* nodes) const {
@@ -114,27 +115,20 @@ void HiCacheEngine::MarkStoragePages(std::vector<NodeInfo>* nodes) const {
       absl::StatusOr<std::vector<int32_t>> path =
           tree_->PathTokens((*nodes)[n].id, &ns);
       if (!path.ok()) continue;  // Gone since the dump.
-      const int64_t first = (*nodes)[n].start / page;
-      const int64_t end = static_cast<int64_t>(path->size()) / page;
-      if (end <= first) continue;
-      keys[n] = storage_->Keys(ns, *path, end);
-      keys[n].erase(keys[n].begin(), keys[n].begin() + first);
+      keys[n] = storage_->Keys(ns, *path, (*nodes)[n].start / page, INT64_MAX);
     }
   }
-  std::vector<PageStore*> stores;
-  for (PageStore* s : options_.storage) {
-    if (std::find(stores.begin(), stores.end(), s) == stores.end()) {
-      stores.push_back(s);
-    }
-  }
+  // One question per store for the whole dump.
+  std::vector<StoreKey> all;
+  for (const std::vector<StoreKey>& k : keys)
+    all.insert(all.end(), k.begin(), k.end());
+  const std::vector<int> holders = storage_->Holders(all);
+  size_t at = 0;
   for (size_t n = 0; n < nodes->size(); ++n) {
-    if (keys[n].empty()) continue;
-    std::vector<bool> held(keys[n].size(), false);
-    for (PageStore* store : stores) {
-      const std::vector<bool> found = ExistsAndWait(*store, keys[n]);
-      for (size_t i = 0; i < held.size(); ++i) held[i] = held[i] || found[i];
-    }
-    (*nodes)[n].storage_pages = std::count(held.begin(), held.end(), true);
+    const auto begin = holders.begin() + at;
+    at += keys[n].size();
+    (*nodes)[n].storage_pages = std::count_if(
+        begin, holders.begin() + at, [](int holder) { return holder >= 0; });
   }
 }
 
@@ -181,7 +175,6 @@ StorageTierReport HiCacheEngine::StorageReport() const {
 int64_t HiCacheEngine::PromoteFromStorage(absl::string_view ns,
                                           absl::Span<const int32_t> tokens) {
   const int64_t page = layout_.page_size();
-  const int64_t whole = static_cast<int64_t>(tokens.size()) / page;
   NodeId parent = kNoNode;
   bool parent_held = false;
   int64_t first = 0;  // The first page past the tree's hit.
@@ -195,13 +188,10 @@ int64_t HiCacheEngine::PromoteFromStorage(absl::string_view ns,
         ns, tokens, {.record_hit = false, .split_at_hit = true});
     if (!match.ok()) return 0;
     const int64_t hit = match->device_len + match->host_hit_len;
-    if (hit % page != 0 || hit / page >= whole || AnyLaneDownLocked()) {
-      return 0;
-    }
+    keys = ContinuationKeys(ns, tokens, *match);
+    if (keys.empty() || AnyLaneDownLocked()) return 0;
     ++stats_.storage_lookups;
     first = hit / page;
-    keys = storage_->Keys(ns, tokens, whole);
-    keys.erase(keys.begin(), keys.begin() + first);
     sources = storage_->Present(keys);
     if (sources.empty()) return 0;
     stats_.storage_hit_pages += static_cast<int64_t>(sources.size());
@@ -210,9 +200,8 @@ int64_t HiCacheEngine::PromoteFromStorage(absl::string_view ns,
     absl::StatusOr<NodeInfo> info = tree_->Inspect(parent);
     if (info.ok() && info->depth == 0) parent = kNoNode;  // The root.
     if (parent != kNoNode) {
-      const bool has_host =
-          info.ok() && (info->tier == NodeTier::kHost ||
-                        info->tier == NodeTier::kBoth);
+      const bool has_host = info.ok() && (info->tier == NodeTier::kHost ||
+                                          info->tier == NodeTier::kBoth);
       // The new node must hang from the hit's end, and under a
       // prefix-closed host tier from a host copy.
       if (!info.ok() || info->start + info->len != hit ||
@@ -239,13 +228,13 @@ int64_t HiCacheEngine::PromoteFromStorage(absl::string_view ns,
     // Each rank reads only its own store into its own host pool: a page
     // found in rank r's store is owned by r. One store shared by every rank
     // (a shared tier) assigns the owners by position.
-    const bool shared = std::all_of(
-        options_.storage.begin(), options_.storage.end(),
-        [&](PageStore* s) { return s == options_.storage[0]; });
+    const bool shared =
+        std::all_of(options_.storage.begin(), options_.storage.end(),
+                    [&](PageStore* s) { return s == options_.storage[0]; });
     for (int64_t i = 0; i < n; ++i) {
-      owners.push_back(shared ? static_cast<Rank>((first + i) %
-                                                  layout_.cp_size())
-                              : sources[i]);
+      owners.push_back(shared
+                           ? static_cast<Rank>((first + i) % layout_.cp_size())
+                           : sources[i]);
     }
     std::vector<int64_t> need(layout_.cp_size(), 0);
     for (Rank r : owners) ++need[r];
@@ -278,11 +267,11 @@ int64_t HiCacheEngine::PromoteFromStorage(absl::string_view ns,
     absl::StatusOr<CpHostMeta> meta = CpHostMeta::Create(
         intact * page, page, layout_.cp_size(),
         std::vector<Rank>(owners.begin(), owners.begin() + intact), kept);
-    attached = meta.ok() ? tree_->AttachHostNode(
-                               ns, parent,
-                               tokens.subspan(first * page, intact * page),
-                               *std::move(meta))
-                         : meta.status();
+    attached =
+        meta.ok() ? tree_->AttachHostNode(
+                        ns, parent, tokens.subspan(first * page, intact * page),
+                        *std::move(meta))
+                  : meta.status();
   }
   if (!attached.ok()) {
     FreeHostLocked(kept);

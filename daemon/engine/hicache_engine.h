@@ -619,6 +619,11 @@ class HiCacheEngine : public TransferListener {
   // measured cost) is no slower than recomputing their tokens.
   bool LoadBeatsRecomputeLocked(int64_t pages) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keys of the whole pages of `tokens` past the tree's hit in `match`
+  // (none when the hit ends inside a page).
+  std::vector<StoreKey> ContinuationKeys(absl::string_view ns,
+                                         absl::Span<const int32_t> tokens,
+                                         const MatchResult& match) const;
   // Tokens past the tree's hit in `match` that the stores hold (whole
   // pages from the hit's end, which must be a page boundary).
   int64_t StorageHitLocked(absl::string_view ns,

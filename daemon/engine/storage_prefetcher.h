@@ -29,13 +29,12 @@ class StoragePrefetcher {
  public:
   // Promotes what the stores hold of `tokens`' continuation; returns the
   // tokens promoted.
-  using Promote =
-      std::function<int64_t(absl::string_view ns,
-                            absl::Span<const int32_t> tokens)>;
+  using Promote = std::function<int64_t(absl::string_view ns,
+                                        absl::Span<const int32_t> tokens)>;
   struct Stats {
-    int64_t started = 0;    // Queued.
+    int64_t started = 0;       // Queued.
     int64_t deduplicated = 0;  // Start found the same one queued or running.
-    int64_t dropped = 0;    // Not queued: `max_queued` were waiting.
+    int64_t dropped = 0;       // Not queued: `max_queued` were waiting.
     int64_t completed = 0;
     int64_t waits_timed_out = 0;
   };

@@ -37,10 +37,13 @@ StorageTier::~StorageTier() {
 
 std::vector<StoreKey> StorageTier::Keys(absl::string_view ns,
                                         absl::Span<const int32_t> tokens,
-                                        int64_t pages) const {
-  pages = std::min<int64_t>(pages, tokens.size() / layout_.page_size());
-  return StoreKeyChain::Keys(fingerprint_, ns, tokens, layout_.page_size(),
-                             pages);
+                                        int64_t first, int64_t end) const {
+  end = std::min<int64_t>(end, tokens.size() / layout_.page_size());
+  if (end <= first) return {};
+  std::vector<StoreKey> keys =
+      StoreKeyChain::Keys(fingerprint_, ns, tokens, layout_.page_size(), end);
+  keys.erase(keys.begin(), keys.begin() + first);
+  return keys;
 }
 
 void StorageTier::Write(const CpHostMeta& host,
@@ -92,8 +95,7 @@ void StorageTier::WriterLoop() {
       // One store's jobs at a time, in order.
       const Rank store = queue_.front().store;
       while (!queue_.empty() && batch.size() < kWriteBatch &&
-             options_.stores[queue_.front().store] ==
-                 options_.stores[store]) {
+             options_.stores[queue_.front().store] == options_.stores[store]) {
         batch.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
@@ -123,26 +125,28 @@ void StorageTier::Flush() {
   while (!queue_.empty() || writing_ > 0) cv_.Wait(&mu_);
 }
 
-std::vector<Rank> StorageTier::Present(absl::Span<const StoreKey> keys) const {
-  std::vector<Rank> sources;
-  if (keys.empty()) return sources;
-  std::vector<StoreKey> all(keys.begin(), keys.end());
-  // found[s][i]: store s holds keys[i].
-  std::vector<std::vector<bool>> found(options_.stores.size());
+std::vector<int> StorageTier::Holders(absl::Span<const StoreKey> keys) const {
+  std::vector<int> holders(keys.size(), -1);
+  if (keys.empty()) return holders;
+  const std::vector<StoreKey> all(keys.begin(), keys.end());
   for (Rank s = 0; s < options_.stores.size(); ++s) {
     bool repeat = false;
-    for (Rank t = 0; t < s; ++t) repeat |= options_.stores[t] == options_.stores[s];
-    if (!repeat) found[s] = ExistsAndWait(*options_.stores[s], all);
-  }
-  for (size_t i = 0; i < keys.size(); ++i) {
-    bool hit = false;
-    for (Rank s = 0; s < found.size() && !hit; ++s) {
-      if (!found[s].empty() && found[s][i]) {
-        sources.push_back(s);
-        hit = true;
-      }
+    for (Rank t = 0; t < s; ++t)
+      repeat |= options_.stores[t] == options_.stores[s];
+    if (repeat) continue;
+    const std::vector<bool> found = ExistsAndWait(*options_.stores[s], all);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (holders[i] < 0 && found[i]) holders[i] = static_cast<int>(s);
     }
-    if (!hit) break;
+  }
+  return holders;
+}
+
+std::vector<Rank> StorageTier::Present(absl::Span<const StoreKey> keys) const {
+  std::vector<Rank> sources;
+  for (int holder : Holders(keys)) {
+    if (holder < 0) break;
+    sources.push_back(static_cast<Rank>(holder));
   }
   return sources;
 }
@@ -151,18 +155,18 @@ int64_t StorageTier::Read(absl::Span<const StoreKey> keys,
                           absl::Span<const Rank> sources,
                           absl::Span<const Rank> owners,
                           absl::Span<const int64_t> host_pages) {
-  const size_t n = std::min({keys.size(), sources.size(), owners.size(),
-                             host_pages.size()});
+  const size_t n =
+      std::min({keys.size(), sources.size(), owners.size(), host_pages.size()});
   const Clock* clock =
       options_.clock != nullptr ? options_.clock : Clock::Real();
   const absl::Time start = clock->Now();
   const int64_t page_bytes = static_cast<int64_t>(geometry_.BytesPerPage());
-  std::vector<std::vector<uint8_t>> bytes(n,
-                                          std::vector<uint8_t>(page_bytes));
+  std::vector<std::vector<uint8_t>> bytes(n, std::vector<uint8_t>(page_bytes));
   std::vector<absl::Status> results(n);
   // One batch per distinct store.
   absl::flat_hash_map<PageStore*, std::vector<size_t>> by_store;
-  for (size_t i = 0; i < n; ++i) by_store[options_.stores[sources[i]]].push_back(i);
+  for (size_t i = 0; i < n; ++i)
+    by_store[options_.stores[sources[i]]].push_back(i);
   for (auto& [store, items] : by_store) {
     std::vector<StoreGet> gets;
     for (size_t i : items) gets.push_back({keys[i], absl::MakeSpan(bytes[i])});
@@ -175,11 +179,11 @@ int64_t StorageTier::Read(absl::Span<const StoreKey> keys,
     if (!results[i].ok()) break;
     KvPool* pool = pools_.host(owners[i]);
     if (pool == nullptr || pool->host_data() == nullptr) break;
-    const absl::Status s = WriteHostPage(
-        geometry_, pools_.options().host_layout, pool_pages,
-        absl::MakeSpan(static_cast<uint8_t*>(pool->host_data()),
-                       pool->size_bytes()),
-        host_pages[i], bytes[i]);
+    const absl::Status s =
+        WriteHostPage(geometry_, pools_.options().host_layout, pool_pages,
+                      absl::MakeSpan(static_cast<uint8_t*>(pool->host_data()),
+                                     pool->size_bytes()),
+                      host_pages[i], bytes[i]);
     if (!s.ok()) {
       spdlog::error("storage tier: writing host page {} of rank {}: {}",
                     host_pages[i], owners[i], s.ToString());
@@ -192,9 +196,10 @@ int64_t StorageTier::Read(absl::Span<const StoreKey> keys,
   MutexLock lock(&mu_);
   if (n > 0) {
     const double sample = ns / read_bytes;
-    read_ns_per_byte_ = read_ns_per_byte_ == 0
-                            ? sample
-                            : read_ns_per_byte_ + (sample - read_ns_per_byte_) / 8;
+    read_ns_per_byte_ =
+        read_ns_per_byte_ == 0
+            ? sample
+            : read_ns_per_byte_ + (sample - read_ns_per_byte_) / 8;
   }
   stats_.pages_read += intact;
   stats_.read_failures += static_cast<int64_t>(n) - intact;

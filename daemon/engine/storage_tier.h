@@ -49,12 +49,12 @@ class StorageTier {
     const Clock* clock = nullptr;
   };
   struct Stats {
-    int64_t pages_queued = 0;    // Pages handed to the writer.
-    int64_t pages_dropped = 0;   // Writes dropped: the queue was full.
-    int64_t pages_written = 0;   // Stored (or already there).
+    int64_t pages_queued = 0;   // Pages handed to the writer.
+    int64_t pages_dropped = 0;  // Writes dropped: the queue was full.
+    int64_t pages_written = 0;  // Stored (or already there).
     int64_t write_errors = 0;
-    int64_t pages_read = 0;      // Read into host pages intact.
-    int64_t read_failures = 0;   // Misses, checksum failures, I/O errors.
+    int64_t pages_read = 0;     // Read into host pages intact.
+    int64_t read_failures = 0;  // Misses, checksum failures, I/O errors.
   };
 
   StorageTier(Options options, const CpLayout& layout,
@@ -66,10 +66,11 @@ class StorageTier {
 
   uint64_t layout_fingerprint() const { return fingerprint_; }
 
-  // Keys of the first `pages` whole pages of `tokens` in `ns`.
+  // Keys of whole pages [first, end) of `tokens` in `ns` (end clipped to
+  // the whole pages there are; empty when none is left).
   std::vector<StoreKey> Keys(absl::string_view ns,
-                             absl::Span<const int32_t> tokens,
-                             int64_t pages) const;
+                             absl::Span<const int32_t> tokens, int64_t first,
+                             int64_t end) const;
 
   // Queues the whole pages of a committed host copy for the stores:
   // page i of `host` under keys[i], from its owner's host pool to its
@@ -79,8 +80,11 @@ class StorageTier {
   void Write(const CpHostMeta& host, absl::Span<const StoreKey> keys)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // For the leading keys found in some store, the index of that store (in
-  // Options::stores order); stops at the first key no store holds.
+  // For each key, the index (in Options::stores order) of the first store
+  // that holds it, or -1. One Exists batch per distinct store.
+  std::vector<int> Holders(absl::Span<const StoreKey> keys) const;
+  // Holders of the leading keys some store holds; stops at the first key no
+  // store holds.
   std::vector<Rank> Present(absl::Span<const StoreKey> keys) const;
 
   // Reads page i (keys[i], from store sources[i]) into host page

@@ -30,8 +30,8 @@ absl::StatusOr<std::vector<std::unique_ptr<PageStore>>> OpenStorageStores(
   }
   if (s.dir.empty()) return stores;
   if (::mkdir(s.dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return absl::UnavailableError(absl::StrCat(
-        "creating l3_dir ", s.dir, ": ", std::strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat("creating l3_dir ", s.dir, ": ", std::strerror(errno)));
   }
   for (uint32_t r = 0; r < config.cp_size; ++r) {
     FilePageStoreOptions o;
@@ -40,8 +40,8 @@ absl::StatusOr<std::vector<std::unique_ptr<PageStore>>> OpenStorageStores(
     o.page_bytes = static_cast<int64_t>(geometry.BytesPerPage());
     o.capacity_pages = s.pages_per_rank;
     // What the bytes mean: a store of another layout starts empty.
-    o.format = geometry.HostFingerprint(HostLayout::kPageFirst, 1,
-                                        config.cp_size);
+    o.format =
+        geometry.HostFingerprint(HostLayout::kPageFirst, 1, config.cp_size);
     o.io = s.io == "io_uring"  ? FilePageStoreOptions::Io::kUring
            : s.io == "threads" ? FilePageStoreOptions::Io::kThreads
                                : FilePageStoreOptions::Io::kAuto;

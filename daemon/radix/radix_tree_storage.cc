@@ -43,10 +43,10 @@ absl::StatusOr<NodeId> RadixTree::AttachHostNode(absl::string_view ns,
   if (key.empty() || host.logical_len() != static_cast<int64_t>(key.size()) ||
       host.page_size() != options_.page_size ||
       host.cp_size() != options_.cp_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a key of ", key.size(), " tokens with a host copy of ",
-        host.logical_len(), " tokens (page ", host.page_size(), ", cp ",
-        host.cp_size(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a key of ", key.size(), " tokens with a host copy of ",
+                     host.logical_len(), " tokens (page ", host.page_size(),
+                     ", cp ", host.cp_size(), ")"));
   }
   Node* parent = nullptr;
   if (parent_id == kNoNode) {
@@ -56,8 +56,8 @@ absl::StatusOr<NodeId> RadixTree::AttachHostNode(absl::string_view ns,
     if (!found.ok()) return found.status();
     parent = *found;
     if (*RootOf(parent)->ns != ns) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "node ", parent_id, " is not in namespace '", ns, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("node ", parent_id, " is not in namespace '", ns, "'"));
     }
     if (parent->detached) {
       return absl::FailedPreconditionError(
@@ -68,15 +68,14 @@ absl::StatusOr<NodeId> RadixTree::AttachHostNode(absl::string_view ns,
           absl::StrCat("node ", parent_id, " ends inside a page"));
     }
     if (options_.prefix_closed_host && parent->host == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "node ", parent_id,
-          " has no host copy (the host tier is prefix-closed)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("node ", parent_id,
+                       " has no host copy (the host tier is prefix-closed)"));
     }
   }
   const int64_t first_page =
       std::min<int64_t>(options_.page_size, static_cast<int64_t>(key.size()));
-  for (auto [it, end] = parent->children.equal_range(key[0]); it != end;
-       ++it) {
+  for (auto [it, end] = parent->children.equal_range(key[0]); it != end; ++it) {
     const Node* child = it->second;
     // A sub-page tail (a request that ended inside the page) is no
     // conflict: the extension goes beside it, as Insert puts it.
@@ -95,9 +94,8 @@ absl::StatusOr<NodeId> RadixTree::AttachHostNode(absl::string_view ns,
   if (sketch_ != nullptr) {
     absl::StatusOr<std::vector<int32_t>> path = PathTokens(node->id, nullptr);
     if (path.ok()) {
-      const int64_t start =
-          (static_cast<int64_t>(path->size()) - node->len()) /
-          options_.page_size;
+      const int64_t start = (static_cast<int64_t>(path->size()) - node->len()) /
+                            options_.page_size;
       SetFirstKey(node, PageKeys(ns, *path, options_.page_size).At(start));
     }
   }

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,33 @@ struct BlockIoOp {
 };
 
 using BlockIoDone = absl::AnyInvocable<void(std::vector<absl::Status>) &&>;
+
+// One Submit's ops and what their completions gather, for the
+// implementations: each finished op sets its result and decrements
+// `remaining` (under the implementation's lock); the last one hands the
+// results to `done`.
+struct BlockIoBatch {
+  // The batch of `ops`, or nullptr after calling `done` with no results
+  // when there are none.
+  static std::shared_ptr<BlockIoBatch> Start(std::vector<BlockIoOp> ops,
+                                             BlockIoDone done) {
+    if (ops.empty()) {
+      std::move(done)({});
+      return nullptr;
+    }
+    auto batch = std::make_shared<BlockIoBatch>();
+    batch->results.resize(ops.size());
+    batch->remaining = ops.size();
+    batch->ops = std::move(ops);
+    batch->done = std::move(done);
+    return batch;
+  }
+
+  std::vector<BlockIoOp> ops;
+  std::vector<absl::Status> results;
+  BlockIoDone done;
+  size_t remaining = 0;
+};
 
 class BlockIo {
  public:

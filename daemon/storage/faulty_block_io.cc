@@ -7,7 +7,9 @@
 namespace hicache {
 namespace {
 
-bool Hits(int64_t every, int64_t n) { return every > 0 && (n + 1) % every == 0; }
+bool Hits(int64_t every, int64_t n) {
+  return every > 0 && (n + 1) % every == 0;
+}
 
 }  // namespace
 
@@ -70,8 +72,8 @@ void FaultyBlockIo::Submit(std::vector<BlockIoOp> ops, BlockIoDone done) {
         std::vector<absl::Status> results(ops.size());
         for (size_t i = 0; i < ops.size(); ++i) {
           if (fault[i] == Fault::kFail) {
-            results[i] = absl::UnavailableError(absl::StrCat(
-                "injected I/O error at ", ops[i].offset));
+            results[i] = absl::UnavailableError(
+                absl::StrCat("injected I/O error at ", ops[i].offset));
           }
         }
         for (size_t j = 0; j < where.size(); ++j) {

@@ -91,9 +91,8 @@ absl::StatusOr<std::unique_ptr<FilePageStore>> FilePageStore::Open(
     return absl::InvalidArgumentError(absl::StrCat(
         "storage queue depth ", options.queue_depth, " is outside [1, 4096]"));
   }
-  const int64_t slot_bytes =
-      (options.page_bytes + kBlockIoAlignment - 1) / kBlockIoAlignment *
-      kBlockIoAlignment;
+  const int64_t slot_bytes = (options.page_bytes + kBlockIoAlignment - 1) /
+                             kBlockIoAlignment * kBlockIoAlignment;
   if (options.capacity_pages > (int64_t{1} << 62) / slot_bytes) {
     return absl::InvalidArgumentError("the storage capacity overflows");
   }
@@ -113,7 +112,8 @@ absl::StatusOr<std::unique_ptr<FilePageStore>> FilePageStore::Open(
                 0600);
     if (fd < 0 && errno == EINVAL) direct = false;  // tmpfs and the like.
   }
-  if (!direct) fd = ::open(data_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (!direct)
+    fd = ::open(data_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) return OsError("opening", data_path);
   auto fail = [fd](absl::Status s) {
     ::close(fd);
@@ -127,7 +127,8 @@ absl::StatusOr<std::unique_ptr<FilePageStore>> FilePageStore::Open(
   if (::fstat(fd, &st) != 0) return fail(OsError("stat of", data_path));
   if (st.st_size < file_bytes) {
     struct statvfs vfs;
-    if (::fstatvfs(fd, &vfs) != 0) return fail(OsError("statvfs of", data_path));
+    if (::fstatvfs(fd, &vfs) != 0)
+      return fail(OsError("statvfs of", data_path));
     const uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
     const uint64_t missing = static_cast<uint64_t>(file_bytes - st.st_size);
     if (avail < missing) {
@@ -175,8 +176,7 @@ absl::StatusOr<std::unique_ptr<FilePageStore>> FilePageStore::Open(
     }
   }
   if (io == nullptr) {
-    io = std::make_unique<ThreadBlockIo>(fd,
-                                         std::min(options.queue_depth, 16));
+    io = std::make_unique<ThreadBlockIo>(fd, std::min(options.queue_depth, 16));
   }
   if (options.wrap_io) io = options.wrap_io(std::move(io));
 
@@ -222,13 +222,8 @@ void FilePageStore::Put(std::vector<StorePut> puts, StoreDone done) {
   std::vector<absl::Status> results(puts.size());
   std::vector<bool> wanted(puts.size(), false);
   for (size_t i = 0; i < puts.size(); ++i) {
-    if (static_cast<int64_t>(puts[i].bytes.size()) != options_.page_bytes) {
-      results[i] = absl::InvalidArgumentError(absl::StrCat(
-          "a page of ", puts[i].bytes.size(), " bytes; the store's are ",
-          options_.page_bytes));
-    } else {
-      wanted[i] = true;
-    }
+    results[i] = CheckPageBytes(puts[i].bytes.size(), options_.page_bytes);
+    wanted[i] = results[i].ok();
   }
   std::vector<StoreKey> keys;
   std::vector<int64_t> slots;
@@ -331,12 +326,8 @@ void FilePageStore::Get(std::vector<StoreGet> gets, StoreDone done) {
     MutexLock lock(&mu_);
     for (size_t i = 0; i < gets.size(); ++i) {
       ++stats_.gets;
-      if (static_cast<int64_t>(gets[i].bytes.size()) != options_.page_bytes) {
-        results[i] = absl::InvalidArgumentError(absl::StrCat(
-            "a page of ", gets[i].bytes.size(), " bytes; the store's are ",
-            options_.page_bytes));
-        continue;
-      }
+      results[i] = CheckPageBytes(gets[i].bytes.size(), options_.page_bytes);
+      if (!results[i].ok()) continue;
       std::optional<StoreIndex::Entry> entry = index_->Find(gets[i].key);
       if (!entry.has_value()) {
         results[i] = absl::NotFoundError("not in the storage tier");

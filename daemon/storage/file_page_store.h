@@ -36,7 +36,7 @@ struct FilePageStoreOptions {
   uint64_t format = 0;
   enum class Io { kAuto, kUring, kThreads };
   Io io = Io::kAuto;
-  int queue_depth = 64;  // io_uring's; the thread pool uses min(it, 16).
+  int queue_depth = 64;   // io_uring's; the thread pool uses min(it, 16).
   bool direct_io = true;  // O_DIRECT when the file system takes it.
   // Wraps the BlockIo (fault injection in tests); nullptr: none.
   std::function<std::unique_ptr<BlockIo>(std::unique_ptr<BlockIo>)> wrap_io;

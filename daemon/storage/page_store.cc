@@ -3,6 +3,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "daemon/core/mutex.h"
 
 namespace hicache {
@@ -38,6 +39,12 @@ std::vector<absl::Status> RunAndWait(std::vector<Item> items, Call call) {
 }
 
 }  // namespace
+
+absl::Status CheckPageBytes(size_t bytes, int64_t page_bytes) {
+  if (static_cast<int64_t>(bytes) == page_bytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "a page of ", bytes, " bytes; the store's are ", page_bytes));
+}
 
 std::vector<absl::Status> PutAndWait(PageStore& store,
                                      std::vector<StorePut> puts) {

@@ -88,6 +88,10 @@ class PageStore {
   virtual PageStoreStats Stats() const = 0;
 };
 
+// The per-item INVALID_ARGUMENT of a Put or Get whose span is not exactly
+// `page_bytes` (OK when it is), for stores to share.
+absl::Status CheckPageBytes(size_t bytes, int64_t page_bytes);
+
 // Blocking forms, for tools, tests and start-up: wait for `done`.
 std::vector<absl::Status> PutAndWait(PageStore& store,
                                      std::vector<StorePut> puts);

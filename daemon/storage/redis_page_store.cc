@@ -51,7 +51,6 @@ int SlotOf(absl::string_view key) {
   return Crc16(key) % kSlots;
 }
 
-
 }  // namespace
 
 struct RedisPageStore::Reply {
@@ -74,13 +73,15 @@ class RedisPageStore::Connection {
   }
 
   // Runs each command (argv) and returns its reply, pipelined per node.
-  // `keys[i]` is command i's key (for cluster routing).
-  std::vector<Reply> Run(const std::vector<std::vector<std::string>>& commands,
-                         const std::vector<std::string>& keys) {
+  // A command's key, for cluster routing, is its first argument.
+  std::vector<Reply> Run(
+      const std::vector<std::vector<std::string>>& commands) {
     std::vector<Reply> replies(commands.size());
     std::map<std::string, std::vector<size_t>> by_node;
     for (size_t i = 0; i < commands.size(); ++i) {
-      auto it = slots_.find(SlotOf(keys[i]));
+      const std::string& key =
+          commands[i].size() > 1 ? commands[i][1] : std::string();
+      auto it = slots_.find(SlotOf(key));
       by_node[it == slots_.end() ? options_.address : it->second].push_back(i);
     }
     for (const auto& [address, items] : by_node) {
@@ -125,8 +126,9 @@ class RedisPageStore::Connection {
         *why = absl::StrCat("bad Redis address '", address, "'");
         return nullptr;
       }
-      context = redisConnectWithTimeout(std::string(a.substr(0, colon)).c_str(),
-                                        port, absl::ToTimeval(options_.timeout));
+      context =
+          redisConnectWithTimeout(std::string(a.substr(0, colon)).c_str(), port,
+                                  absl::ToTimeval(options_.timeout));
     }
     if (context == nullptr || context->err != 0) {
       *why = absl::StrCat("connecting to Redis at ", address, ": ",
@@ -159,7 +161,8 @@ class RedisPageStore::Connection {
     std::string why;
     redisContext* c = Context(address, &why);
     auto broken = [&](const std::string& reason) {
-      for (size_t i : items) (*replies)[i] = Reply{Reply::Kind::kBroken, reason};
+      for (size_t i : items)
+        (*replies)[i] = Reply{Reply::Kind::kBroken, reason};
       return false;
     };
     if (c == nullptr) return broken(why);
@@ -233,13 +236,13 @@ absl::StatusOr<std::unique_ptr<RedisPageStore>> RedisPageStore::Open(
   std::thread probe([&options, &pong] {  // Its own thread: SIGPIPE blocked.
     BlockSigpipe();
     Connection connection(options);
-    pong = connection.Run({{"PING"}}, {""})[0];
+    pong = connection.Run({{"PING"}})[0];
   });
   probe.join();
   if (pong.kind != Reply::Kind::kStatus) {
-    return absl::UnavailableError(absl::StrCat(
-        "the Redis store at ", options.address, " does not answer: ",
-        pong.str));
+    return absl::UnavailableError(absl::StrCat("the Redis store at ",
+                                               options.address,
+                                               " does not answer: ", pong.str));
   }
   std::unique_ptr<RedisPageStore> store(new RedisPageStore(std::move(options)));
   for (int i = 0; i < store->options_.connections; ++i) {
@@ -268,6 +271,24 @@ std::string RedisPageStore::Describe() const {
 
 std::string RedisPageStore::KeyName(const StoreKey& key) const {
   return absl::StrCat(options_.key_prefix, key.ToHex());
+}
+
+std::vector<std::vector<std::string>> RedisPageStore::KeyCommands(
+    const char* verb, const std::vector<StoreKey>& keys) const {
+  std::vector<std::vector<std::string>> commands;
+  commands.reserve(keys.size());
+  for (const StoreKey& key : keys) commands.push_back({verb, KeyName(key)});
+  return commands;
+}
+
+template <typename Item, typename Done, typename Work>
+void RedisPageStore::SubmitBatch(std::vector<Item> items, Done done,
+                                 Work work) {
+  auto batch = std::make_shared<std::pair<std::vector<Item>, Done>>(
+      std::move(items), std::move(done));
+  Submit([batch, work](Connection& connection) {
+    work(connection, batch->first, std::move(batch->second));
+  });
 }
 
 void RedisPageStore::Submit(Job job) {
@@ -307,168 +328,144 @@ PageStoreStats RedisPageStore::Stats() const {
 }
 
 void RedisPageStore::Put(std::vector<StorePut> puts, StoreDone done) {
-  auto shared = std::make_shared<std::pair<std::vector<StorePut>, StoreDone>>(
-      std::move(puts), std::move(done));
-  Submit([this, shared](Connection& connection) {
-    auto& [items, done] = *shared;
-    std::vector<absl::Status> results(items.size());
-    std::vector<std::vector<std::string>> commands;
-    std::vector<std::string> keys;
-    std::vector<size_t> sent;
-    for (size_t i = 0; i < items.size(); ++i) {
-      const absl::Span<const uint8_t> bytes = items[i].bytes;
-      if (static_cast<int64_t>(bytes.size()) != options_.page_bytes) {
-        results[i] = absl::InvalidArgumentError(absl::StrCat(
-            "a page of ", bytes.size(), " bytes; the store's are ",
-            options_.page_bytes));
-        continue;
-      }
-      std::string value;
-      value.reserve(kHeaderBytes + bytes.size());
-      LeWriter w(&value);
-      w.U64(XXH3_64bits(bytes.data(), bytes.size()));
-      w.U64(bytes.size());
-      w.Bytes(absl::string_view(reinterpret_cast<const char*>(bytes.data()),
-                                bytes.size()));
-      keys.push_back(KeyName(items[i].key));
-      commands.push_back({"SET", keys.back(), std::move(value)});
-      sent.push_back(i);
-    }
-    const std::vector<Reply> replies = connection.Run(commands, keys);
-    int64_t ok = 0, failed = 0;
-    for (size_t j = 0; j < sent.size(); ++j) {
-      if (replies[j].kind == Reply::Kind::kStatus) {
-        ++ok;
-      } else {
-        results[sent[j]] = absl::UnavailableError(
-            absl::StrCat("Redis SET: ", replies[j].str));
-        ++failed;
-      }
-    }
-    Count([&](PageStoreStats& s) {
-      s.puts += ok;
-      s.put_bytes += ok * options_.page_bytes;
-      s.put_errors += failed + static_cast<int64_t>(items.size() - sent.size());
-    });
-    std::move(done)(std::move(results));
-  });
+  SubmitBatch(
+      std::move(puts), std::move(done),
+      [this](Connection& connection, std::vector<StorePut>& items,
+             StoreDone done) {
+        std::vector<absl::Status> results(items.size());
+        std::vector<std::vector<std::string>> commands;
+        std::vector<size_t> sent;
+        for (size_t i = 0; i < items.size(); ++i) {
+          const absl::Span<const uint8_t> bytes = items[i].bytes;
+          results[i] = CheckPageBytes(bytes.size(), options_.page_bytes);
+          if (!results[i].ok()) continue;
+          std::string value;
+          value.reserve(kHeaderBytes + bytes.size());
+          LeWriter w(&value);
+          w.U64(XXH3_64bits(bytes.data(), bytes.size()));
+          w.U64(bytes.size());
+          w.Bytes(absl::string_view(reinterpret_cast<const char*>(bytes.data()),
+                                    bytes.size()));
+          commands.push_back({"SET", KeyName(items[i].key), std::move(value)});
+          sent.push_back(i);
+        }
+        const std::vector<Reply> replies = connection.Run(commands);
+        int64_t ok = 0, failed = 0;
+        for (size_t j = 0; j < sent.size(); ++j) {
+          if (replies[j].kind == Reply::Kind::kStatus) {
+            ++ok;
+          } else {
+            results[sent[j]] = absl::UnavailableError(
+                absl::StrCat("Redis SET: ", replies[j].str));
+            ++failed;
+          }
+        }
+        Count([&](PageStoreStats& s) {
+          s.puts += ok;
+          s.put_bytes += ok * options_.page_bytes;
+          s.put_errors +=
+              failed + static_cast<int64_t>(items.size() - sent.size());
+        });
+        std::move(done)(std::move(results));
+      });
 }
 
 void RedisPageStore::Get(std::vector<StoreGet> gets, StoreDone done) {
-  auto shared = std::make_shared<std::pair<std::vector<StoreGet>, StoreDone>>(
-      std::move(gets), std::move(done));
-  Submit([this, shared](Connection& connection) {
-    auto& [items, done] = *shared;
-    std::vector<absl::Status> results(items.size());
-    std::vector<std::vector<std::string>> commands;
-    std::vector<std::string> keys;
-    std::vector<size_t> sent;
-    for (size_t i = 0; i < items.size(); ++i) {
-      if (static_cast<int64_t>(items[i].bytes.size()) != options_.page_bytes) {
-        results[i] = absl::InvalidArgumentError(absl::StrCat(
-            "a page of ", items[i].bytes.size(), " bytes; the store's are ",
-            options_.page_bytes));
-        continue;
-      }
-      keys.push_back(KeyName(items[i].key));
-      commands.push_back({"GET", keys.back()});
-      sent.push_back(i);
-    }
-    const std::vector<Reply> replies = connection.Run(commands, keys);
-    int64_t hits = 0, misses = 0, corrupt = 0, errors = 0;
-    std::vector<std::vector<std::string>> deletes;
-    std::vector<std::string> delete_keys;
-    for (size_t j = 0; j < sent.size(); ++j) {
-      absl::Status& r = results[sent[j]];
-      const Reply& reply = replies[j];
-      if (reply.kind == Reply::Kind::kNil) {
-        r = absl::NotFoundError("not in the Redis store");
-        ++misses;
-        continue;
-      }
-      if (reply.kind != Reply::Kind::kString) {
-        r = absl::UnavailableError(absl::StrCat("Redis GET: ", reply.str));
-        ++errors;
-        continue;
-      }
-      LeReader in(reply.str);
-      uint64_t checksum = 0, length = 0;
-      const bool framed = in.U64(&checksum) && in.U64(&length) &&
-                          length == static_cast<uint64_t>(options_.page_bytes) &&
-                          in.remaining() == length;
-      const char* data = reply.str.data() + kHeaderBytes;
-      if (!framed || XXH3_64bits(data, length) != checksum) {
-        r = absl::DataLossError(
-            "the stored page failed its checksum or length; treated as a "
-            "miss");
-        ++corrupt;
-        delete_keys.push_back(keys[j]);
-        deletes.push_back({"DEL", keys[j]});
-        continue;
-      }
-      std::memcpy(items[sent[j]].bytes.data(), data, length);
-      ++hits;
-    }
-    if (!deletes.empty()) connection.Run(deletes, delete_keys);
-    Count([&](PageStoreStats& s) {
-      s.gets += static_cast<int64_t>(items.size());
-      s.get_hits += hits;
-      s.get_misses += misses;
-      s.checksum_failures += corrupt;
-      s.get_errors += errors;
-      s.get_bytes += hits * options_.page_bytes;
-    });
-    std::move(done)(std::move(results));
-  });
+  SubmitBatch(
+      std::move(gets), std::move(done),
+      [this](Connection& connection, std::vector<StoreGet>& items,
+             StoreDone done) {
+        std::vector<absl::Status> results(items.size());
+        std::vector<std::vector<std::string>> commands;
+        std::vector<size_t> sent;
+        for (size_t i = 0; i < items.size(); ++i) {
+          results[i] =
+              CheckPageBytes(items[i].bytes.size(), options_.page_bytes);
+          if (!results[i].ok()) continue;
+          commands.push_back({"GET", KeyName(items[i].key)});
+          sent.push_back(i);
+        }
+        const std::vector<Reply> replies = connection.Run(commands);
+        int64_t hits = 0, misses = 0, corrupt = 0, errors = 0;
+        std::vector<std::vector<std::string>> deletes;
+        for (size_t j = 0; j < sent.size(); ++j) {
+          absl::Status& r = results[sent[j]];
+          const Reply& reply = replies[j];
+          if (reply.kind == Reply::Kind::kNil) {
+            r = absl::NotFoundError("not in the Redis store");
+            ++misses;
+            continue;
+          }
+          if (reply.kind != Reply::Kind::kString) {
+            r = absl::UnavailableError(absl::StrCat("Redis GET: ", reply.str));
+            ++errors;
+            continue;
+          }
+          LeReader in(reply.str);
+          uint64_t checksum = 0, length = 0;
+          const bool framed =
+              in.U64(&checksum) && in.U64(&length) &&
+              length == static_cast<uint64_t>(options_.page_bytes) &&
+              in.remaining() == length;
+          const char* data = reply.str.data() + kHeaderBytes;
+          if (!framed || XXH3_64bits(data, length) != checksum) {
+            r = absl::DataLossError(
+                "the stored page failed its checksum or length; treated as a "
+                "miss");
+            ++corrupt;
+            deletes.push_back({"DEL", commands[j][1]});
+            continue;
+          }
+          std::memcpy(items[sent[j]].bytes.data(), data, length);
+          ++hits;
+        }
+        if (!deletes.empty()) connection.Run(deletes);
+        Count([&](PageStoreStats& s) {
+          s.gets += static_cast<int64_t>(items.size());
+          s.get_hits += hits;
+          s.get_misses += misses;
+          s.checksum_failures += corrupt;
+          s.get_errors += errors;
+          s.get_bytes += hits * options_.page_bytes;
+        });
+        std::move(done)(std::move(results));
+      });
 }
 
 void RedisPageStore::Exists(std::vector<StoreKey> keys, StoreExistsDone done) {
-  auto shared =
-      std::make_shared<std::pair<std::vector<StoreKey>, StoreExistsDone>>(
-          std::move(keys), std::move(done));
-  Submit([this, shared](Connection& connection) {
-    auto& [items, done] = *shared;
-    std::vector<std::vector<std::string>> commands;
-    std::vector<std::string> names;
-    for (const StoreKey& key : items) {
-      names.push_back(KeyName(key));
-      commands.push_back({"EXISTS", names.back()});
-    }
-    const std::vector<Reply> replies = connection.Run(commands, names);
-    std::vector<bool> found(items.size());
-    for (size_t i = 0; i < items.size(); ++i) {
-      found[i] = replies[i].kind == Reply::Kind::kInteger &&
-                 replies[i].integer == 1;
-    }
-    std::move(done)(std::move(found));
-  });
+  SubmitBatch(std::move(keys), std::move(done),
+              [this](Connection& connection, std::vector<StoreKey>& items,
+                     StoreExistsDone done) {
+                const std::vector<Reply> replies =
+                    connection.Run(KeyCommands("EXISTS", items));
+                std::vector<bool> found(items.size());
+                for (size_t i = 0; i < items.size(); ++i) {
+                  found[i] = replies[i].kind == Reply::Kind::kInteger &&
+                             replies[i].integer == 1;
+                }
+                std::move(done)(std::move(found));
+              });
 }
 
 void RedisPageStore::Remove(std::vector<StoreKey> keys, StoreDone done) {
-  auto shared = std::make_shared<std::pair<std::vector<StoreKey>, StoreDone>>(
-      std::move(keys), std::move(done));
-  Submit([this, shared](Connection& connection) {
-    auto& [items, done] = *shared;
-    std::vector<std::vector<std::string>> commands;
-    std::vector<std::string> names;
-    for (const StoreKey& key : items) {
-      names.push_back(KeyName(key));
-      commands.push_back({"DEL", names.back()});
-    }
-    const std::vector<Reply> replies = connection.Run(commands, names);
-    std::vector<absl::Status> results(items.size());
-    int64_t removed = 0;
-    for (size_t i = 0; i < items.size(); ++i) {
-      if (replies[i].kind == Reply::Kind::kInteger) {
-        removed += replies[i].integer;
-      } else {
-        results[i] =
-            absl::UnavailableError(absl::StrCat("Redis DEL: ", replies[i].str));
-      }
-    }
-    Count([&](PageStoreStats& s) { s.removes += removed; });
-    std::move(done)(std::move(results));
-  });
+  SubmitBatch(std::move(keys), std::move(done),
+              [this](Connection& connection, std::vector<StoreKey>& items,
+                     StoreDone done) {
+                const std::vector<Reply> replies =
+                    connection.Run(KeyCommands("DEL", items));
+                std::vector<absl::Status> results(items.size());
+                int64_t removed = 0;
+                for (size_t i = 0; i < items.size(); ++i) {
+                  if (replies[i].kind == Reply::Kind::kInteger) {
+                    removed += replies[i].integer;
+                  } else {
+                    results[i] = absl::UnavailableError(
+                        absl::StrCat("Redis DEL: ", replies[i].str));
+                  }
+                }
+                Count([&](PageStoreStats& s) { s.removes += removed; });
+                std::move(done)(std::move(results));
+              });
 }
 
 }  // namespace hicache

@@ -71,8 +71,15 @@ class RedisPageStore final : public PageStore {
 
   explicit RedisPageStore(RedisPageStoreOptions options);
   void Submit(Job job) ABSL_LOCKS_EXCLUDED(mu_);
+  // Submits work(connection, items, done) for one operation's batch.
+  template <typename Item, typename Done, typename Work>
+  void SubmitBatch(std::vector<Item> items, Done done, Work work)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void WorkerLoop() ABSL_LOCKS_EXCLUDED(mu_);
   std::string KeyName(const StoreKey& key) const;
+  // `verb key` for each key (EXISTS, DEL).
+  std::vector<std::vector<std::string>> KeyCommands(
+      const char* verb, const std::vector<StoreKey>& keys) const;
   void Count(const std::function<void(PageStoreStats&)>& update) const
       ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -48,7 +48,8 @@ std::string EncodeHeader(uint64_t format, int64_t capacity) {
   return out;
 }
 
-absl::Status WriteAll(int fd, absl::string_view bytes, const std::string& path) {
+absl::Status WriteAll(int fd, absl::string_view bytes,
+                      const std::string& path) {
   while (!bytes.empty()) {
     const ssize_t n = ::write(fd, bytes.data(), bytes.size());
     if (n < 0) {
@@ -88,9 +89,9 @@ absl::StatusOr<std::string> ReadAll(const std::string& path) {
 absl::StatusOr<std::unique_ptr<StoreIndex>> StoreIndex::Open(
     const Options& options, OpenReport* report) {
   if (options.capacity < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("storage index capacity ", options.capacity,
-                     " must be at least 1 page"));
+    return absl::InvalidArgumentError(absl::StrCat("storage index capacity ",
+                                                   options.capacity,
+                                                   " must be at least 1 page"));
   }
   *report = OpenReport{};
   absl::StatusOr<std::string> old = ReadAll(options.path);
@@ -192,6 +193,12 @@ void StoreIndex::ApplyPut(const StoreKey& key, int64_t slot,
     Unlink(old);
     FreeSlot(old);
   }
+  MakeLive(key, slot, checksum);
+}
+
+void StoreIndex::MakeLive(const StoreKey& key, int64_t slot,
+                          uint64_t checksum) {
+  Slot& s = slots_[slot];
   s.state = SlotState::kLive;
   s.key = key;
   s.checksum = checksum;
@@ -218,9 +225,9 @@ absl::StatusOr<int64_t> StoreIndex::Reserve(std::optional<StoreKey>* evicted) {
     int64_t victim = oldest_;
     while (victim >= 0 && slots_[victim].pins > 0) victim = slots_[victim].next;
     if (victim < 0) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "every one of the ", capacity_,
-          " storage slots is being written or read"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("every one of the ", capacity_,
+                       " storage slots is being written or read"));
     }
     *evicted = slots_[victim].key;
     Erase(slots_[victim].key);
@@ -239,12 +246,7 @@ absl::Status StoreIndex::Commit(const StoreKey& key, int64_t slot,
         absl::StrCat("storage slot ", slot, " is not reserved"));
   }
   if (auto it = map_.find(key); it != map_.end()) Erase(key);
-  Slot& s = slots_[slot];
-  s.state = SlotState::kLive;
-  s.key = key;
-  s.checksum = checksum;
-  map_[key] = slot;
-  LinkNewest(slot);
+  MakeLive(key, slot, checksum);
   AppendRecord(kPut, key, slot, checksum);
   return absl::OkStatus();
 }
@@ -356,8 +358,8 @@ absl::Status StoreIndex::CheckInvariants() const {
   std::vector<bool> on_free(slots_.size(), false);
   for (int64_t s : free_) {
     if (s < 0 || s >= capacity_ || on_free[s]) {
-      return absl::InternalError(absl::StrCat("free list holds slot ", s,
-                                              " twice or out of range"));
+      return absl::InternalError(
+          absl::StrCat("free list holds slot ", s, " twice or out of range"));
     }
     on_free[s] = true;
   }
@@ -377,9 +379,9 @@ absl::Status StoreIndex::CheckInvariants() const {
     }
     if (slot.pins < 0 || (slot.pins > 0 && slot.state != SlotState::kLive &&
                           slot.state != SlotState::kDraining)) {
-      return absl::InternalError(
-          absl::StrCat("slot ", s, " has ", slot.pins, " pins in state ",
-                       static_cast<int>(slot.state)));
+      return absl::InternalError(absl::StrCat("slot ", s, " has ", slot.pins,
+                                              " pins in state ",
+                                              static_cast<int>(slot.state)));
     }
     if (slot.state == SlotState::kDraining && slot.pins == 0) {
       return absl::InternalError(
@@ -387,8 +389,8 @@ absl::Status StoreIndex::CheckInvariants() const {
     }
   }
   if (live != size()) {
-    return absl::InternalError(absl::StrCat(live, " live slots but ", size(),
-                                            " keys mapped"));
+    return absl::InternalError(
+        absl::StrCat(live, " live slots but ", size(), " keys mapped"));
   }
   int64_t listed = 0;
   for (int64_t s = oldest_, prev = -1; s >= 0; prev = s, s = slots_[s].next) {

@@ -38,7 +38,7 @@ namespace hicache {
 class StoreIndex {
  public:
   struct Options {
-    std::string path;   // The log file.
+    std::string path;      // The log file.
     int64_t capacity = 0;  // Slots; >= 1.
     // What the slots mean (page size, layout); a log written with another
     // format is discarded at Open (a cold start), as is one of another
@@ -46,11 +46,11 @@ class StoreIndex {
     uint64_t format = 0;
   };
   struct OpenReport {
-    int64_t entries = 0;         // Live entries after the replay.
-    int64_t records = 0;         // Records replayed.
-    int64_t records_skipped = 0; // Bad checksum or impossible slot.
-    bool torn_tail = false;      // The log ended in a partial record.
-    std::string discarded;       // Non-empty: why the old log was dropped.
+    int64_t entries = 0;          // Live entries after the replay.
+    int64_t records = 0;          // Records replayed.
+    int64_t records_skipped = 0;  // Bad checksum or impossible slot.
+    bool torn_tail = false;       // The log ended in a partial record.
+    std::string discarded;        // Non-empty: why the old log was dropped.
   };
   struct Entry {
     int64_t slot = 0;
@@ -111,6 +111,9 @@ class StoreIndex {
   StoreIndex(const Options& options, int fd);
   void Replay(const std::string& bytes, OpenReport* report);
   void ApplyPut(const StoreKey& key, int64_t slot, uint64_t checksum);
+  // Maps key -> slot as the most recently used (the slot's old state and
+  // the key's old mapping are the caller's to have cleared).
+  void MakeLive(const StoreKey& key, int64_t slot, uint64_t checksum);
   void FreeSlot(int64_t slot);
   void LinkNewest(int64_t slot);
   void Unlink(int64_t slot);
@@ -127,8 +130,8 @@ class StoreIndex {
   absl::flat_hash_map<StoreKey, int64_t> map_;
   int64_t oldest_ = -1;
   int64_t newest_ = -1;
-  std::string buffer_;        // Records not yet written.
-  int64_t log_records_ = 0;   // Records in the log file, written or buffered.
+  std::string buffer_;       // Records not yet written.
+  int64_t log_records_ = 0;  // Records in the log file, written or buffered.
 };
 
 }  // namespace hicache

@@ -10,7 +10,9 @@
 namespace hicache {
 namespace {
 
-StoreKey FromHash(const XXH128_hash_t& h) { return StoreKey{h.high64, h.low64}; }
+StoreKey FromHash(const XXH128_hash_t& h) {
+  return StoreKey{h.high64, h.low64};
+}
 
 }  // namespace
 

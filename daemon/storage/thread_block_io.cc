@@ -10,15 +10,7 @@
 
 namespace hicache {
 
-struct ThreadBlockIo::Batch {
-  std::vector<BlockIoOp> ops;
-  std::vector<absl::Status> results;
-  BlockIoDone done;
-  size_t remaining = 0;  // Guarded by the pool's mu_.
-};
-
-ThreadBlockIo::ThreadBlockIo(int fd, int threads)
-    : fd_(fd), threads_(threads) {
+ThreadBlockIo::ThreadBlockIo(int fd, int threads) : fd_(fd), threads_(threads) {
   for (int i = 0; i < threads_; ++i) workers_.emplace_back([this] { Loop(); });
 }
 
@@ -36,16 +28,10 @@ std::string ThreadBlockIo::Describe() const {
 }
 
 void ThreadBlockIo::Submit(std::vector<BlockIoOp> ops, BlockIoDone done) {
-  if (ops.empty()) {
-    std::move(done)({});
-    return;
-  }
-  auto batch = std::make_shared<Batch>();
-  batch->results.resize(ops.size());
-  batch->ops = std::move(ops);
-  batch->done = std::move(done);
+  std::shared_ptr<BlockIoBatch> batch =
+      BlockIoBatch::Start(std::move(ops), std::move(done));
+  if (batch == nullptr) return;
   MutexLock lock(&mu_);
-  batch->remaining = batch->ops.size();
   for (size_t i = 0; i < batch->ops.size(); ++i) queue_.push_back({batch, i});
   cv_.SignalAll();
 }
@@ -55,15 +41,14 @@ absl::Status ThreadBlockIo::Run(const BlockIoOp& op) const {
   auto* bytes = static_cast<char*>(op.buffer);
   while (moved < op.length) {
     const off_t at = static_cast<off_t>(op.offset + moved);
-    const ssize_t n =
-        op.kind == BlockIoOp::Kind::kRead
-            ? ::pread(fd_, bytes + moved, op.length - moved, at)
-            : ::pwrite(fd_, bytes + moved, op.length - moved, at);
+    const ssize_t n = op.kind == BlockIoOp::Kind::kRead
+                          ? ::pread(fd_, bytes + moved, op.length - moved, at)
+                          : ::pwrite(fd_, bytes + moved, op.length - moved, at);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return absl::UnavailableError(absl::StrCat(
-          op.kind == BlockIoOp::Kind::kRead ? "pread" : "pwrite", " at ",
-          op.offset, ": ", std::strerror(errno)));
+      return absl::UnavailableError(
+          absl::StrCat(op.kind == BlockIoOp::Kind::kRead ? "pread" : "pwrite",
+                       " at ", op.offset, ": ", std::strerror(errno)));
     }
     if (n == 0) {
       return absl::DataLossError(absl::StrCat("short transfer at ", op.offset,

@@ -25,9 +25,8 @@ class ThreadBlockIo final : public BlockIo {
   std::string Describe() const override;
 
  private:
-  struct Batch;
   struct Work {
-    std::shared_ptr<Batch> batch;
+    std::shared_ptr<BlockIoBatch> batch;
     size_t index;
   };
 

@@ -14,19 +14,11 @@ constexpr uint64_t kStopTag = ~uint64_t{0};
 
 }  // namespace
 
-struct UringBlockIo::Batch {
-  std::vector<BlockIoOp> ops;
-  std::vector<absl::Status> results;
-  BlockIoDone done;
-  size_t remaining = 0;  // Guarded by mu_.
-};
-
 absl::StatusOr<std::unique_ptr<UringBlockIo>> UringBlockIo::Create(
     int fd, int queue_depth) {
   if (queue_depth < 1 || queue_depth > 4096) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("io_uring queue depth ", queue_depth,
-                     " is outside [1, 4096]"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "io_uring queue depth ", queue_depth, " is outside [1, 4096]"));
   }
   std::unique_ptr<UringBlockIo> io(new UringBlockIo(fd, queue_depth));
   // The completion queue is twice the submission queue by default, so
@@ -66,16 +58,10 @@ std::string UringBlockIo::Describe() const {
 }
 
 void UringBlockIo::Submit(std::vector<BlockIoOp> ops, BlockIoDone done) {
-  if (ops.empty()) {
-    std::move(done)({});
-    return;
-  }
-  auto batch = std::make_shared<Batch>();
-  batch->results.resize(ops.size());
-  batch->ops = std::move(ops);
-  batch->done = std::move(done);
+  std::shared_ptr<BlockIoBatch> batch =
+      BlockIoBatch::Start(std::move(ops), std::move(done));
+  if (batch == nullptr) return;
   MutexLock lock(&mu_);
-  batch->remaining = batch->ops.size();
   for (size_t i = 0; i < batch->ops.size(); ++i) {
     while (free_slots_.empty()) {
       io_uring_submit(&ring_);  // What is queued must run to make room.
@@ -94,8 +80,7 @@ void UringBlockIo::Submit(std::vector<BlockIoOp> ops, BlockIoDone done) {
       io_uring_prep_read(sqe, fd_, op.buffer, static_cast<unsigned>(op.length),
                          static_cast<uint64_t>(op.offset));
     } else {
-      io_uring_prep_write(sqe, fd_, op.buffer,
-                          static_cast<unsigned>(op.length),
+      io_uring_prep_write(sqe, fd_, op.buffer, static_cast<unsigned>(op.length),
                           static_cast<uint64_t>(op.offset));
     }
     io_uring_sqe_set_data64(sqe, slot);
@@ -114,7 +99,7 @@ void UringBlockIo::Reap() {
     const int res = cqe->res;
     io_uring_cqe_seen(&ring_, cqe);
     if (tag == kStopTag) return;
-    std::shared_ptr<Batch> finished;
+    std::shared_ptr<BlockIoBatch> finished;
     {
       MutexLock lock(&mu_);
       Pending pending = std::move(slots_[tag]);
@@ -125,13 +110,13 @@ void UringBlockIo::Reap() {
       const BlockIoOp& op = pending.batch->ops[pending.index];
       absl::Status& result = pending.batch->results[pending.index];
       if (res < 0) {
-        result = absl::UnavailableError(absl::StrCat(
-            op.kind == BlockIoOp::Kind::kRead ? "read" : "write", " at ",
-            op.offset, ": ", std::strerror(-res)));
+        result = absl::UnavailableError(
+            absl::StrCat(op.kind == BlockIoOp::Kind::kRead ? "read" : "write",
+                         " at ", op.offset, ": ", std::strerror(-res)));
       } else if (static_cast<size_t>(res) != op.length) {
-        result = absl::DataLossError(absl::StrCat(
-            "short transfer at ", op.offset, ": ", res, " of ", op.length,
-            " bytes"));
+        result = absl::DataLossError(absl::StrCat("short transfer at ",
+                                                  op.offset, ": ", res, " of ",
+                                                  op.length, " bytes"));
       }
       if (--pending.batch->remaining == 0) finished = std::move(pending.batch);
     }

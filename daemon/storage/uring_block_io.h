@@ -31,9 +31,8 @@ class UringBlockIo final : public BlockIo {
   std::string Describe() const override;
 
  private:
-  struct Batch;
   struct Pending {
-    std::shared_ptr<Batch> batch;
+    std::shared_ptr<BlockIoBatch> batch;
     size_t index;
   };
 

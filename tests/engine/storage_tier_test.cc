@@ -41,8 +41,8 @@ Stores OpenStores(const std::string& dir, uint32_t cp, bool shared,
     o.page_bytes = static_cast<int64_t>(g.BytesPerPage());
     o.capacity_pages = pages;
     o.queue_depth = 8;
-    o.wrap_io = [faults](std::unique_ptr<BlockIo> inner)
-        -> std::unique_ptr<BlockIo> {
+    o.wrap_io =
+        [faults](std::unique_ptr<BlockIo> inner) -> std::unique_ptr<BlockIo> {
       return std::make_unique<FaultyBlockIo>(std::move(inner), faults);
     };
     auto store = FilePageStore::Open(std::move(o));
@@ -221,8 +221,8 @@ TEST(StorageTierCostModelTest, LoadsSlowerThanRecomputeAreRefused) {
     o.directory = dir.Child("l3");
     o.page_bytes = static_cast<int64_t>(g.BytesPerPage());
     o.capacity_pages = 4096;
-    o.wrap_io = [&clock](std::unique_ptr<BlockIo> inner)
-        -> std::unique_ptr<BlockIo> {
+    o.wrap_io =
+        [&clock](std::unique_ptr<BlockIo> inner) -> std::unique_ptr<BlockIo> {
       return std::make_unique<SlowBlockIo>(std::move(inner), &clock,
                                            absl::Seconds(1));
     };
@@ -335,8 +335,8 @@ TEST(StorageTierPrefetchTest, BestEffortAndTimeoutDoNotWaitForReads) {
     o.name = "rank0";
     o.page_bytes = static_cast<int64_t>(g.BytesPerPage());
     o.capacity_pages = 4096;
-    o.wrap_io = [&gate](std::unique_ptr<BlockIo> inner)
-        -> std::unique_ptr<BlockIo> {
+    o.wrap_io =
+        [&gate](std::unique_ptr<BlockIo> inner) -> std::unique_ptr<BlockIo> {
       auto gated = std::make_unique<GatedBlockIo>(std::move(inner));
       gate = gated.get();
       return gated;

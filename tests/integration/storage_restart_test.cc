@@ -82,8 +82,7 @@ TEST_F(StorageRestartTest, StoredPrefixesSurviveSigkillByteExact) {
     const std::optional<v1::MatchResult> match = PeekMatch(tokens);
     ASSERT_TRUE(match.has_value());
     EXPECT_EQ(match->host_hit_tokens(), 0);
-    EXPECT_EQ(match->storage_hit_tokens(),
-              static_cast<int64_t>(tokens.size()));
+    EXPECT_EQ(match->storage_hit_tokens(), static_cast<int64_t>(tokens.size()));
     ASSERT_NO_FATAL_FAILURE(LoadAndVerify(tokens));
     // InspectNode marks the storage tier's copy of the loaded node.
     const std::optional<v1::MatchResult> now = PeekMatch(tokens);
@@ -112,8 +111,8 @@ TEST_F(StorageRestartTest, StoredPrefixesSurviveSigkillByteExact) {
     auto code = second->Wait(absl::Seconds(30));
     ASSERT_TRUE(code.ok()) << code.status();
     EXPECT_NE(*code, 0);
-    EXPECT_TRUE(absl::StrContains(second->Stderr(),
-                                  "is in use by another process"))
+    EXPECT_TRUE(
+        absl::StrContains(second->Stderr(), "is in use by another process"))
         << second->Stderr();
   }
 
@@ -153,8 +152,7 @@ TEST_F(StorageRestartTest, ASharedStoreServesAnotherDaemonsPrefixes) {
     const std::vector<int32_t> tokens = Prefix(i);
     const std::optional<v1::MatchResult> match = PeekMatch(tokens);
     ASSERT_TRUE(match.has_value());
-    EXPECT_EQ(match->storage_hit_tokens(),
-              static_cast<int64_t>(tokens.size()));
+    EXPECT_EQ(match->storage_hit_tokens(), static_cast<int64_t>(tokens.size()));
     ASSERT_NO_FATAL_FAILURE(LoadAndVerify(tokens));
   }
   const v1::CacheStats loaded = Stats();

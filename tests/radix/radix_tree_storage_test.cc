@@ -108,7 +108,7 @@ TEST_P(RadixTreeStorageTest, AttachesBelowAHostCopy) {
 }
 
 TEST_P(RadixTreeStorageTest, RefusalsChangeNothing) {
-  const NodeId a = InsertOnDevice(Seq(1, 8));   // Device only.
+  const NodeId a = InsertOnDevice(Seq(1, 8));      // Device only.
   const NodeId tail = InsertOnDevice(Seq(1, 10));  // Ends inside a page.
   const TreeStats before = Stats();
   const int commits = listener_.commits;
@@ -152,8 +152,8 @@ TEST_P(RadixTreeStorageTest, AttachesBesideASubPageTail) {
   EXPECT_EQ(tail->device_len + tail->host_hit_len, 2);
 }
 
-INSTANTIATE_TEST_SUITE_P(PrefixClosed, RadixTreeStorageTest,
-                         ::testing::Bool(), [](const auto& info) {
+INSTANTIATE_TEST_SUITE_P(PrefixClosed, RadixTreeStorageTest, ::testing::Bool(),
+                         [](const auto& info) {
                            return info.param ? "Closed" : "Open";
                          });
 

@@ -32,9 +32,10 @@ std::vector<uint8_t> PageOf(uint64_t i) {
 
 class FilePageStoreTest : public ::testing::TestWithParam<Io> {
  protected:
-  std::unique_ptr<FilePageStore> Open(
-      int64_t capacity, BlockIoFaults faults = {}, uint64_t format = 1,
-      FaultyBlockIo** faulty = nullptr) {
+  std::unique_ptr<FilePageStore> Open(int64_t capacity,
+                                      BlockIoFaults faults = {},
+                                      uint64_t format = 1,
+                                      FaultyBlockIo** faulty = nullptr) {
     FilePageStoreOptions o;
     o.directory = dir_.Child("l3");
     o.page_bytes = kPageBytes;
@@ -42,8 +43,9 @@ class FilePageStoreTest : public ::testing::TestWithParam<Io> {
     o.format = format;
     o.io = GetParam();
     o.queue_depth = 8;
-    o.wrap_io = [faults, faulty](std::unique_ptr<BlockIo> inner)
-        -> std::unique_ptr<BlockIo> {
+    o.wrap_io =
+        [faults,
+         faulty](std::unique_ptr<BlockIo> inner) -> std::unique_ptr<BlockIo> {
       auto f = std::make_unique<FaultyBlockIo>(std::move(inner), faults);
       if (faulty != nullptr) *faulty = f.get();
       return f;
@@ -53,10 +55,9 @@ class FilePageStoreTest : public ::testing::TestWithParam<Io> {
     return store.ok() ? *std::move(store) : nullptr;
   }
 
-  static std::vector<absl::Status> PutPages(PageStore& store,
-                                            const std::vector<uint64_t>& ids,
-                                            std::vector<std::vector<uint8_t>>*
-                                                keep) {
+  static std::vector<absl::Status> PutPages(
+      PageStore& store, const std::vector<uint64_t>& ids,
+      std::vector<std::vector<uint8_t>>* keep) {
     std::vector<StorePut> puts;
     for (uint64_t id : ids) {
       keep->push_back(PageOf(id));

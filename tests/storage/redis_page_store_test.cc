@@ -111,13 +111,12 @@ TEST_F(RedisPageStoreTest, AServerThatGoesAwayFailsOperationsUntilItIsBack) {
 }
 
 TEST_F(RedisPageStoreTest, OpenFailsWithoutAServer) {
-  auto store = RedisPageStore::Open({.address = "unix:/nonexistent/redis.sock",
-                                     .page_bytes = kPageBytes});
+  auto store = RedisPageStore::Open(
+      {.address = "unix:/nonexistent/redis.sock", .page_bytes = kPageBytes});
   EXPECT_EQ(store.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(RedisPageStore::Open({.address = "", .page_bytes = 1})
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      RedisPageStore::Open({.address = "", .page_bytes = 1}).status().code(),
+      absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(RedisPageStore::Open({.address = "nohost", .page_bytes = 1})
                 .status()
                 .code(),

@@ -26,10 +26,10 @@ absl::StatusOr<std::unique_ptr<RedisServer>> RedisServer::Start() {
 }
 
 absl::Status RedisServer::Launch() {
-  auto process = Subprocess::Start(
-      {kRedisServer, "--port", "0", "--unixsocket", socket_,
-       "--unixsocketperm", "700", "--save", "", "--appendonly", "no",
-       "--dir", dir_.path(), "--daemonize", "no"});
+  auto process = Subprocess::Start({kRedisServer, "--port", "0", "--unixsocket",
+                                    socket_, "--unixsocketperm", "700",
+                                    "--save", "", "--appendonly", "no", "--dir",
+                                    dir_.path(), "--daemonize", "no"});
   if (!process.ok()) return process.status();
   process_ = std::make_unique<Subprocess>(*std::move(process));
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
