@@ -33,6 +33,50 @@ TEST(DaemonConfigTest, JournalSettleIsBounded) {
   }
 }
 
+// The storage tier's settings (--l3_*): each bad value is refused with the
+// flag's name; a daemon holding only some ranks has no storage tier.
+TEST(DaemonConfigTest, StorageSettingsAreChecked) {
+  DaemonConfig config;
+  config.storage.dir = "/var/lib/hicache/l3";
+  config.storage.pages_per_rank = 1024;
+  EXPECT_TRUE(config.Validate().ok()) << config.Validate();
+  auto refused = [](const DaemonConfig& c, const std::string& what) {
+    const absl::Status status = c.Validate();
+    EXPECT_TRUE(absl::IsInvalidArgument(status)) << what;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(what));
+  };
+  DaemonConfig c = config;
+  c.storage.dir = "relative/l3";
+  refused(c, "l3_dir must be an absolute path");
+  c = config;
+  c.storage.pages_per_rank = 0;
+  refused(c, "l3_pages");
+  c = config;
+  c.storage.redis_address = "127.0.0.1:6379";
+  refused(c, "exclusive");
+  c = config;
+  c.storage.io = "aio";
+  refused(c, "l3_io");
+  c = config;
+  c.storage.queue_depth = 4097;
+  refused(c, "l3_queue_depth");
+  c = config;
+  c.storage_recompute_ns_per_token = -1;
+  refused(c, "l3_recompute_ns_per_token");
+  c = config;
+  c.storage_prefetch_timeout_ms = 60001;
+  refused(c, "l3_prefetch_timeout_ms");
+  c = config;
+  c.cp_size = 2;
+  c.served_ranks = {1};
+  refused(c, "every rank served by this daemon");
+  c = DaemonConfig();
+  c.cp_size = 2;
+  c.served_ranks = {0};
+  c.storage.redis_address = "127.0.0.1:6379";
+  refused(c, "every rank served by this daemon");
+}
+
 TEST(DaemonConfigTest, HoldsThePoliciesParsed) {
   DaemonConfig config;
   // The default pair (docs/eviction.md): a prefix-closed host tier that
