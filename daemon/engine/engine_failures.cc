@@ -34,12 +34,12 @@ void HiCacheEngine::FailOpLocked(Op& op, Rank rank, uint32_t step,
   ++stats_.copy_failures;
   spdlog::warn("copy of op {} rank {} step {} failed: {}", op.id, rank, step,
                status);
-  if (op.failed || op.rolled_back) return;  // Already ending.
-  op.failed = true;
+  if (OpEnding(op.state)) return;  // Already ending.
+  const bool attached = op.state == OpState::kAttached;
+  AdvanceOpLocked(op, OpTrigger::kCopyFailed);
   if (op.kind == Op::Kind::kBackup) {
-    op.rolled_back = true;  // Never commits.
-    ++stats_.backups_failed;
-    if (op.attached) (void)tree_->AbortBackup(op.node);
+    ++stats_.backups_failed;  // Never commits.
+    if (attached) (void)tree_->AbortBackup(op.node);
   } else {
     ++stats_.loads_failed;
   }
@@ -60,10 +60,13 @@ void HiCacheEngine::EraseSettledFailedBackupLocked(uint64_t id) {
   const Op& op = *it->second;
   // A failed op with no copy outstanding has been finished (its last
   // completion or CommitLocked did it).
-  if (!op.failed || op.outstanding > 0) return;
+  if (!OpFailed(op.state) || op.outstanding > 0) return;
   bool all_stored = true;
   for (bool submitted : op.submitted) all_stored &= submitted;
-  if (op.client_done || (op.attached && all_stored)) ops_.erase(it);
+  if (op.state == OpState::kFailedReleased ||
+      (op.state == OpState::kFailedAttached && all_stored)) {
+    ops_.erase(it);
+  }
 }
 
 void HiCacheEngine::FinishFailedLoadLocked(Op& op,
@@ -74,7 +77,7 @@ void HiCacheEngine::FinishFailedLoadLocked(Op& op,
     (void)tree_->ReleaseHostRef(node);
   }
   op.chain.clear();
-  op.done = true;
+  AdvanceOpLocked(op, OpTrigger::kFailureSettled);
   events->push_back(
       {PendingEvent::Type::kLoadDone, op.id, 0, 0, kNoNode, false});
 }
@@ -84,8 +87,7 @@ void HiCacheEngine::ReleaseFailedLoadLocked(uint64_t id) {
   // freed, device prefix unlocked, record erased; its kLoadDone was sent.
   Op& op = *ops_.find(id)->second;
   op.chain.clear();  // Its host refs went when its copies ended.
-  op.done = false;
-  op.rolled_back = true;
+  AdvanceOpLocked(op, OpTrigger::kRollback);
   std::vector<PendingEvent> sent;
   FinishOpLocked(id, &sent);
 }

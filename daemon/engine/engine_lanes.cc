@@ -236,23 +236,24 @@ absl::StatusOr<LaneDropCounts> HiCacheEngine::DropLanes(
       auto it = ops_.find(id);
       if (it == ops_.end()) continue;
       Op& op = *it->second;
-      if (op.done || op.failed || op.rolled_back) continue;
+      if (!OpInFlight(op.state)) continue;
       if (op.kind == Op::Kind::kBackup) {
-        const bool lost = op.attached && aborted.contains(op.node);
+        const bool attached = op.state == OpState::kAttached;
+        const bool lost = attached && aborted.contains(op.node);
         if (!lost && !touches(op)) continue;
-        op.failed = op.rolled_back = true;
+        AdvanceOpLocked(op, OpTrigger::kCopyFailed);
         ++stats_.backups_failed;
         ++counts.backups_failed;
         // The tree aborted the pending copy of a node it dropped; any other
         // attached backup of these lanes is aborted here.
-        if (op.attached && !lost) (void)tree_->AbortBackup(op.node);
+        if (attached && !lost) (void)tree_->AbortBackup(op.node);
       } else {
         bool lost = touches(op) || tree_->IsDetached(op.locked_parent);
         for (const auto& [node, count] : op.chain) {
           lost |= tree_->IsDetached(node);
         }
         if (!lost) continue;
-        op.failed = true;
+        AdvanceOpLocked(op, OpTrigger::kCopyFailed);
         ++stats_.loads_failed;
         ++counts.loads_failed;
       }

@@ -47,7 +47,8 @@ absl::Status HiCacheEngine::LayerStored(absl::Span<const uint64_t> ops,
     Op& op = *it->second;
     if (op.submitted[step]) continue;  // Idempotent per step.
     op.submitted[step] = true;
-    if (op.failed) {  // Its failure was reported; nothing to copy.
+    // Its failure was reported; nothing to copy.
+    if (OpFailed(op.state)) {
       EraseSettledFailedBackupLocked(id);
       continue;
     }
@@ -78,7 +79,7 @@ absl::Status HiCacheEngine::CheckStoredOpsLocked(absl::Span<const uint64_t> ops,
     if (it == ops_.end() || it->second->kind != Op::Kind::kBackup) {
       return absl::NotFoundError(absl::StrCat("no backup with op id ", id));
     }
-    if (it->second->rolled_back && !it->second->failed) {
+    if (it->second->state == OpState::kRolledBack) {
       return absl::FailedPreconditionError(
           absl::StrCat("backup ", id, " was rolled back"));
     }
@@ -117,7 +118,7 @@ absl::Status HiCacheEngine::RankLayerStored(absl::Span<const uint64_t> ops,
     bool all = true;
     for (Rank r : layout_.served_ranks()) all &= op.rank_submitted[step][r];
     if (all) op.submitted[step] = true;
-    if (op.failed) {
+    if (OpFailed(op.state)) {
       if (all) EraseSettledFailedBackupLocked(id);
       continue;
     }
@@ -141,7 +142,8 @@ absl::Status HiCacheEngine::StoreAllLayers(uint64_t id) {
     if (it == ops_.end() || it->second->kind != Op::Kind::kBackup) {
       return absl::NotFoundError(absl::StrCat("no backup with op id ", id));
     }
-    if (it->second->failed) {  // Its failure was reported; nothing to copy.
+    // Its failure was reported; nothing to copy.
+    if (OpFailed(it->second->state)) {
       it->second->submitted.assign(geometry_.NumSteps(), true);
       EraseSettledFailedBackupLocked(id);
       return absl::OkStatus();

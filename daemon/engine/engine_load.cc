@@ -148,6 +148,7 @@ absl::StatusOr<LoadResult> HiCacheEngine::LoadBackFromHost(
   }
   auto op = std::make_unique<Op>();
   op->kind = Op::Kind::kLoad;
+  op->state = InitialOpState(OpKind::kLoad);
   op->id = op_id;
   op->pages = *pages;
   op->owners = owners;
@@ -176,10 +177,12 @@ absl::StatusOr<LoadResult> HiCacheEngine::LoadBackFromHost(
   for (uint32_t step = 0; step < geometry_.NumSteps(); ++step) {
     if (absl::Status s = SubmitStepLocked(ref, step); !s.ok()) {
       spdlog::error("load submit failed: {}", s);
-      ref.rolled_back = true;
+      if (ref.state != OpState::kLoadAbandoned) {
+        AdvanceOpLocked(ref, OpTrigger::kRollback);
+      }
     }
   }
-  if (ref.rolled_back && ref.outstanding == 0) {
+  if (ref.state == OpState::kLoadAbandoned && ref.outstanding == 0) {
     std::vector<PendingEvent> ignored;
     FinishOpLocked(ref.id, &ignored);
     result.op_id = 0;
@@ -216,13 +219,12 @@ void HiCacheEngine::CompleteLoadLocked(Op& op,
   }
   if (ok) {
     (void)tree_->Lock(op.node);  // Held for the caller until FinishLoad.
-    op.holds_node_lock = true;
     ++stats_.loads_done;
   }
   (void)tree_->Unlock(op.locked_parent);
   op.locked_parent = kNoNode;
-  op.done = true;
-  op.failed = !ok;
+  AdvanceOpLocked(op, ok ? OpTrigger::kLoadAttached
+                         : OpTrigger::kLoadAttachFailed);
   ReleasePagesLocked(op.pages);
   op.pages.clear();
   events->push_back({PendingEvent::Type::kLoadDone, op.id, 0, 0, op.node, ok});
@@ -234,11 +236,12 @@ absl::StatusOr<bool> HiCacheEngine::LoadDone(uint64_t id) {
   if (it == ops_.end() || it->second->kind != Op::Kind::kLoad) {
     return absl::NotFoundError(absl::StrCat("no load with op id ", id));
   }
-  if (it->second->failed) {
+  const OpState state = it->second->state;
+  if (OpFailed(state)) {
     return absl::AbortedError(absl::StrCat(
         "load ", id, " failed; its locations are not valid (a miss)"));
   }
-  return it->second->done;
+  return state == OpState::kLoaded;
 }
 
 absl::Status HiCacheEngine::FinishLoad(uint64_t id) {
@@ -250,15 +253,15 @@ absl::Status HiCacheEngine::FinishLoad(uint64_t id) {
       return absl::NotFoundError(absl::StrCat("no load with op id ", id));
     }
     Op& op = *it->second;
-    if (op.done) {
-      if (op.holds_node_lock) (void)tree_->Unlock(op.node);
-      if (op.failed) {
-        ReleaseFailedLoadLocked(id);
-      } else {
-        ops_.erase(it);
-      }
+    if (op.state == OpState::kLoaded) {
+      (void)tree_->Unlock(op.node);
+      AdvanceOpLocked(op, OpTrigger::kFinish);
+      ops_.erase(it);
+    } else if (op.state == OpState::kLoadFailed) {
+      ReleaseFailedLoadLocked(id);
     } else {
-      op.rolled_back = true;  // Pages are freed when the copies finish.
+      // Pages are freed when the copies finish.
+      AdvanceOpLocked(op, OpTrigger::kRollback);
       if (op.outstanding == 0) FinishOpLocked(id, &events);
     }
     ReapDroppedLocked();  // Its node may have been dropped meanwhile.

@@ -9,12 +9,15 @@
 
 #include "absl/time/clock.h"
 #include "daemon/engine/hicache_engine.h"
+#include "daemon/engine/op_lifecycle.h"
 
 namespace hicache {
 
 struct HiCacheEngine::Op {
-  enum class Kind { kBackup, kLoad };
+  using Kind = OpKind;
   Kind kind = Kind::kBackup;
+  // Where it stands (op_lifecycle.h); moved only by AdvanceOpLocked.
+  OpState state = OpState::kPrepared;
   uint64_t id = 0;
   std::vector<LogicalPage> pages;  // Logical device pages, position order.
   std::vector<Rank> owners;        // Lane of every page.
@@ -31,18 +34,14 @@ struct HiCacheEngine::Op {
   // step was last submitted (empty until a step is submitted one by one).
   int64_t start_ns = absl::GetCurrentTimeNanos();
   std::vector<int64_t> step_submit_ns;
-  // Backup: the node it is attached to.
+  // Backup: the node it is attached to (kept after a failure, for the
+  // record). Load: the node the caller gets.
   NodeId node = kNoNode;
-  bool attached = false;
-  bool rolled_back = false;  // Backup: will never commit. Load: abandoned.
-  bool done = false;    // Backup committed / load attached (or failed).
-  bool failed = false;  // A copy failed (load: or the attach failed).
-  bool client_done = false;  // Backup: its client rolled it back.
-  bool write_back = false;   // Backup of an eviction victim (write-back).
+  bool write_back = false;  // Backup of an eviction victim (write-back).
   // Load: the host-only chain and how many pages each node takes.
   std::vector<std::pair<NodeId, int64_t>> chain;
   NodeId locked_parent = kNoNode;  // Held while copies run.
-  bool holds_node_lock = false;    // Held for the caller until FinishLoad.
+  // kLoaded: `node` is locked for the caller until FinishLoad.
 };
 
 struct HiCacheEngine::PendingEvent {

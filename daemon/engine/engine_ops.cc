@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/core/log_format.h"
+#include "daemon/core/check.h"
 #include "daemon/engine/engine_op.h"
 #include "daemon/engine/hicache_engine.h"
 #include "spdlog/spdlog.h"
@@ -18,7 +19,7 @@ int64_t NowNs() { return absl::GetCurrentTimeNanos(); }
 
 bool HiCacheEngine::UsedByLiveOpLocked(LogicalPage page) const {
   for (const auto& [id, op] : ops_) {
-    if (op->rolled_back) continue;
+    if (OpGivenUp(op->state)) continue;
     if (std::find(op->pages.begin(), op->pages.end(), page) !=
         op->pages.end()) {
       return true;
@@ -174,6 +175,7 @@ absl::StatusOr<std::vector<uint64_t>> HiCacheEngine::PrepareBackups(
   for (const BackupSpec& spec : specs) {
     auto op = std::make_unique<Op>();
     op->kind = Op::Kind::kBackup;
+    op->state = InitialOpState(OpKind::kBackup);
     op->pages = spec.pages;
     op->owners = layout_.OwnersOf(spec.pages);
     op->logical_len = spec.logical_len;
@@ -222,11 +224,13 @@ absl::Status HiCacheEngine::AttachBackup(uint64_t id, NodeId node) {
       return absl::NotFoundError(absl::StrCat("no backup with op id ", id));
     }
     Op& op = *it->second;
-    if (op.failed) {
-      return absl::AbortedError(absl::StrCat(
-          "backup ", id, " failed (a copy did not complete); roll it back"));
-    }
-    if (op.attached || op.rolled_back) {
+    if (absl::StatusOr<OpState> next =
+            NextOpState(op.kind, op.state, OpTrigger::kAttach);
+        !next.ok()) {
+      if (absl::IsAborted(next.status())) {
+        return absl::AbortedError(absl::StrCat(
+            "backup ", id, " failed (a copy did not complete); roll it back"));
+      }
       return absl::FailedPreconditionError(
           absl::StrCat("backup ", id, " is already attached or rolled back"));
     }
@@ -245,7 +249,7 @@ absl::Status HiCacheEngine::AttachBackup(uint64_t id, NodeId node) {
     status = tree_->BeginBackup(node, *std::move(meta));
     if (!status.ok()) return status;
     op.node = node;
-    op.attached = true;
+    AdvanceOpLocked(op, OpTrigger::kAttach);
     // A ready ack was held for this moment.
     if (op.acked == AcksPerStep() * geometry_.NumSteps()) {
       CommitLocked(op, &events);
@@ -261,12 +265,12 @@ void HiCacheEngine::CommitLocked(Op& op, std::vector<PendingEvent>* events) {
     spdlog::error("commit of backup {} on node {} failed: {}", op.id, op.node,
                   s);
     // Never report a commit that did not happen: end it as a failure.
-    op.failed = op.rolled_back = true;
+    AdvanceOpLocked(op, OpTrigger::kCommitFailed);
     ++stats_.backups_failed;
     FinishOpLocked(op.id, events);
     return;
   }
-  op.done = true;
+  AdvanceOpLocked(op, OpTrigger::kCommit);
   ++stats_.backups_committed;
   if (storage_ != nullptr) StoreHostCopyLocked(op.node);
   if (op.write_back) ++stats_.write_back_backups;
@@ -282,8 +286,8 @@ absl::StatusOr<bool> HiCacheEngine::BackupAwaitsClient(uint64_t id) const {
     return absl::NotFoundError(absl::StrCat("no backup with op id ", id));
   }
   const Op& op = *it->second;
-  if (op.done || op.rolled_back) return false;
-  if (!op.attached) return true;
+  if (op.state == OpState::kPrepared) return true;
+  if (op.state != OpState::kAttached) return false;
   for (bool submitted : op.submitted) {
     if (!submitted) return true;
   }
@@ -299,18 +303,18 @@ absl::Status HiCacheEngine::RollbackBackup(uint64_t id) {
       return absl::NotFoundError(absl::StrCat("no backup with op id ", id));
     }
     Op& op = *it->second;
-    if (op.rolled_back) {
-      if (op.failed) {  // The client is done with a failed backup.
-        op.client_done = true;
+    if (OpGivenUp(op.state)) {
+      if (OpFailed(op.state)) {  // The client is done with a failed backup.
+        AdvanceOpLocked(op, OpTrigger::kRollback);
         EraseSettledFailedBackupLocked(id);
       }
       return absl::OkStatus();
     }
-    if (op.attached) {
+    if (op.state == OpState::kAttached) {
       // The reservation is freed from the op's own record below.
       (void)tree_->AbortBackup(op.node);
     }
-    op.rolled_back = true;
+    AdvanceOpLocked(op, OpTrigger::kRollback);
     ++stats_.backups_rolled_back;
     events.push_back({PendingEvent::Type::kBackupRolledBack, id});
     if (op.outstanding == 0) FinishOpLocked(id, &events);
@@ -320,15 +324,31 @@ absl::Status HiCacheEngine::RollbackBackup(uint64_t id) {
   return absl::OkStatus();
 }
 
+bool HiCacheEngine::AdvanceOpLocked(Op& op, OpTrigger trigger) {
+  absl::StatusOr<OpState> next = NextOpState(op.kind, op.state, trigger);
+  if (!next.ok()) {
+    spdlog::error("op {}: {}", op.id, next.status());
+#ifndef NDEBUG
+    HICACHE_CHECK(false, "an op moved by a trigger its state refuses");
+#endif
+    return false;
+  }
+  const bool changed = *next != op.state;
+  op.state = *next;
+  return changed;
+}
+
 // Ends an op whose copies are all complete: frees what it no longer needs.
 void HiCacheEngine::FinishOpLocked(uint64_t id,
                                    std::vector<PendingEvent>* events) {
   auto it = ops_.find(id);
   Op& op = *it->second;
   if (op.kind == Op::Kind::kBackup) {
-    if (!op.done) FreeHostLocked(op.host);  // Rolled back: orphan reservation.
+    if (op.state != OpState::kCommitted) {
+      FreeHostLocked(op.host);  // Rolled back: orphan reservation.
+    }
     ReleasePagesLocked(op.pages);
-    if (op.failed) {
+    if (OpFailed(op.state)) {
       FinishFailedBackupLocked(op, events);
       return;
     }
@@ -336,12 +356,12 @@ void HiCacheEngine::FinishOpLocked(uint64_t id,
     return;
   }
   // Load.
-  if (!op.done && op.failed && !op.rolled_back) {
+  if (op.state == OpState::kLoadFailing) {
     FinishFailedLoadLocked(op, events);
     return;
   }
   ReleasePagesLocked(op.pages);
-  if (!op.done) {
+  if (op.state == OpState::kLoadAbandoned) {
     // Rolled back before its copies finished: the pages were never attached.
     ledger_.Remove(op.pages);
     FreeDeviceLocked(op.pages);
@@ -402,19 +422,20 @@ void HiCacheEngine::OnStepDone(StepDone done) {
     // Never commit or attach bytes that did not arrive (engine_failures.cc).
     if (!status.ok()) FailOpLocked(op, rank, step, status);
     const bool backup = op.kind == Op::Kind::kBackup;
-    if (!op.failed) {  // A failed op announces no step, only its end.
+    // A failed op announces no step, only its end.
+    if (!OpFailed(op.state)) {
       events.push_back({backup ? PendingEvent::Type::kBackupStep
                                : PendingEvent::Type::kLoadStep,
                         id, rank, step});
       events.back().fence = std::move(done.fence);
     }
     const bool all_acked = op.acked == AcksPerStep() * geometry_.NumSteps();
-    if (op.rolled_back || op.failed) {
+    if (OpEnding(op.state)) {
       if (op.outstanding == 0) FinishOpLocked(id, &events);
     } else if (all_acked) {
       if (backup) {
         // Visible only now: every rank's final ack, target and draft steps.
-        if (op.attached) CommitLocked(op, &events);
+        if (op.state == OpState::kAttached) CommitLocked(op, &events);
         // Otherwise the ready ack waits for AttachBackup or RollbackBackup.
       } else {
         CompleteLoadLocked(op, &events);
@@ -508,7 +529,9 @@ absl::Status HiCacheEngine::CheckInvariants() const {
   // Nodes dropped with their lanes but still held, tainted request pages.
   if (absl::Status s = CheckDroppedLocked(hold); !s.ok()) return s;
   for (const auto& [id, op] : ops_) {
-    if (op->kind != Op::Kind::kBackup || op->done) continue;
+    if (op->kind != Op::Kind::kBackup || op->state == OpState::kCommitted) {
+      continue;
+    }
     // An attached backup's reservation is the node's pending metadata, not
     // reported by Inspect: count it from the op.
     for (Rank r = 0; r < op->host.size(); ++r) {

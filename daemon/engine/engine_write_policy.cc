@@ -25,6 +25,7 @@ uint64_t HiCacheEngine::StartBackupOfNodeLocked(NodeId node,
   if (BackupBlockedByLanesLocked(info->device_pages)) return 0;
   auto op = std::make_unique<Op>();
   op->kind = Op::Kind::kBackup;
+  op->state = InitialOpState(OpKind::kBackup, /*attached=*/true);
   op->write_back = write_back;
   op->pages = info->device_pages;
   op->owners = layout_.OwnersOf(op->pages);
@@ -52,7 +53,6 @@ uint64_t HiCacheEngine::StartBackupOfNodeLocked(NodeId node,
   }
   op->id = next_op_++;
   op->node = node;
-  op->attached = true;
   op->submitted.assign(geometry_.NumSteps(), true);
   op->submit_ns = absl::GetCurrentTimeNanos();
   AcquirePagesLocked(op->pages);
@@ -140,8 +140,8 @@ std::vector<uint64_t> HiCacheEngine::StageWriteBackLocked(
       // In flight already (write-through or an earlier write-back): wait
       // for that one too.
       for (const auto& [id, op] : ops_) {
-        if (op->kind == Op::Kind::kBackup && op->attached &&
-            op->node == node && !op->rolled_back) {
+        if (op->kind == Op::Kind::kBackup &&
+            op->state == OpState::kAttached && op->node == node) {
           staged.push_back(id);
         }
       }
@@ -333,7 +333,7 @@ void HiCacheEngine::AwaitOpsLocked(absl::Span<const uint64_t> ops) {
       const Op& op = *it->second;
       // Ended, and no copy still reads its pages (a failed backup's other
       // steps may still run; its pages are freed only after them).
-      if (!op.done && !op.failed && !op.rolled_back) return false;
+      if (OpInFlight(op.state)) return false;
       if (op.outstanding > 0) return false;
     }
     return true;

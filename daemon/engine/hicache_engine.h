@@ -21,6 +21,7 @@
 #include "daemon/engine/engine_types.h"
 #include "daemon/engine/host_tier_recorder.h"
 #include "daemon/engine/host_tier_recovery.h"
+#include "daemon/engine/op_lifecycle.h"
 #include "daemon/engine/storage_prefetcher.h"
 #include "daemon/engine/storage_tier.h"
 #include "daemon/persist/journal_writer.h"
@@ -550,6 +551,10 @@ class HiCacheEngine : public TransferListener {
   // Starts an attached backup of a device-only node (write-through at a hit,
   // write-back of a victim); returns its op id, or 0 if none started.
   uint64_t StartBackupOfNodeLocked(NodeId node, bool write_back = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves `op` by `trigger` (op_lifecycle.h); true if its state changed.
+  // Every caller checked the state first: a refusal is an engine bug.
+  bool AdvanceOpLocked(Op& op, OpTrigger trigger)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CommitLocked(Op& op, std::vector<PendingEvent>* events)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
