@@ -201,6 +201,9 @@ class WheelTest(unittest.TestCase):
             names = set(wheel.namelist())
         for name in ("hicache/__init__.py", "hicache/client.py", "hicache/replay.py",
                      "hicache/py.typed", "hicache/errors.py", "hicache/endpoint.py",
+                     "hicache/session.py", "hicache/streams.py", "hicache/items.py",
+                     "hicache/pages.py", "hicache/rpc.py", "hicache/replay_workloads.py",
+                     "hicache/replay_report.py",
                      "hicache/v1/hicache_pb2.py", "hicache/v1/hicache_pb2_grpc.py"):
             self.assertIn(name, names)
         # Nothing outside the package, and no health stubs of its own: they

@@ -28,26 +28,18 @@ from hicache.info import (  # noqa: F401
     PoolSegment,
     RankSegments,
 )
-from hicache.client import (  # noqa: F401
+from hicache.client import READ_METHODS, Client, service_config  # noqa: F401
+from hicache.session import Session  # noqa: F401
+from hicache.streams import BackupStream  # noqa: F401
+from hicache.items import (  # noqa: F401
     AdmitItem,
     AdmitResult,
-    BackupStream,
-    Client,
     CompleteItem,
-    Handle,
-    HiCacheError,
     LoadBackResult,
     MatchResult,
-    PageList,
-    Pages,
-    READ_METHODS,
-    Session,
-    StaleHandleError,
-    default_socket_path,
-    pack_tokens,
-    service_config,
-    valid_leader_target,
 )
+from hicache.pages import Handle, PageList, Pages, pack_tokens  # noqa: F401
+from hicache.rpc import valid_leader_target  # noqa: F401
 from hicache.errors import (  # noqa: F401
     AbortedError,
     AlreadyExistsError,
@@ -55,12 +47,14 @@ from hicache.errors import (  # noqa: F401
     DataLossError,
     DeadlineExceededError,
     FailedPreconditionError,
+    HiCacheError,
     InternalError,
     InvalidArgumentError,
     NotFoundError,
     OutOfRangeError,
     PermissionDeniedError,
     ResourceExhaustedError,
+    StaleHandleError,
     UnauthenticatedError,
     UnavailableError,
     UnimplementedError,
@@ -68,6 +62,7 @@ from hicache.errors import (  # noqa: F401
 from hicache.endpoint import (  # noqa: F401
     PACKAGED_SOCKET_PATH,
     Endpoint,
+    default_socket_path,
     resolve_endpoint,
     socket_problem,
 )

@@ -83,7 +83,7 @@ RPC, and a hit-rate table over trace time.
 import argparse
 import csv
 import json
-import random
+import random  # noqa: F401
 import sys
 import time
 from collections import defaultdict, deque
@@ -91,99 +91,18 @@ from collections import defaultdict, deque
 import grpc
 
 import hicache
-from hicache.client import AdmitItem, CompleteItem, Pages
-
-
-def read_trace(path, limit=None):
-    requests = []
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-                requests.append((int(record["timestamp"]), list(record["hash_ids"])))
-            except (ValueError, KeyError) as e:
-                raise SystemExit(f"{path}:{number}: not a Mooncake trace record ({e})")
-            if limit is not None and len(requests) >= limit:
-                break
-    return requests
-
-
-def percentile(values, q):
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-class Request:
-    """One request: packed input tokens and its output reserve. `units` is
-    the input length in hit-rate units (blocks or tokens), `unit` the tokens
-    per unit."""
-    __slots__ = ("timestamp_ms", "tokens", "reserve", "units", "unit")
-
-    def __init__(self, timestamp_ms, tokens, reserve, units, unit):
-        self.timestamp_ms = timestamp_ms
-        self.tokens = tokens
-        self.reserve = reserve
-        self.units = units
-        self.unit = unit
-
-
-def mooncake_requests(trace, block_tokens):
-    """Requests of a Mooncake trace: hash id h is tokens h * B .. h * B + B - 1."""
-    blocks = {}
-
-    def block(h):
-        packed = blocks.get(h)
-        if packed is None:
-            packed = blocks[h] = hicache.pack_tokens(range(h * block_tokens,
-                                                           (h + 1) * block_tokens))
-        return packed
-
-    for timestamp, hash_ids in trace:
-        packed = b"".join(block(h) for h in hash_ids)
-        yield Request(timestamp, packed, 0, len(hash_ids), block_tokens)
-
-
-def conversation_requests(count, conversations, turns, system_tokens, user_tokens,
-                          output_tokens, zipf, rate, seed):
-    """Multi-turn conversations: every turn's input is its conversation's
-    previous input and output plus a new user message of about `user_tokens`
-    (half to 1.5 times); it generates about `output_tokens`. All start with
-    one shared system prompt. Conversation i is picked with weight
-    1 / (i + 1) ** zipf. Token ids are unique per message, so only what the
-    workload shares is shared."""
-    rng = random.Random(seed)
-    next_id = [system_tokens + 1]
-
-    def fresh(n):
-        start = next_id[0]
-        next_id[0] += n
-        return hicache.pack_tokens(range(start, start + n))
-
-    def about(mean):
-        return max(1, rng.randint(mean // 2, mean + mean // 2)) if mean > 0 else 0
-
-    system = hicache.pack_tokens(range(1, system_tokens + 1))
-    history = [system] * conversations  # Packed input + output so far.
-    turn = [0] * conversations
-    weights = [1.0 / (i + 1) ** zipf for i in range(conversations)]
-    cumulative, total = [], 0.0
-    for w in weights:
-        total += w
-        cumulative.append(total)
-    pick = range(conversations)
-    for i in range(count):
-        c = rng.choices(pick, cum_weights=cumulative)[0]
-        if turn[c] >= turns:
-            history[c], turn[c] = system, 0
-        tokens = history[c] + fresh(about(user_tokens))
-        output = about(output_tokens)
-        history[c] = tokens + fresh(output)
-        turn[c] += 1
-        yield Request(int(i * 1000.0 / rate), tokens, output, len(tokens) // 4, 1)
+from hicache.items import AdmitItem, CompleteItem
+from hicache.pages import Pages
+# The workloads and the report live in replay_workloads.py and replay_report.py;
+# their names (and `random`, which only the workloads use) stay importable from here.
+from hicache.replay_report import _latency, _plot, _print_summary, _window
+from hicache.replay_report import percentile  # noqa: F401
+from hicache.replay_workloads import (  # noqa: F401
+    Request,
+    conversation_requests,
+    mooncake_requests,
+    read_trace,
+)
 
 
 class Replayer:
@@ -629,81 +548,6 @@ def _main(argv=None):
     if args.plot:
         _plot(windows, args.plot)
     return 0
-
-
-def _latency(seconds):
-    return {"p50": percentile(seconds, 0.5) * 1e6, "p99": percentile(seconds, 0.99) * 1e6,
-            "mean": sum(seconds) / max(1, len(seconds)) * 1e6, "count": len(seconds)}
-
-
-def _window(replay, client, window_start, mark, layout):
-    units = replay.units - mark[0]
-    stats = client.stats()
-    lanes = layout.geometry.cp_size
-    device_pages = layout.geometry.device_pages_per_rank * lanes
-    host_pages = layout.geometry.host_pages_per_rank * lanes
-    return {
-        "t_s": window_start / 1000.0,
-        "units": units,
-        "l1_hit_rate": (replay.l1_units - mark[1]) / max(1, units),
-        "l1_l2_hit_rate": (replay.l12_units - mark[2]) / max(1, units),
-        "l1_occupancy": sum(l.allocated for l in stats.lanes) / max(1, device_pages),
-        "l2_occupancy": sum(l.host_used for l in stats.lanes) / max(1, host_pages),
-    }
-
-
-def _print_summary(s, windows):
-    units = s.get("blocks", s.get("tokens"))
-    mode = ", deterministic" if s["deterministic"] else ""
-    print(f"{s['workload']} ({s['write_policy']}{mode}): requests {s['requests']}, "
-          f"{s['unit']}s {units}")
-    print(f"L1 hit rate     {100 * s['l1_hit_rate']:.2f}%")
-    print(f"L1+L2 hit rate  {100 * s['l1_l2_hit_rate']:.2f}%")
-    print(f"backups {s['backups']} (prepared {s['backups_prepared']}, rolled back "
-          f"{s['backups_rolled_back']}), loads {s['loads']}, not admitted "
-          f"{s['not_admitted']}, evicted pages: device {s['device_evicted_pages']}, "
-          f"host {s['host_evicted_pages']}")
-    print(f"deferred inserts {s['deferred_inserts']} (completed on retry "
-          f"{s['deferred_then_completed']}, gave up {s['deferred_gave_up']}); held at the "
-          f"end: {s['held_pages_at_end']} pages, {s['held_locks_at_end']} locks")
-    if s["deterministic"]:
-        w = s["settle_wait_us"]
-        print(f"waited for backups to settle {w['count']} times (p50 {w['p50']:.1f} us, "
-              f"p99 {w['p99']:.1f} us); timeouts {s['settle_timeouts']}")
-    r = s["request_latency_us"]
-    print(f"request latency (us): p50 {r['p50']:.1f}, p99 {r['p99']:.1f}, "
-          f"mean {r['mean']:.1f} over {r['count']} requests")
-    print("latency (us)    p50       p99      calls")
-    for name, v in s["latency_us"].items():
-        print(f"  {name:<13} {v['p50']:8.1f}  {v['p99']:8.1f}  {v['count']:7d}")
-    if windows:
-        print(f"   t(s) {s['unit'] + 's':>7}   L1 hit  L1+L2 hit  L1 occ  L2 occ")
-        for w in windows:
-            print(f"{w['t_s']:7.0f} {w['units']:7d}  {100 * w['l1_hit_rate']:6.1f}%"
-                  f"     {100 * w['l1_l2_hit_rate']:6.1f}%  {100 * w['l1_occupancy']:5.1f}%"
-                  f"  {100 * w['l2_occupancy']:5.1f}%")
-
-
-def _plot(windows, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise SystemExit("--plot needs matplotlib: apt-get install python3-matplotlib")
-    t = [w["t_s"] for w in windows]
-    fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(9, 6))
-    top.plot(t, [100 * w["l1_hit_rate"] for w in windows], label="L1")
-    top.plot(t, [100 * w["l1_l2_hit_rate"] for w in windows], label="L1+L2")
-    top.set_ylabel("hit rate (%)")
-    top.legend()
-    bottom.plot(t, [100 * w["l1_occupancy"] for w in windows], label="L1")
-    bottom.plot(t, [100 * w["l2_occupancy"] for w in windows], label="L2")
-    bottom.set_ylabel("occupancy (%)")
-    bottom.set_xlabel("trace time (s)")
-    bottom.legend()
-    fig.tight_layout()
-    fig.savefig(path)
 
 
 if __name__ == "__main__":
