@@ -419,7 +419,7 @@ TEST_F(RequestFlowTest, BadRequestsChangeNothing) {
 }
 
 // A bad item anywhere in the call changes nothing, not even the good items
-// before it (found by tests/integration/stream_abuse_test).
+// before it (found by tests/integration/stream_abuse_regression_test).
 TEST_F(RequestFlowTest, CompleteIsAllOrNothingAcrossItems) {
   Make(WritePolicy::kWriteBack);
   AdmitResult one = AdmitOne(Seq(0, 8));
