@@ -9,7 +9,8 @@ the top of fuzz/service_fuzzer.cc; libFuzzer mutates from there. Every seed
 must pass on a correct daemon: //fuzz:service_fuzzer_corpus_test replays them
 all in the plain test suite. REPRODUCERS (written to CRASH_DIR, which no test
 replays) are scenarios of open daemon bugs: each fails until its bug is
-fixed. Keep the opcodes below in step with `enum Op`.
+fixed. Keep the opcodes below in step with `enum Op`
+(fuzz/service_fuzz_input.h).
 """
 
 import os
