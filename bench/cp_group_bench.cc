@@ -21,7 +21,7 @@
 //
 // Reported per rig: p50 / p99 (nearest rank, bench/percentile.h) of
 //   local ack -> committed   rank 0's final StepDone reaching the engine
-//   step event -> committed  OnBackupStep(rank 0, last step)
+//   step event -> committed  kBackupStep(rank 0, last step)
 //   prepare -> committed     the whole backup
 // and "added": group p50 minus baseline p50, with the ratio of the p50s,
 // then the commit interval's tail (p90, p99.9, max, how many over 1 ms).

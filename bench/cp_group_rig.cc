@@ -40,8 +40,8 @@ class CommitProbe final : public TransferListener, public EngineListener {
  public:
   struct Marks {
     SteadyClock::time_point ack;     // rank 0's final StepDone arrived
-    SteadyClock::time_point step;    // OnBackupStep(op, 0, last)
-    SteadyClock::time_point commit;  // OnBackupCommitted(op)
+    SteadyClock::time_point step;    // kBackupStep(op, 0, last)
+    SteadyClock::time_point commit;  // kCommitted(op)
   };
 
   // The engine. Set once, inside EngineOptions::wrap_transfer (before any
@@ -96,30 +96,30 @@ class CommitProbe final : public TransferListener, public EngineListener {
     downstream_->OnStepDone(std::move(done));
   }
 
-  void OnBackupStep(uint64_t op, Rank rank, uint32_t step) override
-      ABSL_LOCKS_EXCLUDED(mu_) {
+  void OnOpEvent(const OpEvent& e) override ABSL_LOCKS_EXCLUDED(mu_) {
     const SteadyClock::time_point now = SteadyClock::now();
-    if (rank != 0) return;
     MutexLock lock(&mu_);
-    if (op == op_ && step == last_step_ && !has_step_) {
-      marks_.step = now;
-      has_step_ = true;
+    if (e.op != op_) return;
+    switch (e.type) {
+      case OpEvent::Type::kBackupStep:
+        if (e.rank == 0 && e.step == last_step_ && !has_step_) {
+          marks_.step = now;
+          has_step_ = true;
+        }
+        break;
+      case OpEvent::Type::kCommitted:
+      case OpEvent::Type::kRolledBack:
+        if (done_) return;
+        if (e.type == OpEvent::Type::kCommitted) {
+          marks_.commit = now;
+          committed_ = true;
+        }
+        done_ = true;
+        cv_.SignalAll();
+        break;
+      default:
+        break;
     }
-  }
-  void OnBackupCommitted(uint64_t op, NodeId) override
-      ABSL_LOCKS_EXCLUDED(mu_) {
-    const SteadyClock::time_point now = SteadyClock::now();
-    MutexLock lock(&mu_);
-    if (op != op_ || done_) return;
-    marks_.commit = now;
-    committed_ = done_ = true;
-    cv_.SignalAll();
-  }
-  void OnBackupRolledBack(uint64_t op) override ABSL_LOCKS_EXCLUDED(mu_) {
-    MutexLock lock(&mu_);
-    if (op != op_ || done_) return;
-    done_ = true;
-    cv_.SignalAll();
   }
 
  private:

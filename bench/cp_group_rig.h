@@ -20,10 +20,10 @@
 // LayerStored of the last step, and times:
 //  * local ack -> committed: rank 0's final StepDone reaching the engine
 //    (a TransferListener between the transfer engine and the engine) to
-//    EngineListener::OnBackupCommitted;
-//  * local step event -> committed: EngineListener::OnBackupStep(op, 0,
-//    last step) to OnBackupCommitted (what a stream subscriber sees);
-//  * end to end: before PrepareBackups to OnBackupCommitted.
+//    an OpEvent kCommitted;
+//  * local step event -> committed: an OpEvent kBackupStep(op, 0,
+//    last step) to kCommitted (what a stream subscriber sees);
+//  * end to end: before PrepareBackups to kCommitted.
 // Rank 0 is local in both rigs, so group minus baseline is what the remote
 // follower adds to a commit. Every committed key is evicted afterwards
 // (device and host), so the pools never fill.
@@ -64,7 +64,7 @@ struct CommitRigOptions {
 // One backup, microseconds.
 struct BackupTiming {
   double ack_to_commit_us = 0;   // rank 0's final StepDone -> committed
-  double step_to_commit_us = 0;  // OnBackupStep(rank 0, last) -> committed
+  double step_to_commit_us = 0;  // kBackupStep(rank 0, last) -> committed
   double end_to_end_us = 0;      // before PrepareBackups -> committed
 };
 

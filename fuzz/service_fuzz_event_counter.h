@@ -28,23 +28,13 @@ class EventCounter final : public EngineListener {
  public:
   explicit EventCounter(EngineListener* next) : next_(next) {}
 
-  void OnBackupStep(uint64_t op, Rank rank, uint32_t step) override {
-    Count(op);
-    next_->OnBackupStep(op, rank, step);
+  void OnOpEvent(const OpEvent& event) override {
+    const bool backup = event.type == OpEvent::Type::kBackupStep ||
+                        event.type == OpEvent::Type::kCommitted ||
+                        event.type == OpEvent::Type::kRolledBack;
+    if (backup) Count(event.op);
+    next_->OnOpEvent(event);
   }
-  void OnBackupCommitted(uint64_t op, NodeId node) override {
-    Count(op);
-    next_->OnBackupCommitted(op, node);
-  }
-  void OnBackupRolledBack(uint64_t op) override {
-    Count(op);
-    next_->OnBackupRolledBack(op);
-  }
-  void OnLoadStep(uint64_t op, Rank rank, uint32_t step,
-                  const std::string& fence) override {
-    next_->OnLoadStep(op, rank, step, fence);
-  }
-  void OnLoadDone(uint64_t op, bool ok) override { next_->OnLoadDone(op, ok); }
 
   // Backup events of `ops` so far.
   int64_t Events(const std::set<uint64_t>& ops) const {

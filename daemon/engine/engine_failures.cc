@@ -4,14 +4,14 @@
 //  * Backup: it never commits. An attached backup's pending reservation
 //    leaves the node at once (the node stays device-only and nothing of it
 //    becomes host-matchable); its host pages are freed once no copy touches
-//    them, and then its client hears OnBackupRolledBack. The record stays,
+//    them, and then its client hears its kRolledBack event. The record stays,
 //    holding nothing, until the client is done with it (rolled back, or
 //    attached with every step stored), so a client that has not heard of the
 //    failure gets defined answers: LayerStored skips it, AttachBackup returns
 //    ABORTED, RollbackBackup succeeds.
 //  * Load: a miss. LoadDone returns ABORTED. Once its copies are all
 //    complete the host refs go (the host copy is intact and stays matchable)
-//    and OnLoadDone(false) follows; the loaded pages, never attached (and
+//    and kLoadDone(ok = false) follows; the loaded pages, never attached (and
 //    kept busy, so no request can free them), and the lock on the device
 //    prefix of the hit stay with the caller until FinishLoad, which frees
 //    and releases them.
@@ -46,11 +46,11 @@ void HiCacheEngine::FailOpLocked(Op& op, Rank rank, uint32_t step,
 }
 
 void HiCacheEngine::FinishFailedBackupLocked(Op& op,
-                                             std::vector<PendingEvent>* events) {
+                                             std::vector<OpEvent>* events) {
   // The caller freed the host reservation and released the pages.
   op.host.clear();
   op.pages.clear();
-  events->push_back({PendingEvent::Type::kBackupRolledBack, op.id});
+  events->push_back(OpEvent::RolledBack(op.id));
   EraseSettledFailedBackupLocked(op.id);
 }
 
@@ -70,7 +70,7 @@ void HiCacheEngine::EraseSettledFailedBackupLocked(uint64_t id) {
 }
 
 void HiCacheEngine::FinishFailedLoadLocked(Op& op,
-                                           std::vector<PendingEvent>* events) {
+                                           std::vector<OpEvent>* events) {
   // The pages stay busy (a request cannot free them) and the device prefix
   // locked until FinishLoad (ReleaseFailedLoadLocked).
   for (const auto& [node, count] : op.chain) {
@@ -78,8 +78,7 @@ void HiCacheEngine::FinishFailedLoadLocked(Op& op,
   }
   op.chain.clear();
   AdvanceOpLocked(op, OpTrigger::kFailureSettled);
-  events->push_back(
-      {PendingEvent::Type::kLoadDone, op.id, 0, 0, kNoNode, false});
+  events->push_back(OpEvent::LoadDone(op.id, false));
 }
 
 void HiCacheEngine::ReleaseFailedLoadLocked(uint64_t id) {
@@ -88,7 +87,7 @@ void HiCacheEngine::ReleaseFailedLoadLocked(uint64_t id) {
   Op& op = *ops_.find(id)->second;
   op.chain.clear();  // Its host refs went when its copies ended.
   AdvanceOpLocked(op, OpTrigger::kRollback);
-  std::vector<PendingEvent> sent;
+  std::vector<OpEvent> sent;
   FinishOpLocked(id, &sent);
 }
 

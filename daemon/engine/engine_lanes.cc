@@ -207,7 +207,7 @@ absl::StatusOr<LaneDropCounts> HiCacheEngine::DropLanes(
     return s;
   }
   LaneDropCounts counts;
-  std::vector<PendingEvent> events;
+  std::vector<OpEvent> events;
   {
     MutexLock lock(&mu_);
     std::vector<bool> dead(layout_.cp_size(), false);

@@ -183,7 +183,7 @@ absl::StatusOr<LoadResult> HiCacheEngine::LoadBackFromHost(
     }
   }
   if (ref.state == OpState::kLoadAbandoned && ref.outstanding == 0) {
-    std::vector<PendingEvent> ignored;
+    std::vector<OpEvent> ignored;
     FinishOpLocked(ref.id, &ignored);
     result.op_id = 0;
     result.node = parent;
@@ -195,7 +195,7 @@ absl::StatusOr<LoadResult> HiCacheEngine::LoadBackFromHost(
 }
 
 void HiCacheEngine::CompleteLoadLocked(Op& op,
-                                       std::vector<PendingEvent>* events) {
+                                       std::vector<OpEvent>* events) {
   size_t offset = 0;
   bool ok = true;
   for (const auto& [node, count] : op.chain) {
@@ -227,7 +227,7 @@ void HiCacheEngine::CompleteLoadLocked(Op& op,
                          : OpTrigger::kLoadAttachFailed);
   ReleasePagesLocked(op.pages);
   op.pages.clear();
-  events->push_back({PendingEvent::Type::kLoadDone, op.id, 0, 0, op.node, ok});
+  events->push_back(OpEvent::LoadDone(op.id, ok));
 }
 
 absl::StatusOr<bool> HiCacheEngine::LoadDone(uint64_t id) {
@@ -245,7 +245,7 @@ absl::StatusOr<bool> HiCacheEngine::LoadDone(uint64_t id) {
 }
 
 absl::Status HiCacheEngine::FinishLoad(uint64_t id) {
-  std::vector<PendingEvent> events;
+  std::vector<OpEvent> events;
   {
     MutexLock lock(&mu_);
     auto it = ops_.find(id);

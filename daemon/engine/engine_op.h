@@ -44,21 +44,4 @@ struct HiCacheEngine::Op {
   // kLoaded: `node` is locked for the caller until FinishLoad.
 };
 
-struct HiCacheEngine::PendingEvent {
-  enum class Type {
-    kBackupStep,
-    kBackupCommitted,
-    kBackupRolledBack,
-    kLoadStep,
-    kLoadDone,
-  };
-  Type type;
-  uint64_t op = 0;
-  Rank rank = 0;
-  uint32_t step = 0;
-  NodeId node = kNoNode;
-  bool ok = true;
-  std::string fence;  // kLoadStep: the backend's "layer landed" event.
-};
-
 }  // namespace hicache

@@ -215,7 +215,7 @@ absl::StatusOr<std::vector<uint64_t>> HiCacheEngine::PrepareBackups(
 }
 
 absl::Status HiCacheEngine::AttachBackup(uint64_t id, NodeId node) {
-  std::vector<PendingEvent> events;
+  std::vector<OpEvent> events;
   absl::Status status;
   {
     MutexLock lock(&mu_);
@@ -260,7 +260,7 @@ absl::Status HiCacheEngine::AttachBackup(uint64_t id, NodeId node) {
   return status;
 }
 
-void HiCacheEngine::CommitLocked(Op& op, std::vector<PendingEvent>* events) {
+void HiCacheEngine::CommitLocked(Op& op, std::vector<OpEvent>* events) {
   if (absl::Status s = tree_->CommitBackup(op.node); !s.ok()) {
     spdlog::error("commit of backup {} on node {} failed: {}", op.id, op.node,
                   s);
@@ -274,8 +274,7 @@ void HiCacheEngine::CommitLocked(Op& op, std::vector<PendingEvent>* events) {
   ++stats_.backups_committed;
   if (storage_ != nullptr) StoreHostCopyLocked(op.node);
   if (op.write_back) ++stats_.write_back_backups;
-  events->push_back(
-      {PendingEvent::Type::kBackupCommitted, op.id, 0, 0, op.node, true});
+  events->push_back(OpEvent::Committed(op.id, op.node));
   FinishOpLocked(op.id, events);
 }
 
@@ -295,7 +294,7 @@ absl::StatusOr<bool> HiCacheEngine::BackupAwaitsClient(uint64_t id) const {
 }
 
 absl::Status HiCacheEngine::RollbackBackup(uint64_t id) {
-  std::vector<PendingEvent> events;
+  std::vector<OpEvent> events;
   {
     MutexLock lock(&mu_);
     auto it = ops_.find(id);
@@ -316,7 +315,7 @@ absl::Status HiCacheEngine::RollbackBackup(uint64_t id) {
     }
     AdvanceOpLocked(op, OpTrigger::kRollback);
     ++stats_.backups_rolled_back;
-    events.push_back({PendingEvent::Type::kBackupRolledBack, id});
+    events.push_back(OpEvent::RolledBack(id));
     if (op.outstanding == 0) FinishOpLocked(id, &events);
     event_queue_.insert(event_queue_.end(), events.begin(), events.end());
   }
@@ -340,7 +339,7 @@ bool HiCacheEngine::AdvanceOpLocked(Op& op, OpTrigger trigger) {
 
 // Ends an op whose copies are all complete: frees what it no longer needs.
 void HiCacheEngine::FinishOpLocked(uint64_t id,
-                                   std::vector<PendingEvent>* events) {
+                                   std::vector<OpEvent>* events) {
   auto it = ops_.find(id);
   Op& op = *it->second;
   if (op.kind == Op::Kind::kBackup) {
@@ -369,8 +368,7 @@ void HiCacheEngine::FinishOpLocked(uint64_t id,
       (void)tree_->ReleaseHostRef(node);
     }
     if (op.locked_parent != kNoNode) (void)tree_->Unlock(op.locked_parent);
-    events->push_back(
-        {PendingEvent::Type::kLoadDone, id, 0, 0, kNoNode, false});
+    events->push_back(OpEvent::LoadDone(id, false));
     ops_.erase(it);
   }
 }
@@ -381,7 +379,7 @@ void HiCacheEngine::OnStepDone(StepDone done) {
   const uint32_t step = done.step;
   const absl::Status& status = done.status;
   const uint64_t bytes = done.bytes;
-  std::vector<PendingEvent> events;
+  std::vector<OpEvent> events;
   std::optional<LayerCopyEvent> observed;
   {
     MutexLock lock(&mu_);
@@ -424,10 +422,9 @@ void HiCacheEngine::OnStepDone(StepDone done) {
     const bool backup = op.kind == Op::Kind::kBackup;
     // A failed op announces no step, only its end.
     if (!OpFailed(op.state)) {
-      events.push_back({backup ? PendingEvent::Type::kBackupStep
-                               : PendingEvent::Type::kLoadStep,
-                        id, rank, step});
-      events.back().fence = std::move(done.fence);
+      events.push_back(backup ? OpEvent::BackupStep(id, rank, step)
+                              : OpEvent::LoadStep(id, rank, step,
+                                                  std::move(done.fence)));
     }
     const bool all_acked = op.acked == AcksPerStep() * geometry_.NumSteps();
     if (OpEnding(op.state)) {
@@ -457,7 +454,7 @@ void HiCacheEngine::DispatchPending() {
   // a node's commit never overtakes its steps' events.
   MutexLock dispatch(&dispatch_mu_);
   while (true) {
-    std::vector<PendingEvent> events;
+    std::vector<OpEvent> events;
     EngineListener* listener;
     {
       MutexLock lock(&mu_);
@@ -466,25 +463,8 @@ void HiCacheEngine::DispatchPending() {
     }
     if (events.empty()) return;
     if (listener == nullptr) continue;
-    for (const PendingEvent& e : events) {
-      switch (e.type) {
-        case PendingEvent::Type::kBackupStep:
-          listener->OnBackupStep(e.op, e.rank, e.step);
-          break;
-        case PendingEvent::Type::kBackupCommitted:
-          listener->OnBackupCommitted(e.op, e.node);
-          break;
-        case PendingEvent::Type::kBackupRolledBack:
-          listener->OnBackupRolledBack(e.op);
-          break;
-        case PendingEvent::Type::kLoadStep:
-          listener->OnLoadStep(e.op, e.rank, e.step, e.fence);
-          break;
-        case PendingEvent::Type::kLoadDone:
-          listener->OnLoadDone(e.op, e.ok);
-          break;
-      }
-    }
+    for (const OpEvent& e : events) listener->OnOpEvent(e);
+
   }
 }
 

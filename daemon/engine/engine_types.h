@@ -14,6 +14,7 @@
 #include "daemon/core/daemon_config.h"
 #include "daemon/core/policies.h"
 #include "daemon/engine/engine_options.h"
+#include "daemon/engine/op_event.h"
 #include "daemon/layout/cp_layout.h"
 #include "daemon/radix/eviction_policy.h"
 #include "daemon/core/namespace_quota.h"
@@ -70,14 +71,8 @@ struct LoadResult {
 class EngineListener {
  public:
   virtual ~EngineListener() = default;
-  virtual void OnBackupStep(uint64_t op, Rank rank, uint32_t step) {}
-  virtual void OnBackupCommitted(uint64_t op, NodeId node) {}
-  virtual void OnBackupRolledBack(uint64_t op) {}
-  // `fence`: the backend's exported "layer landed" event (empty on the CPU
-  // backend); see StepDone::fence.
-  virtual void OnLoadStep(uint64_t op, Rank rank, uint32_t step,
-                          const std::string& fence) {}
-  virtual void OnLoadDone(uint64_t op, bool ok) {}
+  // Every event of every op, in order per op, never under the engine's lock.
+  virtual void OnOpEvent(const OpEvent& event) = 0;
 };
 
 // Hot restart (HiCacheEngine::Persistence).

@@ -68,7 +68,7 @@ uint64_t HiCacheEngine::StartBackupOfNodeLocked(NodeId node,
                     s);
       FailOpLocked(ref, 0, step, s);
       if (ref.outstanding == 0) {  // Else the last completion finishes it.
-        std::vector<PendingEvent> events;
+        std::vector<OpEvent> events;
         FinishOpLocked(id, &events);
         event_queue_.insert(event_queue_.end(), events.begin(), events.end());
       }

@@ -6,16 +6,6 @@
 
 namespace hicache {
 
-namespace {
-
-bool Terminal(OpEvent::Type type) {
-  return type == OpEvent::Type::kCommitted ||
-         type == OpEvent::Type::kRolledBack ||
-         type == OpEvent::Type::kLoadDone;
-}
-
-}  // namespace
-
 void EventHub::Push(OpEvent event) {
   if (observer_) observer_(event);
   std::vector<std::shared_ptr<EventMailbox>> overflowed;
@@ -23,7 +13,7 @@ void EventHub::Push(OpEvent event) {
     MutexLock lock(&mu_);
     if (auto tag = tags_.find(event.op); tag != tags_.end()) {
       FanOutLocked(event, tag->second, &overflowed);
-      if (Terminal(event.type)) tags_.erase(tag);
+      if (event.terminal()) tags_.erase(tag);
     }
     auto claim = claims_.find(event.op);
     if (claim != claims_.end()) {
@@ -56,7 +46,7 @@ void EventHub::Tag(uint64_t op, const std::string& ns) {
     if (auto queued = queues_.find(op); queued != queues_.end()) {
       for (const OpEvent& event : queued->second) {
         FanOutLocked(event, ns, &overflowed);
-        ended |= Terminal(event.type);
+        ended |= event.terminal();
       }
     }
     if (!ended) tags_[op] = ns;
@@ -79,7 +69,7 @@ void EventHub::Unsubscribe(uint64_t subscription) {
 
 void EventHub::QueueLocked(OpEvent event) {
   const uint64_t op = event.op;
-  const bool terminal = Terminal(event.type);
+  const bool terminal = event.terminal();
   queues_[op].push_back(std::move(event));
   if (terminal) finished_.push_back(op);
   // Drop the oldest finished queues (entries of ops since claimed or
@@ -100,22 +90,7 @@ void EventHub::QueueLocked(OpEvent event) {
   cv_.SignalAll();
 }
 
-void EventHub::OnBackupStep(uint64_t op, Rank rank, uint32_t step) {
-  Push({OpEvent::Type::kBackupStep, op, rank, step});
-}
-void EventHub::OnBackupCommitted(uint64_t op, NodeId node) {
-  Push({OpEvent::Type::kCommitted, op, 0, 0, node});
-}
-void EventHub::OnBackupRolledBack(uint64_t op) {
-  Push({OpEvent::Type::kRolledBack, op});
-}
-void EventHub::OnLoadStep(uint64_t op, Rank rank, uint32_t step,
-                          const std::string& fence) {
-  Push({OpEvent::Type::kLoadStep, op, rank, step, kNoNode, true, fence});
-}
-void EventHub::OnLoadDone(uint64_t op, bool ok) {
-  Push({OpEvent::Type::kLoadDone, op, 0, 0, kNoNode, ok});
-}
+void EventHub::OnOpEvent(const OpEvent& event) { Push(event); }
 
 std::optional<OpEvent> EventHub::Next(uint64_t op, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;

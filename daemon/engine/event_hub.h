@@ -34,12 +34,8 @@ class EventHub final : public EngineListener {
  public:
   static constexpr size_t kMaxOps = 4096;
 
-  void OnBackupStep(uint64_t op, Rank rank, uint32_t step) override;
-  void OnBackupCommitted(uint64_t op, NodeId node) override;
-  void OnBackupRolledBack(uint64_t op) override;
-  void OnLoadStep(uint64_t op, Rank rank, uint32_t step,
-                  const std::string& fence) override;
-  void OnLoadDone(uint64_t op, bool ok) override;
+  // Routes `event` (EngineListener).
+  void OnOpEvent(const OpEvent& event) override ABSL_LOCKS_EXCLUDED(mu_);
 
   // Sends `op`'s queued and future events to `box` until Forget(op).
   void Claim(uint64_t op, std::shared_ptr<EventMailbox> box)

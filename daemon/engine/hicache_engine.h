@@ -387,7 +387,6 @@ class HiCacheEngine : public TransferListener {
 
  private:
   struct Op;
-  struct PendingEvent;
 
   HiCacheEngine(const EngineOptions& options, CpLayout layout,
                 KvGeometry geometry);
@@ -556,22 +555,22 @@ class HiCacheEngine : public TransferListener {
   // Every caller checked the state first: a refusal is an engine bug.
   bool AdvanceOpLocked(Op& op, OpTrigger trigger)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CommitLocked(Op& op, std::vector<PendingEvent>* events)
+  void CommitLocked(Op& op, std::vector<OpEvent>* events)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FinishOpLocked(uint64_t id, std::vector<PendingEvent>* events)
+  void FinishOpLocked(uint64_t id, std::vector<OpEvent>* events)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CompleteLoadLocked(Op& op, std::vector<PendingEvent>* events)
+  void CompleteLoadLocked(Op& op, std::vector<OpEvent>* events)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Transfer failures (engine_failures.cc): a failed copy ends its op; a
   // backup never commits, a load is a miss.
   void FailOpLocked(Op& op, Rank rank, uint32_t step,
                     const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FinishFailedBackupLocked(Op& op, std::vector<PendingEvent>* events)
+  void FinishFailedBackupLocked(Op& op, std::vector<OpEvent>* events)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseSettledFailedBackupLocked(uint64_t id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FinishFailedLoadLocked(Op& op, std::vector<PendingEvent>* events)
+  void FinishFailedLoadLocked(Op& op, std::vector<OpEvent>* events)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseFailedLoadLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Lanes of a dead CP member (engine_lanes.cc).
@@ -686,7 +685,7 @@ class HiCacheEngine : public TransferListener {
   CondVar idle_cv_;
   CondVar ops_cv_;  // Signalled at every step completion.
   // Events made under mu_, in order, waiting for DispatchPending.
-  std::vector<PendingEvent> event_queue_ ABSL_GUARDED_BY(mu_);
+  std::vector<OpEvent> event_queue_ ABSL_GUARDED_BY(mu_);
   EngineListener* listener_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::unique_ptr<RadixTree> tree_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<DevicePageAllocator> device_ ABSL_GUARDED_BY(mu_);

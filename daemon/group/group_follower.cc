@@ -149,21 +149,22 @@ absl::Status GroupFollower::ApplyWorkerEvents(const WorkerEventBatch& batch) {
     }
     switch (e.kind) {
       case WorkerEventKind::kBackupStep:
-        hub->OnBackupStep(e.op, e.rank, e.step);
+        hub->OnOpEvent(OpEvent::BackupStep(e.op, e.rank, e.step));
         break;
       case WorkerEventKind::kCommitted:
-        hub->OnBackupCommitted(e.op, kNoNode);  // The tree is the leader's.
+        // The tree is the leader's: no node.
+        hub->OnOpEvent(OpEvent::Committed(e.op, kNoNode));
         tagged_.erase(e.op);
         break;
       case WorkerEventKind::kRolledBack:
-        hub->OnBackupRolledBack(e.op);
+        hub->OnOpEvent(OpEvent::RolledBack(e.op));
         tagged_.erase(e.op);
         break;
       case WorkerEventKind::kLoadStep:
-        hub->OnLoadStep(e.op, e.rank, e.step, e.fence);
+        hub->OnOpEvent(OpEvent::LoadStep(e.op, e.rank, e.step, e.fence));
         break;
       case WorkerEventKind::kLoadDone:
-        hub->OnLoadDone(e.op, e.ok);
+        hub->OnOpEvent(OpEvent::LoadDone(e.op, e.ok));
         tagged_.erase(e.op);
         break;
     }

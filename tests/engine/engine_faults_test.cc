@@ -43,26 +43,25 @@ std::vector<int32_t> Seq(int32_t first, int n) {
 class RecordingListener : public EngineListener {
  public:
   using Step = std::tuple<uint64_t, Rank, uint32_t>;
-  void OnBackupStep(uint64_t op, Rank rank, uint32_t step) override {
+  void OnOpEvent(const OpEvent& e) override {
     MutexLock lock(&mu_);
-    backup_steps_.push_back({op, rank, step});
-  }
-  void OnBackupCommitted(uint64_t op, NodeId) override {
-    MutexLock lock(&mu_);
-    committed_.push_back(op);
-  }
-  void OnBackupRolledBack(uint64_t op) override {
-    MutexLock lock(&mu_);
-    rolled_back_.push_back(op);
-  }
-  void OnLoadStep(uint64_t op, Rank rank, uint32_t step,
-                  const std::string&) override {
-    MutexLock lock(&mu_);
-    load_steps_.push_back({op, rank, step});
-  }
-  void OnLoadDone(uint64_t op, bool ok) override {
-    MutexLock lock(&mu_);
-    load_done_.push_back({op, ok});
+    switch (e.type) {
+      case OpEvent::Type::kBackupStep:
+        backup_steps_.push_back({e.op, e.rank, e.step});
+        break;
+      case OpEvent::Type::kCommitted:
+        committed_.push_back(e.op);
+        break;
+      case OpEvent::Type::kRolledBack:
+        rolled_back_.push_back(e.op);
+        break;
+      case OpEvent::Type::kLoadStep:
+        load_steps_.push_back({e.op, e.rank, e.step});
+        break;
+      case OpEvent::Type::kLoadDone:
+        load_done_.push_back({e.op, e.ok});
+        break;
+    }
   }
   // Events reach the listener after the engine's state changed (and after
   // WaitForTransfers returns): poll for the one expected. A failed op's end
@@ -328,7 +327,7 @@ TEST_F(EngineFaultsTest, AttachedBackupFailureAbortsThePendingBackup) {
 
 // Bug: a late failure of a backup that had already failed aborted the node's
 // pending backup again -- by then a newer backup's. That one then "committed"
-// without host metadata (OnBackupCommitted for nothing) and leaked its host
+// without host metadata (a kCommitted event for nothing) and leaked its host
 // pages. Only the first failure of a live backup may touch the node.
 TEST_F(EngineFaultsTest, LateFailureOfAFailedBackupLeavesTheNextOneAlone) {
   Make({.cp_size = 2, .write_policy = WritePolicy::kWriteThrough});
@@ -405,7 +404,7 @@ TEST_F(EngineFaultsTest, LayerStoredBatchSurvivesAFailedBackup) {
 
 // Bug: a failed load's record was erased when its copies ended, so LoadDone
 // answered NOT_FOUND instead of ABORTED and FinishLoad failed. A failed load
-// is a miss: ABORTED until FinishLoad, OnLoadDone(false), its pages freed at
+// is a miss: ABORTED until FinishLoad, kLoadDone(ok = false), its pages freed at
 // FinishLoad, the host copy kept (a retry loads the right bytes).
 TEST_F(EngineFaultsTest, FailedLoadIsAMissUntilFinishLoad) {
   Make({.cp_size = 2});

@@ -17,12 +17,12 @@ namespace {
 TEST(EventHubTest, ARunningOpsEventsSurviveManyFinishedOps) {
   EventHub hub;
   // A load starts; its first layer completes before its stream claims it.
-  hub.OnLoadStep(/*op=*/1, /*rank=*/0, /*step=*/0, "fence");
+  hub.OnOpEvent(OpEvent::LoadStep(/*op=*/1, /*rank=*/0, /*step=*/0, "fence"));
   // Meanwhile far more write-through backups than kMaxOps start and finish
   // with nobody streaming them.
   for (uint64_t op = 2; op < 2 + 3 * EventHub::kMaxOps; ++op) {
-    hub.OnBackupStep(op, 0, 0);
-    hub.OnBackupCommitted(op, /*node=*/7);
+    hub.OnOpEvent(OpEvent::BackupStep(op, 0, 0));
+    hub.OnOpEvent(OpEvent::Committed(op, /*node=*/7));
   }
   auto box = std::make_shared<EventMailbox>(16, [] {});
   hub.Claim(1, box);
@@ -30,7 +30,7 @@ TEST(EventHubTest, ARunningOpsEventsSurviveManyFinishedOps) {
   ASSERT_TRUE(first.has_value()) << "the running load's event was dropped";
   EXPECT_EQ(first->type, OpEvent::Type::kLoadStep);
   EXPECT_EQ(first->fence, "fence");
-  hub.OnLoadDone(1, true);
+  hub.OnOpEvent(OpEvent::LoadDone(1, true));
   std::optional<OpEvent> done = box->Wait(absl::Now());
   ASSERT_TRUE(done.has_value());
   EXPECT_EQ(done->type, OpEvent::Type::kLoadDone);
@@ -40,8 +40,8 @@ TEST(EventHubTest, ARunningOpsEventsSurviveManyFinishedOps) {
 TEST(EventHubTest, FinishedUnclaimedOpsAreBounded) {
   EventHub hub;
   for (uint64_t op = 1; op <= 3 * EventHub::kMaxOps; ++op) {
-    hub.OnBackupStep(op, 0, 0);
-    hub.OnBackupRolledBack(op);
+    hub.OnOpEvent(OpEvent::BackupStep(op, 0, 0));
+    hub.OnOpEvent(OpEvent::RolledBack(op));
   }
   // The oldest finished ones are gone, the newest still there.
   EXPECT_FALSE(hub.Next(1, absl::ZeroDuration()).has_value());
@@ -54,10 +54,10 @@ TEST(EventHubTest, FinishedUnclaimedOpsAreBounded) {
 TEST(EventHubTest, ClaimedAndForgottenOpsLeaveNothingBehind) {
   EventHub hub;
   for (uint64_t op = 1; op <= 3 * EventHub::kMaxOps; ++op) {
-    hub.OnBackupCommitted(op, 1);
+    hub.OnOpEvent(OpEvent::Committed(op, 1));
     hub.Forget(op);  // A stream that saw it through.
   }
-  hub.OnBackupStep(99999, 0, 0);
+  hub.OnOpEvent(OpEvent::BackupStep(99999, 0, 0));
   EXPECT_TRUE(hub.Next(99999, absl::ZeroDuration()).has_value());
   EXPECT_EQ(hub.claimed(), 0u);
 }
@@ -71,9 +71,9 @@ TEST(EventHubTest, SubscriberTapSeesWhatIsFannedOut) {
   hub.SetSubscriberTap([&](const OpEvent& event, const std::string& ns) {
     tapped.emplace_back(event, ns);
   });
-  hub.OnBackupStep(/*op=*/1, /*rank=*/0, /*step=*/0);  // Untagged: none.
+  hub.OnOpEvent(OpEvent::BackupStep(/*op=*/1, /*rank=*/0, /*step=*/0));  // Untagged: none.
   EXPECT_TRUE(tapped.empty());
-  hub.OnLoadStep(/*op=*/2, /*rank=*/1, /*step=*/0, "f");
+  hub.OnOpEvent(OpEvent::LoadStep(/*op=*/2, /*rank=*/1, /*step=*/0, "f"));
   hub.Tag(2, "ns");  // Replays the queued step.
   ASSERT_EQ(tapped.size(), 1u);
   EXPECT_EQ(tapped[0].first.type, OpEvent::Type::kLoadStep);
@@ -82,11 +82,11 @@ TEST(EventHubTest, SubscriberTapSeesWhatIsFannedOut) {
   // Two local subscribers: still one tap call per event.
   hub.Subscribe(1, "ns", std::make_shared<EventMailbox>(16, [] {}));
   hub.Subscribe(0, "ns", std::make_shared<EventMailbox>(16, [] {}));
-  hub.OnLoadDone(2, false);
+  hub.OnOpEvent(OpEvent::LoadDone(2, false));
   ASSERT_EQ(tapped.size(), 2u);
   EXPECT_EQ(tapped[1].first.type, OpEvent::Type::kLoadDone);
   EXPECT_FALSE(tapped[1].first.ok);
-  hub.OnLoadDone(2, true);  // The tag is gone after the terminal event.
+  hub.OnOpEvent(OpEvent::LoadDone(2, true));  // The tag is gone after the terminal event.
   EXPECT_EQ(tapped.size(), 2u);
 }
 

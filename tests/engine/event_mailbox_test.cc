@@ -14,12 +14,12 @@ namespace {
 
 TEST(EventMailboxTest, ClaimDeliversQueuedAndLaterEventsInOrder) {
   EventHub hub;
-  hub.OnBackupStep(7, 0, 0);  // Before the claim: kept for it.
+  hub.OnOpEvent(OpEvent::BackupStep(7, 0, 0));  // Before the claim: kept for it.
   auto box = std::make_shared<EventMailbox>(16, nullptr);
   hub.Claim(7, box);
-  hub.OnBackupStep(7, 1, 0);
-  hub.OnBackupCommitted(7, 42);
-  hub.OnBackupStep(8, 0, 0);  // Another op: not this mailbox's.
+  hub.OnOpEvent(OpEvent::BackupStep(7, 1, 0));
+  hub.OnOpEvent(OpEvent::Committed(7, 42));
+  hub.OnOpEvent(OpEvent::BackupStep(8, 0, 0));  // Another op: not this mailbox's.
   const absl::Time soon = absl::Now() + absl::Seconds(1);
   EXPECT_EQ(box->Wait(soon)->rank, 0u);
   EXPECT_EQ(box->Wait(soon)->rank, 1u);
@@ -49,7 +49,7 @@ TEST(EventMailboxTest, OverflowRunsTheCallbackOnceAndDropsEvents) {
   auto box = std::make_shared<EventMailbox>(2, [&] { ++overflows; });
   EventHub hub;
   hub.Claim(1, box);
-  for (uint32_t step = 0; step < 5; ++step) hub.OnBackupStep(1, 0, step);
+  for (uint32_t step = 0; step < 5; ++step) hub.OnOpEvent(OpEvent::BackupStep(1, 0, step));
   EXPECT_EQ(overflows, 1);
   EXPECT_TRUE(box->overflowed());
   EXPECT_FALSE(box->Wait(absl::InfiniteFuture()).has_value());

@@ -32,14 +32,10 @@ std::vector<int32_t> Seq(int32_t first, int n) {
 
 class CountingListener : public EngineListener {
  public:
-  void OnBackupStep(uint64_t, Rank rank, uint32_t) override {
+  void OnOpEvent(const OpEvent& e) override {
     MutexLock lock(&mu_);
-    ++backup_steps_[rank];
-  }
-  void OnLoadStep(uint64_t, Rank rank, uint32_t,
-                  const std::string&) override {
-    MutexLock lock(&mu_);
-    ++load_steps_[rank];
+    if (e.type == OpEvent::Type::kBackupStep) ++backup_steps_[e.rank];
+    if (e.type == OpEvent::Type::kLoadStep) ++load_steps_[e.rank];
   }
   std::map<Rank, int> backup_steps() {
     MutexLock lock(&mu_);
