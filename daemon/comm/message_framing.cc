@@ -2,32 +2,29 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/core/check.h"
+#include "daemon/core/le_bytes.h"
 
 namespace hicache::comm {
 namespace {
 
+// Writes `v` at `out`, little-endian (a header, once its value is known).
 void PutU32(char* out, uint32_t v) {
-  out[0] = static_cast<char>(v & 0xff);
-  out[1] = static_cast<char>((v >> 8) & 0xff);
-  out[2] = static_cast<char>((v >> 16) & 0xff);
-  out[3] = static_cast<char>((v >> 24) & 0xff);
-}
-
-uint32_t GetU32(const char* in) {
-  const auto* u = reinterpret_cast<const unsigned char*>(in);
-  return uint32_t{u[0]} | uint32_t{u[1]} << 8 | uint32_t{u[2]} << 16 |
-         uint32_t{u[3]} << 24;
+  std::string bytes;
+  LeWriter(&bytes).U32(v);
+  std::memcpy(out, bytes.data(), bytes.size());
 }
 
 }  // namespace
 
 MessagePacker::MessagePacker(size_t capacity) : capacity_(capacity) {
-  HICACHE_CHECK(capacity >= 64 && capacity - kMessageHeaderBytes <
-                                      size_t{kLastChunkBit},
-                "message capacity out of range");
+  HICACHE_CHECK(
+      capacity >= 64 && capacity - kMessageHeaderBytes < size_t{kLastChunkBit},
+      "message capacity out of range");
 }
 
 size_t MessagePacker::Pack(char* out) {
@@ -36,8 +33,7 @@ size_t MessagePacker::Pack(char* out) {
   while (!pending_.empty() && capacity_ - used >= kChunkHeaderBytes) {
     const std::string& frame = pending_.front();
     const size_t rest = frame.size() - front_offset_;
-    const size_t take =
-        std::min(rest, capacity_ - used - kChunkHeaderBytes);
+    const size_t take = std::min(rest, capacity_ - used - kChunkHeaderBytes);
     if (take == 0 && rest > 0) break;  // Only room for a header: next one.
     const bool last = take == rest;
     PutU32(out + used,
@@ -59,38 +55,38 @@ size_t MessagePacker::Pack(char* out) {
 
 absl::Status FrameAssembler::Consume(const char* message, size_t available,
                                      std::vector<std::string>* frames) {
-  if (available < kMessageHeaderBytes) {
-    return absl::DataLossError(absl::StrCat(
-        "malformed message: ", available, " bytes, shorter than its header"));
+  LeReader in(absl::string_view(message, available));
+  uint32_t payload = 0;
+  if (!in.U32(&payload)) {
+    return absl::DataLossError(absl::StrCat("malformed message: ", available,
+                                            " bytes, shorter than its header"));
   }
-  const size_t payload = GetU32(message);
-  if (payload > available - kMessageHeaderBytes) {
-    return absl::DataLossError(absl::StrCat(
-        "malformed message: header claims ", payload, " bytes, at most ",
-        available - kMessageHeaderBytes, " can have arrived"));
+  absl::string_view chunks;
+  if (!in.Bytes(payload, &chunks)) {
+    return absl::DataLossError(
+        absl::StrCat("malformed message: header claims ", payload,
+                     " bytes, at most ", in.remaining(), " can have arrived"));
   }
-  const char* p = message + kMessageHeaderBytes;
-  const char* const end = p + payload;
-  while (p < end) {
-    if (static_cast<size_t>(end - p) < kChunkHeaderBytes) {
-      return absl::DataLossError(absl::StrCat(
-          "malformed message: ", end - p, " stray bytes after the last chunk"));
+  LeReader rest(chunks);
+  while (rest.remaining() > 0) {
+    uint32_t header = 0;
+    if (!rest.U32(&header)) {
+      return absl::DataLossError(
+          absl::StrCat("malformed message: ", rest.remaining(),
+                       " stray bytes after the last chunk"));
     }
-    const uint32_t header = GetU32(p);
-    p += kChunkHeaderBytes;
     const size_t len = header & ~kLastChunkBit;
-    if (len > static_cast<size_t>(end - p)) {
-      return absl::DataLossError(absl::StrCat(
-          "malformed message: chunk of ", len, " bytes, only ", end - p,
-          " left in the message"));
+    absl::string_view chunk;
+    if (!rest.Bytes(len, &chunk)) {
+      return absl::DataLossError(
+          absl::StrCat("malformed message: chunk of ", len, " bytes, only ",
+                       rest.remaining(), " left in the message"));
     }
     if (len > max_frame_bytes_ - partial_.size()) {
       return absl::DataLossError(absl::StrCat(
-          "malformed message: frame grows past ", max_frame_bytes_,
-          " bytes"));
+          "malformed message: frame grows past ", max_frame_bytes_, " bytes"));
     }
-    partial_.append(p, len);
-    p += len;
+    partial_.append(chunk.data(), chunk.size());
     mid_frame_ = true;
     if (header & kLastChunkBit) {
       frames->push_back(std::move(partial_));

@@ -3,35 +3,43 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "daemon/core/le_bytes.h"
 
 namespace hicache::group {
 namespace {
 
-void PutU64(unsigned char* out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<unsigned char>(v >> (8 * i));
+constexpr size_t kChunkBytes = 8 * 64;
+
+// The bytes being hashed, emptied: one buffer per thread, so hashing
+// allocates nothing after a thread's first call.
+std::string* Scratch() {
+  thread_local std::string buf;
+  buf.clear();
+  buf.reserve(kChunkBytes);
+  return &buf;
 }
 
-// XXH3 over the little-endian bytes of `values`, chained through `seed`
-// 64 values at a time (no allocation).
+// XXH3 over the little-endian bytes of `values` (each as a u64), chained
+// through `seed` 64 values at a time.
 template <typename T>
 uint64_t HashValues(const std::vector<T>& values, uint64_t seed) {
-  unsigned char buf[8 * 64];
-  size_t used = 0;
+  std::string* buf = Scratch();
+  LeWriter w(buf);
   uint64_t h = seed;
   for (T v : values) {
-    PutU64(buf + used, static_cast<uint64_t>(v));
-    used += 8;
-    if (used == sizeof(buf)) {
-      h = XXH3_64bits_withSeed(buf, used, h);
-      used = 0;
+    w.U64(static_cast<uint64_t>(v));
+    if (buf->size() == kChunkBytes) {
+      h = XXH3_64bits_withSeed(buf->data(), buf->size(), h);
+      buf->clear();
     }
   }
-  if (used > 0) h = XXH3_64bits_withSeed(buf, used, h);
+  if (!buf->empty()) h = XXH3_64bits_withSeed(buf->data(), buf->size(), h);
   return h;
 }
 
@@ -68,13 +76,14 @@ std::string Value(const Field& f, uint64_t v) {
 
 uint64_t CopyHash(uint64_t op_id, TransferDirection direction, uint32_t step,
                   const RankCopy& copy) {
-  unsigned char head[8 + 8 + 8 + 8 + 8];
-  PutU64(head, op_id);
-  PutU64(head + 8, direction == TransferDirection::kDeviceToHost ? 0 : 1);
-  PutU64(head + 16, step);
-  PutU64(head + 24, copy.rank);
-  PutU64(head + 32, copy.device_pages.size());
-  const uint64_t seed = XXH3_64bits(head, sizeof(head));
+  std::string* head = Scratch();
+  LeWriter w(head);
+  w.U64(op_id);
+  w.U64(direction == TransferDirection::kDeviceToHost ? 0 : 1);
+  w.U64(step);
+  w.U64(copy.rank);
+  w.U64(copy.device_pages.size());
+  const uint64_t seed = XXH3_64bits(head->data(), head->size());
   return HashValues(copy.host_pages, HashValues(copy.device_pages, seed));
 }
 
@@ -83,12 +92,11 @@ CopyTally::CopyTally(std::vector<Rank> ranks, int64_t device_pages_per_rank,
   std::sort(ranks.begin(), ranks.end());
   ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
   for (Rank r : ranks) {
-    ranks_.push_back(RankTally{
-        .rank = r,
-        .device_pages_per_rank =
-            static_cast<uint64_t>(std::max<int64_t>(device_pages_per_rank, 0)),
-        .host_pages_per_rank =
-            static_cast<uint64_t>(std::max<int64_t>(host_pages_per_rank, 0))});
+    ranks_.push_back(RankTally{.rank = r,
+                               .device_pages_per_rank = static_cast<uint64_t>(
+                                   std::max<int64_t>(device_pages_per_rank, 0)),
+                               .host_pages_per_rank = static_cast<uint64_t>(
+                                   std::max<int64_t>(host_pages_per_rank, 0))});
   }
 }
 
@@ -99,8 +107,8 @@ RankTally* CopyTally::Find(Rank rank) {
   return nullptr;
 }
 
-void CopyTally::Add(uint64_t op_id, TransferDirection direction,
-                    uint32_t step, const RankCopy& copy) {
+void CopyTally::Add(uint64_t op_id, TransferDirection direction, uint32_t step,
+                    const RankCopy& copy) {
   RankTally* t = Find(copy.rank);
   if (t == nullptr) return;
   const uint64_t pages = copy.device_pages.size();
@@ -113,10 +121,11 @@ void CopyTally::Add(uint64_t op_id, TransferDirection direction,
   }
   // Ordered: the previous value seeds the next.
   const uint64_t h = CopyHash(op_id, direction, step, copy);
-  unsigned char buf[16];
-  PutU64(buf, t->hash);
-  PutU64(buf + 8, h);
-  t->hash = XXH3_64bits(buf, sizeof(buf));
+  std::string* buf = Scratch();
+  LeWriter w(buf);
+  w.U64(t->hash);
+  w.U64(h);
+  t->hash = XXH3_64bits(buf->data(), buf->size());
 }
 
 void CopyTally::AddTask(const TransferTask& task) {
@@ -158,8 +167,8 @@ std::string DescribeDivergence(uint64_t leader_frames,
       const uint64_t fv = f->*field.member;
       if (lv == fv || (field.geometry && lv == 0)) continue;
       diffs.push_back(absl::StrCat("rank ", l.rank, " ", field.name,
-                                   ": leader ", Value(field, lv),
-                                   ", follower ", Value(field, fv)));
+                                   ": leader ", Value(field, lv), ", follower ",
+                                   Value(field, fv)));
     }
   }
   for (const RankTally& f : follower) {
@@ -177,8 +186,8 @@ std::string DescribeTallies(const std::vector<RankTally>& ranks) {
     parts.push_back(absl::StrFormat(
         "rank %u: copies d2h %u h2d %u, pages d2h %u h2d %u, refused %u, "
         "hash %#018x, pools %u/%u pages",
-        t.rank, t.copies_d2h, t.copies_h2d, t.pages_d2h, t.pages_h2d,
-        t.refused, t.hash, t.device_pages_per_rank, t.host_pages_per_rank));
+        t.rank, t.copies_d2h, t.copies_h2d, t.pages_d2h, t.pages_h2d, t.refused,
+        t.hash, t.device_pages_per_rank, t.host_pages_per_rank));
   }
   return parts.empty() ? "no rank" : absl::StrJoin(parts, "; ");
 }

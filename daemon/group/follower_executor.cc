@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/core/log_format.h"
 #include "daemon/group/step_completer.h"
@@ -25,6 +24,16 @@ FollowerExecutor::FollowerExecutor(FollowerScope scope,
                                    ControlHandler on_control,
                                    FailureHandler on_failure)
     : scope_(std::move(scope)),
+      bounds_{.serves =
+                  [ranks = scope_.ranks](Rank rank) {
+                    return std::find(ranks.begin(), ranks.end(), rank) !=
+                           ranks.end();
+                  },
+              .num_steps = scope_.num_steps,
+              .device_pages_per_rank = scope_.device_pages_per_rank,
+              .host_pages_per_rank = scope_.host_pages_per_rank,
+              .refuse_fences = true,  // The leader cannot name ours.
+              .refuse_repeated_ranks = true},
       on_control_(std::move(on_control)),
       on_failure_(std::move(on_failure)),
       tally_(scope_.ranks, scope_.device_pages_per_rank,
@@ -89,8 +98,8 @@ absl::Status FollowerExecutor::HandleDigest(const Digest& digest) {
     skews_.clear();
   }
   Digest mine = tally_.Snapshot();
-  const std::string diff = DescribeDivergence(
-      digest.tasks_frames, digest.ranks, mine.tasks_frames, mine.ranks);
+  const std::string diff = DescribeDivergence(digest.tasks_frames, digest.ranks,
+                                              mine.tasks_frames, mine.ranks);
   const bool match = diff.empty();
   // Counted before the answer goes out: whoever sees the answer sees it
   // counted (follower_executor_test read the stats after the result and,
@@ -153,54 +162,25 @@ absl::Status FollowerExecutor::OnFrame(Frame frame) {
   return absl::InvalidArgumentError("unknown frame kind");
 }
 
-absl::Status FollowerExecutor::Check(const TransferTask& task,
-                                     const RankCopy& copy) const {
-  if (std::find(scope_.ranks.begin(), scope_.ranks.end(), copy.rank) ==
-      scope_.ranks.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", copy.rank, " is not served by this daemon"));
-  }
-  if (task.step >= scope_.num_steps) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("step ", task.step, " is outside the geometry's ",
-                     scope_.num_steps));
-  }
-  if (copy.wait_fence != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("fence ", copy.wait_fence, " named by the leader"));
-  }
-  if (copy.device_pages.size() != copy.host_pages.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(copy.device_pages.size(), " device pages but ",
-                     copy.host_pages.size(), " host pages"));
-  }
-  for (size_t i = 0; i < copy.device_pages.size(); ++i) {
-    if (copy.device_pages[i] < 0 ||
-        copy.device_pages[i] >= scope_.device_pages_per_rank ||
-        copy.host_pages[i] < 0 ||
-        copy.host_pages[i] >= scope_.host_pages_per_rank) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("page pair ", i, " (device ", copy.device_pages[i],
-                       ", host ", copy.host_pages[i],
-                       ") is outside this daemon's pools (",
-                       scope_.device_pages_per_rank, " device, ",
-                       scope_.host_pages_per_rank, " host pages a rank)"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 void FollowerExecutor::Execute(TransferTask task) {
   TransferTask run{
       .op_id = task.op_id, .direction = task.direction, .step = task.step};
   std::vector<StepDone> refused;
-  absl::flat_hash_set<Rank> seen;
   bool diverged = false;
   {
     MutexLock lock(&mu_);
     diverged = diverged_;
   }
-  for (RankCopy& copy : task.ranks) {
+  // Every copy is checked before any is moved out of the task (a check
+  // looks at the copies before it: a rank named twice).
+  std::vector<absl::Status> checks(task.ranks.size());
+  if (!diverged) {
+    for (size_t i = 0; i < task.ranks.size(); ++i) {
+      checks[i] = CheckRankCopy(bounds_, task, i);
+    }
+  }
+  for (size_t i = 0; i < task.ranks.size(); ++i) {
+    RankCopy& copy = task.ranks[i];
     if (diverged) {
       // Nothing runs once the accounting diverged (the daemon is exiting).
       refused.push_back(FailedStep(
@@ -210,19 +190,16 @@ void FollowerExecutor::Execute(TransferTask task) {
               "the leader's")));
       continue;
     }
-    absl::Status ok = seen.insert(copy.rank).second
-                          ? Check(task, copy)
-                          : absl::InvalidArgumentError(absl::StrCat(
-                                "rank ", copy.rank, " named twice"));
+    const absl::Status& ok = checks[i];
     if (ok.ok()) {
       tally_.Add(task.op_id, task.direction, task.step, copy);
       run.ranks.push_back(std::move(copy));
       continue;
     }
     tally_.AddRefused(copy.rank);
-    absl::Status why = absl::InvalidArgumentError(absl::StrCat(
-        "follower refused op ", task.op_id, " step ", task.step, ": ",
-        ok.message()));
+    absl::Status why = absl::InvalidArgumentError(
+        absl::StrCat("follower refused op ", task.op_id, " step ", task.step,
+                     ": ", ok.message()));
     spdlog::error("CP group: {} (from {}); not executed", why.message(),
                   scope_.leader);
     refused.push_back(FailedStep(task, copy.rank, std::move(why)));
@@ -240,8 +217,8 @@ void FollowerExecutor::Execute(TransferTask task) {
   for (const RankCopy& copy : run.ranks) ranks.push_back(copy.rank);
   absl::Status submitted = local_->Submit(std::move(run));
   if (submitted.ok()) return;
-  spdlog::error("CP group: local engine refused op {} step {}: {}",
-                task.op_id, task.step, submitted);
+  spdlog::error("CP group: local engine refused op {} step {}: {}", task.op_id,
+                task.step, submitted);
   std::vector<StepDone> rejected;
   for (Rank rank : ranks) {
     rejected.push_back(FailedStep(task, rank, CopyStatus(submitted)));
@@ -267,9 +244,8 @@ void FollowerExecutor::Answer(std::vector<StepDone> dones) {
   if (dones.empty()) return;
   for (StepDone& done : dones) {
     // A representation of its own (CopyStatus), cut to the bound.
-    done.status =
-        absl::Status(done.status.code(),
-                     done.status.message().substr(0, kMaxTextBytes));
+    done.status = absl::Status(done.status.code(),
+                               done.status.message().substr(0, kMaxTextBytes));
     if (done.fence.size() > kMaxTextBytes) done.fence.clear();
   }
   MutexLock lock(&mu_);

@@ -17,6 +17,7 @@
 #include "daemon/group/group_wire.h"
 #include "daemon/group/wire_link.h"
 #include "daemon/transfer/transfer_engine.h"
+#include "daemon/transfer/transfer_task_check.h"
 
 namespace hicache::group {
 
@@ -37,13 +38,14 @@ struct FollowerScope {
 //
 // Contract:
 //  * Tasks frames are handled on the link's thread, in order. Each rank copy
-//    is checked: a rank this daemon serves, named once in its task, a step
-//    inside the geometry, paired page lists, every page inside its pool, no
-//    fence (the leader cannot name this daemon's fences). A copy that fails
-//    is never executed: it is logged at error level, counted (refused()),
-//    and answered with a StepDone carrying INVALID_ARGUMENT. The others are
-//    submitted to the local engine (one Submit per task); if it refuses
-//    them, each is answered with its error.
+//    is checked (CheckRankCopy over the scope): a rank this daemon serves,
+//    named once in its task, a step inside the geometry, paired page lists,
+//    every page inside its pool, no fence (the leader cannot name this
+//    daemon's fences). A copy that fails is never executed: it is logged at
+//    error level, counted (refused()), and answered with a StepDone carrying
+//    INVALID_ARGUMENT "follower refused op 5 step 2: <the check's message>".
+//    The others are submitted to the local engine (one Submit per task); if
+//    it refuses them, each is answered with its error.
 //  * Completions (the local engine's and the refusals) are batched: a sender
 //    thread puts whatever accumulated since its last flush into one
 //    StepDones frame (several when they would exceed comm::kMaxFrameBytes).
@@ -122,13 +124,14 @@ class FollowerExecutor final : public TransferListener {
   absl::Status HandleDigest(const Digest& digest) ABSL_LOCKS_EXCLUDED(mu_);
   // Calls on_failure_ unless it was called already.
   void ReportFailure(const absl::Status& cause) ABSL_LOCKS_EXCLUDED(mu_);
-  // Why `copy` of `task` may not run; OK if it may.
-  absl::Status Check(const TransferTask& task, const RankCopy& copy) const;
   void Answer(std::vector<StepDone> dones) ABSL_LOCKS_EXCLUDED(mu_);
   void SenderLoop() ABSL_LOCKS_EXCLUDED(mu_);
   void OnLinkFailure(const absl::Status& cause) ABSL_LOCKS_EXCLUDED(mu_);
 
   const FollowerScope scope_;
+  // What each rank copy is checked against (scope_'s bounds, no fence, no
+  // rank twice in a task).
+  const TransferTaskBounds bounds_;
   const ControlHandler on_control_;
   const FailureHandler on_failure_;
 

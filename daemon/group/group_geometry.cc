@@ -11,85 +11,56 @@
 #include "absl/strings/str_join.h"
 #include "daemon/comm/communicator.h"
 #include "daemon/core/daemon_config.h"
+#include "daemon/core/le_bytes.h"
 #include "daemon/group/group_wire.h"
 #include "version/version.h"
 
 namespace hicache::group {
 namespace {
 
-class Writer {
- public:
-  void U8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
-  void U32(uint32_t v) {
-    for (int i = 0; i < 4; ++i) out_.push_back(static_cast<char>(v >> (8 * i)));
-  }
-  void U64(uint64_t v) {
-    for (int i = 0; i < 8; ++i) out_.push_back(static_cast<char>(v >> (8 * i)));
-  }
-  void Str(absl::string_view s) {
-    U32(static_cast<uint32_t>(s.size()));
-    out_.append(s.data(), s.size());
-  }
-  std::string Take() { return std::move(out_); }
-
- private:
-  std::string out_;
-};
-
+// LeReader, with errors that name the field.
 class Reader {
  public:
   explicit Reader(absl::string_view in) : in_(in) {}
 
   absl::Status U8(const char* field, uint8_t* v) {
-    if (auto s = Need(field, 1); !s.ok()) return s;
-    *v = static_cast<uint8_t>(in_[0]);
-    in_.remove_prefix(1);
-    return absl::OkStatus();
+    return in_.U8(v) ? absl::OkStatus() : Truncated(field, 1);
   }
   absl::Status U32(const char* field, uint32_t* v) {
-    if (auto s = Need(field, 4); !s.ok()) return s;
-    uint32_t r = 0;
-    for (int i = 0; i < 4; ++i) {
-      r |= uint32_t{static_cast<uint8_t>(in_[i])} << (8 * i);
-    }
-    *v = r;
-    in_.remove_prefix(4);
-    return absl::OkStatus();
+    return in_.U32(v) ? absl::OkStatus() : Truncated(field, 4);
   }
   absl::Status U64(const char* field, uint64_t* v) {
-    if (auto s = Need(field, 8); !s.ok()) return s;
-    uint64_t r = 0;
-    for (int i = 0; i < 8; ++i) {
-      r |= uint64_t{static_cast<uint8_t>(in_[i])} << (8 * i);
-    }
-    *v = r;
-    in_.remove_prefix(8);
-    return absl::OkStatus();
+    return in_.U64(v) ? absl::OkStatus() : Truncated(field, 8);
   }
   absl::Status Str(const char* field, std::string* v) {
     uint32_t length = 0;
     if (auto s = U32(field, &length); !s.ok()) return s;
     if (length > kMaxGeometryStringBytes) {
-      return absl::DataLossError(absl::StrCat(
-          "CP group geometry: ", field, " of ", length, " bytes (at most ",
-          kMaxGeometryStringBytes, ")"));
+      return absl::DataLossError(
+          absl::StrCat("CP group geometry: ", field, " of ", length,
+                       " bytes (at most ", kMaxGeometryStringBytes, ")"));
     }
-    if (auto s = Need(field, length); !s.ok()) return s;
-    v->assign(in_.data(), length);
-    in_.remove_prefix(length);
+    absl::string_view bytes;
+    if (!in_.Bytes(length, &bytes)) return Truncated(field, length);
+    v->assign(bytes.data(), bytes.size());
     return absl::OkStatus();
   }
-  size_t remaining() const { return in_.size(); }
+  // `n` u32 ranks (their count already read and bounded).
+  absl::Status Ranks(uint32_t n, std::vector<Rank>* ranks) {
+    if (in_.Values(n, ranks)) return absl::OkStatus();
+    return absl::DataLossError(absl::StrCat(
+        "CP group geometry truncated in ranks: ", n, " ranks need ",
+        uint64_t{n} * 4, " bytes, ", remaining(), " left"));
+  }
+  size_t remaining() const { return in_.remaining(); }
 
  private:
-  absl::Status Need(const char* field, size_t bytes) const {
-    if (in_.size() >= bytes) return absl::OkStatus();
-    return absl::DataLossError(absl::StrCat("CP group geometry truncated in ",
-                                            field, ": ", bytes,
-                                            " bytes needed, ", in_.size(),
-                                            " left"));
+  absl::Status Truncated(const char* field, size_t bytes) const {
+    return absl::DataLossError(
+        absl::StrCat("CP group geometry truncated in ", field, ": ", bytes,
+                     " bytes needed, ", remaining(), " left"));
   }
-  absl::string_view in_;
+  LeReader in_;
 };
 
 std::string Quoted(absl::string_view s) {
@@ -105,13 +76,13 @@ std::string RankRange(Rank first, Rank last) {
 
 std::string RanksText(const std::vector<Rank>& ranks) {
   if (ranks.empty()) return "none";
-  const bool consecutive = std::adjacent_find(
-      ranks.begin(), ranks.end(),
-      [](Rank a, Rank b) { return b != a + 1; }) == ranks.end();
+  const bool consecutive =
+      std::adjacent_find(ranks.begin(), ranks.end(), [](Rank a, Rank b) {
+        return b != a + 1;
+      }) == ranks.end();
   if (consecutive) {
-    return ranks.size() == 1
-               ? absl::StrCat(ranks.front())
-               : absl::StrCat(ranks.front(), "-", ranks.back());
+    return ranks.size() == 1 ? absl::StrCat(ranks.front())
+                             : absl::StrCat(ranks.front(), "-", ranks.back());
   }
   return absl::StrJoin(ranks, ",");
 }
@@ -130,17 +101,17 @@ std::string RangesText(const std::vector<Rank>& ranks) {
 }
 
 uint64_t KvFamiliesFingerprint(const KvGeometry& kv) {
-  Writer w;
-  w.Str("hicache-kv-families-v1");
+  std::string bytes;
+  LeWriter w(&bytes);
+  w.String("hicache-kv-families-v1");
   w.U64(kv.page_size());
   w.U64(kv.families().size());
   for (const KvFamily& f : kv.families()) {
-    w.Str(f.name);
+    w.String(f.name);
     w.U64(f.bytes_per_token);
     w.U64(f.num_layers);
     w.U8(f.draft ? 1 : 0);
   }
-  const std::string bytes = w.Take();
   return XXH3_64bits(bytes.data(), bytes.size());
 }
 
@@ -159,7 +130,8 @@ GroupGeometry GroupGeometryFrom(const EngineOptions& options,
   g.bytes_per_page = kv.BytesPerPage();
   g.num_steps = kv.NumSteps();
   g.host_layout = std::string(HostLayoutName(options.host_layout));
-  g.device_pages_per_rank = static_cast<uint64_t>(options.device_pages_per_rank);
+  g.device_pages_per_rank =
+      static_cast<uint64_t>(options.device_pages_per_rank);
   g.host_pages_per_rank = static_cast<uint64_t>(options.host_pages_per_rank);
   g.wire_version = kWireVersion;
   g.max_frame_bytes = comm::kMaxFrameBytes;
@@ -284,23 +256,23 @@ absl::Status CheckRankAssignment(uint32_t cp_size,
 }
 
 std::string EncodeGroupGeometry(const GroupGeometry& g) {
-  Writer w;
+  std::string bytes;
+  LeWriter w(&bytes);
   w.U8(kGroupGeometryFormat);
   w.U32(g.page_size);
   w.U32(g.cp_size);
-  w.Str(g.kv_preset);
+  w.String(g.kv_preset);
   w.U64(g.kv_fingerprint);
   w.U64(g.bytes_per_page);
   w.U32(g.num_steps);
-  w.Str(g.host_layout);
+  w.String(g.host_layout);
   w.U64(g.device_pages_per_rank);
   w.U64(g.host_pages_per_rank);
   w.U8(g.wire_version);
   w.U64(g.max_frame_bytes);
-  w.Str(g.build);
-  w.U32(static_cast<uint32_t>(g.ranks.size()));
-  for (Rank r : g.ranks) w.U32(r);
-  return w.Take();
+  w.String(g.build);
+  w.Array(g.ranks);
+  return bytes;
 }
 
 absl::StatusOr<GroupGeometry> DecodeGroupGeometry(absl::string_view bytes) {
@@ -309,9 +281,9 @@ absl::StatusOr<GroupGeometry> DecodeGroupGeometry(absl::string_view bytes) {
   uint8_t format = 0;
   if (auto s = r.U8("format", &format); !s.ok()) return s;
   if (format != kGroupGeometryFormat) {
-    return absl::DataLossError(absl::StrCat(
-        "CP group geometry: unknown format ", int{format},
-        " (this build reads ", int{kGroupGeometryFormat}, ")"));
+    return absl::DataLossError(
+        absl::StrCat("CP group geometry: unknown format ", int{format},
+                     " (this build reads ", int{kGroupGeometryFormat}, ")"));
   }
   absl::Status s;
   if (!(s = r.U32("page_size", &g.page_size)).ok() ||
@@ -331,35 +303,25 @@ absl::StatusOr<GroupGeometry> DecodeGroupGeometry(absl::string_view bytes) {
   uint32_t n = 0;
   if (!(s = r.U32("rank count", &n)).ok()) return s;
   if (n > kMaxGeometryRanks) {
-    return absl::DataLossError(absl::StrCat("CP group geometry: ", n,
-                                            " ranks (at most ",
-                                            kMaxGeometryRanks, ")"));
-  }
-  if (r.remaining() / 4 < n) {
     return absl::DataLossError(absl::StrCat(
-        "CP group geometry truncated in ranks: ", n, " ranks need ",
-        uint64_t{n} * 4, " bytes, ", r.remaining(), " left"));
+        "CP group geometry: ", n, " ranks (at most ", kMaxGeometryRanks, ")"));
   }
-  g.ranks.resize(n);
-  for (uint32_t i = 0; i < n; ++i) {
-    if (!(s = r.U32("rank", &g.ranks[i])).ok()) return s;
-  }
+  if (!(s = r.Ranks(n, &g.ranks)).ok()) return s;
   if (r.remaining() != 0) {
-    return absl::DataLossError(absl::StrCat("CP group geometry: ",
-                                            r.remaining(),
-                                            " trailing bytes"));
+    return absl::DataLossError(
+        absl::StrCat("CP group geometry: ", r.remaining(), " trailing bytes"));
   }
   return g;
 }
 
 std::string DescribeGroupGeometry(const GroupGeometry& g) {
   return absl::StrCat(
-      "P=", g.page_size, " C=", g.cp_size, " kv=", Quoted(g.kv_preset),
-      " (fp ", Hex(g.kv_fingerprint), ", ", g.bytes_per_page, " B/page, ",
-      g.num_steps, " steps) ", Quoted(g.host_layout),
-      " device=", g.device_pages_per_rank, " host=", g.host_pages_per_rank,
-      " wire=", int{g.wire_version}, " frame=", g.max_frame_bytes,
-      " build=", Quoted(g.build), " ranks=", RanksText(g.ranks));
+      "P=", g.page_size, " C=", g.cp_size, " kv=", Quoted(g.kv_preset), " (fp ",
+      Hex(g.kv_fingerprint), ", ", g.bytes_per_page, " B/page, ", g.num_steps,
+      " steps) ", Quoted(g.host_layout), " device=", g.device_pages_per_rank,
+      " host=", g.host_pages_per_rank, " wire=", int{g.wire_version},
+      " frame=", g.max_frame_bytes, " build=", Quoted(g.build),
+      " ranks=", RanksText(g.ranks));
 }
 
 }  // namespace hicache::group

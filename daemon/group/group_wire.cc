@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/core/le_bytes.h"
 
 namespace hicache::group {
 namespace {
@@ -23,44 +24,30 @@ constexpr size_t kRankTallyBytes = 4 + 8 * 8;
 
 // ---- Encoding --------------------------------------------------------------
 
-class Writer {
- public:
-  explicit Writer(std::string* out) : out_(out) {}
-  void U8(uint8_t v) { out_->push_back(static_cast<char>(v)); }
-  void U32(uint32_t v) {
-    for (int i = 0; i < 4; ++i) U8(static_cast<uint8_t>(v >> (8 * i)));
+// LEB128: 7 bits a byte, low bits first, the high bit set on all but the
+// last byte.
+void PutVarint(LeWriter& w, uint64_t v) {
+  while (v >= 0x80) {
+    w.U8(static_cast<uint8_t>(v | 0x80));
+    v >>= 7;
   }
-  void U64(uint64_t v) {
-    for (int i = 0; i < 8; ++i) U8(static_cast<uint8_t>(v >> (8 * i)));
-  }
-  void Str(absl::string_view s) {
-    U32(static_cast<uint32_t>(s.size()));
-    out_->append(s.data(), s.size());
-  }
-  void Varint(uint64_t v) {
-    while (v >= 0x80) {
-      U8(static_cast<uint8_t>(v | 0x80));
-      v >>= 7;
-    }
-    U8(static_cast<uint8_t>(v));
-  }
-  template <typename T>
-  void Pages(const std::vector<T>& pages) {
-    U32(static_cast<uint32_t>(pages.size()));
-    uint64_t prev = 0;
-    for (T page : pages) {
-      const uint64_t cur = static_cast<uint64_t>(page);
-      const uint64_t delta = cur - prev;  // Wrapping.
-      // Zigzag: small negative and positive deltas both stay small.
-      const uint64_t zz = (delta << 1) ^ (0 - (delta >> 63));
-      Varint(zz);
-      prev = cur;
-    }
-  }
+  w.U8(static_cast<uint8_t>(v));
+}
 
- private:
-  std::string* out_;
-};
+// A PageList: u32 count, then zigzag-mapped deltas as varints.
+template <typename T>
+void PutPages(LeWriter& w, const std::vector<T>& pages) {
+  w.U32(static_cast<uint32_t>(pages.size()));
+  uint64_t prev = 0;
+  for (T page : pages) {
+    const uint64_t cur = static_cast<uint64_t>(page);
+    const uint64_t delta = cur - prev;  // Wrapping.
+    // Zigzag: small negative and positive deltas both stay small.
+    const uint64_t zz = (delta << 1) ^ (0 - (delta >> 63));
+    PutVarint(w, zz);
+    prev = cur;
+  }
+}
 
 size_t VarintBytes(uint64_t v) {
   size_t n = 1;
@@ -91,7 +78,7 @@ uint8_t WireCode(const absl::Status& status) {
              : static_cast<uint8_t>(absl::StatusCode::kUnknown);
 }
 
-void EncodeTask(Writer& w, const TransferTask& task) {
+void EncodeTask(LeWriter& w, const TransferTask& task) {
   w.U64(task.op_id);
   w.U8(task.direction == TransferDirection::kDeviceToHost ? 0 : 1);
   w.U32(task.step);
@@ -99,25 +86,25 @@ void EncodeTask(Writer& w, const TransferTask& task) {
   for (const RankCopy& copy : task.ranks) {
     w.U32(copy.rank);
     w.U64(copy.wait_fence);
-    w.Pages(copy.device_pages);
-    w.Pages(copy.host_pages);
+    PutPages(w, copy.device_pages);
+    PutPages(w, copy.host_pages);
   }
 }
 
-void EncodeStepDone(Writer& w, const StepDone& done) {
+void EncodeStepDone(LeWriter& w, const StepDone& done) {
   w.U64(done.op_id);
   w.U8(done.direction == TransferDirection::kDeviceToHost ? 0 : 1);
   w.U32(done.rank);
   w.U32(done.step);
   const uint8_t code = WireCode(done.status);
   w.U8(code);
-  w.Str(code == 0 ? absl::string_view() : done.status.message());
+  w.String(code == 0 ? absl::string_view() : done.status.message());
   w.U64(done.bytes);
-  w.Str(done.fence);
+  w.String(done.fence);
 }
 
 struct BodyEncoder {
-  Writer& w;
+  LeWriter& w;
   void operator()(const Hello& h) const {
     w.U64(static_cast<uint64_t>(h.sender_time_ns));
     w.U32(h.member_index);
@@ -134,7 +121,7 @@ struct BodyEncoder {
     w.U32(static_cast<uint32_t>(b.dones.size()));
     for (const StepDone& done : b.dones) EncodeStepDone(w, done);
   }
-  void operator()(const Bye& b) const { w.Str(b.reason); }
+  void operator()(const Bye& b) const { w.String(b.reason); }
   // Kinds 6-8.
   void operator()(const WorkerEventBatch& b) const {
     w.U32(static_cast<uint32_t>(b.events.size()));
@@ -144,13 +131,13 @@ struct BodyEncoder {
       w.U32(e.rank);
       w.U32(e.step);
       w.U8(e.ok ? 1 : 0);
-      w.Str(e.fence);
-      w.Str(e.ns);
+      w.String(e.fence);
+      w.String(e.ns);
     }
   }
   void operator()(const LayerStoredRequest& r) const {
     w.U64(r.request_id);
-    w.Str(r.ns);
+    w.String(r.ns);
     w.U32(r.rank);
     w.U32(r.step);
     w.U32(static_cast<uint32_t>(r.ops.size()));
@@ -160,7 +147,7 @@ struct BodyEncoder {
     w.U64(a.request_id);
     const uint8_t code = WireCode(a.status);
     w.U8(code);
-    w.Str(code == 0 ? absl::string_view() : a.status.message());
+    w.String(code == 0 ? absl::string_view() : a.status.message());
   }
   // Kinds 9-10.
   void Tallies(const std::vector<RankTally>& ranks) const {
@@ -190,65 +177,50 @@ struct BodyEncoder {
 
 // ---- Decoding --------------------------------------------------------------
 
+// The frame body's reader: LeReader, with errors that name the field and
+// the byte (counted from the start of the frame).
 class Reader {
  public:
-  explicit Reader(absl::string_view data) : data_(data) {}
-  size_t remaining() const { return data_.size() - pos_; }
-  size_t pos() const { return pos_; }
+  explicit Reader(absl::string_view data) : in_(data), size_(data.size()) {}
+  size_t remaining() const { return in_.remaining(); }
+  size_t pos() const { return size_ - in_.remaining(); }
 
   absl::Status U8(const char* what, uint8_t* v) {
-    if (remaining() < 1) return Truncated(what);
-    *v = static_cast<uint8_t>(data_[pos_++]);
-    return absl::OkStatus();
+    return in_.U8(v) ? absl::OkStatus() : Truncated(what);
   }
   absl::Status U32(const char* what, uint32_t* v) {
-    if (remaining() < 4) return Truncated(what);
-    uint32_t x = 0;
-    for (int i = 0; i < 4; ++i) {
-      x |= static_cast<uint32_t>(static_cast<uint8_t>(data_[pos_ + i]))
-           << (8 * i);
-    }
-    pos_ += 4;
-    *v = x;
-    return absl::OkStatus();
+    return in_.U32(v) ? absl::OkStatus() : Truncated(what);
   }
   absl::Status U64(const char* what, uint64_t* v) {
-    if (remaining() < 8) return Truncated(what);
-    uint64_t x = 0;
-    for (int i = 0; i < 8; ++i) {
-      x |= static_cast<uint64_t>(static_cast<uint8_t>(data_[pos_ + i]))
-           << (8 * i);
-    }
-    pos_ += 8;
-    *v = x;
-    return absl::OkStatus();
+    return in_.U64(v) ? absl::OkStatus() : Truncated(what);
   }
   absl::Status Str(const char* what, std::string* s) {
     uint32_t n = 0;
     if (absl::Status st = U32(what, &n); !st.ok()) return st;
-    if (n > remaining()) {
+    absl::string_view bytes;
+    if (!in_.Bytes(n, &bytes)) {
       return Bad(absl::StrCat(what, ": length ", n, " but only ", remaining(),
                               " bytes remain"));
     }
-    s->assign(data_.data() + pos_, n);
-    pos_ += n;
+    s->assign(bytes.data(), bytes.size());
     return absl::OkStatus();
   }
   // A count of elements that take at least `min_bytes` each.
   absl::Status Count(const char* what, size_t min_bytes, uint32_t* n) {
-    if (absl::Status st = U32(what, n); !st.ok()) return st;
-    if (static_cast<uint64_t>(*n) * min_bytes > remaining()) {
-      return Bad(absl::StrCat(what, ": count ", *n, " needs at least ",
-                              static_cast<uint64_t>(*n) * min_bytes,
-                              " bytes but only ", remaining(), " remain"));
-    }
-    return absl::OkStatus();
+    if (in_.Count(min_bytes, n)) return absl::OkStatus();
+    // Truncated, or too large: take the count to name it (the error's byte
+    // is the one after it).
+    uint32_t count = 0;
+    if (absl::Status st = U32(what, &count); !st.ok()) return st;
+    return Bad(absl::StrCat(what, ": count ", count, " needs at least ",
+                            static_cast<uint64_t>(count) * min_bytes,
+                            " bytes but only ", remaining(), " remain"));
   }
   absl::Status Varint(const char* what, uint64_t* v) {
     uint64_t x = 0;
     for (int i = 0; i < 10; ++i) {
-      if (remaining() < 1) return Truncated(what);
-      const uint8_t b = static_cast<uint8_t>(data_[pos_++]);
+      uint8_t b = 0;
+      if (!in_.U8(&b)) return Truncated(what);
       if (i == 9 && b > 1) return Bad(absl::StrCat(what, ": varint overflows"));
       x |= static_cast<uint64_t>(b & 0x7f) << (7 * i);
       if ((b & 0x80) == 0) {
@@ -279,7 +251,8 @@ class Reader {
   absl::Status Direction(const char* what, TransferDirection* d) {
     uint8_t v = 0;
     if (absl::Status st = U8(what, &v); !st.ok()) return st;
-    if (v > 1) return Bad(absl::StrCat(what, ": direction ", v, " is not 0 or 1"));
+    if (v > 1)
+      return Bad(absl::StrCat(what, ": direction ", v, " is not 0 or 1"));
     *d = v == 0 ? TransferDirection::kDeviceToHost
                 : TransferDirection::kHostToDevice;
     return absl::OkStatus();
@@ -289,19 +262,19 @@ class Reader {
     return Bad(absl::StrCat(what, ": truncated"));
   }
   absl::Status Bad(absl::string_view why) const {
-    return absl::DataLossError(
-        absl::StrCat("malformed group frame at byte ", pos_ + kFrameHeaderBytes,
-                     ": ", why));
+    return absl::DataLossError(absl::StrCat("malformed group frame at byte ",
+                                            pos() + kFrameHeaderBytes, ": ",
+                                            why));
   }
 
  private:
-  absl::string_view data_;
-  size_t pos_ = 0;
+  LeReader in_;
+  const size_t size_;
 };
 
-#define WIRE_RETURN_IF_ERROR(expr)         \
-  do {                                     \
-    absl::Status wire_status_ = (expr);    \
+#define WIRE_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    absl::Status wire_status_ = (expr);          \
     if (!wire_status_.ok()) return wire_status_; \
   } while (0)
 
@@ -366,7 +339,8 @@ absl::Status DecodeWorkerEvent(Reader& r, WorkerEventRecord* e) {
   WIRE_RETURN_IF_ERROR(r.U32("worker_event rank", &e->rank));
   WIRE_RETURN_IF_ERROR(r.U32("worker_event step", &e->step));
   WIRE_RETURN_IF_ERROR(r.U8("worker_event ok", &ok));
-  if (ok > 1) return r.Bad(absl::StrCat("worker_event ok ", ok, " is not 0 or 1"));
+  if (ok > 1)
+    return r.Bad(absl::StrCat("worker_event ok ", ok, " is not 0 or 1"));
   e->ok = ok == 1;
   WIRE_RETURN_IF_ERROR(r.Str("worker_event fence", &e->fence));
   WIRE_RETURN_IF_ERROR(r.Str("worker_event namespace", &e->ns));
@@ -425,8 +399,8 @@ absl::Status DecodeTallies(Reader& r, std::vector<RankTally>* ranks) {
   uint32_t n = 0;
   WIRE_RETURN_IF_ERROR(r.Count("digest rank count", kRankTallyBytes, &n));
   if (n > kMaxDigestRanks) {
-    return r.Bad(absl::StrCat("digest rank count ", n, " is over ",
-                              kMaxDigestRanks));
+    return r.Bad(
+        absl::StrCat("digest rank count ", n, " is over ", kMaxDigestRanks));
   }
   ranks->resize(n);
   for (RankTally& t : *ranks) {
@@ -458,8 +432,7 @@ absl::StatusOr<FrameBody> DecodeDigestResultBody(Reader& r) {
   WIRE_RETURN_IF_ERROR(r.U64("digest_result tasks_frames", &d.tasks_frames));
   WIRE_RETURN_IF_ERROR(r.U8("digest_result match", &match));
   if (match > 1) {
-    return r.Bad(absl::StrCat("digest_result match ", match,
-                              " is not 0 or 1"));
+    return r.Bad(absl::StrCat("digest_result match ", match, " is not 0 or 1"));
   }
   d.match = match == 1;
   WIRE_RETURN_IF_ERROR(DecodeTallies(r, &d.ranks));
@@ -564,7 +537,7 @@ FrameKind KindOf(const FrameBody& body) {
 
 std::string EncodeFrame(uint64_t epoch, uint64_t seq, const FrameBody& body) {
   std::string out;
-  Writer w(&out);
+  LeWriter w(&out);
   w.U8(kWireVersion);
   w.U8(static_cast<uint8_t>(KindOf(body)));
   w.U64(epoch);
@@ -574,32 +547,27 @@ std::string EncodeFrame(uint64_t epoch, uint64_t seq, const FrameBody& body) {
 }
 
 absl::StatusOr<FrameHeader> DecodeFrameHeader(absl::string_view frame) {
-  if (frame.size() < kFrameHeaderBytes) {
+  FrameHeader header;
+  uint8_t version = 0;
+  uint8_t kind = 0;
+  LeReader in(frame);
+  if (!in.U8(&version) || !in.U8(&kind) || !in.U64(&header.epoch) ||
+      !in.U64(&header.seq)) {
     return absl::DataLossError(absl::StrCat("group frame of ", frame.size(),
                                             " bytes is shorter than its ",
                                             kFrameHeaderBytes, "-byte header"));
   }
-  const uint8_t version = static_cast<uint8_t>(frame[0]);
   if (version != kWireVersion) {
     return absl::InvalidArgumentError(
         absl::StrCat("group frame version ", version, "; this daemon speaks ",
                      kWireVersion));
   }
-  const uint8_t kind = static_cast<uint8_t>(frame[1]);
   if (kind < static_cast<uint8_t>(FrameKind::kHello) ||
       kind > static_cast<uint8_t>(FrameKind::kDigestResult)) {
-    return absl::DataLossError(
-        absl::StrCat("unknown group frame kind ", kind));
+    return absl::DataLossError(absl::StrCat("unknown group frame kind ", kind));
   }
-  FrameHeader header;
   header.version = version;
   header.kind = static_cast<FrameKind>(kind);
-  for (int i = 0; i < 8; ++i) {
-    header.epoch |= static_cast<uint64_t>(static_cast<uint8_t>(frame[2 + i]))
-                    << (8 * i);
-    header.seq |= static_cast<uint64_t>(static_cast<uint8_t>(frame[10 + i]))
-                  << (8 * i);
-  }
   return header;
 }
 
@@ -628,7 +596,8 @@ size_t EncodedTaskBytes(const TransferTask& task) {
 }
 
 size_t EncodedStepDoneBytes(const StepDone& done) {
-  const size_t message = WireCode(done.status) == 0 ? 0 : done.status.message().size();
+  const size_t message =
+      WireCode(done.status) == 0 ? 0 : done.status.message().size();
   return kMinStepDoneBytes + message + done.fence.size();
 }
 
@@ -644,10 +613,9 @@ bool SameTask(const TransferTask& a, const TransferTask& b) {
 }
 
 bool SameStepDone(const StepDone& a, const StepDone& b) {
-  return a.op_id == b.op_id && a.direction == b.direction &&
-         a.rank == b.rank && a.step == b.step &&
-         SameStatus(a.status, b.status) && a.bytes == b.bytes &&
-         a.fence == b.fence;
+  return a.op_id == b.op_id && a.direction == b.direction && a.rank == b.rank &&
+         a.step == b.step && SameStatus(a.status, b.status) &&
+         a.bytes == b.bytes && a.fence == b.fence;
 }
 
 size_t EncodedWorkerEventBytes(const WorkerEventRecord& event) {

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/core/log_format.h"
 #include "spdlog/spdlog.h"
@@ -29,6 +28,29 @@ std::chrono::steady_clock::duration ToClock(absl::Duration d) {
       absl::ToChronoNanoseconds(d));
 }
 
+// What the leader checks of a task before it ships it: what the follower's
+// FollowerExecutor would refuse, as far as the leader knows its bounds (a
+// bound of 0 is unknown).
+TransferTaskBounds BoundsOf(const RemoteMember& member) {
+  TransferTaskBounds bounds{
+      .context = absl::StrCat(member.name, ": "),
+      .serves =
+          [ranks = member.ranks](Rank rank) {
+            return std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
+          },
+      // Its workers' fences are the follower's, waited on there.
+      .refuse_fences = true,
+      .refuse_repeated_ranks = true};
+  if (member.num_steps != 0) bounds.num_steps = member.num_steps;
+  if (member.device_pages_per_rank != 0) {
+    bounds.device_pages_per_rank = member.device_pages_per_rank;
+  }
+  if (member.host_pages_per_rank != 0) {
+    bounds.host_pages_per_rank = member.host_pages_per_rank;
+  }
+  return bounds;
+}
+
 }  // namespace
 
 RemoteTransferEngine::RemoteTransferEngine(
@@ -36,6 +58,7 @@ RemoteTransferEngine::RemoteTransferEngine(
     uint64_t epoch, TransferListener* listener, ControlHandler on_control,
     RemoteTransferOptions options)
     : member_(std::move(member)),
+      bounds_(BoundsOf(member_)),
       listener_(listener),
       on_control_(std::move(on_control)),
       options_(options),
@@ -62,63 +85,27 @@ RemoteTransferEngine::~RemoteTransferEngine() {
 }
 
 absl::Status RemoteTransferEngine::Start() {
-  absl::Status started = link_->Start(
-      [this](Frame frame) { return OnFrame(std::move(frame)); },
-      [this](const absl::Status& cause) { Fail(cause); });
+  absl::Status started =
+      link_->Start([this](Frame frame) { return OnFrame(std::move(frame)); },
+                   [this](const absl::Status& cause) { Fail(cause); });
   if (!started.ok()) Fail(started);
   return started;
 }
 
 bool RemoteTransferEngine::Serves(Rank rank) const {
-  return std::find(member_.ranks.begin(), member_.ranks.end(), rank) !=
-         member_.ranks.end();
+  return bounds_.serves(rank);
 }
 
 absl::Status RemoteTransferEngine::Validate(const TransferTask& task) const {
-  if (member_.num_steps != 0 && task.step >= member_.num_steps) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("step ", task.step, " is outside the geometry's ",
-                     member_.num_steps));
+  if (absl::Status valid = CheckTransferTask(bounds_, task); !valid.ok()) {
+    return valid;
   }
-  absl::flat_hash_set<Rank> seen;
+  // The wire's own bound: SenderLoop splits a task by rank, no further.
   for (const RankCopy& copy : task.ranks) {
-    if (!Serves(copy.rank)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "rank ", copy.rank, " is not served by ", member_.name));
-    }
-    if (!seen.insert(copy.rank).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rank ", copy.rank, " is named twice"));
-    }
-    if (copy.wait_fence != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "rank ", copy.rank, ": fence ", copy.wait_fence, " named, but ",
-          member_.name, " waits on its workers' fences itself"));
-    }
-    if (copy.device_pages.size() != copy.host_pages.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "rank ", copy.rank, ": ", copy.device_pages.size(),
-          " device pages but ", copy.host_pages.size(), " host pages"));
-    }
-    for (size_t i = 0; i < copy.device_pages.size(); ++i) {
-      const bool device_ok =
-          copy.device_pages[i] >= 0 &&
-          (member_.device_pages_per_rank == 0 ||
-           copy.device_pages[i] < member_.device_pages_per_rank);
-      const bool host_ok = copy.host_pages[i] >= 0 &&
-                           (member_.host_pages_per_rank == 0 ||
-                            copy.host_pages[i] < member_.host_pages_per_rank);
-      if (!device_ok || !host_ok) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("rank ", copy.rank, ": page pair ", i, " (device ",
-                         copy.device_pages[i], ", host ", copy.host_pages[i],
-                         ") is outside the pools of ", member_.name));
-      }
-    }
     if (kTaskFixedBytes + EncodedRankCopyBytes(copy) > kTasksBudget) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "rank ", copy.rank, ": ", copy.device_pages.size(),
-          " pages do not fit in one frame to ", member_.name));
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", copy.rank, ": ", copy.device_pages.size(),
+                       " pages do not fit in one frame to ", member_.name));
     }
   }
   return absl::OkStatus();
@@ -126,14 +113,14 @@ absl::Status RemoteTransferEngine::Validate(const TransferTask& task) const {
 
 StepDone RemoteTransferEngine::Unavailable(const Site& site,
                                            const absl::Status& cause) const {
-  return StepDone{
-      .op_id = site.op_id,
-      .direction = site.direction,
-      .rank = site.rank,
-      .step = site.step,
-      .status = absl::UnavailableError(absl::StrCat(
-          member_.name, " (ranks served remotely) is gone: ", cause.ToString())),
-      .bytes = 0};
+  return StepDone{.op_id = site.op_id,
+                  .direction = site.direction,
+                  .rank = site.rank,
+                  .step = site.step,
+                  .status = absl::UnavailableError(absl::StrCat(
+                      member_.name,
+                      " (ranks served remotely) is gone: ", cause.ToString())),
+                  .bytes = 0};
 }
 
 absl::Status RemoteTransferEngine::Submit(TransferTask task) {
@@ -271,11 +258,11 @@ absl::Status RemoteTransferEngine::OverdueLocked(
     if (now - oldest.since >= timeout) {
       return absl::DeadlineExceededError(absl::StrCat(
           member_.name, " did not answer op ", oldest.site.op_id, " ",
-          DirName(oldest.site.direction), " rank ", oldest.site.rank,
-          " step ", oldest.site.step, " for ",
+          DirName(oldest.site.direction), " rank ", oldest.site.rank, " step ",
+          oldest.site.step, " for ",
           absl::FormatDuration(absl::FromChrono(now - oldest.since)),
-          " (step timeout ", absl::FormatDuration(options_.step_timeout),
-          "); ", waiting_.size(), " steps outstanding"));
+          " (step timeout ", absl::FormatDuration(options_.step_timeout), "); ",
+          waiting_.size(), " steps outstanding"));
     }
     *wake = std::min(*wake, oldest.since + timeout);
   }
@@ -285,8 +272,7 @@ absl::Status RemoteTransferEngine::OverdueLocked(
           member_.name, " did not answer the accounting digest of tasks frame ",
           digest_pending_->digest.tasks_frames, " for ",
           absl::FormatDuration(absl::FromChrono(now - digest_pending_->sent)),
-          " (step timeout ", absl::FormatDuration(options_.step_timeout),
-          ")"));
+          " (step timeout ", absl::FormatDuration(options_.step_timeout), ")"));
     }
     *wake = std::min(*wake, digest_pending_->sent + timeout);
   }
@@ -331,9 +317,9 @@ absl::Status RemoteTransferEngine::HandleDigestResult(DigestResult result) {
     MutexLock lock(&mu_);
     if (!failure_.ok()) return absl::OkStatus();
     if (!digest_pending_.has_value()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "a digest result for tasks frame ", result.tasks_frames,
-          " with no digest outstanding"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("a digest result for tasks frame ", result.tasks_frames,
+                       " with no digest outstanding"));
     }
     mine = std::move(digest_pending_->digest);
     digest_pending_.reset();
@@ -350,7 +336,8 @@ absl::Status RemoteTransferEngine::HandleDigestResult(DigestResult result) {
     if (options_.on_digest) options_.on_digest(mine.tasks_frames, true);
     return absl::OkStatus();
   }
-  if (diff.empty()) diff = "the follower reports a mismatch the leader does not see";
+  if (diff.empty())
+    diff = "the follower reports a mismatch the leader does not see";
   spdlog::error(
       "CP group member {} pool accounting diverged at tasks frame {}: {}. "
       "Leader's view: {}. Follower's view: {}",
@@ -360,8 +347,9 @@ absl::Status RemoteTransferEngine::HandleDigestResult(DigestResult result) {
     MutexLock lock(&mu_);
     ++stats_.digest_divergences;
   }
-  Fail(absl::DataLossError(absl::StrCat("pool accounting diverged at tasks frame ",
-                                        mine.tasks_frames, ": ", diff)));
+  Fail(absl::DataLossError(
+      absl::StrCat("pool accounting diverged at tasks frame ",
+                   mine.tasks_frames, ": ", diff)));
   if (options_.on_digest) options_.on_digest(mine.tasks_frames, false);
   return absl::OkStatus();
 }
@@ -386,9 +374,8 @@ absl::Status RemoteTransferEngine::OnFrame(Frame frame) {
     case FrameKind::kLayerStoredAck:
       if (on_control_) return on_control_(frame);
       if (frame.header.kind == FrameKind::kBye) {
-        Fail(absl::UnavailableError(
-            absl::StrCat(member_.name, " said bye: ",
-                         std::get<Bye>(frame.body).reason)));
+        Fail(absl::UnavailableError(absl::StrCat(
+            member_.name, " said bye: ", std::get<Bye>(frame.body).reason)));
       }
       return absl::OkStatus();
   }
@@ -405,18 +392,18 @@ absl::Status RemoteTransferEngine::HandleStepDones(
     for (const StepDone& done : dones) {
       const Site site{done.op_id, done.direction, done.rank, done.step};
       if (!Serves(done.rank)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "completion for rank ", done.rank, ", which ", member_.name,
-            " does not serve"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("completion for rank ", done.rank, ", which ",
+                         member_.name, " does not serve"));
       }
       auto it = outstanding_.find(site);
       const int64_t taken = ++claimed[site];
       if (it == outstanding_.end() ||
           static_cast<int64_t>(it->second.size()) < taken) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "completion for op ", done.op_id, " ", DirName(done.direction),
-            " rank ", done.rank, " step ", done.step,
-            ", which is not outstanding"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("completion for op ", done.op_id, " ",
+                         DirName(done.direction), " rank ", done.rank, " step ",
+                         done.step, ", which is not outstanding"));
       }
     }
     for (const auto& [site, n] : claimed) {
@@ -449,8 +436,8 @@ void RemoteTransferEngine::Delivered(int64_t n) {
 
 void RemoteTransferEngine::Fail(const absl::Status& cause) {
   const absl::Status why = cause.ok()
-                              ? absl::UnknownError("failed without a cause")
-                              : CopyStatus(cause);
+                               ? absl::UnknownError("failed without a cause")
+                               : CopyStatus(cause);
   std::vector<StepDone> failed;
   {
     MutexLock lock(&mu_);
@@ -467,9 +454,10 @@ void RemoteTransferEngine::Fail(const absl::Status& cause) {
     outbox_.clear();  // Their steps were outstanding: reported below.
     stats_.steps_failed += static_cast<int64_t>(failed.size());
     if (!failed.empty() || !absl::IsCancelled(why)) {
-      spdlog::error("CP group: {} failed ({}); {} outstanding steps complete "
-                    "UNAVAILABLE",
-                    member_.name, why, failed.size());
+      spdlog::error(
+          "CP group: {} failed ({}); {} outstanding steps complete "
+          "UNAVAILABLE",
+          member_.name, why, failed.size());
     }
   }
   // The link first: once a step is reported failed, the member's link is
@@ -509,9 +497,9 @@ void RemoteTransferEngine::Drain() {
 
 absl::StatusOr<uint64_t> RemoteTransferEngine::RegisterFence(
     Rank rank, const std::string& /*handle*/) {
-  return absl::FailedPreconditionError(absl::StrCat(
-      "rank ", rank, " is served by ", member_.name,
-      ": its workers register their fences with that daemon"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("rank ", rank, " is served by ", member_.name,
+                   ": its workers register their fences with that daemon"));
 }
 
 absl::Status RemoteTransferEngine::ReleaseFence(uint64_t fence) {

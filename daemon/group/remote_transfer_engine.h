@@ -24,6 +24,7 @@
 #include "daemon/group/step_completer.h"
 #include "daemon/group/wire_link.h"
 #include "daemon/transfer/transfer_engine.h"
+#include "daemon/transfer/transfer_task_check.h"
 
 namespace hicache::group {
 
@@ -31,9 +32,9 @@ namespace hicache::group {
 // known, from its Join) the bounds of its pools, so that a task the
 // follower would refuse is refused here, synchronously, instead.
 struct RemoteMember {
-  std::string name;          // For logs: "follower 1 at 10.0.0.2:7070".
-  std::vector<Rank> ranks;   // Served by the follower.
-  uint32_t num_steps = 0;    // 0: not checked here.
+  std::string name;         // For logs: "follower 1 at 10.0.0.2:7070".
+  std::vector<Rank> ranks;  // Served by the follower.
+  uint32_t num_steps = 0;   // 0: not checked here.
   int64_t device_pages_per_rank = 0;  // 0: not checked here.
   int64_t host_pages_per_rank = 0;    // 0: not checked here.
 };
@@ -65,10 +66,12 @@ struct RemoteTransferOptions {
 // and completions cross the link.
 //
 // Contract:
-//  * Submit validates (every rank served by the follower and named once,
-//    page lists paired, no fence, and the step and pages inside the
-//    member's bounds when known; INVALID_ARGUMENT, nothing queued), records
-//    each (op, direction, rank, step) as outstanding and queues the task.
+//  * Submit validates (CheckTransferTask, its messages after "<member
+//    name>: ": every rank served by the follower and named once, page lists
+//    paired, no fence, and the step and pages inside the member's bounds
+//    when known; then each rank's copy fits one frame; INVALID_ARGUMENT,
+//    nothing queued), records each (op, direction, rank, step) as
+//    outstanding and queues the task.
 //    It never blocks on the network and never calls the listener (the
 //    engine calls it with its lock held). A sender thread batches whatever
 //    accumulated since its last flush into one Tasks frame (several when
@@ -142,8 +145,8 @@ class RemoteTransferEngine final : public TransferEngine {
 
   // `link` is the member's link, not started yet; `epoch` the member's.
   RemoteTransferEngine(RemoteMember member,
-                       std::unique_ptr<comm::Communicator> link,
-                       uint64_t epoch, TransferListener* listener,
+                       std::unique_ptr<comm::Communicator> link, uint64_t epoch,
+                       TransferListener* listener,
                        ControlHandler on_control = nullptr,
                        RemoteTransferOptions options = {});
   ~RemoteTransferEngine() override ABSL_LOCKS_EXCLUDED(mu_);
@@ -186,14 +189,14 @@ class RemoteTransferEngine final : public TransferEngine {
   absl::Status OnFrame(Frame frame) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status HandleStepDones(std::vector<StepDone> dones)
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status HandleDigestResult(DigestResult result)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status HandleDigestResult(DigestResult result) ABSL_LOCKS_EXCLUDED(mu_);
   // One completion of `site` arrived: forgets its oldest submission.
   void ResolveLocked(const Site& site) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The deadline failure if one passed at `now`; else OK and `wake` lowered
   // to the earliest deadline.
-  absl::Status OverdueLocked(Clock::time_point now, Clock::time_point* wake)
-      const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status OverdueLocked(Clock::time_point now,
+                             Clock::time_point* wake) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a digest is due at `now` (sender thread); else `wake` lowered to
   // when it will be, if any.
   bool DigestDueLocked(Clock::time_point now, Clock::time_point* wake) const
@@ -205,6 +208,8 @@ class RemoteTransferEngine final : public TransferEngine {
   void Delivered(int64_t n) ABSL_LOCKS_EXCLUDED(mu_);
 
   const RemoteMember member_;
+  // What Submit checks a task against (member_'s bounds, as far as known).
+  const TransferTaskBounds bounds_;
   TransferListener* const listener_;
   const ControlHandler on_control_;
   const RemoteTransferOptions options_;

@@ -3,130 +3,14 @@
 #include <xxhash.h>
 
 #include <algorithm>
-#include <bit>
-#include <cstring>
 #include <limits>
-#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/core/le_bytes.h"
 
 namespace hicache::persist {
 namespace {
-
-// Little-endian encoding into a string.
-void PutU8(std::string* out, uint8_t v) {
-  out->push_back(static_cast<char>(v));
-}
-void PutU32(std::string* out, uint32_t v) {
-  char b[4];
-  for (int i = 0; i < 4; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-  out->append(b, 4);
-}
-void PutU64(std::string* out, uint64_t v) {
-  char b[8];
-  for (int i = 0; i < 8; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-  out->append(b, 8);
-}
-void PutString(std::string* out, absl::string_view s) {
-  PutU32(out, static_cast<uint32_t>(s.size()));
-  out->append(s.data(), s.size());
-}
-
-// u32 count, then the elements. On a little-endian host the in-memory
-// representation is the wire format: one memcpy.
-template <typename T>
-void PutArray(std::string* out, const std::vector<T>& v) {
-  static_assert(std::is_integral_v<T> && (sizeof(T) == 4 || sizeof(T) == 8));
-  PutU32(out, static_cast<uint32_t>(v.size()));
-  if constexpr (std::endian::native == std::endian::little) {
-    out->append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
-  } else {
-    for (T x : v) {
-      if constexpr (sizeof(T) == 4) {
-        PutU32(out, static_cast<uint32_t>(x));
-      } else {
-        PutU64(out, static_cast<uint64_t>(x));
-      }
-    }
-  }
-}
-
-uint32_t LoadU32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
-}
-uint64_t LoadU64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
-}
-
-// Bounds-checked little-endian reader over untrusted bytes.
-class Cursor {
- public:
-  explicit Cursor(absl::string_view bytes) : bytes_(bytes) {}
-  size_t remaining() const { return bytes_.size() - pos_; }
-
-  bool U32(uint32_t* v) {
-    if (remaining() < 4) return false;
-    *v = LoadU32(bytes_.data() + pos_);
-    pos_ += 4;
-    return true;
-  }
-  bool U64(uint64_t* v) {
-    if (remaining() < 8) return false;
-    *v = LoadU64(bytes_.data() + pos_);
-    pos_ += 8;
-    return true;
-  }
-  bool I64(int64_t* v) {
-    uint64_t u;
-    if (!U64(&u)) return false;
-    *v = static_cast<int64_t>(u);
-    return true;
-  }
-  bool String(std::string* s) {
-    uint32_t n;
-    if (!U32(&n) || remaining() < n) return false;
-    s->assign(bytes_.data() + pos_, n);
-    pos_ += n;
-    return true;
-  }
-  // A u32 count of `element_size`-byte elements that must fit the rest.
-  bool Count(size_t element_size, uint32_t* n) {
-    if (!U32(n)) return false;
-    return static_cast<uint64_t>(*n) * element_size <= remaining();
-  }
-  // A u32 count then that many little-endian integers (the PutArray format).
-  template <typename T>
-  bool Array(std::vector<T>* v) {
-    static_assert(std::is_integral_v<T> && (sizeof(T) == 4 || sizeof(T) == 8));
-    uint32_t n;
-    if (!Count(sizeof(T), &n)) return false;
-    v->resize(n);
-    const char* p = bytes_.data() + pos_;
-    if constexpr (std::endian::native == std::endian::little) {
-      // An empty vector's data() may be null: memcpy(null, ..., 0) is UB.
-      if (n > 0) std::memcpy(v->data(), p, size_t{n} * sizeof(T));
-    } else {
-      for (uint32_t i = 0; i < n; ++i) {
-        if constexpr (sizeof(T) == 4) {
-          (*v)[i] = static_cast<T>(LoadU32(p + 4 * size_t{i}));
-        } else {
-          (*v)[i] = static_cast<T>(LoadU64(p + 8 * size_t{i}));
-        }
-      }
-    }
-    pos_ += size_t{n} * sizeof(T);
-    return true;
-  }
-
- private:
-  absl::string_view bytes_;
-  size_t pos_ = 0;
-};
 
 absl::Status Corrupt(absl::string_view what) {
   return absl::DataLossError(absl::StrCat("journal record: ", what));
@@ -139,9 +23,11 @@ uint64_t FrameChecksum(const char* start, size_t len) {
 }  // namespace
 
 std::string EncodeFileHeader() {
-  std::string out(kJournalMagic, sizeof(kJournalMagic));
-  PutU32(&out, kJournalVersion);
-  PutU32(&out, 0);
+  std::string out;
+  LeWriter w(&out);
+  w.Bytes(absl::string_view(kJournalMagic, sizeof(kJournalMagic)));
+  w.U32(kJournalVersion);
+  w.U32(0);
   return out;
 }
 
@@ -151,10 +37,15 @@ absl::Status CheckFileHeader(absl::string_view bytes) {
         absl::StrCat("journal file header: ", bytes.size(), " bytes, need ",
                      kFileHeaderSize));
   }
-  if (std::memcmp(bytes.data(), kJournalMagic, sizeof(kJournalMagic)) != 0) {
+  LeReader in(bytes);
+  absl::string_view magic;
+  uint32_t version = 0;
+  // The size was checked: these reads cannot fail.
+  (void)in.Bytes(sizeof(kJournalMagic), &magic);
+  (void)in.U32(&version);
+  if (magic != absl::string_view(kJournalMagic, sizeof(kJournalMagic))) {
     return absl::DataLossError("journal file header: bad magic");
   }
-  const uint32_t version = LoadU32(bytes.data() + 8);
   if (version != kJournalVersion) {
     return absl::FailedPreconditionError(absl::StrCat(
         "journal version ", version, ", this daemon reads ", kJournalVersion));
@@ -171,22 +62,23 @@ absl::Status AppendFrame(RecordType type, absl::string_view payload,
   }
   const size_t start = out->size();
   out->reserve(start + payload.size() + kFrameOverhead);
-  PutU32(out, static_cast<uint32_t>(payload.size()));
-  PutU8(out, static_cast<uint8_t>(type));
-  out->append(payload.data(), payload.size());
-  PutU64(out,
-         FrameChecksum(out->data() + start, kFramePrefixSize + payload.size()));
+  LeWriter w(out);
+  w.U32(static_cast<uint32_t>(payload.size()));
+  w.U8(static_cast<uint8_t>(type));
+  w.Bytes(payload);
+  w.U64(FrameChecksum(out->data() + start, kFramePrefixSize + payload.size()));
   return absl::OkStatus();
 }
 
 std::string EncodeGeometryPayload(const JournalGeometry& g) {
   std::string p;
-  PutU32(&p, g.page_size);
-  PutU32(&p, g.cp_size);
-  PutU64(&p, g.kv_fingerprint);
-  PutString(&p, g.host_layout);
-  PutU64(&p, static_cast<uint64_t>(g.host_pages_per_rank));
-  PutString(&p, g.instance);
+  LeWriter w(&p);
+  w.U32(g.page_size);
+  w.U32(g.cp_size);
+  w.U64(g.kv_fingerprint);
+  w.String(g.host_layout);
+  w.I64(g.host_pages_per_rank);
+  w.String(g.instance);
   return p;
 }
 
@@ -206,8 +98,7 @@ absl::StatusOr<size_t> PutPayloadSize(const PutRecord& put) {
                      put.host_pages.size(), " page lists"));
   }
   constexpr size_t kMaxCount = std::numeric_limits<uint32_t>::max();
-  if (put.name_space.size() > kMaxCount ||
-      put.page_owners.size() > kMaxCount) {
+  if (put.name_space.size() > kMaxCount || put.page_owners.size() > kMaxCount) {
     return absl::InvalidArgumentError("Put: a list is too long to encode");
   }
   size_t size = 8 + 8 + 4 + put.name_space.size() + 8 + 4 +
@@ -229,15 +120,16 @@ absl::StatusOr<size_t> PutPayloadSize(const PutRecord& put) {
 
 // Appends the payload of a Put that PutPayloadSize accepted.
 void AppendPutPayload(const PutRecord& put, std::string* p) {
-  PutU64(p, put.persist_id);
-  PutU64(p, put.parent_persist_id);
-  PutString(p, put.name_space);
-  PutU64(p, static_cast<uint64_t>(put.logical_len));
-  PutArray(p, put.page_owners);
-  PutU32(p, static_cast<uint32_t>(put.host_pages.size()));
+  LeWriter w(p);
+  w.U64(put.persist_id);
+  w.U64(put.parent_persist_id);
+  w.String(put.name_space);
+  w.I64(put.logical_len);
+  w.Array(put.page_owners);
+  w.U32(static_cast<uint32_t>(put.host_pages.size()));
   for (size_t r = 0; r < put.host_pages.size(); ++r) {
-    PutArray(p, put.host_pages[r]);
-    PutArray(p, put.checksums[r]);
+    w.Array(put.host_pages[r]);
+    w.Array(put.checksums[r]);
   }
 }
 
@@ -254,7 +146,7 @@ absl::StatusOr<std::string> EncodePutPayload(const PutRecord& put) {
 
 std::string EncodeDropPayload(uint64_t persist_id) {
   std::string p;
-  PutU64(&p, persist_id);
+  LeWriter(&p).U64(persist_id);
   return p;
 }
 
@@ -273,10 +165,11 @@ absl::StatusOr<std::string> EncodePutRecord(const PutRecord& put) {
   if (!size.ok()) return size.status();
   std::string out;
   out.reserve(*size + kFrameOverhead);
-  PutU32(&out, static_cast<uint32_t>(*size));
-  PutU8(&out, static_cast<uint8_t>(RecordType::kPut));
+  LeWriter w(&out);
+  w.U32(static_cast<uint32_t>(*size));
+  w.U8(static_cast<uint8_t>(RecordType::kPut));
   AppendPutPayload(put, &out);
-  PutU64(&out, FrameChecksum(out.data(), out.size()));
+  w.U64(FrameChecksum(out.data(), out.size()));
   return out;
 }
 
@@ -308,15 +201,14 @@ absl::Status ValidateGeometry(const JournalGeometry& g) {
 }
 
 absl::StatusOr<JournalGeometry> DecodeGeometryPayload(absl::string_view p) {
-  Cursor c(p);
+  LeReader c(p);
   JournalGeometry g;
-  uint64_t pages;
   if (!c.U32(&g.page_size) || !c.U32(&g.cp_size) || !c.U64(&g.kv_fingerprint) ||
-      !c.String(&g.host_layout) || !c.U64(&pages) || !c.String(&g.instance)) {
+      !c.String(&g.host_layout) || !c.I64(&g.host_pages_per_rank) ||
+      !c.String(&g.instance)) {
     return Corrupt("Geometry truncated");
   }
   if (c.remaining() != 0) return Corrupt("Geometry has trailing bytes");
-  g.host_pages_per_rank = static_cast<int64_t>(pages);
   if (absl::Status s = ValidateGeometry(g); !s.ok())
     return Corrupt(s.message());
   return g;
@@ -324,7 +216,7 @@ absl::StatusOr<JournalGeometry> DecodeGeometryPayload(absl::string_view p) {
 
 absl::Status PeekPutIds(absl::string_view p, uint64_t* persist_id,
                         uint64_t* parent_persist_id) {
-  Cursor c(p);
+  LeReader c(p);
   if (!c.U64(persist_id) || !c.U64(parent_persist_id)) {
     return Corrupt("Put truncated in its ids");
   }
@@ -332,7 +224,7 @@ absl::Status PeekPutIds(absl::string_view p, uint64_t* persist_id,
 }
 
 absl::StatusOr<PutRecord> DecodePutPayload(absl::string_view p) {
-  Cursor c(p);
+  LeReader c(p);
   PutRecord put;
   if (!c.U64(&put.persist_id) || !c.U64(&put.parent_persist_id)) {
     return Corrupt("Put truncated in its ids");
@@ -368,7 +260,7 @@ absl::StatusOr<PutRecord> DecodePutPayload(absl::string_view p) {
 }
 
 absl::StatusOr<uint64_t> DecodeDropPayload(absl::string_view p) {
-  Cursor c(p);
+  LeReader c(p);
   uint64_t id;
   if (!c.U64(&id)) return Corrupt("Drop truncated");
   if (c.remaining() != 0) return Corrupt("Drop has trailing bytes");
@@ -389,8 +281,8 @@ bool ForEachPage(const PutRecord& put, uint32_t page_size,
     fn(PutPage{.position = i,
                .rank = rank,
                .index = next[rank]++,
-               .tokens = static_cast<size_t>(std::clamp<int64_t>(
-                   left, 0, int64_t{page_size}))});
+               .tokens = static_cast<size_t>(
+                   std::clamp<int64_t>(left, 0, int64_t{page_size}))});
   }
   return true;
 }
@@ -466,25 +358,27 @@ absl::Status CompareGeometry(const JournalGeometry& journal,
 }
 
 absl::StatusOr<Frame> ParseFrame(absl::string_view bytes) {
-  if (bytes.size() < kFramePrefixSize) {
+  LeReader in(bytes);
+  uint32_t length = 0;
+  uint8_t type = 0;
+  if (!in.U32(&length) || !in.U8(&type)) {
     return absl::OutOfRangeError("journal ends inside a record header");
   }
-  const uint32_t length = LoadU32(bytes.data());
   if (length > kMaxPayloadSize) {
     return absl::DataLossError(absl::StrCat("journal record length ", length,
                                             " exceeds ", kMaxPayloadSize));
   }
   const size_t total = kFrameOverhead + static_cast<size_t>(length);
-  if (bytes.size() < total) {
+  absl::string_view payload;
+  uint64_t stored = 0;
+  if (!in.Bytes(length, &payload) || !in.U64(&stored)) {
     return absl::OutOfRangeError(
         absl::StrCat("journal ends inside a record of ", total, " bytes (",
                      bytes.size(), " left)"));
   }
-  const uint64_t stored = LoadU64(bytes.data() + kFramePrefixSize + length);
   if (stored != FrameChecksum(bytes.data(), kFramePrefixSize + length)) {
     return absl::DataLossError("journal record checksum mismatch");
   }
-  const uint8_t type = static_cast<uint8_t>(bytes[4]);
   if (type < static_cast<uint8_t>(RecordType::kGeometry) ||
       type > static_cast<uint8_t>(RecordType::kClean)) {
     return absl::DataLossError(
@@ -492,7 +386,7 @@ absl::StatusOr<Frame> ParseFrame(absl::string_view bytes) {
   }
   Frame frame;
   frame.type = static_cast<RecordType>(type);
-  frame.payload = bytes.substr(kFramePrefixSize, length);
+  frame.payload = payload;
   frame.size = total;
   return frame;
 }

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/core/le_bytes.h"
 
 namespace hicache {
 
@@ -121,10 +122,11 @@ absl::StatusOr<KvGeometry> KvGeometry::Preset(absl::string_view name,
 }
 
 std::vector<std::string> KvGeometry::PresetNames() {
-  return {"deepseek-v3.2", "deepseek-v3.2-fp8", "llama-3-8b",  "llama-3-70b",
-          "qwen3-8b",      "qwen3-32b",         "qwen3-30b-a3b",
-          "qwen3-235b-a22b", "glm-4-9b",        "glm-4.5",     "mistral-7b",
-          "micro",         "tiny",              "tiny-draft"};
+  return {"deepseek-v3.2", "deepseek-v3.2-fp8", "llama-3-8b",
+          "llama-3-70b",   "qwen3-8b",          "qwen3-32b",
+          "qwen3-30b-a3b", "qwen3-235b-a22b",   "glm-4-9b",
+          "glm-4.5",       "mistral-7b",        "micro",
+          "tiny",          "tiny-draft"};
 }
 
 absl::StatusOr<KvGeometry> KvGeometry::Resolve(
@@ -199,46 +201,32 @@ HostBudget KvGeometry::HostBudgetOfPages(int64_t pages) const {
   return budget;
 }
 
-namespace {
-
-// Fixed-width little-endian fields and length-prefixed strings, whatever the
-// host's byte order.
-class FingerprintEncoder {
- public:
-  void U64(uint64_t v) {
-    for (int i = 0; i < 8; ++i) bytes_.push_back(static_cast<char>(v >> (8 * i)));
-  }
-  void Str(absl::string_view s) {
-    U64(s.size());
-    bytes_.append(s.data(), s.size());
-  }
-  uint64_t Hash() const { return XXH3_64bits(bytes_.data(), bytes_.size()); }
-
- private:
-  std::string bytes_;
-};
-
-}  // namespace
-
 uint64_t KvGeometry::HostFingerprint(HostLayout layout,
                                      int64_t host_pages_per_rank,
                                      uint32_t cp_size) const {
-  FingerprintEncoder e;
-  e.Str("hicache-host-geometry-v1");
+  // Fixed-width little-endian fields; strings are a u64 length, then the
+  // bytes.
+  std::string bytes;
+  LeWriter e(&bytes);
+  auto str = [&e](absl::string_view s) {
+    e.U64(s.size());
+    e.Bytes(s);
+  };
+  str("hicache-host-geometry-v1");
   e.U64(page_size_);
   e.U64(families_.size());
   for (const KvFamily& f : families_) {
-    e.Str(f.name);
+    str(f.name);
     e.U64(f.bytes_per_token);
     e.U64(f.num_layers);
     e.U64(f.draft ? 1 : 0);
   }
   // The layout's flag spelling, not the enum's value: stable if the enum
   // grows.
-  e.Str(HostLayoutName(layout));
+  str(HostLayoutName(layout));
   e.U64(static_cast<uint64_t>(host_pages_per_rank));
   e.U64(cp_size);
-  return e.Hash();
+  return XXH3_64bits(bytes.data(), bytes.size());
 }
 
 std::string KvGeometry::Describe() const {

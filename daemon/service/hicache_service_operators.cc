@@ -1,6 +1,5 @@
 // HiCacheService: the operator RPCs, which act across tenants.
 #include <algorithm>
-#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -8,6 +7,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/core/le_bytes.h"
 #include "daemon/service/hicache_service.h"
 #include "daemon/service/proto_convert.h"
 #include "daemon/service/rpc_util.h"
@@ -19,11 +19,10 @@ namespace {
 // Operator-only RPCs act across tenants.
 grpc::Status RequireOperator(const Caller& caller, absl::string_view rpc) {
   if (caller.is_operator) return grpc::Status::OK;
-  return grpc::Status(
-      grpc::StatusCode::PERMISSION_DENIED,
-      absl::StrCat(rpc, " is an operator RPC; ", caller.name,
-                   " is not an operator (see --operator_uids, "
-                   "--operator_gids, --operator_cert_names)"));
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                      absl::StrCat(rpc, " is an operator RPC; ", caller.name,
+                                   " is not an operator (see --operator_uids, "
+                                   "--operator_gids, --operator_cert_names)"));
 }
 
 // The overload below must not hide those of rpc_util.h / proto_convert.h.
@@ -88,17 +87,6 @@ constexpr size_t kTreePageBytes = size_t{2} << 20;
 constexpr char kTokenMagic[] = "HCT1";
 constexpr size_t kTokenBytes = 4 + 1 + 8 + 8 + 8;
 
-void Store64(char* out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(v >> (8 * i));
-}
-uint64_t Load64(const char* in) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) {
-    v |= uint64_t{static_cast<unsigned char>(in[i])} << (8 * i);
-  }
-  return v;
-}
-
 struct TreeCursor {
   int64_t key = 0;  // Tree order: the next index. Sorted: the last key.
   uint64_t id = 0;  // Sorted: the last node id.
@@ -124,35 +112,44 @@ uint64_t FilterFingerprint(const v1::DumpTreeRequest& request) {
 
 std::string EncodeTreeToken(const v1::DumpTreeRequest& request,
                             const TreeCursor& cursor) {
-  char raw[kTokenBytes];
-  std::memcpy(raw, kTokenMagic, 4);
-  raw[4] = static_cast<char>(request.sort());
-  Store64(raw + 5, FilterFingerprint(request));
-  Store64(raw + 13, static_cast<uint64_t>(cursor.key));
-  Store64(raw + 21, cursor.id);
-  return absl::WebSafeBase64Escape(absl::string_view(raw, kTokenBytes));
+  std::string raw;
+  LeWriter w(&raw);
+  w.Bytes(kTokenMagic);
+  w.U8(static_cast<uint8_t>(request.sort()));
+  w.U64(FilterFingerprint(request));
+  w.I64(cursor.key);
+  w.U64(cursor.id);
+  return absl::WebSafeBase64Escape(raw);
+}
+
+absl::Status NotATreeToken() {
+  return absl::InvalidArgumentError(
+      "page_token is not a DumpTree continuation token; pass the "
+      "next_page_token of the previous page unchanged");
 }
 
 absl::StatusOr<TreeCursor> DecodeTreeToken(const v1::DumpTreeRequest& request) {
   std::string raw;
   if (request.page_token().size() > 64 ||
       !absl::WebSafeBase64Unescape(request.page_token(), &raw) ||
-      raw.size() != kTokenBytes || std::memcmp(raw.data(), kTokenMagic, 4) != 0) {
-    return absl::InvalidArgumentError(
-        "page_token is not a DumpTree continuation token; pass the "
-        "next_page_token of the previous page unchanged");
+      raw.size() != kTokenBytes) {
+    return NotATreeToken();
   }
-  if (static_cast<unsigned char>(raw[4]) !=
-          static_cast<unsigned char>(request.sort()) ||
-      Load64(raw.data() + 5) !=
-          FilterFingerprint(request)) {
+  LeReader in(raw);
+  absl::string_view magic;
+  uint8_t sort = 0;
+  uint64_t fingerprint = 0;
+  TreeCursor cursor;
+  if (!in.Bytes(4, &magic) || magic != kTokenMagic || !in.U8(&sort) ||
+      !in.U64(&fingerprint) || !in.I64(&cursor.key) || !in.U64(&cursor.id)) {
+    return NotATreeToken();
+  }
+  if (sort != static_cast<uint8_t>(request.sort()) ||
+      fingerprint != FilterFingerprint(request)) {
     return absl::InvalidArgumentError(
         "page_token belongs to another query: keep namespace, "
         "all_namespaces, prefix, max_depth and sort as on the first page");
   }
-  TreeCursor cursor;
-  cursor.key = static_cast<int64_t>(Load64(raw.data() + 13));
-  cursor.id = Load64(raw.data() + 21);
   if (request.sort() == v1::TREE_SORT_UNSPECIFIED && cursor.key < 0) {
     return absl::InvalidArgumentError("page_token holds a negative position");
   }
@@ -181,7 +178,8 @@ bool Before(int64_t key_a, uint64_t id_a, int64_t key_b, uint64_t id_b) {
 }  // namespace
 
 grpc::Status HiCacheService::Evict(grpc::ServerContext* context,
-    const v1::EvictRequest* request_in, v1::EvictResponse* response) {
+                                   const v1::EvictRequest* request_in,
+                                   v1::EvictResponse* response) {
   if (grpc::Status s = guard_.Check(context, "Evict"); !s.ok()) return s;
   const v1::EvictRequest& request = *request_in;
   const Caller caller = CallerOf(context);
@@ -204,8 +202,9 @@ grpc::Status HiCacheService::Evict(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status HiCacheService::SetFreeRoom(grpc::ServerContext* context,
-    const v1::SetFreeRoomRequest* request_in, v1::SetFreeRoomResponse* response) {
+grpc::Status HiCacheService::SetFreeRoom(
+    grpc::ServerContext* context, const v1::SetFreeRoomRequest* request_in,
+    v1::SetFreeRoomResponse* response) {
   if (grpc::Status s = guard_.Check(context, "SetFreeRoom"); !s.ok()) return s;
   const v1::SetFreeRoomRequest& request = *request_in;
   const Caller caller = CallerOf(context);
@@ -230,7 +229,8 @@ void ToProto(const NamespaceQuota& q, v1::NamespaceQuota* out) {
 }
 
 grpc::Status HiCacheService::SetQuota(grpc::ServerContext* context,
-    const v1::SetQuotaRequest* request, v1::SetQuotaResponse* response) {
+                                      const v1::SetQuotaRequest* request,
+                                      v1::SetQuotaResponse* response) {
   if (grpc::Status s = guard_.Check(context, "SetQuota"); !s.ok()) return s;
   const Caller caller = CallerOf(context);
   if (grpc::Status s = RequireOperator(caller, "SetQuota"); !s.ok()) return s;
@@ -256,10 +256,10 @@ grpc::Status HiCacheService::SetQuota(grpc::ServerContext* context,
       known |= usage.quota.ns == quota.ns;
     }
     if (!known && set >= limits.max_namespaces) {
-      return grpc::Status(
-          grpc::StatusCode::RESOURCE_EXHAUSTED,
-          absl::StrCat(set, " namespaces have quotas, the limit "
-                            "(--max_namespaces)"));
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          absl::StrCat(set,
+                                       " namespaces have quotas, the limit "
+                                       "(--max_namespaces)"));
     }
   }
   if (absl::Status s = engine_->SetNamespaceQuota(quota); !s.ok()) {
@@ -272,7 +272,8 @@ grpc::Status HiCacheService::SetQuota(grpc::ServerContext* context,
 }
 
 grpc::Status HiCacheService::ListQuotas(grpc::ServerContext* context,
-    const v1::ListQuotasRequest*, v1::ListQuotasResponse* response) {
+                                        const v1::ListQuotasRequest*,
+                                        v1::ListQuotasResponse* response) {
   if (grpc::Status s = guard_.Check(context, "ListQuotas"); !s.ok()) return s;
   const Caller caller = CallerOf(context);
   if (grpc::Status s = RequireOperator(caller, "ListQuotas"); !s.ok()) {
@@ -289,7 +290,8 @@ grpc::Status HiCacheService::ListQuotas(grpc::ServerContext* context,
 }
 
 grpc::Status HiCacheService::Stats(grpc::ServerContext* context,
-    const v1::GetStatsRequest* request_in, v1::CacheStats* out) {
+                                   const v1::GetStatsRequest* request_in,
+                                   v1::CacheStats* out) {
   if (grpc::Status s = guard_.Check(context, "Stats"); !s.ok()) return s;
   const TreeStats tree = engine_->TreeStatistics();
   const EngineStats s = engine_->Stats();
@@ -385,8 +387,7 @@ grpc::Status HiCacheService::Stats(grpc::ServerContext* context,
     persistence->set_journal_puts_refused(p.journal_puts_refused);
     persistence->set_journal_stopped(p.journal_stopped);
     persistence->set_journal_backlog_events(p.journal_backlog_events);
-    persistence->set_journal_not_durable_records(
-        p.journal_not_durable_records);
+    persistence->set_journal_not_durable_records(p.journal_not_durable_records);
     persistence->set_journal_live(p.journal_live);
     persistence->set_journal_file_bytes(p.journal_file_bytes);
     persistence->set_journal_status(p.journal_status);
@@ -399,8 +400,8 @@ grpc::Status HiCacheService::Stats(grpc::ServerContext* context,
 }
 
 grpc::Status HiCacheService::QueryTiers(grpc::ServerContext* context,
-    const v1::QueryTiersRequest* request_in,
-    v1::QueryTiersResponse* response) {
+                                        const v1::QueryTiersRequest* request_in,
+                                        v1::QueryTiersResponse* response) {
   if (grpc::Status s = guard_.Check(context, "QueryTiers"); !s.ok()) return s;
   const v1::QueryTiersRequest& request = *request_in;
   // With a session: confined to its namespace. Without: operators only.
@@ -438,12 +439,13 @@ grpc::Status HiCacheService::QueryTiers(grpc::ServerContext* context,
     const v1::TierQuery& q = request.queries(i);
     if (session_ns.has_value() && !q.namespace_().empty() &&
         q.namespace_() != *session_ns) {
-      return grpc::Status(
-          grpc::StatusCode::PERMISSION_DENIED,
-          absl::StrCat("queries[", i, "] names another namespace than the "
-                       "session's"));
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                          absl::StrCat("queries[", i,
+                                       "] names another namespace than the "
+                                       "session's"));
     }
-    auto decoded = DecodeTokens(q.tokens(), absl::StrCat("queries[", i, "].tokens"));
+    auto decoded =
+        DecodeTokens(q.tokens(), absl::StrCat("queries[", i, "].tokens"));
     if (!decoded.ok()) return ToGrpcStatus(decoded.status());
     tokens.push_back(*std::move(decoded));
   }
@@ -462,7 +464,8 @@ grpc::Status HiCacheService::QueryTiers(grpc::ServerContext* context,
 }
 
 grpc::Status HiCacheService::DumpTree(grpc::ServerContext* context,
-    const v1::DumpTreeRequest* request_in, v1::DumpTreeResponse* response) {
+                                      const v1::DumpTreeRequest* request_in,
+                                      v1::DumpTreeResponse* response) {
   if (grpc::Status s = guard_.Check(context, "DumpTree"); !s.ok()) return s;
   const v1::DumpTreeRequest& request = *request_in;
   const Caller caller = CallerOf(context);
@@ -539,8 +542,9 @@ grpc::Status HiCacheService::DumpTree(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status HiCacheService::InspectNode(grpc::ServerContext* context,
-    const v1::InspectNodeRequest* request_in, v1::NodeInfo* response) {
+grpc::Status HiCacheService::InspectNode(
+    grpc::ServerContext* context, const v1::InspectNodeRequest* request_in,
+    v1::NodeInfo* response) {
   if (grpc::Status s = guard_.Check(context, "InspectNode"); !s.ok()) return s;
   const v1::InspectNodeRequest& request = *request_in;
   const Caller caller = CallerOf(context);
@@ -553,8 +557,9 @@ grpc::Status HiCacheService::InspectNode(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status HiCacheService::ListSessions(grpc::ServerContext* context,
-    const v1::ListSessionsRequest* request_in, v1::ListSessionsResponse* response) {
+grpc::Status HiCacheService::ListSessions(
+    grpc::ServerContext* context, const v1::ListSessionsRequest* request_in,
+    v1::ListSessionsResponse* response) {
   const Caller caller = CallerOf(context);
   if (grpc::Status s = RequireOperator(caller, "ListSessions"); !s.ok()) {
     return s;

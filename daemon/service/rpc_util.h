@@ -3,7 +3,6 @@
 // Internal to //daemon/service: small conversions shared by the RPC files.
 
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -11,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "daemon/core/le_bytes.h"
 #include "daemon/layout/cp_layout.h"
 #include "grpcpp/support/status.h"
 #include "hicache/v1/hicache.pb.h"
@@ -25,8 +25,8 @@ inline grpc::Status Invalid(const std::string& message) {
 }
 
 // Packed little-endian int32 tokens.
-inline absl::StatusOr<std::vector<int32_t>> DecodeTokens(const std::string& bytes,
-                                                  absl::string_view field) {
+inline absl::StatusOr<std::vector<int32_t>> DecodeTokens(
+    const std::string& bytes, absl::string_view field) {
   if (bytes.size() % 4 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         field, " has ", bytes.size(),
@@ -36,19 +36,20 @@ inline absl::StatusOr<std::vector<int32_t>> DecodeTokens(const std::string& byte
     return absl::InvalidArgumentError(
         absl::StrCat(field, " has more than ", kMaxTokens, " tokens"));
   }
-  std::vector<int32_t> tokens(bytes.size() / 4);
-  // An empty vector's data() may be null: memcpy must not see it.
-  if (!bytes.empty()) std::memcpy(tokens.data(), bytes.data(), bytes.size());
+  std::vector<int32_t> tokens;
+  // The size was checked: this read cannot fail.
+  (void)LeReader(bytes).Values(bytes.size() / 4, &tokens);
   return tokens;
 }
 
 inline void ToProto(absl::Span<const LogicalPage> pages, int64_t valid,
-             v1::Locations* out) {
+                    v1::Locations* out) {
   out->mutable_pages()->Add(pages.begin(), pages.end());
   out->set_valid_tokens(valid);
 }
 
-// Tokens of all items together (packed int32 bytes), checked before any is decoded.
+// Tokens of all items together (packed int32 bytes), checked before any is
+// decoded.
 template <typename Items>
 grpc::Status CheckTokenBudget(const Items& items, int64_t limit) {
   int64_t tokens = 0;

@@ -46,6 +46,33 @@ TEST(CopyTallyTest, CountsByDirectionAndRank) {
   EXPECT_NE(d.ranks[0].hash, 0u);
 }
 
+// The hashes, pinned: computed with the hand-written little-endian encoding
+// that preceded le_bytes, so a codec change that moves a byte fails here.
+TEST(CopyTallyTest, HashesArePinned) {
+  const RankCopy copy{.rank = 1,
+                      .device_pages = {100, 101, 5, 1 << 20},
+                      .host_pages = {7, -3, 1000000},
+                      .wait_fence = 77};
+  EXPECT_EQ(CopyHash(9, kH2D, 3, copy), uint64_t{0x7d08335fb0a60213});
+  // More than one 64-value block per list.
+  RankCopy big{.rank = 2};
+  for (int i = 0; i < 200; ++i) {
+    big.device_pages.push_back(i * 7);
+    big.host_pages.push_back(-i);
+  }
+  EXPECT_EQ(CopyHash(~uint64_t{0}, kD2H, 0, big), uint64_t{0xc6b28702e401de9a});
+  CopyTally t({0, 1, 2}, 10, 20);
+  TransferTask task{.op_id = 9, .direction = kH2D, .step = 3};
+  task.ranks = {copy, RankCopy{.rank = 0xffffffffu, .host_pages = {5}}};
+  t.AddTask(task);
+  t.AddTask(TransferTask{.op_id = 3, .ranks = {RankCopy{.rank = 1}}});
+  const Digest d = t.Snapshot();
+  ASSERT_EQ(d.ranks.size(), 3u);
+  EXPECT_EQ(d.ranks[0].hash, 0u);
+  EXPECT_EQ(d.ranks[1].hash, uint64_t{0x63d23d28eb9c7496});
+  EXPECT_EQ(d.ranks[2].hash, 0u);
+}
+
 TEST(CopyTallyTest, SameStreamSameDigestAnyChangeDiffers) {
   auto stream = [](CopyTally& t, int variant) {
     TransferTask a = MakeTask(10, 2, {2, 3}, 6, kD2H);

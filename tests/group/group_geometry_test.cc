@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "daemon/comm/communicator.h"
 #include "daemon/engine/engine_options.h"
@@ -439,6 +440,32 @@ TEST(GroupGeometryEncoding, EverySingleByteCorruptionDecodesCanonicallyOrFails) 
       }
     }
   }
+}
+
+// The bytes of an encoding and the fingerprint, pinned: computed with the
+// hand-written encoder that preceded le_bytes, so a codec change that moves
+// a byte fails here.
+TEST(GroupGeometryEncoding, BytesArePinned) {
+  GroupGeometry g;
+  g.page_size = 64;
+  g.cp_size = 4;
+  g.kv_preset = "tiny";
+  g.kv_fingerprint = 0x0102030405060708ull;
+  g.bytes_per_page = 4096;
+  g.num_steps = 3;
+  g.host_layout = "layer_first";
+  g.device_pages_per_rank = 100;
+  g.host_pages_per_rank = 200;
+  g.wire_version = 2;
+  g.max_frame_bytes = 1 << 20;
+  g.build = "b";
+  g.ranks = {1, 2};
+  EXPECT_EQ(absl::BytesToHexString(EncodeGroupGeometry(g)),
+            "0140000000040000000400000074696e79080706050403020100100000000000"
+            "00030000000b0000006c617965725f66697273746400000000000000c8000000"
+            "000000000200001000000000000100000062020000000100000002000000");
+  EXPECT_EQ(KvFamiliesFingerprint(Kv("deepseek-v3.2-fp8", 64)),
+            uint64_t{0xdca40ae86019d2d8});
 }
 
 TEST(DescribeGroupGeometry, NamesTheMainFields) {

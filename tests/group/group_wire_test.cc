@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "gtest/gtest.h"
 
 namespace hicache::group {
@@ -402,6 +403,81 @@ TEST(GroupWireTest, MalformedWorkerEventsAndAcksAreRefused) {
                  "layer_stored_ack status code: truncated");
   // Trailing bytes after an ack.
   ExpectDataLoss(ack(0, "") + "x", "trailing");
+}
+
+// The bytes of every kind, pinned: computed with the hand-written encoder
+// that preceded le_bytes, so a codec change that moves a byte fails here
+// (hex, header first: version, kind, epoch, seq).
+TEST(GroupWireTest, FrameBytesArePinned) {
+  constexpr uint64_t kEpoch = 0x1122334455667788ull;
+  auto hex = [&](uint64_t seq, const FrameBody& body) {
+    const std::string bytes = EncodeFrame(kEpoch, seq, body);
+    absl::StatusOr<Frame> decoded = DecodeFrame(bytes);
+    EXPECT_TRUE(decoded.ok()) << decoded.status();
+    if (decoded.ok()) EXPECT_EQ(EncodeFrame(*decoded), bytes);
+    return absl::BytesToHexString(bytes);
+  };
+  EXPECT_EQ(hex(42, Hello{.sender_time_ns = 1234567890123, .member_index = 2}),
+            "010188776655443322112a00000000000000cb04fb711f01000002000000");
+  EXPECT_EQ(hex(43, Heartbeat{.sender_time_ns = -5, .member_index = 7}),
+            "010288776655443322112b00000000000000fbffffffffffffff07000000");
+  TaskBatch tasks;
+  TransferTask task{.op_id = 9, .direction = kH2D, .step = 3};
+  task.ranks.push_back(RankCopy{.rank = 1,
+                                .device_pages = {100, 101, 5, 1 << 20},
+                                .host_pages = {7, -3, 1000000},
+                                .wait_fence = 77});
+  task.ranks.push_back(
+      RankCopy{.rank = 0xffffffffu,
+               .device_pages = {std::numeric_limits<int64_t>::min(), -1, 0,
+                                std::numeric_limits<int64_t>::max()},
+               .host_pages = {5}});
+  tasks.tasks.push_back(task);
+  tasks.tasks.push_back(TransferTask{.op_id = 1});
+  EXPECT_EQ(hex(44, tasks),
+            "010388776655443322112c000000000000000200000009000000000000000103"
+            "00000002000000010000004d0000000000000004000000c80102bf01f6ff7f03"
+            "0000000e1386897affffffff000000000000000004000000ffffffffffffffff"
+            "ff01feffffffffffffffff0102feffffffffffffffff01010000000a01000000"
+            "00000000000000000000000000");
+  StepDoneBatch dones;
+  dones.dones.push_back(StepDone{.op_id = 9,
+                                 .rank = 1,
+                                 .step = 2,
+                                 .status = absl::OkStatus(),
+                                 .bytes = 4096});
+  dones.dones.push_back(StepDone{.op_id = 10,
+                                 .direction = kH2D,
+                                 .status = absl::UnavailableError("gone"),
+                                 .fence = std::string("\0\1\2", 3)});
+  EXPECT_EQ(hex(45, dones),
+            "010488776655443322112d000000000000000200000009000000000000000001"
+            "0000000200000000000000000010000000000000000000000a00000000000000"
+            "0100000000000000000e04000000676f6e650000000000000000030000000001"
+            "02");
+  EXPECT_EQ(hex(46, Bye{.reason = "bye now"}),
+            "010588776655443322112e0000000000000007000000627965206e6f77");
+  const std::vector<RankTally> ranks = {RankTally{.rank = 3,
+                                                  .device_pages_per_rank = 10,
+                                                  .host_pages_per_rank = 20,
+                                                  .copies_d2h = 1,
+                                                  .copies_h2d = 2,
+                                                  .pages_d2h = 3,
+                                                  .pages_h2d = 4,
+                                                  .refused = 5,
+                                                  .hash = ~uint64_t{0}}};
+  EXPECT_EQ(
+      hex(50, Digest{.tasks_frames = 0x0102030405060708ull, .ranks = ranks}),
+      "0109887766554433221132000000000000000807060504030201010000000300"
+      "00000a0000000000000014000000000000000100000000000000020000000000"
+      "0000030000000000000004000000000000000500000000000000ffffffffffff"
+      "ffff");
+  EXPECT_EQ(
+      hex(51, DigestResult{.tasks_frames = 77, .match = true, .ranks = ranks}),
+      "010a887766554433221133000000000000004d00000000000000010100000003"
+      "0000000a00000000000000140000000000000001000000000000000200000000"
+      "000000030000000000000004000000000000000500000000000000ffffffffff"
+      "ffffff");
 }
 
 TEST(GroupWireTest, AckStatusOutsideAbslIsSentAsUnknown) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -155,6 +156,56 @@ TEST(JournalFormatTest, PutPayloadBytesAreTheDocumentedFormat) {
   EXPECT_EQ(frame->substr(0, 5), prefix);
   EXPECT_EQ(frame->substr(5, want.size()), want);
   EXPECT_EQ(frame->size(), want.size() + kFrameOverhead);
+}
+
+// Every record's bytes, frame and checksum included, pinned: computed with
+// the hand-written encoder that preceded le_bytes, so a codec change that
+// moves a byte (and would strand existing journals) fails here.
+TEST(JournalFormatTest, RecordBytesArePinned) {
+  EXPECT_EQ(absl::BytesToHexString(EncodeFileHeader()),
+            "48434a4f55524e4c0200000000000000");
+  const JournalGeometry g{.page_size = 64,
+                          .cp_size = 2,
+                          .kv_fingerprint = 0xfedcba9876543210ull,
+                          .host_layout = "layer_first",
+                          .host_pages_per_rank = 1000,
+                          .instance = std::string("in\0st", 5)};
+  absl::StatusOr<std::string> geometry = EncodeGeometryRecord(g);
+  ASSERT_TRUE(geometry.ok()) << geometry.status();
+  EXPECT_EQ(absl::BytesToHexString(*geometry),
+            "300000000140000000020000001032547698badcfe0b0000006c617965725f66"
+            "69727374e80300000000000005000000696e00737471bbc2708805b777");
+  PutRecord put;
+  put.persist_id = 0x0102030405060708ull;
+  put.parent_persist_id = 3;
+  put.name_space = "ns";
+  put.logical_len = 130;
+  put.page_owners = {0, 1, 0};
+  put.host_pages = {{7, 8}, {0x0a0b0c0d0e0f1011ll}};
+  put.checksums = {{0xdeadbeefull, 1}, {42}};
+  absl::StatusOr<std::string> record = EncodePutRecord(put);
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_EQ(absl::BytesToHexString(*record),
+            "720000000208070605040302010300000000000000020000006e738200000000"
+            "0000000300000000000000010000000000000002000000020000000700000000"
+            "000000080000000000000002000000efbeadde00000000010000000000000001"
+            "00000011100f0e0d0c0b0a010000002a000000000000004b4fcbd753b61698");
+  EXPECT_EQ(absl::BytesToHexString(EncodeDropRecord(0xfedcba9876543210ull)),
+            "08000000031032547698badcfe3b233d7a718b34f9");
+  EXPECT_EQ(absl::BytesToHexString(EncodeCleanRecord()),
+            "0000000004dfb3a9eccc2b6935");
+  // And they decode.
+  absl::StatusOr<Frame> frame = ParseFrame(*geometry);
+  ASSERT_TRUE(frame.ok()) << frame.status();
+  absl::StatusOr<JournalGeometry> decoded =
+      DecodeGeometryPayload(frame->payload);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(*decoded, g);
+  frame = ParseFrame(*record);
+  ASSERT_TRUE(frame.ok()) << frame.status();
+  absl::StatusOr<PutRecord> decoded_put = DecodePutPayload(frame->payload);
+  ASSERT_TRUE(decoded_put.ok()) << decoded_put.status();
+  EXPECT_EQ(*decoded_put, put);
 }
 
 TEST(JournalFormatTest, DropAndCleanRoundTrip) {

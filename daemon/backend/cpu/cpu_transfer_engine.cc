@@ -28,14 +28,9 @@ CpuTransferEngine::~CpuTransferEngine() {
 }
 
 absl::Status CpuTransferEngine::Validate(const TransferTask& task) const {
-  for (const RankCopy& copy : task.ranks) {
-    if (copy.wait_fence != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "rank ", copy.rank, ": fence ", copy.wait_fence,
-          " named, but the cpu backend has no fences"));
-    }
-  }
-  return CheckTransferTask(*pools_, task);
+  TransferTaskBounds bounds = TransferTaskBoundsOf(*pools_);
+  bounds.refuse_fences = true;  // The cpu backend has no fences.
+  return CheckTransferTask(bounds, task);
 }
 
 absl::Status CpuTransferEngine::Submit(TransferTask task) {
