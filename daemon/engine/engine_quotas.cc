@@ -98,6 +98,9 @@ void HiCacheEngine::UnbindHolder(uint64_t holder) {
   holder_ns_.erase(it);
 }
 
+// The namespace a request holder's pages count against (nullopt: unbound),
+// and that of a node (QuotaNamespaceOfLocked); both computed only while some
+// quota is set (nullopt otherwise).
 std::optional<absl::string_view> HiCacheEngine::HolderNamespaceLocked(
     uint64_t holder) const {
   // Without any quota no limit applies and no guarantee is kept: skip the
@@ -116,6 +119,7 @@ std::optional<std::string> HiCacheEngine::QuotaNamespaceOfLocked(
   return *std::move(ns);
 }
 
+// Device pages the requests of `ns`'s holders hold.
 int64_t HiCacheEngine::RequestPagesOfLocked(absl::string_view ns) const {
   auto it = ns_holders_.find(ns);
   if (it == ns_holders_.end()) return 0;
@@ -124,6 +128,10 @@ int64_t HiCacheEngine::RequestPagesOfLocked(absl::string_view ns) const {
   return pages;
 }
 
+// Makes room under `ns`'s device (host) limit for `pages` more pages by
+// evicting the namespace's own nodes (host: spread over the ranks as
+// `per_rank`, the new pages' ranks); RESOURCE_EXHAUSTED (counted) when
+// that is not enough. OK at once without a limit.
 absl::Status HiCacheEngine::FitDeviceQuotaLocked(absl::string_view ns,
                                                  int64_t pages) {
   auto it = quotas_.find(ns);

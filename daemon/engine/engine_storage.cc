@@ -50,6 +50,10 @@ absl::Status HiCacheEngine::OpenStorageTier() {
   return absl::OkStatus();
 }
 
+// PromoteFromStorage as the prefetch policy says: in this call
+// (wait_complete), or on the prefetcher's thread, waited for up to the
+// timeout (timeout) or not at all (best_effort). The tokens promoted in
+// time for this load.
 int64_t HiCacheEngine::PromoteForLoad(absl::string_view ns,
                                       absl::Span<const int32_t> tokens) {
   if (prefetcher_ == nullptr) return PromoteFromStorage(ns, tokens);
@@ -67,6 +71,7 @@ int64_t HiCacheEngine::PromoteForLoad(absl::string_view ns,
   return prefetcher_->Wait(id, options_.storage_prefetch_timeout).value_or(0);
 }
 
+// Copies a node's committed host copy to the storage tier (queued).
 void HiCacheEngine::StoreHostCopyLocked(NodeId node) {
   absl::StatusOr<NodeInfo> info = tree_->Inspect(node);
   std::string ns;
@@ -87,6 +92,8 @@ void HiCacheEngine::StoreHostCopyLocked(NodeId node) {
   storage_->Write(*host, keys);
 }
 
+// Keys of the whole pages of `tokens` past the tree's hit in `match`
+// (none when the hit ends inside a page).
 std::vector<StoreKey> HiCacheEngine::ContinuationKeys(
     absl::string_view ns, absl::Span<const int32_t> tokens,
     const MatchResult& match) const {
@@ -96,6 +103,8 @@ std::vector<StoreKey> HiCacheEngine::ContinuationKeys(
   return storage_->Keys(ns, tokens, hit / page, INT64_MAX);
 }
 
+// Tokens past the tree's hit in `match` that the stores hold (whole
+// pages from the hit's end, which must be a page boundary).
 int64_t HiCacheEngine::StorageHitLocked(absl::string_view ns,
                                         absl::Span<const int32_t> tokens,
                                         const MatchResult& match) const {
@@ -104,6 +113,8 @@ int64_t HiCacheEngine::StorageHitLocked(absl::string_view ns,
          layout_.page_size();
 }
 
+// Sets each node's storage_pages: how many of its whole pages the stores
+// hold (DumpTree, Inspect). Asks the stores without the engine lock.
 void HiCacheEngine::MarkStoragePages(std::vector<NodeInfo>* nodes) const {
   const int64_t page = layout_.page_size();
   // Under the lock, each node's whole pages' keys; then the stores.
@@ -132,6 +143,8 @@ void HiCacheEngine::MarkStoragePages(std::vector<NodeInfo>* nodes) const {
   }
 }
 
+// The cost model: whether reading `pages` pages from the stores (at the
+// measured cost) is no slower than recomputing their tokens.
 bool HiCacheEngine::LoadBeatsRecomputeLocked(int64_t pages) const {
   const int64_t per_token = options_.storage_recompute_ns_per_token;
   const double ns_per_byte = storage_->ReadNsPerByte();
@@ -172,6 +185,9 @@ StorageTierReport HiCacheEngine::StorageReport() const {
   return r;
 }
 
+// Reads the pages the stores hold past the tree's hit on `tokens` into
+// host pages and attaches them as a host-only node there (the engine lock
+// is released for the reads). Returns the tokens promoted.
 int64_t HiCacheEngine::PromoteFromStorage(absl::string_view ns,
                                           absl::Span<const int32_t> tokens) {
   const int64_t page = layout_.page_size();

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "daemon/backend/backend.h"
 #include "daemon/core/clock.h"
 #include "daemon/core/daemon_config.h"
@@ -64,6 +65,23 @@ struct LoadResult {
   // Set by SessionManager when the device hit was locked for a session
   // (nothing to load): the lock's handle.
   uint64_t lock_handle = 0;
+};
+
+// HiCacheEngine::LoadBack's options (HiCacheEngine::LoadBackOptions).
+struct LoadBackOptions {
+  int64_t extend_tokens = 0;
+  bool exact_tail = true;  // See MatchOptions.
+};
+
+// One item of HiCacheEngine::QueryTiers (KV events), and its answer
+// (HiCacheEngine::TierQuery, HiCacheEngine::TierHit).
+struct TierQuery {
+  absl::string_view ns;
+  absl::Span<const int32_t> tokens;
+};
+struct TierHit {
+  int64_t device_tokens = 0;
+  int64_t host_tokens = 0;  // Past the device hit.
 };
 
 // Per-layer and completion events, for the service to stream. Called

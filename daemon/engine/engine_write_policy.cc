@@ -95,6 +95,16 @@ void HiCacheEngine::ReleaseHostRefsLocked(absl::Span<const NodeId> held) {
   ReapDroppedLocked();  // A node dropped with its lanes meanwhile goes now.
 }
 
+// Write-back: starts asynchronous backups of unbacked device victims, in
+// eviction order, until they cover `need` per lane; returns the ops
+// (started now or already in flight). Their device pages stay allocated
+// until the copies complete and a later eviction moves the nodes to host.
+// A victim that would need host room taken from a more frequent host
+// node is not staged (RadixTree::AdmitToHost): it is evicted uncopied.
+// Victims that already have a host copy get a host reference (appended to
+// `held`), so that no host eviction drops that copy before the device
+// eviction that relies on it; the caller releases them after it
+// (ReleaseHostRefsLocked).
 std::vector<uint64_t> HiCacheEngine::StageWriteBackLocked(
     absl::Span<const int64_t> need, std::vector<NodeId>* held,
     const EvictionScope& scope) {
@@ -167,6 +177,13 @@ std::vector<uint64_t> HiCacheEngine::StageWriteBackLocked(
   return staged;
 }
 
+// Admission of a device victim to the host tier (write_back's staging and
+// write_ahead's leaves): true when its pages (per rank) fit `host_free`,
+// or when it would displace no more frequent host node
+// (RadixTree::AdmitToHost; the victim class is read once per batch and
+// namespace into `host_victim_classes`: with quotas, what eviction for
+// the node's namespace could take). A refusal counts in
+// write_back_rejected.
 bool HiCacheEngine::AdmitVictimLocked(
     NodeId node, absl::Span<const int64_t> pages,
     absl::Span<const int64_t> host_free,
@@ -188,6 +205,10 @@ bool HiCacheEngine::AdmitVictimLocked(
   return false;
 }
 
+// A batch's host eviction (write-back staging, a write-ahead round):
+// `need` per rank of copies of `node` added to `by_ns` (by namespace with
+// quotas, else all under ""), then one eviction making the batch's room,
+// run for each namespace in turn as its requester.
 void HiCacheEngine::AddHostNeedLocked(
     NodeId node, absl::Span<const int64_t> need,
     std::map<std::string, std::vector<int64_t>>* by_ns) {
@@ -243,6 +264,11 @@ bool HiCacheEngine::BacksUpAtAdmit(NodeId parent,
   return false;
 }
 
+// Asks write-ahead's thread for a round (write_ahead only; no-op
+// otherwise): the allocation or eviction that made one due returns
+// without it, and the round runs while the request's forward does.
+// Without the thread (EngineOptions::write_ahead_thread) it runs the
+// round at once.
 void HiCacheEngine::WriteAheadDueLocked() {
   if (options_.write_policy != WritePolicy::kWriteAhead) return;
   if (!options_.write_ahead_thread) {
@@ -270,6 +296,17 @@ void HiCacheEngine::WriteAheadLoop() {
   }
 }
 
+// Write-ahead (WritePolicy::kWriteAhead): when the device tier is within
+// a window of full, starts backups (asynchronous, never waited for) of the
+// coldest device nodes without a host copy, in eviction order, until the
+// window's worth of cold pages has a copy or one in flight. The host tier
+// is prefix-closed: a node whose parent has no copy yet gets its topmost
+// uncopied ancestor backed first (the node itself in a later round). A
+// leaf that would need host room taken from a more frequent host node is
+// not copied (admission): eviction then drops it. One host eviction makes
+// room for the round's copies. Called after allocations and evictions; it
+// scans again only once 1/16 of the window has been allocated since its
+// last scan.
 void HiCacheEngine::WriteAheadLocked() {
   const int64_t window = std::max<int64_t>(
       DevicePageCapacity() / 16, 4 * l1_free_room_ * layout_.cp_size());

@@ -76,14 +76,8 @@ class HiCacheEngine : public TransferListener {
   // the tokens past it loadable from the host tier, per item. A pure lookup
   // (no hit recorded, no recency touched, no lock taken), one critical
   // section for the whole batch.
-  struct TierQuery {
-    absl::string_view ns;
-    absl::Span<const int32_t> tokens;
-  };
-  struct TierHit {
-    int64_t device_tokens = 0;
-    int64_t host_tokens = 0;  // Past the device hit.
-  };
+  using TierQuery = hicache::TierQuery;  // engine_types.h
+  using TierHit = hicache::TierHit;
   std::vector<TierHit> QueryTiers(absl::Span<const TierQuery> queries)
       ABSL_LOCKS_EXCLUDED(mu_);
   // With a tier listener (EngineOptions::tier_listener): withdraws every
@@ -223,10 +217,7 @@ class HiCacheEngine : public TransferListener {
   // evictable device pages cover the load and ceil(extend_tokens / P) + 1
   // more pages. The request's own device prefix, which the load locks, is
   // not counted as evictable (seed 000's lock delta).
-  struct LoadBackOptions {
-    int64_t extend_tokens = 0;
-    bool exact_tail = true;  // See MatchOptions.
-  };
+  using LoadBackOptions = hicache::LoadBackOptions;  // engine_types.h
   // With a storage tier, pages the tree lacks past its hit are first
   // promoted from the stores to the host tier (PromoteFromStorage), then
   // loaded like any host hit: LoadResult::storage_len says how much.
@@ -391,8 +382,6 @@ class HiCacheEngine : public TransferListener {
   HiCacheEngine(const EngineOptions& options, CpLayout layout,
                 KvGeometry geometry);
 
-  // Match that counts the hit in the stats and starts the write-through
-  // backups it qualifies (shared by Match and LoadBack).
   absl::Status CheckFreeableLocked(absl::Span<const LogicalPage> pages,
                                   uint64_t holder) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -401,6 +390,8 @@ class HiCacheEngine : public TransferListener {
                                      absl::Span<const LogicalPage> pages,
                                      uint64_t holder)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Match that counts the hit in the stats and starts the write-through
+  // backups it qualifies (shared by Match and LoadBack).
   absl::StatusOr<MatchResult> CountedMatchLocked(
       absl::string_view ns, absl::Span<const int32_t> tokens,
       MatchOptions options) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -431,20 +422,13 @@ class HiCacheEngine : public TransferListener {
   int64_t EvictHostTargetsLocked(absl::Span<const int64_t> target,
                                  const EvictionScope& scope = {})
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Namespace quotas (engine_quotas.cc). The namespace a request holder's
-  // pages count against (nullopt: unbound), and that of a node; both
-  // computed only while some quota is set (nullopt otherwise).
+  // Namespace quotas (engine_quotas.cc, where they are documented).
   std::optional<absl::string_view> HolderNamespaceLocked(uint64_t holder) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::optional<std::string> QuotaNamespaceOfLocked(NodeId node) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Device pages the requests of `ns`'s holders hold.
   int64_t RequestPagesOfLocked(absl::string_view ns) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Makes room under `ns`'s device (host) limit for `pages` more pages by
-  // evicting the namespace's own nodes (host: spread over the ranks as
-  // `per_rank`, the new pages' ranks); RESOURCE_EXHAUSTED (counted) when
-  // that is not enough. OK at once without a limit.
   absl::Status FitDeviceQuotaLocked(absl::string_view ns, int64_t pages)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status FitHostQuotaLocked(absl::string_view ns,
@@ -453,58 +437,23 @@ class HiCacheEngine : public TransferListener {
   // Frees what a tree eviction released and counts it.
   DeviceEvictResult ApplyDeviceEvictionLocked(DeviceEvictResult result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Write-back: starts asynchronous backups of unbacked device victims, in
-  // eviction order, until they cover `need` per lane; returns the ops
-  // (started now or already in flight). Their device pages stay allocated
-  // until the copies complete and a later eviction moves the nodes to host.
-  // A victim that would need host room taken from a more frequent host
-  // node is not staged (RadixTree::AdmitToHost): it is evicted uncopied.
-  // Victims that already have a host copy get a host reference (appended to
-  // `held`), so that no host eviction drops that copy before the device
-  // eviction that relies on it; the caller releases them after it
-  // (ReleaseHostRefsLocked).
+  // Write policies (engine_write_policy.cc, where each helper is
+  // documented): write-back staging, write-ahead rounds, host admission.
   std::vector<uint64_t> StageWriteBackLocked(absl::Span<const int64_t> need,
                                              std::vector<NodeId>* held,
                                              const EvictionScope& scope = {})
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseHostRefsLocked(absl::Span<const NodeId> held)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Write-ahead (WritePolicy::kWriteAhead): when the device tier is within
-  // a window of full, starts backups (asynchronous, never waited for) of the
-  // coldest device nodes without a host copy, in eviction order, until the
-  // window's worth of cold pages has a copy or one in flight. The host tier
-  // is prefix-closed: a node whose parent has no copy yet gets its topmost
-  // uncopied ancestor backed first (the node itself in a later round). A
-  // leaf that would need host room taken from a more frequent host node is
-  // not copied (admission): eviction then drops it. One host eviction makes
-  // room for the round's copies. Called after allocations and evictions; it
-  // scans again only once 1/16 of the window has been allocated since its
-  // last scan.
   void WriteAheadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Asks write-ahead's thread for a round (write_ahead only; no-op
-  // otherwise): the allocation or eviction that made one due returns
-  // without it, and the round runs while the request's forward does.
-  // Without the thread (EngineOptions::write_ahead_thread) it runs the
-  // round at once.
   void WriteAheadDueLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Write-ahead's thread: runs the rounds made due until the engine stops.
   void WriteAheadLoop() ABSL_LOCKS_EXCLUDED(mu_);
-  // Admission of a device victim to the host tier (write_back's staging and
-  // write_ahead's leaves): true when its pages (per rank) fit `host_free`,
-  // or when it would displace no more frequent host node
-  // (RadixTree::AdmitToHost; the victim class is read once per batch and
-  // namespace into `host_victim_classes`: with quotas, what eviction for
-  // the node's namespace could take). A refusal counts in
-  // write_back_rejected.
   bool AdmitVictimLocked(NodeId node, absl::Span<const int64_t> pages,
                          absl::Span<const int64_t> host_free,
                          absl::flat_hash_map<std::string, int>*
                              host_victim_classes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A batch's host eviction (write-back staging, a write-ahead round):
-  // `need` per rank of copies of `node` added to `by_ns` (by namespace with
-  // quotas, else all under ""), then one eviction making the batch's room,
-  // run for each namespace in turn as its requester.
   void AddHostNeedLocked(NodeId node, absl::Span<const int64_t> need,
                          std::map<std::string, std::vector<int64_t>>* by_ns)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -608,44 +557,28 @@ class HiCacheEngine : public TransferListener {
   // a time. Lock order: dispatch_mu_ -> mu_ (briefly, to take the queue).
   void DispatchPending() ABSL_LOCKS_EXCLUDED(mu_, dispatch_mu_);
 
-  // The storage tier (engine_storage.cc). LoadBackFromHost is LoadBack
-  // without it.
+  // The storage tier (engine_storage.cc, where its helpers are documented).
+  // LoadBackFromHost is LoadBack without it.
   absl::StatusOr<LoadResult> LoadBackFromHost(absl::string_view ns,
                                               absl::Span<const int32_t> tokens,
                                               const LoadBackOptions& options)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status OpenStorageTier();
-  // Sets each node's storage_pages: how many of its whole pages the stores
-  // hold (DumpTree, Inspect). Asks the stores without the engine lock.
   void MarkStoragePages(std::vector<NodeInfo>* nodes) const
       ABSL_LOCKS_EXCLUDED(mu_);
-  // The cost model: whether reading `pages` pages from the stores (at the
-  // measured cost) is no slower than recomputing their tokens.
   bool LoadBeatsRecomputeLocked(int64_t pages) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Keys of the whole pages of `tokens` past the tree's hit in `match`
-  // (none when the hit ends inside a page).
   std::vector<StoreKey> ContinuationKeys(absl::string_view ns,
                                          absl::Span<const int32_t> tokens,
                                          const MatchResult& match) const;
-  // Tokens past the tree's hit in `match` that the stores hold (whole
-  // pages from the hit's end, which must be a page boundary).
   int64_t StorageHitLocked(absl::string_view ns,
                            absl::Span<const int32_t> tokens,
                            const MatchResult& match) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Copies a node's committed host copy to the storage tier (queued).
   void StoreHostCopyLocked(NodeId node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Reads the pages the stores hold past the tree's hit on `tokens` into
-  // host pages and attaches them as a host-only node there (the engine lock
-  // is released for the reads). Returns the tokens promoted.
   int64_t PromoteFromStorage(absl::string_view ns,
                              absl::Span<const int32_t> tokens)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // PromoteFromStorage as the prefetch policy says: in this call
-  // (wait_complete), or on the prefetcher's thread, waited for up to the
-  // timeout (timeout) or not at all (best_effort). The tokens promoted in
-  // time for this load.
   int64_t PromoteForLoad(absl::string_view ns,
                          absl::Span<const int32_t> tokens)
       ABSL_LOCKS_EXCLUDED(mu_);
