@@ -39,7 +39,15 @@ absl::Status GroupFollower::Run(std::unique_ptr<comm::Communicator> leader_link,
       std::move(scope), std::move(leader_link), epoch, make_local_,
       [this](const Frame& frame) { return OnControl(frame); },
       [this](const absl::Status& cause) {
+        // The link failed (or the accounting diverged: the leader is lost
+        // either way). Lost first, so that it is what reports it: the
+        // health's own death, on its thread, then finds lost_ set.
         Lost(absl::StrCat("the link failed: ", cause.ToString()));
+        // The health ends at once too, sending no heartbeat into a dead
+        // link. Under mu_, like Heard: LinkFailed only takes the health's
+        // leaf lock and wakes its thread.
+        MutexLock lock(&mu_);
+        if (health_ != nullptr) health_->LinkFailed(cause);
       });
   FollowerExecutor* const raw = executor.get();
   absl::StatusOr<std::unique_ptr<MemberHealth>> health = MemberHealth::Create(

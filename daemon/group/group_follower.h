@@ -86,8 +86,9 @@ struct GroupFollowerOptions {
 //    stops the health, destroys the executor (closing the link, finishing
 //    its copies). The local engine's pools must outlive the follower.
 //
-// Thread-safe. mu_ is a leaf except for MemberHealth::Heard (a leaf) called
-// under it; on_fatal, the executor and the health are called without it.
+// Thread-safe. mu_ is a leaf except for MemberHealth::Heard and LinkFailed
+// (a leaf) called under it; on_fatal, the executor and the rest of the
+// health are called without it.
 class GroupFollower {
  public:
   using FatalFn = std::function<void(const absl::Status& cause)>;

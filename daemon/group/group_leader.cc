@@ -212,7 +212,10 @@ absl::StatusOr<Admission> GroupLeader::Admit(const std::string& member_name,
       [this, index, epoch](const Frame& frame) {
         return OnControl(index, epoch, frame);
       },
-      options_.remote);
+      options_.remote,
+      [this, index, epoch](const absl::Status& cause) {
+        OnLinkFailed(index, epoch, cause);
+      });
   absl::StatusOr<std::unique_ptr<MemberHealth>> health = MemberHealth::Create(
       MemberHealthOptions{.peer = label,
                           .member_index = 0,
@@ -339,6 +342,20 @@ absl::Status GroupLeader::OnControl(uint32_t index, uint64_t epoch,
     OnLayerStored(index, epoch, std::get<LayerStoredRequest>(frame.body));
   }
   return absl::OkStatus();
+}
+
+void GroupLeader::OnLinkFailed(uint32_t index, uint64_t epoch,
+                               const absl::Status& cause) {
+  // Under mu_, like Heard: the health is only reached through members_,
+  // which RetireLocked empties before it destroys the health. LinkFailed
+  // takes the health's leaf lock and only wakes its thread, which then
+  // calls on_dead (NoteDeath) without any lock of ours held.
+  MutexLock lock(&mu_);
+  if (index == 0 || index > members_.size()) return;  // Never installed.
+  Member& m = members_[index - 1];
+  // Another admission's slot, or being retired (its health is stopped).
+  if (m.epoch != epoch || m.health == nullptr) return;
+  m.health->LinkFailed(cause);
 }
 
 void GroupLeader::OnLayerStored(uint32_t index, uint64_t epoch,

@@ -101,11 +101,14 @@ struct Admission {
 //    deaths are handled meanwhile; it must not call Admit or Stop. A Stop
 //    during it makes the admission FAILED_PRECONDITION.
 //  * A member dies -- its MemberHealth declares it (silence past the
-//    timeout, a refused heartbeat: its link failed, which includes a
-//    protocol error) or it says Bye -- exactly once per admission. Then, on
-//    the leader's own thread, never inside a callback of the link, the
-//    health or the engine: the member is marked dead with the reason (at
-//    once, visible in Status), its RemoteTransferEngine fails (outstanding
+//    timeout; its link failed: closed, broken, a protocol error, a refused
+//    send, or its RemoteTransferEngine failing otherwise, which aborts the
+//    link -- the engine's on_failure calls MemberHealth::LinkFailed, so the
+//    death comes at once, not at the next heartbeat; a refused heartbeat)
+//    or it says Bye -- exactly once per admission. Then, on the leader's
+//    own thread, never inside a callback of the link, the health or the
+//    engine: the member is marked dead with the reason (at once, visible
+//    in Status), its RemoteTransferEngine fails (outstanding
 //    steps complete UNAVAILABLE "CP group member <name> (ranks ...) lost:
 //    <cause>"), its route is cleared, and the engine's
 //    SetLaneAvailability(ranks, false) then DropLanes(ranks) run, so a
@@ -126,8 +129,10 @@ struct Admission {
 // `connect`) before ops_mu_ (an admission's checks and install, deaths,
 // Stop; the engine is called with it held, never with mu_) before mu_; mu_ is
 // held only to read or change the members and to call MemberHealth::Heard
-// (whose lock is a leaf). Neither the engine nor the transfer engines call into
-// GroupLeader with a lock of theirs held.
+// and LinkFailed (whose lock is a leaf). Neither the engine nor the transfer
+// engines call into GroupLeader with a lock of theirs held (a remote engine's
+// on_failure runs with none of its locks held; with ops_mu_ held when
+// RetireLocked or Admit failed it, which comes before mu_).
 class GroupLeader {
  public:
   using ConnectFn =
@@ -206,6 +211,12 @@ class GroupLeader {
                     const absl::Status& cause, uint64_t event_sink)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(ops_mu_) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status OnControl(uint32_t index, uint64_t epoch, const Frame& frame)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The member's RemoteTransferEngine failed (its link broke or was
+  // aborted): its MemberHealth is told (LinkFailed), so that it is declared
+  // dead at once rather than at its next heartbeat. On the thread that
+  // failed the engine, which holds no lock of ours but possibly ops_mu_.
+  void OnLinkFailed(uint32_t index, uint64_t epoch, const absl::Status& cause)
       ABSL_LOCKS_EXCLUDED(mu_);
   // A member's relayed worker ack: checked, handed to options_.layer_stored,
   // acked with its status. On the member's link thread.

@@ -113,7 +113,11 @@ class MemberHealth {
   // dead or stopped.
   void Heard(FrameKind kind) ABSL_LOCKS_EXCLUDED(mu_);
   // The link failed: the peer is declared dead with `cause` (no wait for the
-  // timeout). Ignored once dead or stopped.
+  // timeout). Ignored once dead or stopped. Never waits (it takes mu_, a
+  // leaf, and wakes the thread), so the owner may call it with its own
+  // locks held, even one that on_dead takes: GroupLeader calls it under its
+  // mu_ from a member's RemoteTransferEngine on_failure, GroupFollower under
+  // its mu_ from its executor's on_failure.
   void LinkFailed(const absl::Status& cause) ABSL_LOCKS_EXCLUDED(mu_);
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 

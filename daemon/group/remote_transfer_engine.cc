@@ -56,12 +56,13 @@ TransferTaskBounds BoundsOf(const RemoteMember& member) {
 RemoteTransferEngine::RemoteTransferEngine(
     RemoteMember member, std::unique_ptr<comm::Communicator> link,
     uint64_t epoch, TransferListener* listener, ControlHandler on_control,
-    RemoteTransferOptions options)
+    RemoteTransferOptions options, FailureHandler on_failure)
     : member_(std::move(member)),
       bounds_(BoundsOf(member_)),
       listener_(listener),
       on_control_(std::move(on_control)),
       options_(options),
+      on_failure_(std::move(on_failure)),
       tally_(member_.ranks, member_.device_pages_per_rank,
              member_.host_pages_per_rank),
       last_digest_at_(Clock::now()),
@@ -461,9 +462,12 @@ void RemoteTransferEngine::Fail(const absl::Status& cause) {
     }
   }
   // The link first: once a step is reported failed, the member's link is
-  // down (its next heartbeat is refused: MemberHealth declares it dead).
+  // down (so is any heartbeat sent through it).
   link_->Abort(why);
   completer_.Complete(std::move(failed));
+  // Only the first Fail gets here (failure_ is set once): told once, with
+  // no lock of ours held (GroupLeader: MemberHealth::LinkFailed).
+  if (on_failure_) on_failure_(why);
 }
 
 absl::Status RemoteTransferEngine::failure() const {

@@ -97,8 +97,9 @@ struct RemoteTransferOptions {
 //    nothing outstanding it waits without one. Past it the engine fails
 //    exactly as Fail(DEADLINE_EXCEEDED "<member> did not answer op 5 d2h
 //    rank 1 step 2 for 10.0s (step timeout 10s); 6 steps outstanding").
-//    Fail aborts the link, so the member's next heartbeat is refused and
-//    its MemberHealth declares it dead (GroupLeader drops its lanes).
+//    Fail aborts the link, and `on_failure` (below) tells the group layer
+//    at once (GroupLeader: the member's MemberHealth::LinkFailed, which
+//    declares it dead; GroupLeader drops its lanes).
 //  * Accounting digest (options.digest_interval): the sender thread tallies
 //    every rank copy it puts in a Tasks frame (CopyTally) and, between
 //    frames, sends a Digest {Tasks frames so far, per-rank tallies}. The
@@ -116,15 +117,24 @@ struct RemoteTransferOptions {
 //    `on_control` on the link's thread (a non-OK answer is a protocol
 //    error). Without one, heartbeats are ignored and Bye fails the engine.
 //    A Tasks frame from a follower is a protocol error.
+//  * `on_failure` (optional) is told of the engine's failure exactly once,
+//    with its cause, whatever failed it (the link's own failure: the peer
+//    closed or died, a transport or a protocol error; a refused send; the
+//    deadline; a divergence; Bye without on_control; Fail; the
+//    destructor's CANCELLED): after the link was aborted, on the thread that
+//    failed the engine (the link's, the sender's, or Fail's, Start's or the
+//    destructor's caller), with no lock of the engine's held. It must not
+//    block, and must not destroy the engine or wait for a thread of it.
 //  * The destructor fails the engine with CANCELLED (reporting what is
 //    outstanding), then joins its threads and closes the link. The listener
-//    must outlive the engine.
+//    and what on_failure touches must outlive the engine.
 //
 // Thread-safe. Lock order: mu_ before the completer's and the link's locks;
 // the listener is never called with mu_ held.
 class RemoteTransferEngine final : public TransferEngine {
  public:
   using ControlHandler = std::function<absl::Status(const Frame& frame)>;
+  using FailureHandler = std::function<void(const absl::Status& cause)>;
 
   struct Stats {
     int64_t tasks_submitted = 0;
@@ -148,7 +158,8 @@ class RemoteTransferEngine final : public TransferEngine {
                        std::unique_ptr<comm::Communicator> link, uint64_t epoch,
                        TransferListener* listener,
                        ControlHandler on_control = nullptr,
-                       RemoteTransferOptions options = {});
+                       RemoteTransferOptions options = {},
+                       FailureHandler on_failure = nullptr);
   ~RemoteTransferEngine() override ABSL_LOCKS_EXCLUDED(mu_);
 
   // Starts the link. A link that fails to start fails the engine.
@@ -213,6 +224,7 @@ class RemoteTransferEngine final : public TransferEngine {
   TransferListener* const listener_;
   const ControlHandler on_control_;
   const RemoteTransferOptions options_;
+  const FailureHandler on_failure_;
 
   mutable Mutex mu_;
   CondVar send_cv_;

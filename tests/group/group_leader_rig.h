@@ -106,8 +106,8 @@ class GroupLeaderTest : public ::testing::TestWithParam<Split> {
         .group_name = "g",
         .cp_size = split.cp_size,
         .geometry = GroupGeometryFrom(options_, engine_->geometry()),
-        .heartbeat_interval = kInterval,
-        .heartbeat_timeout = kTimeout};
+        .heartbeat_interval = heartbeat_interval_,
+        .heartbeat_timeout = heartbeat_timeout_};
     leader_options.on_member_dead = [this](uint32_t index,
                                            const std::string& reason) {
       const int n = ++deaths_;
@@ -167,8 +167,8 @@ class GroupLeaderTest : public ::testing::TestWithParam<Split> {
                       .num_steps = engine_->geometry().NumSteps(),
                       .device_pages_per_rank = kDevicePages,
                       .host_pages_per_rank = kHostPages},
-            .heartbeat_interval = kInterval,
-            .heartbeat_timeout = kTimeout,
+            .heartbeat_interval = heartbeat_interval_,
+            .heartbeat_timeout = heartbeat_timeout_,
             .events = &raw->hub},
         [raw_pools](TransferListener* listener) {
           return std::make_unique<CpuTransferEngine>(raw_pools, listener, 2);
@@ -317,6 +317,10 @@ class GroupLeaderTest : public ::testing::TestWithParam<Split> {
   }
 
   EngineOptions options_;
+  // Both ends' heartbeats (GroupLeaderOptions and GroupFollowerOptions); a
+  // fixture may change them in its constructor, before SetUp.
+  absl::Duration heartbeat_interval_ = kInterval;
+  absl::Duration heartbeat_timeout_ = kTimeout;
   // The leader daemon's EventHub and forwarder (outlive the engine and the
   // GroupLeader), and the leader's layer_stored handler (default: the
   // engine's RankLayerStored); set before traffic.

@@ -1,5 +1,6 @@
 #include "daemon/group/remote_transfer_engine.h"
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <limits>
@@ -345,6 +346,73 @@ TEST(RemoteTransferEngineTest, DestroyingCompletesOutstanding) {
   for (const StepDone& done : listener.dones()) {
     EXPECT_EQ(done.status.code(), absl::StatusCode::kUnavailable);
   }
+}
+
+// What GroupLeader wires to MemberHealth::LinkFailed: the link breaking
+// tells on_failure once, with the link's cause, the link already aborted
+// and no lock of the engine's held (it reads the engine); a later Fail and
+// the destructor do not tell it again.
+TEST(RemoteTransferEngineTest, OnFailureIsToldOnceWhenTheLinkBreaks) {
+  RecordingListener listener;
+  auto [leader_end, follower_end] =
+      LoopbackCommunicator::CreatePair("leader", "follower 1");
+  LoopbackCommunicator* link = leader_end.get();
+  struct Told {
+    absl::Status cause;
+    absl::Status failure;  // The engine's, read from inside on_failure.
+    absl::Status control;  // A send from inside on_failure.
+  };
+  std::atomic<int> calls{0};
+  std::promise<Told> told;
+  std::future<Told> told_future = told.get_future();
+  RemoteTransferEngine* engine = nullptr;  // Set before Start.
+  {
+    RemoteTransferEngine remote(
+        Member(), std::move(leader_end), kEpoch, &listener,
+        /*on_control=*/nullptr, RemoteTransferOptions{},
+        [&](const absl::Status& cause) {
+          if (++calls != 1) return;
+          told.set_value(Told{.cause = CopyStatus(cause),
+                              .failure = engine->failure(),
+                              .control = engine->SendControl(Heartbeat{})});
+        });
+    engine = &remote;
+    ASSERT_TRUE(remote.Start().ok());
+    ASSERT_TRUE(remote.Submit(MakeTask(2, 0, {1})).ok());
+    link->Break(absl::UnavailableError("cable cut"));
+    // A hang guard only: the break reports within milliseconds.
+    ASSERT_EQ(told_future.wait_for(std::chrono::seconds(60)),
+              std::future_status::ready);
+    const Told t = told_future.get();
+    EXPECT_EQ(t.cause.code(), absl::StatusCode::kUnavailable);
+    EXPECT_NE(t.cause.message().find("cable cut"), std::string::npos)
+        << t.cause;
+    EXPECT_EQ(t.failure.code(), absl::StatusCode::kUnavailable) << t.failure;
+    EXPECT_FALSE(t.control.ok());  // The link was aborted first.
+    ASSERT_TRUE(listener.WaitFor(1));
+    EXPECT_EQ(listener.dones()[0].status.code(),
+              absl::StatusCode::kUnavailable);
+    remote.Fail(absl::InternalError("again"));
+  }
+  EXPECT_EQ(calls.load(), 1);
+}
+
+// Nothing failed it before: the destructor's CANCELLED is told, once.
+TEST(RemoteTransferEngineTest, OnFailureIsToldOnceByTheDestructor) {
+  RecordingListener listener;
+  auto [leader_end, follower_end] = LoopbackCommunicator::CreatePair();
+  std::vector<absl::Status> causes;  // Told on the destroying thread.
+  auto record = [&](const absl::Status& cause) {
+    causes.push_back(CopyStatus(cause));
+  };
+  {
+    RemoteTransferEngine remote(Member(), std::move(leader_end), kEpoch,
+                                &listener, /*on_control=*/nullptr,
+                                RemoteTransferOptions{}, record);
+    ASSERT_TRUE(remote.Start().ok());
+  }
+  ASSERT_EQ(causes.size(), 1u);
+  EXPECT_EQ(causes[0].code(), absl::StatusCode::kCancelled) << causes[0];
 }
 
 }  // namespace
